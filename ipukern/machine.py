@@ -1,0 +1,299 @@
+"""Machine specifications: every hardware constant the simulator uses, with its source.
+
+A :class:`MachineSpec` is frozen data. The cost model, the planner and the engine read
+constants only from here, so a what-if study is one line::
+
+    slow = ipukern.GC200.replace(exchange_bandwidth=8e12)   # datasheet IPU-Exchange figure
+
+Source tags used in the comments below (full list in ``../shared/reference/ipu-hardware.md``
+and in README "Sources"):
+
+- [S1] J. Hanlon, "New chips for machine intelligence" (2019): GC2 1216 tiles, 45 TB/s.
+- [S4] Z. Jia et al., "Dissecting the Graphcore IPU Architecture via Microbenchmarking",
+  arXiv:1912.03413: 16 B/cycle loads, 8 B/cycle stores, 1.6 GHz GC2, FP16.32 124.5 TFLOPS.
+- [S6] Graphcore GC200 product page: 1472 tiles, 624 KiB/tile, 47.5 TB/s memory bandwidth,
+  IPU-Exchange 8 TB/s, 10 IPU-Links 320 GB/s, 250 TFLOPS FP16.16.
+- [S7] IPU-M2000 datasheet: 4 x GC200 at 1.325 GHz, 1 PFLOPS FP16.16, 0.25 PFLOPS FP32.
+- [S8] Bow-2000 datasheet: 1.85 GHz, 1.394 PFLOPS FP16.16, 0.349 PFLOPS FP32.
+- [S11] Graphcore Vertex Programming Guide 4.2: 6 worker contexts + supervisor per tile.
+- [S14] Graphcore JAX-on-IPU backend test: asserts 638,976 bytes per tile, 6 workers.
+- [S16] graphcore/poplibs (mk2-main): PerformanceEstimation.hpp (AMP conv units, vertex
+  cycle formulas), ExchangeEstimator.cpp (4 B/cycle/tile, 2 tiles per shared exchange
+  bus), CTC-loss planner (90 cycles per sync, 100 cycles per exchange), poplibs_test/Util.cpp
+  (128 Gibit/s x 0.85 per IPU-Link).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .dtypes import DTYPES, canonical_dtype
+
+__all__ = ["MachineSpec", "GC2", "GC200", "BOW", "PRESETS", "get_machine"]
+
+
+def _frozen_map(d: Mapping[tuple[str, str], int]) -> tuple[tuple[str, str, int], ...]:
+    return tuple(sorted((a, b, int(v)) for (a, b), v in d.items()))
+
+
+@dataclass(frozen=True)
+class MachineSpec:
+    """One simulated IPU: its tiles, memories, clock, arithmetic units and fabric.
+
+    All cycle counts are tile clock cycles. Per-tile rates are "per tile per cycle".
+    Use :meth:`replace` to derive a variant; the derived-quantity keywords
+    ``exchange_bandwidth`` (aggregate B/s) and ``clock_ghz`` are accepted there too.
+    """
+
+    name: str
+    #: "Mk1" or "Mk2": selects which vertex variants exist (e.g. 16-unit AMP, 4-chain SLIC).
+    generation: str
+    n_tiles: int
+    #: SRAM per tile in bytes (code, data and stacks share it; there is no separate
+    #: instruction memory [S11]).
+    tile_bytes: int
+    clock_hz: float
+    #: hardware worker contexts per tile (barrel-scheduled) [S11][S14].
+    n_workers: int = 6
+    #: AMP "conv units" (output channels per AMP pass) by (input dtype, partials dtype)
+    #: [S16 PerformanceEstimation.hpp / ConvVertexType.cpp]. MACs/cycle follow from
+    #: units x amp_in_chans / amp_cycles_per_position, see :meth:`amp_macs_per_cycle`.
+    amp_conv_units: tuple[tuple[str, str, int], ...] = ()
+    #: vector (non-AMP) data path in bits: 2 x fp32 or 4 x fp16 per cycle [S16 getDataPathWidth].
+    vector_width_bits: int = 64
+    #: local memory load / store bytes per cycle per tile (ld128 / st64) [S4].
+    load_bytes_per_cycle: int = 16
+    store_bytes_per_cycle: int = 8
+    #: AMP weight (coefficient) load rate; PopLibs plans with half of it by default
+    #: (use128BitConvUnitLoad = false) [S16].
+    coeff_load_bytes_per_cycle: int = 16
+    #: bytes per cycle a tile can receive (and send) on the exchange fabric.
+    exchange_bytes_per_cycle: float = 4.0
+    #: tiles sharing one exchange bus ("super-tile"): a pair receiving identical data
+    #: receives it at twice the rate [S16 ExchangeEstimator.cpp asserts 2].
+    tiles_per_exchange_bus: int = 2
+    #: on-chip BSP sync latency in cycles. Poplar's getMaxIPUSyncDelay() is closed source;
+    #: PopLibs' CTC-loss planner charges 90 cycles per sync [S16]. A documented assumption.
+    sync_cycles: int = 90
+    #: fixed cost of starting an exchange phase (exchange code, pipeline fill) [S16 CTC
+    #: planner: 100 cycles per exchange]. Charged once per non-empty exchange.
+    exchange_overhead_cycles: int = 100
+    #: bytes per tile kept back for code, vertex state, stacks and control code. No public
+    #: figure exists (PopLibs plans temporaries to 0.6 of the tile [S16]); see README.
+    reserved_bytes_per_tile: int = 48 * 1024
+    #: on-tile copy rate used for rearrangement copies (IPUModel memcpyBytesPerCycle;
+    #: PopLibs suggests 64-bit = 8 B/cycle) [S16].
+    memcpy_bytes_per_cycle: int = 8
+    #: IPU-Links: count and effective bytes/s per direction (128 Gibit/s x 0.85) [S6][S16].
+    n_links: int = 10
+    link_bytes_per_second: float = 128 * 2**30 / 8 * 0.85
+    #: host link (PCIe Gen4 x16) bytes/s [S6].
+    host_bytes_per_second: float = 64e9
+    #: free-form provenance strings shown by ``ipukern info``.
+    sources: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+
+    # ------------------------------------------------------------------ validation
+    def __post_init__(self) -> None:
+        if self.generation not in ("Mk1", "Mk2"):
+            raise ValueError(f"generation must be 'Mk1' or 'Mk2', got {self.generation!r}")
+        for fname in ("n_tiles", "tile_bytes", "n_workers", "vector_width_bits",
+                      "load_bytes_per_cycle", "store_bytes_per_cycle",
+                      "coeff_load_bytes_per_cycle", "tiles_per_exchange_bus",
+                      "memcpy_bytes_per_cycle"):
+            v = getattr(self, fname)
+            if not isinstance(v, int) or v <= 0:
+                raise ValueError(f"MachineSpec.{fname} must be a positive int, got {v!r}")
+        for fname in ("sync_cycles", "exchange_overhead_cycles", "reserved_bytes_per_tile"):
+            v = getattr(self, fname)
+            if not isinstance(v, int) or v < 0:
+                raise ValueError(f"MachineSpec.{fname} must be a non-negative int, got {v!r}")
+        if not (self.clock_hz > 0 and math.isfinite(self.clock_hz)):
+            raise ValueError(f"MachineSpec.clock_hz must be positive, got {self.clock_hz!r}")
+        if not (self.exchange_bytes_per_cycle > 0 and math.isfinite(self.exchange_bytes_per_cycle)):
+            raise ValueError("MachineSpec.exchange_bytes_per_cycle must be positive, "
+                             f"got {self.exchange_bytes_per_cycle!r}")
+        if self.reserved_bytes_per_tile >= self.tile_bytes:
+            raise ValueError(f"reserved_bytes_per_tile ({self.reserved_bytes_per_tile}) must be "
+                             f"below tile_bytes ({self.tile_bytes})")
+        if isinstance(self.amp_conv_units, Mapping):  # accept a dict, store a hashable tuple
+            object.__setattr__(self, "amp_conv_units", _frozen_map(self.amp_conv_units))
+
+    # ------------------------------------------------------------------ derivation
+    def replace(self, **changes: Any) -> "MachineSpec":
+        """Copy with changes. Besides the fields, accepts
+
+        - ``exchange_bandwidth``: aggregate on-chip exchange bandwidth in bytes/s, converted
+          to ``exchange_bytes_per_cycle`` at this spec's (or the new) clock;
+        - ``clock_ghz``: the clock in GHz.
+        """
+        if "clock_ghz" in changes:
+            changes["clock_hz"] = float(changes.pop("clock_ghz")) * 1e9
+        if "exchange_bandwidth" in changes:
+            bw = float(changes.pop("exchange_bandwidth"))
+            n_tiles = changes.get("n_tiles", self.n_tiles)
+            clock = changes.get("clock_hz", self.clock_hz)
+            changes["exchange_bytes_per_cycle"] = bw / (n_tiles * clock)
+        if "name" not in changes:
+            changes["name"] = self.name + "*"
+        return dataclasses.replace(self, **changes)
+
+    def with_datasheet_exchange(self) -> "MachineSpec":
+        """This machine with the vendor's published IPU-Exchange rate (8 TB/s on GC200,
+        ~4 B/cycle/tile) instead of the brief's 47.5 TB/s default. See README."""
+        return self.replace(exchange_bytes_per_cycle=4.0, name=self.name + "-xch4")
+
+    # ------------------------------------------------------------------ AMP rates
+    def amp_units(self, in_dtype: str, partials_dtype: str) -> int:
+        """AMP conv units (outputs per pass) for these dtypes; 0 if the AMP has no such mode."""
+        a, b = canonical_dtype(in_dtype), canonical_dtype(partials_dtype)
+        for x, y, u in self.amp_conv_units:
+            if x == a and y == b:
+                return u
+        return 0
+
+    @staticmethod
+    def amp_in_chans(in_dtype: str) -> int:
+        """Input channels one AMP pass consumes per output position: 16 half / 8 float
+        (weights per conv unit = pipeline depth 4 x 64-bit load) [S16]."""
+        return 16 if canonical_dtype(in_dtype) == "float16" else 8
+
+    @staticmethod
+    def amp_cycles_per_position(in_dtype: str) -> int:
+        """Tile cycles per output position per AMP pass: 4 half / 8 float [S16 core loop]."""
+        return 4 if canonical_dtype(in_dtype) == "float16" else 8
+
+    def amp_macs_per_cycle(self, in_dtype: str, partials_dtype: str) -> int:
+        """Peak AMP MACs per cycle per tile (Mk2: fp16->fp16 64, fp16->fp32 32, fp32 16)."""
+        units = self.amp_units(in_dtype, partials_dtype)
+        return units * self.amp_in_chans(in_dtype) // self.amp_cycles_per_position(in_dtype)
+
+    def vector_elems(self, dtype: str) -> int:
+        """Elements per vector-unit cycle (64-bit path: 4 fp16 or 2 fp32)."""
+        return self.vector_width_bits // (8 * DTYPES[canonical_dtype(dtype)].itemsize)
+
+    # ------------------------------------------------------------------ derived figures
+    def peak_flops(self, in_dtype: str = "float16", partials_dtype: str | None = None) -> float:
+        """Peak FLOP/s of the AMP units for this dtype pair (1 MAC = 2 FLOP)."""
+        if partials_dtype is None:
+            partials_dtype = in_dtype
+        return 2.0 * self.amp_macs_per_cycle(in_dtype, partials_dtype) * self.n_tiles * self.clock_hz
+
+    @property
+    def tile_budget_bytes(self) -> int:
+        """Bytes per tile available to data once code/stacks are reserved."""
+        return self.tile_bytes - self.reserved_bytes_per_tile
+
+    @property
+    def total_bytes(self) -> int:
+        """Total on-chip SRAM in bytes."""
+        return self.n_tiles * self.tile_bytes
+
+    @property
+    def exchange_bandwidth(self) -> float:
+        """Aggregate on-chip exchange bandwidth in bytes/s."""
+        return self.exchange_bytes_per_cycle * self.n_tiles * self.clock_hz
+
+    @property
+    def local_memory_bandwidth(self) -> float:
+        """Aggregate local SRAM bandwidth (load + store) in bytes/s: the "47.5 TB/s" figure."""
+        return (self.load_bytes_per_cycle + self.store_bytes_per_cycle) * self.n_tiles * self.clock_hz
+
+    def seconds(self, cycles: int) -> float:
+        """Cycles to seconds at this clock."""
+        return cycles / self.clock_hz
+
+    def describe(self) -> str:
+        """Multi-line human-readable summary (used by ``ipukern info``)."""
+        lines = [
+            f"{self.name} ({self.generation})",
+            f"  tiles                {self.n_tiles}",
+            f"  bytes per tile       {self.tile_bytes} ({self.tile_bytes / 1024:.0f} KiB), "
+            f"{self.reserved_bytes_per_tile} reserved",
+            f"  total SRAM           {self.total_bytes / 2**20:.1f} MiB",
+            f"  clock                {self.clock_hz / 1e9:.3f} GHz",
+            f"  workers per tile     {self.n_workers}",
+        ]
+        for a, b, u in self.amp_conv_units:
+            lines.append(f"  AMP {a}->{b:<8}  {self.amp_macs_per_cycle(a, b)} MAC/cycle/tile "
+                         f"({u} units), peak {self.peak_flops(a, b) / 1e12:.1f} TFLOP/s")
+        lines += [
+            f"  vector path          {self.vector_width_bits} bit",
+            f"  load / store         {self.load_bytes_per_cycle} / {self.store_bytes_per_cycle} B/cycle/tile "
+            f"({self.local_memory_bandwidth / 1e12:.1f} TB/s aggregate)",
+            f"  exchange             {self.exchange_bytes_per_cycle:.2f} B/cycle/tile "
+            f"({self.exchange_bandwidth / 1e12:.1f} TB/s aggregate), "
+            f"{self.tiles_per_exchange_bus} tiles per bus",
+            f"  sync / exch overhead {self.sync_cycles} / {self.exchange_overhead_cycles} cycles",
+            f"  IPU-Links            {self.n_links} x {self.link_bytes_per_second / 1e9:.1f} GB/s",
+        ]
+        for key, src in self.sources:
+            lines.append(f"  source: {key}: {src}")
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- presets
+# The brief models on-chip exchange at 47.5 TB/s aggregate on the GC200. That figure is
+# Graphcore's In-Processor-Memory bandwidth [S6] (1472 x 24 B/cycle x 1.345 GHz); the
+# published IPU-Exchange rate is 8 TB/s (~4 B/cycle/tile). We keep the brief's default and
+# make the datasheet figure one call away: ``GC200.with_datasheet_exchange()``.
+_BRIEF_EXCHANGE_BPC = 47.5e12 / (1472 * 1.325e9)  # = 24.35 B/cycle/tile
+
+GC2 = MachineSpec(
+    name="GC2",
+    generation="Mk1",
+    n_tiles=1216,                       # [S1][S4]
+    tile_bytes=256 * 1024,              # [S1] 304 MiB total
+    clock_hz=1.6e9,                     # [S4][S10] nominal (C2 cards may run at 1.3 GHz)
+    # Mk1: 8 conv units for every pair -> 32 / 32 / 8 MAC/cycle [S4][S16]
+    amp_conv_units={("float16", "float16"): 8, ("float16", "float32"): 8,
+                    ("float32", "float32"): 8},
+    # the brief's figure per tile-cycle, applied to Mk1's 45 TB/s headline [S1]
+    exchange_bytes_per_cycle=45e12 / (1216 * 1.6e9),
+    reserved_bytes_per_tile=32 * 1024,
+    sources=(("tiles/memory", "Hanlon 2019; Jia et al. arXiv:1912.03413"),
+             ("AMP", "PopLibs PerformanceEstimation.hpp: 8 conv units on ipu1")),
+)
+
+GC200 = MachineSpec(
+    name="GC200",
+    generation="Mk2",
+    n_tiles=1472,                       # [S6][S14]
+    tile_bytes=638_976,                 # 624 KiB [S6][S14]
+    clock_hz=1.325e9,                   # M2000 datasheet [S7]
+    # Mk2: half->half 16 units (64 MAC/c, 250 TFLOPS FP16.16 [S6]); half->float capped at
+    # 8 units by the fp32 store width (32 MAC/c) [S16]; float->float 16 units (16 MAC/c,
+    # 62.5 TFLOPS FP32 [S7])
+    amp_conv_units={("float16", "float16"): 16, ("float16", "float32"): 8,
+                    ("float32", "float32"): 16},
+    exchange_bytes_per_cycle=_BRIEF_EXCHANGE_BPC,
+    sources=(("tiles/memory", "Graphcore GC200 product page; JAX-on-IPU test asserts 638976 B/tile"),
+             ("clock", "IPU-M2000 datasheet: 1.325 GHz"),
+             ("exchange", "brief: 47.5 TB/s aggregate (datasheet IPU-Exchange: 8 TB/s)"),
+             ("AMP", "PopLibs PerformanceEstimation.hpp / ConvVertexType.cpp")),
+)
+
+BOW = GC200.replace(
+    name="BOW",
+    clock_hz=1.85e9,                    # Bow-2000 datasheet [S8]
+    sources=(("tiles/memory", "as GC200 (same Mk2 tile)"),
+             ("clock", "Bow-2000 datasheet: 1.85 GHz, 1.394 PFLOPS FP16.16 per 4 IPUs"),
+             ("exchange", "brief's per-tile-cycle rate at 1.85 GHz")),
+)
+
+PRESETS: dict[str, MachineSpec] = {"GC2": GC2, "GC200": GC200, "BOW": BOW}
+
+
+def get_machine(machine: "MachineSpec | str | None") -> MachineSpec:
+    """Resolve a preset name (case-insensitive) or pass a spec through; None -> GC200."""
+    if machine is None:
+        return GC200
+    if isinstance(machine, MachineSpec):
+        return machine
+    if isinstance(machine, str):
+        key = machine.upper()
+        if key in PRESETS:
+            return PRESETS[key]
+        raise ValueError(f"unknown machine {machine!r}; presets are {sorted(PRESETS)}")
+    raise TypeError(f"machine must be a MachineSpec or a preset name, got {type(machine).__name__}")
