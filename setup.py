@@ -48,7 +48,7 @@ if DEBUG:
 print(f"ipukern build: openmp={'on' if OPENMP else 'off'} native={NATIVE} debug={DEBUG}",
       file=sys.stderr)
 
-KERNELS = ["exchange"]
+KERNELS = ["exchange", "vertices"]
 extensions = [
     Extension(
         f"ipukern._kernels._{name}",

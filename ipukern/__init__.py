@@ -4,8 +4,21 @@ Runs grouped convolutions and matmuls tile by tile in Bulk-Synchronous-Parallel 
 returns exact results and a cycle profile of what the real chip would take.
 """
 from .dtypes import canonical_dtype
+from .engine import Device, get_num_threads, run_program, set_num_threads
 from .machine import BOW, GC2, GC200, PRESETS, MachineSpec, get_machine
+from .memory import MemoryReport, TileMemory, TileMemoryError
+from .params import ConvParams
+from .profile import Profile, SuperstepRecord
+from .program import ComputeSet, Exchange, ExchangeError, Program, Superstep, VertexBatch
+from .tensor import TileMapping, TileTensor
 
 __version__ = "0.1.0"
 
-__all__ = ["MachineSpec", "GC2", "GC200", "BOW", "PRESETS", "get_machine", "canonical_dtype"]
+__all__ = [
+    "MachineSpec", "GC2", "GC200", "BOW", "PRESETS", "get_machine", "canonical_dtype",
+    "Device", "run_program", "set_num_threads", "get_num_threads",
+    "TileMemory", "TileMemoryError", "MemoryReport",
+    "ConvParams", "Profile", "SuperstepRecord",
+    "Exchange", "ExchangeError", "ComputeSet", "VertexBatch", "Superstep", "Program",
+    "TileMapping", "TileTensor",
+]

@@ -1,0 +1,1 @@
+"""Compiled kernels (Cython). Inputs are validated by the Python layer before any call."""

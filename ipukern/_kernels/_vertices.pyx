@@ -1,0 +1,165 @@
+# cython: language_level=3
+"""Built-in vertices: element-wise ops, fills, on-tile copies and partial-sum reduction.
+
+Every function runs a whole batch of vertices (one per tile, or several) in one call,
+``prange`` over vertices, without the GIL. Operands are byte offsets within the vertex's
+own tile, so ``base + tile * stride + offset`` is the only address form used: a vertex
+cannot reach another tile. fp16 data is computed in fp32 and rounded once on store.
+Inputs are validated by ipukern.vertices.
+"""
+from cython.parallel cimport prange
+from libc.stdint cimport int32_t, int64_t, uint16_t
+from libc.string cimport memcpy, memset
+
+from ipukern._kernels.ipk cimport ipk_h2f, ipk_f2h
+
+# dtype codes (shared with ipukern.vertices): 0 = float32, 1 = float16
+
+
+cdef inline float _ld(const unsigned char* p, Py_ssize_t i, int dt) noexcept nogil:
+    if dt == 0:
+        return (<const float*>p)[i]
+    return ipk_h2f((<const uint16_t*>p)[i])
+
+
+cdef inline void _st(unsigned char* p, Py_ssize_t i, float v, int dt) noexcept nogil:
+    if dt == 0:
+        (<float*>p)[i] = v
+    else:
+        (<uint16_t*>p)[i] = ipk_f2h(v)
+
+
+cdef inline float _op(float a, float b, int op) noexcept nogil:
+    if op == 0:
+        return a + b
+    if op == 1:
+        return a - b
+    if op == 2:
+        return a * b
+    if op == 3:
+        return a if a >= b or a != a else b   # NaN propagates like np.maximum
+    return a if a <= b or a != a else b
+
+
+def binary(unsigned char[:, ::1] data, const int32_t[::1] tiles, const int64_t[::1] out_off,
+           const int64_t[::1] a_off, const int64_t[::1] b_off, const int64_t[::1] n,
+           int op, int dt, int n_threads):
+    """out = a (op) b element-wise, per vertex: n[v] elements."""
+    cdef Py_ssize_t v, i, stride = data.shape[1]
+    cdef unsigned char* base = &data[0, 0]
+    cdef unsigned char* po
+    cdef const unsigned char* pa
+    cdef const unsigned char* pb
+    cdef float* fo
+    cdef const float* fa
+    cdef const float* fb
+    for v in prange(tiles.shape[0], nogil=True, schedule="static", num_threads=n_threads):
+        po = base + tiles[v] * stride + out_off[v]
+        pa = base + tiles[v] * stride + a_off[v]
+        pb = base + tiles[v] * stride + b_off[v]
+        if dt == 0 and op == 0:   # the hot case (partial sums): let the compiler vectorise
+            fo = <float*>po
+            fa = <const float*>pa
+            fb = <const float*>pb
+            for i in range(n[v]):
+                fo[i] = fa[i] + fb[i]
+        else:
+            for i in range(n[v]):
+                _st(po, i, _op(_ld(pa, i, dt), _ld(pb, i, dt), op), dt)
+
+
+def scale(unsigned char[:, ::1] data, const int32_t[::1] tiles, const int64_t[::1] out_off,
+          const int64_t[::1] a_off, const int64_t[::1] n, float alpha, int dt, int n_threads):
+    """out = alpha * a element-wise."""
+    cdef Py_ssize_t v, i, stride = data.shape[1]
+    cdef unsigned char* base = &data[0, 0]
+    cdef unsigned char* po
+    cdef const unsigned char* pa
+    for v in prange(tiles.shape[0], nogil=True, schedule="static", num_threads=n_threads):
+        po = base + tiles[v] * stride + out_off[v]
+        pa = base + tiles[v] * stride + a_off[v]
+        for i in range(n[v]):
+            _st(po, i, alpha * _ld(pa, i, dt), dt)
+
+
+def fill(unsigned char[:, ::1] data, const int32_t[::1] tiles, const int64_t[::1] off,
+         const int64_t[::1] n, float value, int dt, int n_threads):
+    """Set n[v] elements to ``value``."""
+    cdef Py_ssize_t v, i, stride = data.shape[1]
+    cdef unsigned char* base = &data[0, 0]
+    cdef unsigned char* p
+    cdef uint16_t hv = ipk_f2h(value)
+    for v in prange(tiles.shape[0], nogil=True, schedule="static", num_threads=n_threads):
+        p = base + tiles[v] * stride + off[v]
+        if value == 0.0 and not (value != value):
+            memset(p, 0, <size_t>(n[v] * (4 if dt == 0 else 2)))
+        elif dt == 0:
+            for i in range(n[v]):
+                (<float*>p)[i] = value
+        else:
+            for i in range(n[v]):
+                (<uint16_t*>p)[i] = hv
+
+
+def copy(unsigned char[:, ::1] data, const int32_t[::1] tiles, const int64_t[::1] dst_off,
+         const int64_t[::1] src_off, const int64_t[::1] nbytes, int n_threads):
+    """On-tile copy of nbytes[v] bytes (regions validated not to overlap)."""
+    cdef Py_ssize_t v, stride = data.shape[1]
+    cdef unsigned char* base = &data[0, 0]
+    for v in prange(tiles.shape[0], nogil=True, schedule="static", num_threads=n_threads):
+        memcpy(base + tiles[v] * stride + dst_off[v], base + tiles[v] * stride + src_off[v],
+               <size_t>nbytes[v])
+
+
+def sum_rows(unsigned char[:, ::1] data, const int32_t[::1] tiles, const int64_t[::1] out_off,
+             const int64_t[::1] src_ptr, const int64_t[::1] src_off, const int64_t[::1] n,
+             int in_dt, int out_dt, int n_threads):
+    """out = sum_k src_k (k = src_ptr[v] .. src_ptr[v+1]-1, in that fixed order).
+
+    Accumulates in fp32 and rounds once to the output dtype, so the result does not depend
+    on threads. ``out`` may alias the first source (in-place accumulation).
+    """
+    cdef Py_ssize_t v, i, k, k0, k1, stride = data.shape[1]
+    cdef unsigned char* base = &data[0, 0]
+    cdef unsigned char* tb
+    cdef unsigned char* po
+    cdef const float* fs
+    cdef float* fo
+    cdef float acc
+    for v in prange(tiles.shape[0], nogil=True, schedule="static", num_threads=n_threads):
+        tb = base + tiles[v] * stride
+        po = tb + out_off[v]
+        k0 = src_ptr[v]
+        k1 = src_ptr[v + 1]
+        if in_dt == 0 and out_dt == 0:
+            # k-outer loop over contiguous rows vectorises; the order of additions per
+            # element is still k0, k0+1, ... (fp32 round per step, as the real vertex)
+            fo = <float*>po
+            if tb + src_off[k0] != po:
+                memcpy(po, tb + src_off[k0], <size_t>(n[v] * 4))
+            for k in range(k0 + 1, k1):
+                fs = <const float*>(tb + src_off[k])
+                for i in range(n[v]):
+                    fo[i] = fo[i] + fs[i]
+        else:
+            for i in range(n[v]):
+                acc = 0.0
+                for k in range(k0, k1):
+                    acc = acc + _ld(tb + src_off[k], i, in_dt)
+                _st(po, i, acc, out_dt)
+
+
+def sum_elems(unsigned char[:, ::1] data, const int32_t[::1] tiles, const int64_t[::1] out_off,
+              const int64_t[::1] in_off, const int64_t[::1] n, int in_dt, int out_dt,
+              int n_threads):
+    """out[0] = sum of the n[v] input elements, in index order, accumulated in fp32."""
+    cdef Py_ssize_t v, i, stride = data.shape[1]
+    cdef unsigned char* base = &data[0, 0]
+    cdef const unsigned char* pi
+    cdef float acc
+    for v in prange(tiles.shape[0], nogil=True, schedule="static", num_threads=n_threads):
+        pi = base + tiles[v] * stride + in_off[v]
+        acc = 0.0
+        for i in range(n[v]):
+            acc = acc + _ld(pi, i, in_dt)
+        _st(base + tiles[v] * stride + out_off[v], 0, acc, out_dt)

@@ -1,0 +1,19 @@
+import os
+
+import numpy as np
+import pytest
+
+# hypothesis: deterministic, CI-friendly
+try:
+    from hypothesis import settings
+
+    settings.register_profile("ci", max_examples=25, deadline=None, derandomize=True)
+    settings.register_profile("dev", max_examples=50, deadline=None)
+    settings.load_profile("ci" if os.environ.get("CI") else "dev")
+except ImportError:  # pragma: no cover
+    pass
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(12345)

@@ -1,0 +1,54 @@
+"""Machine presets: the constants the brief and the datasheets give, and derivations."""
+import pytest
+
+import ipukern as ik
+
+
+def test_presets_constants():
+    assert (ik.GC2.n_tiles, ik.GC200.n_tiles, ik.BOW.n_tiles) == (1216, 1472, 1472)
+    assert ik.GC2.tile_bytes == 256 * 1024 and ik.GC200.tile_bytes == 638_976 == ik.BOW.tile_bytes
+    assert (ik.GC2.clock_hz, ik.GC200.clock_hz, ik.BOW.clock_hz) == (1.6e9, 1.325e9, 1.85e9)
+    for m in ik.PRESETS.values():
+        assert m.n_workers == 6
+        assert (m.load_bytes_per_cycle, m.store_bytes_per_cycle) == (16, 8)
+        assert m.vector_elems("float16") == 4 and m.vector_elems("float32") == 2
+
+
+@pytest.mark.parametrize("machine, hh, hf, ff", [(ik.GC200, 64, 32, 16), (ik.BOW, 64, 32, 16),
+                                                 (ik.GC2, 32, 32, 8)])
+def test_amp_rates(machine, hh, hf, ff):
+    assert machine.amp_macs_per_cycle("float16", "float16") == hh
+    assert machine.amp_macs_per_cycle("half", "float") == hf
+    assert machine.amp_macs_per_cycle("float32", "float32") == ff
+
+
+def test_derived_figures_match_datasheets():
+    # 250 TFLOPS FP16.16 and 62.5 TFLOPS FP32 on GC200; 1.394 PF / 4 on Bow; 124.5 Mk1 FP16.32
+    assert ik.GC200.peak_flops("float16", "float16") == pytest.approx(249.65e12, rel=1e-3)
+    assert ik.GC200.peak_flops("float32") == pytest.approx(62.4e12, rel=1e-3)
+    assert ik.BOW.peak_flops("float16", "float16") * 4 == pytest.approx(1.394e15, rel=2e-3)
+    assert ik.GC2.peak_flops("float16", "float32") == pytest.approx(124.5e12, rel=1e-3)
+    assert ik.GC200.exchange_bandwidth == pytest.approx(47.5e12)
+    assert ik.GC200.total_bytes == 1472 * 638_976
+
+
+def test_replace_and_datasheet_exchange():
+    slow = ik.GC200.replace(exchange_bandwidth=8e12)
+    assert slow.exchange_bandwidth == pytest.approx(8e12)
+    assert slow.exchange_bytes_per_cycle == pytest.approx(8e12 / 1472 / 1.325e9)
+    assert slow.n_tiles == ik.GC200.n_tiles and ik.GC200.exchange_bandwidth == pytest.approx(47.5e12)
+    assert ik.GC200.with_datasheet_exchange().exchange_bytes_per_cycle == 4.0
+    assert ik.GC200.replace(clock_ghz=1.85).clock_hz == 1.85e9
+    with pytest.raises(ValueError, match="n_tiles"):
+        ik.GC200.replace(n_tiles=0)
+    with pytest.raises(ValueError, match="reserved_bytes_per_tile"):
+        ik.GC200.replace(reserved_bytes_per_tile=10**6)
+
+
+def test_get_machine():
+    assert ik.get_machine("gc200") is ik.GC200 and ik.get_machine(None) is ik.GC200
+    with pytest.raises(ValueError, match="unknown machine"):
+        ik.get_machine("GC300")
+    with pytest.raises(TypeError):
+        ik.get_machine(3)
+    assert "1472" in ik.GC200.describe()
