@@ -48,6 +48,7 @@ from typing import Any, Mapping, NamedTuple
 import numpy as np
 
 from .dtypes import DTYPES, canonical_dtype
+from .cost import cast_cycles, reduce_cycles  # shared with the built-in vertices
 from .machine import MachineSpec
 
 __all__ = [
@@ -212,23 +213,6 @@ HMAC_1X1_PRELOAD_CYCLES = 1
 HMAC_DOT_CYCLES_PER_CHANNEL = 3
 HMAC_DOT_FIXED_CYCLES = 3 + 1
 
-# ---- casts and reductions (estimateCastCycles, getReduceCycleEstimate)
-CAST_WORKER_CYCLES = 26
-#: the reduce vertices accumulate 128 bits at a time: 4 floats or 8 halves
-REDUCE_ACCUMULATOR_BITS = 128
-REDUCE_MULTI_CYCLES = 32
-REDUCE_SINGLE_WORKER_CYCLES = 20
-REDUCE_SINGLE_SUPERVISOR_CYCLES = 33
-#: per-loop overhead by (float partials, float output)
-REDUCE_MULTI_LOOP_CYCLES = {(True, True): 7, (True, False): 6, (False, True): 9,
-                            (False, False): 8}
-REDUCE_SINGLE_LOOP_CYCLES = {(True, True): 8, (True, False): 7, (False, True): 10,
-                             (False, False): 9}
-#: multi-input: a remainder below the accumulator width costs 2 per partial + 13 (11 half)
-REDUCE_REMAINDER_CYCLES = {True: 13, False: 11}
-#: PopLibs picks the single-input reduce vertex when the exchanged partials fit in 1/16
-#: of tile memory (ConvReducePlan.hpp; memory-element rounding is not modelled)
-REDUCE_SINGLE_INPUT_MEMORY_FRACTION = 16
 
 
 # --------------------------------------------------------------------------- data types
@@ -1198,114 +1182,6 @@ def zeroing_cycles(machine: MachineSpec, n_elems_per_group: int, n_groups: int,
     _positive_int("n_elems_per_group", n_elems_per_group)
     _positive_int("n_groups", n_groups)
     return _zero_cycles(machine, n_elems_per_group, n_groups, canonical_dtype(dtype))
-
-
-def cast_cycles(machine: MachineSpec, n_elems: int, in_dtype: str, out_dtype: str) -> int:
-    """Tile cycles to cast ``n_elems`` elements on one tile (§3.8, estimateCastCycles).
-
-    Each worker converts ceil(n / n_workers) elements at one vector of the wider type per
-    cycle, plus 26 cycles of overhead.
-
-    Parameters
-    ----------
-    machine : MachineSpec
-    n_elems : int
-        Elements cast on the tile.
-    in_dtype, out_dtype : str
-
-    Returns
-    -------
-    int
-        Tile cycles; 0 for 0 elements or equal dtypes (no vertex).
-    """
-    if isinstance(n_elems, bool) or not isinstance(n_elems, (int, np.integer)) or n_elems < 0:
-        raise ValueError(f"n_elems must be a non-negative int, got {n_elems!r}")
-    a, b = canonical_dtype(in_dtype), canonical_dtype(out_dtype)
-    if n_elems == 0 or a == b:
-        return 0
-    nw = machine.n_workers
-    per_worker = _cdiv(int(n_elems), nw)
-    vectors = max(_cdiv(per_worker, machine.vector_elems(a)),
-                  _cdiv(per_worker, machine.vector_elems(b)))
-    return (vectors + CAST_WORKER_CYCLES) * nw
-
-
-def reduce_cycles(machine: MachineSpec, n_outputs: int, depth: int, partials_dtype: str,
-                  out_dtype: str, *, vertex: str = "auto", fast_reduce: bool = False) -> int:
-    """Tile cycles of one partial-sum reduction stage on one tile (§4.3).
-
-    Sums ``depth`` partials for each of ``n_outputs`` outputs (getReduceCycleEstimate):
-
-    - multi-input vertex: workers share loops of one 128-bit accumulator (4 floats / 8
-      halves), 3 cycles per partial per loop (2 loads of 64 bits + a pointer load);
-    - single-input vertex: the tile's own partial is the initial value, so only
-      ``depth - 1`` partials are read, at 2 cycles each (1 with ``fast_reduce``, whose
-      partials sit in interleaved memory).
-
-    Parameters
-    ----------
-    machine : MachineSpec
-    n_outputs : int
-        Outputs this tile produces (after reduction).
-    depth : int
-        Partials per output, including the tile's own. 1 means no reduction: a cast if the
-        dtypes differ, else 0.
-    partials_dtype, out_dtype : str
-        Type of the partials and of this stage's result.
-    vertex : {"auto", "multi", "single"}
-        "auto" picks like PopLibs: single-input when ``n_outputs`` is a multiple of the
-        accumulator width and (``fast_reduce`` or the exchanged partials, (depth - 1) x
-        n_outputs elements, fit in 1/16 of tile memory).
-    fast_reduce : bool
-        PopLibs option enableFastReduce.
-
-    Returns
-    -------
-    int
-        Tile cycles.
-    """
-    _positive_int("n_outputs", n_outputs)
-    _positive_int("depth", depth)
-    if vertex not in ("auto", "multi", "single"):
-        raise ValueError(f"vertex must be 'auto', 'multi' or 'single', got {vertex!r}")
-    pt, ot = canonical_dtype(partials_dtype), canonical_dtype(out_dtype)
-    if depth == 1:
-        return cast_cycles(machine, n_outputs, pt, ot)
-    nw = machine.n_workers
-    float_partials = pt == _FLOAT
-    float_out = ot == _FLOAT
-    item = DTYPES[pt].itemsize
-    acc = REDUCE_ACCUMULATOR_BITS // (8 * item)
-    per_load = machine.vector_elems(pt)
-    aligned = n_outputs % acc == 0
-    if vertex == "auto":
-        small = ((depth - 1) * n_outputs * item
-                 < machine.tile_bytes // REDUCE_SINGLE_INPUT_MEMORY_FRACTION)
-        single = aligned and (fast_reduce or small)
-    else:
-        single = vertex == "single"
-        if single and not aligned:
-            raise ValueError(f"the single-input reduce needs n_outputs a multiple of {acc}")
-    if single:
-        cycles_per_partial = acc // min(acc, per_load * (2 if fast_reduce else 1))
-        loops_per_worker = _cdiv(n_outputs // acc, nw)
-        overhead = REDUCE_SINGLE_LOOP_CYCLES[float_partials, float_out]
-        worker = (REDUCE_SINGLE_WORKER_CYCLES
-                  + (cycles_per_partial * (depth - 1) + overhead) * loops_per_worker)
-        return worker * nw + REDUCE_SINGLE_SUPERVISOR_CYCLES
-    cycles_per_partial = acc // min(acc, per_load) + 1
-    # a remainder below the accumulator width runs as one short loop per set bit
-    loops = n_outputs // acc + bin(n_outputs % acc).count("1")
-    loops_per_worker = loops // nw
-    cycles = REDUCE_MULTI_CYCLES
-    if loops % nw:
-        if n_outputs % acc:
-            cycles += 2 * depth + REDUCE_REMAINDER_CYCLES[float_partials]
-        else:
-            loops_per_worker += 1
-    overhead = REDUCE_MULTI_LOOP_CYCLES[float_partials, float_out]
-    cycles += (cycles_per_partial * depth + overhead) * loops_per_worker
-    return cycles * nw
 
 
 # --------------------------------------------------------------------------- candidates

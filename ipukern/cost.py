@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from .dtypes import DTYPES, canonical_dtype
 from .machine import MachineSpec
 
 __all__ = [
@@ -86,9 +87,6 @@ def tile_exchange_cycles(recv_bytes: np.ndarray, paired_bytes: np.ndarray,
 ELEMENTWISE_WORKER_OVERHEAD = 58   # popops binary/add-in-place worker setup (§4.4)
 SUPERVISOR_OVERHEAD = 33           # supervisor launch of 6 workers (single-input reduce, §4.3)
 ZERO_WORKER_OVERHEAD = 5           # zero-supervisor per-worker constant (§3.8)
-CAST_WORKER_OVERHEAD = 26          # cast per-worker constant (§3.8)
-REDUCE_SUPERVISOR = 32             # multi-input reduce vertex supervisor (§4.3)
-REDUCE_LOOP_OVERHEAD = 7           # per-loop overhead of the reduce inner loop, 6..9 (§4.3)
 
 
 def _per_worker(n: int, machine: MachineSpec) -> int:
@@ -109,24 +107,6 @@ def elementwise_cycles(machine: MachineSpec, n_elems: int, dtype: str, n_inputs:
     return machine.n_workers * worker + SUPERVISOR_OVERHEAD
 
 
-def reduce_cycles(machine: MachineSpec, n_outputs: int, depth: int, partials_dtype: str) -> int:
-    """Sum ``depth`` partial vectors of ``n_outputs`` elements into one (§4.3 multi-input).
-
-    Accumulator width 4 (float partials) or 8 (half); each loop loads ``acc/vw`` 64-bit
-    vectors per input plus one cycle of loop overhead: ``cyclesPerLoop * depth + c`` per
-    loop, loops split over 6 workers.
-    """
-    if n_outputs <= 0 or depth <= 0:
-        return 0
-    acc = 4 if partials_dtype == "float32" else 8
-    vw = machine.vector_elems(partials_dtype)
-    cycles_per_loop = acc // min(acc, vw) + 1
-    loops = -(-int(n_outputs) // acc)
-    loops_per_worker = -(-loops // machine.n_workers)
-    worker = (cycles_per_loop * depth + REDUCE_LOOP_OVERHEAD) * loops_per_worker
-    return REDUCE_SUPERVISOR + machine.n_workers * worker
-
-
 def copy_cycles(machine: MachineSpec, nbytes: int) -> int:
     """On-tile copy (rearrangement) of ``nbytes`` at ``memcpy_bytes_per_cycle``."""
     if nbytes <= 0:
@@ -143,15 +123,6 @@ def zero_cycles(machine: MachineSpec, n_elems: int, dtype: str) -> int:
     return machine.n_workers * (-(-_per_worker(n_elems, machine) // vw) + ZERO_WORKER_OVERHEAD)
 
 
-def cast_cycles(machine: MachineSpec, n_elems: int, in_dtype: str, out_dtype: str) -> int:
-    """Cast ``n_elems``: (max(ceil(n/6/vw_in), ceil(n/6/vw_out)) + 26) x 6 (§3.8)."""
-    if n_elems <= 0 or in_dtype == out_dtype:
-        return 0
-    per = _per_worker(n_elems, machine)
-    vec = max(-(-per // machine.vector_elems(in_dtype)), -(-per // machine.vector_elems(out_dtype)))
-    return machine.n_workers * (vec + CAST_WORKER_OVERHEAD)
-
-
 def ceil_div(a: int, b: int) -> int:
     """Integer ceil(a / b) for non-negative a and positive b."""
     return -(-a // b)
@@ -159,3 +130,140 @@ def ceil_div(a: int, b: int) -> int:
 
 def log2_ceil(n: int) -> int:
     return 0 if n <= 1 else int(math.ceil(math.log2(n)))
+
+# --------------------------------------------------------------------------- casts, reductions
+# PopLibs estimateCastCycles / getReduceCycleEstimate (reference §3.8, §4.3) [S16]
+CAST_WORKER_CYCLES = 26
+#: the reduce vertices accumulate 128 bits at a time: 4 floats or 8 halves
+REDUCE_ACCUMULATOR_BITS = 128
+REDUCE_MULTI_CYCLES = 32
+REDUCE_SINGLE_WORKER_CYCLES = 20
+REDUCE_SINGLE_SUPERVISOR_CYCLES = 33
+#: per-loop overhead by (float partials, float output)
+REDUCE_MULTI_LOOP_CYCLES = {(True, True): 7, (True, False): 6, (False, True): 9,
+                            (False, False): 8}
+REDUCE_SINGLE_LOOP_CYCLES = {(True, True): 8, (True, False): 7, (False, True): 10,
+                             (False, False): 9}
+#: multi-input: a remainder below the accumulator width costs 2 per partial + 13 (11 half)
+REDUCE_REMAINDER_CYCLES = {True: 13, False: 11}
+#: PopLibs picks the single-input reduce vertex when the exchanged partials fit in 1/16
+#: of tile memory (ConvReducePlan.hpp; memory-element rounding is not modelled)
+REDUCE_SINGLE_INPUT_MEMORY_FRACTION = 16
+
+
+def _positive_int(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return int(value)
+
+
+def cast_cycles(machine: MachineSpec, n_elems: int, in_dtype: str, out_dtype: str) -> int:
+    """Tile cycles to cast ``n_elems`` elements on one tile (§3.8, estimateCastCycles).
+
+    Each worker converts ceil(n / n_workers) elements at one vector of the wider type per
+    cycle, plus 26 cycles of overhead.
+
+    Parameters
+    ----------
+    machine : MachineSpec
+    n_elems : int
+        Elements cast on the tile.
+    in_dtype, out_dtype : str
+
+    Returns
+    -------
+    int
+        Tile cycles; 0 for 0 elements or equal dtypes (no vertex).
+    """
+    if isinstance(n_elems, bool) or not isinstance(n_elems, (int, np.integer)) or n_elems < 0:
+        raise ValueError(f"n_elems must be a non-negative int, got {n_elems!r}")
+    a, b = canonical_dtype(in_dtype), canonical_dtype(out_dtype)
+    if n_elems == 0 or a == b:
+        return 0
+    nw = machine.n_workers
+    per_worker = ceil_div(int(n_elems), nw)
+    vectors = max(ceil_div(per_worker, machine.vector_elems(a)),
+                  ceil_div(per_worker, machine.vector_elems(b)))
+    return (vectors + CAST_WORKER_CYCLES) * nw
+
+
+
+
+def reduce_cycles(machine: MachineSpec, n_outputs: int, depth: int, partials_dtype: str,
+                  out_dtype: str, *, vertex: str = "auto", fast_reduce: bool = False) -> int:
+    """Tile cycles of one partial-sum reduction stage on one tile (§4.3).
+
+    Sums ``depth`` partials for each of ``n_outputs`` outputs (getReduceCycleEstimate):
+
+    - multi-input vertex: workers share loops of one 128-bit accumulator (4 floats / 8
+      halves), 3 cycles per partial per loop (2 loads of 64 bits + a pointer load);
+    - single-input vertex: the tile's own partial is the initial value, so only
+      ``depth - 1`` partials are read, at 2 cycles each (1 with ``fast_reduce``, whose
+      partials sit in interleaved memory).
+
+    Parameters
+    ----------
+    machine : MachineSpec
+    n_outputs : int
+        Outputs this tile produces (after reduction).
+    depth : int
+        Partials per output, including the tile's own. 1 means no reduction: a cast if the
+        dtypes differ, else 0.
+    partials_dtype, out_dtype : str
+        Type of the partials and of this stage's result.
+    vertex : {"auto", "multi", "single"}
+        "auto" picks like PopLibs: single-input when ``n_outputs`` is a multiple of the
+        accumulator width and (``fast_reduce`` or the exchanged partials, (depth - 1) x
+        n_outputs elements, fit in 1/16 of tile memory).
+    fast_reduce : bool
+        PopLibs option enableFastReduce.
+
+    Returns
+    -------
+    int
+        Tile cycles.
+    """
+    _positive_int("n_outputs", n_outputs)
+    _positive_int("depth", depth)
+    if vertex not in ("auto", "multi", "single"):
+        raise ValueError(f"vertex must be 'auto', 'multi' or 'single', got {vertex!r}")
+    pt, ot = canonical_dtype(partials_dtype), canonical_dtype(out_dtype)
+    if depth == 1:
+        return cast_cycles(machine, n_outputs, pt, ot)
+    nw = machine.n_workers
+    float_partials = pt == "float32"
+    float_out = ot == "float32"
+    item = DTYPES[pt].itemsize
+    acc = REDUCE_ACCUMULATOR_BITS // (8 * item)
+    per_load = machine.vector_elems(pt)
+    aligned = n_outputs % acc == 0
+    if vertex == "auto":
+        small = ((depth - 1) * n_outputs * item
+                 < machine.tile_bytes // REDUCE_SINGLE_INPUT_MEMORY_FRACTION)
+        single = aligned and (fast_reduce or small)
+    else:
+        single = vertex == "single"
+        if single and not aligned:
+            raise ValueError(f"the single-input reduce needs n_outputs a multiple of {acc}")
+    if single:
+        cycles_per_partial = acc // min(acc, per_load * (2 if fast_reduce else 1))
+        loops_per_worker = ceil_div(n_outputs // acc, nw)
+        overhead = REDUCE_SINGLE_LOOP_CYCLES[float_partials, float_out]
+        worker = (REDUCE_SINGLE_WORKER_CYCLES
+                  + (cycles_per_partial * (depth - 1) + overhead) * loops_per_worker)
+        return worker * nw + REDUCE_SINGLE_SUPERVISOR_CYCLES
+    cycles_per_partial = acc // min(acc, per_load) + 1
+    # a remainder below the accumulator width runs as one short loop per set bit
+    loops = n_outputs // acc + bin(n_outputs % acc).count("1")
+    loops_per_worker = loops // nw
+    cycles = REDUCE_MULTI_CYCLES
+    if loops % nw:
+        if n_outputs % acc:
+            cycles += 2 * depth + REDUCE_REMAINDER_CYCLES[float_partials]
+        else:
+            loops_per_worker += 1
+    overhead = REDUCE_MULTI_LOOP_CYCLES[float_partials, float_out]
+    cycles += (cycles_per_partial * depth + overhead) * loops_per_worker
+    return cycles * nw
+
+

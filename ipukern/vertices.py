@@ -121,8 +121,8 @@ def sum_rows(machine: MachineSpec, tiles: np.ndarray, out_off: np.ndarray, src_o
     ptr = np.arange(tiles.size + 1, dtype=np.int64) * depth
     in_size = 4 if in_dtype == "float32" else 2
     out_size = 4 if out_dtype == "float32" else 2
-    cyc = np.array([cost.reduce_cycles(machine, int(k), depth, in_dtype) for k in n], dtype=np.int64)
-    cyc += np.array([cost.cast_cycles(machine, int(k), in_dtype, out_dtype) for k in n], dtype=np.int64)
+    cyc = np.array([cost.reduce_cycles(machine, int(k), depth, in_dtype, out_dtype) if k else 0
+                    for k in n], dtype=np.int64)
     regions = [(np.asarray(out_off, dtype=np.int64), n * out_size)]
     regions += [(src[:, k], n * in_size) for k in range(depth)]
     codelet = KernelCodelet(f"sum_rows<{in_dtype}->{out_dtype}>", "sum_rows",
