@@ -7,6 +7,7 @@ from .dtypes import canonical_dtype
 from .engine import Device, get_num_threads, run_program, set_num_threads
 from .machine import BOW, GC2, GC200, PRESETS, MachineSpec, get_machine
 from .memory import MemoryReport, TileMemory, TileMemoryError
+from .ops.conv import ConvRun, clear_plan_cache, conv2d, estimate_conv2d, plan_conv2d
 from .params import ConvParams
 from .profile import Profile, SuperstepRecord
 from .program import ComputeSet, Exchange, ExchangeError, Program, Superstep, VertexBatch
@@ -19,6 +20,7 @@ __all__ = [
     "Device", "run_program", "set_num_threads", "get_num_threads",
     "TileMemory", "TileMemoryError", "MemoryReport",
     "ConvParams", "Profile", "SuperstepRecord",
+    "conv2d", "estimate_conv2d", "plan_conv2d", "ConvRun", "clear_plan_cache",
     "Exchange", "ExchangeError", "ComputeSet", "VertexBatch", "Superstep", "Program",
     "TileMapping", "TileTensor",
 ]

@@ -18,7 +18,8 @@ from .machine import MachineSpec
 
 __all__ = [
     "exchange_cycles", "tile_exchange_cycles", "exchange_loads",
-    "elementwise_cycles", "reduce_cycles", "copy_cycles", "zero_cycles", "cast_cycles",
+    "elementwise_cycles", "elementwise_cycles_array", "reduce_cycles", "copy_cycles",
+    "zero_cycles", "cast_cycles", "cast_cycles_array",
 ]
 
 # --------------------------------------------------------------------------- exchange
@@ -107,6 +108,16 @@ def elementwise_cycles(machine: MachineSpec, n_elems: int, dtype: str, n_inputs:
     return machine.n_workers * worker + SUPERVISOR_OVERHEAD
 
 
+def elementwise_cycles_array(machine: MachineSpec, n_elems: np.ndarray, dtype: str,
+                             n_inputs: int = 2) -> np.ndarray:
+    """:func:`elementwise_cycles` for an array of sizes (0 where n_elems <= 0)."""
+    n = np.asarray(n_elems, dtype=np.int64)
+    vw = machine.vector_elems(dtype)
+    vectors = -(-(-(-n // machine.n_workers)) // vw)
+    worker = ELEMENTWISE_WORKER_OVERHEAD + vectors * max(1, n_inputs)
+    return np.where(n > 0, machine.n_workers * worker + SUPERVISOR_OVERHEAD, 0)
+
+
 def copy_cycles(machine: MachineSpec, nbytes: int) -> int:
     """On-tile copy (rearrangement) of ``nbytes`` at ``memcpy_bytes_per_cycle``."""
     if nbytes <= 0:
@@ -187,6 +198,18 @@ def cast_cycles(machine: MachineSpec, n_elems: int, in_dtype: str, out_dtype: st
     return (vectors + CAST_WORKER_CYCLES) * nw
 
 
+
+
+def cast_cycles_array(machine: MachineSpec, n_elems: np.ndarray, in_dtype: str,
+                      out_dtype: str) -> np.ndarray:
+    """:func:`cast_cycles` for an array of sizes."""
+    n = np.asarray(n_elems, dtype=np.int64)
+    a, b = canonical_dtype(in_dtype), canonical_dtype(out_dtype)
+    if a == b:
+        return np.zeros(n.shape, dtype=np.int64)
+    per_worker = -(-n // machine.n_workers)
+    vectors = np.maximum(-(-per_worker // machine.vector_elems(a)), -(-per_worker // machine.vector_elems(b)))
+    return np.where(n > 0, (vectors + CAST_WORKER_CYCLES) * machine.n_workers, 0)
 
 
 def reduce_cycles(machine: MachineSpec, n_outputs: int, depth: int, partials_dtype: str,

@@ -101,6 +101,32 @@ class Device:
         self.tensors[name] = t
         return t
 
+    def add_tensor_view(self, name: str, shape: Sequence[int], dtype: Any, tile: np.ndarray,
+                        start: np.ndarray, count: np.ndarray, offset: np.ndarray) -> TileTensor:
+        """Register a tensor that lives inside buffers already allocated on this device
+        (e.g. a conv input whose elements sit in the tiles' input windows).
+
+        ``tile/start/count/offset`` give, per interval of the flattened tensor, the tile,
+        the first element, the number of elements and the byte offset in the tile. The
+        intervals must cover the tensor exactly once and stay inside allocated memory.
+        """
+        if name in self.tensors:
+            raise ValueError(f"a tensor named {name!r} already exists on this device")
+        dtype = canonical_dtype(dtype)
+        n = int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
+        keep = np.asarray(count) > 0
+        tile, start, count, offset = (np.asarray(a, dtype=np.int64)[keep]
+                                      for a in (tile, start, count, offset))
+        mapping = TileMapping(n, tile, start, count)      # sorts by start (stable)
+        offset = offset[np.argsort(start, kind="stable")]
+        itemsize = DTYPES[dtype].itemsize
+        end = offset + mapping.count * itemsize
+        if mapping.tile.size and ((offset < 0).any() or (end > self.memory.used[mapping.tile]).any()):
+            raise ValueError(f"tensor {name!r}: an interval lies outside the tile's allocated memory")
+        t = TileTensor(name, shape, dtype, mapping, offset, self.id)
+        self.tensors[name] = t
+        return t
+
     # ------------------------------------------------------------------ data
     @property
     def arena(self) -> Arena:

@@ -163,3 +163,32 @@ def sum_elems(unsigned char[:, ::1] data, const int32_t[::1] tiles, const int64_
         for i in range(n[v]):
             acc = acc + _ld(pi, i, in_dt)
         _st(base + tiles[v] * stride + out_off[v], 0, acc, out_dt)
+
+
+def add_bias(unsigned char[:, ::1] data, const int32_t[::1] tiles, const int64_t[::1] out_off,
+             const int64_t[::1] bias_off, const int64_t[:, ::1] params, int dt, int n_threads):
+    """Add a per-channel bias to a run of a tile's [B][G][K_j][OR][OC] output block.
+
+    params[v] = (e0, n, inner, K_j, G, K, ks0): the run is block elements [e0, e0 + n);
+    element e belongs to block channel c = (e // inner) % (G * K_j), i.e. group
+    g = c // K_j and slice channel k = c % K_j, whose bias is bias[g * K + ks0 + k].
+    """
+    cdef Py_ssize_t v, i, e, c, stride = data.shape[1]
+    cdef unsigned char* base = &data[0, 0]
+    cdef unsigned char* po
+    cdef const unsigned char* pb
+    cdef int64_t e0, n, inner, kj, gk, K, ks0
+    for v in prange(tiles.shape[0], nogil=True, schedule="static", num_threads=n_threads):
+        po = base + tiles[v] * stride + out_off[v]
+        pb = base + tiles[v] * stride + bias_off[v]
+        e0 = params[v, 0]
+        n = params[v, 1]
+        inner = params[v, 2]
+        kj = params[v, 3]
+        gk = params[v, 4] * kj
+        K = params[v, 5]
+        ks0 = params[v, 6]
+        for i in range(n):
+            e = e0 + i
+            c = (e // inner) % gk
+            _st(po, i, _ld(po, i, dt) + _ld(pb, (c // kj) * K + ks0 + c % kj, dt), dt)

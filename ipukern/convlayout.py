@@ -1,0 +1,487 @@
+"""Where a planned convolution's data lives on the tiles, and the copy tables that move it.
+
+Given a :class:`~ipukern.params.ConvParams` and its parallel split (batch, conv groups,
+input channels, output rows, output columns, output channels), this module computes for
+every tile its sub-convolution and lays out its buffers:
+
+- **input window** ``[B_t][WR][G_t*C_t][WC]`` (input dtype): the rows/columns of the input
+  the tile's outputs need, batch outermost then rows, channels inside a row. Rows outermost
+  makes "rows r0..r1 of every channel" one contiguous range, so halo and replication
+  copies are few and large.
+- **weights** ``[G_t][K_t][C_t][kh][kw]``;
+- **output/partials** ``[B_t][G_t][K_t][OR][OC]`` (NCHW-compatible).
+
+Initial and final mappings (what "exchange from the initial mapping" means here):
+
+- Input rows are partitioned into *core* blocks, one per (group, in-chan, batch, row, col)
+  block of tiles: a block's core starts where its window starts and ends where the next
+  block's begins, so every input element has exactly one home. The core is split between
+  the ``out_chan_split`` tiles that share the window (PopLibs assumes the same: 1/N of a
+  shared operand is already on each of the N tiles). The rest of each window arrives in
+  the first exchange: the other tiles' shares of the core, and halo rows/columns from the
+  following blocks.
+- Weights live on one tile of each group of tiles that share them and are broadcast.
+- Outputs stay where they are computed; with an input-channel split the partials are
+  reduce-scattered and each reducing tile holds a slice of the output.
+
+All tables are built with NumPy, vectorised over tiles, so building a program for 1472
+tiles takes milliseconds and never touches tensor data.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .params import ConvParams
+
+__all__ = ["Split", "split_ranges", "TileGeometry", "geometry", "CopyTable", "window_copies",
+           "owned_input_intervals", "weight_layout", "output_intervals", "chunk_intervals"]
+
+
+@dataclass(frozen=True)
+class Split:
+    """Parallel split of the conv over tiles; tile index order (outermost first):
+    group, in-chan, batch, rows, cols, out-chan (out-chan innermost, so the tiles that
+    share an input window are neighbours and pairs of them share an exchange bus)."""
+
+    groups: int = 1
+    in_chans: int = 1
+    batch: int = 1
+    rows: int = 1
+    cols: int = 1
+    out_chans: int = 1
+    #: grains: conv groups per group-block, in-chans and out-chans per channel block
+    group_grain: int = 1
+    in_grain: int = 1
+    out_grain: int = 1
+
+    @property
+    def shape(self) -> tuple[int, int, int, int, int, int]:
+        return (self.groups, self.in_chans, self.batch, self.rows, self.cols, self.out_chans)
+
+    @property
+    def n_tiles(self) -> int:
+        return int(np.prod(self.shape))
+
+
+def split_ranges(n: int, parts: int, grain: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Split ``n`` items into ``parts`` contiguous ranges of whole grains, sizes differing
+    by at most one grain. Returns (start, stop) arrays of length ``parts``."""
+    n_grains = -(-n // grain)
+    if parts < 1 or parts > max(1, n_grains):
+        raise ValueError(f"cannot split {n} items (grain {grain}) into {parts} parts")
+    b = (np.arange(parts + 1, dtype=np.int64) * n_grains) // parts * grain
+    b = np.minimum(b, n)
+    return b[:-1], b[1:]
+
+
+@dataclass
+class TileGeometry:
+    """Per-tile sub-convolution (arrays of length n_tiles, in tile order)."""
+
+    split: Split
+    params: ConvParams
+    # block indices
+    gi: np.ndarray
+    ii: np.ndarray
+    bi: np.ndarray
+    hi: np.ndarray
+    wi: np.ndarray
+    oi: np.ndarray
+    # ranges: groups, in-chans (within group), images, output rows/cols, out-chans (within group)
+    g0: np.ndarray
+    g1: np.ndarray
+    c0: np.ndarray
+    c1: np.ndarray
+    n0: np.ndarray
+    n1: np.ndarray
+    y0: np.ndarray
+    y1: np.ndarray
+    x0: np.ndarray
+    x1: np.ndarray
+    k0: np.ndarray
+    k1: np.ndarray
+    # input window rows/cols (global input coordinates) and the core part the block owns
+    wr0: np.ndarray
+    wr1: np.ndarray
+    wc0: np.ndarray
+    wc1: np.ndarray
+    cr0: np.ndarray
+    cr1: np.ndarray
+    cc0: np.ndarray
+    cc1: np.ndarray
+
+    @property
+    def n_tiles(self) -> int:
+        return self.gi.size
+
+    # sizes per tile
+    @property
+    def G(self) -> np.ndarray:
+        return self.g1 - self.g0
+
+    @property
+    def C(self) -> np.ndarray:
+        return self.c1 - self.c0
+
+    @property
+    def B(self) -> np.ndarray:
+        return self.n1 - self.n0
+
+    @property
+    def K(self) -> np.ndarray:
+        return self.k1 - self.k0
+
+    @property
+    def OR(self) -> np.ndarray:
+        return self.y1 - self.y0
+
+    @property
+    def OC(self) -> np.ndarray:
+        return self.x1 - self.x0
+
+    @property
+    def WR(self) -> np.ndarray:
+        return self.wr1 - self.wr0
+
+    @property
+    def WC(self) -> np.ndarray:
+        return self.wc1 - self.wc0
+
+    @property
+    def planes(self) -> np.ndarray:
+        """Channels in a window row: G_t * C_t."""
+        return self.G * self.C
+
+    @property
+    def row_org(self) -> np.ndarray:
+        """Window row of output row 0's first tap (negative: top padding)."""
+        p = self.params
+        return self.y0 * p.stride[0] - p.padding[0] - self.wr0
+
+    @property
+    def col_org(self) -> np.ndarray:
+        p = self.params
+        return self.x0 * p.stride[1] - p.padding[1] - self.wc0
+
+    def window_elems(self) -> np.ndarray:
+        return self.B * self.WR * self.planes * self.WC
+
+    def weight_elems(self) -> np.ndarray:
+        p = self.params
+        return self.G * self.K * self.C * p.kernel_h * p.kernel_w
+
+    def output_elems(self) -> np.ndarray:
+        return self.B * self.G * self.K * self.OR * self.OC
+
+
+def _window_axis(n_out: int, parts: int, size: int, k: int, stride: int, pad: int, dil: int):
+    """Per block along one spatial axis: output range, window range, core range."""
+    o0, o1 = split_ranges(n_out, parts)
+    need0 = np.clip(o0 * stride - pad, 0, size)
+    need1 = np.clip((o1 - 1) * stride - pad + (k - 1) * dil + 1, 0, size)
+    core0 = need0.copy()
+    core0[0] = 0
+    core1 = np.empty_like(core0)
+    core1[:-1] = core0[1:]
+    core1[-1] = size
+    # a window must hold its block's core even where the kernel skips rows (stride > span)
+    w0 = core0
+    w1 = np.maximum(need1, core1)
+    return o0, o1, w0, w1, core0, core1
+
+
+def geometry(params: ConvParams, split: Split) -> TileGeometry:
+    """Every tile's sub-convolution, window and core ranges for this split."""
+    p = params
+    gi, ii, bi, hi, wi, oi = np.unravel_index(np.arange(split.n_tiles, dtype=np.int64), split.shape)
+    gs0, gs1 = split_ranges(p.groups, split.groups, split.group_grain)
+    cs0, cs1 = split_ranges(p.in_per_group, split.in_chans, split.in_grain)
+    ns0, ns1 = split_ranges(p.batch, split.batch)
+    ks0, ks1 = split_ranges(p.out_per_group, split.out_chans, split.out_grain)
+    ys0, ys1, wr0, wr1, cr0, cr1 = _window_axis(p.out_h, split.rows, p.in_h, p.kernel_h,
+                                                p.stride[0], p.padding[0], p.dilation[0])
+    xs0, xs1, wc0, wc1, cc0, cc1 = _window_axis(p.out_w, split.cols, p.in_w, p.kernel_w,
+                                                p.stride[1], p.padding[1], p.dilation[1])
+    return TileGeometry(
+        split=split, params=p, gi=gi, ii=ii, bi=bi, hi=hi, wi=wi, oi=oi,
+        g0=gs0[gi], g1=gs1[gi], c0=cs0[ii], c1=cs1[ii], n0=ns0[bi], n1=ns1[bi],
+        y0=ys0[hi], y1=ys1[hi], x0=xs0[wi], x1=xs1[wi], k0=ks0[oi], k1=ks1[oi],
+        wr0=wr0[hi], wr1=wr1[hi], wc0=wc0[wi], wc1=wc1[wi],
+        cr0=cr0[hi], cr1=cr1[hi], cc0=cc0[wi], cc1=cc1[wi])
+
+
+@dataclass
+class CopyTable:
+    """Columns of an exchange copy table (byte offsets within tiles)."""
+
+    src_tile: np.ndarray
+    src_off: np.ndarray
+    dst_tile: np.ndarray
+    dst_off: np.ndarray
+    nbytes: np.ndarray
+
+    @staticmethod
+    def concat(tables: list["CopyTable"]) -> "CopyTable":
+        tables = [t for t in tables if t.nbytes.size]
+        if not tables:
+            z = np.zeros(0, dtype=np.int64)
+            return CopyTable(z, z, z, z, z)
+        return CopyTable(*(np.concatenate([getattr(t, f) for t in tables])
+                           for f in ("src_tile", "src_off", "dst_tile", "dst_off", "nbytes")))
+
+
+def _owner_bounds(n_runs: np.ndarray, n_owners: int) -> np.ndarray:
+    """Run-index boundaries of each owner's share: (len(n_runs), n_owners + 1)."""
+    return (n_runs[:, None] * np.arange(n_owners + 1)[None, :]) // n_owners
+
+
+def window_copies(geo: TileGeometry, win_off: np.ndarray, itemsize: int) -> CopyTable:
+    """Copies that fill every tile's input window from the owners of each core.
+
+    For each tile and each block of the same (group, in-chan, batch) whose core intersects
+    the tile's window (its own block and the blocks below/right of it), the intersection
+    is copied from the out-chan tiles that own it, skipping what the tile owns itself.
+    """
+    s = geo.split
+    T = geo.n_tiles
+    Os = s.out_chans
+    P = geo.planes
+    B = geo.B
+    # tiles of the first out-chan index represent each block (geometry is shared)
+    block_first = np.arange(T) - geo.oi          # tile index of (.., o=0) in the block
+    pieces = []
+    max_dh = s.rows - 1
+    max_dw = s.cols - 1
+    for dh in range(0, max_dh + 1):
+        ok_h = geo.hi + dh < s.rows
+        if not ok_h.any():
+            break
+        any_h = False
+        for dw in range(0, max_dw + 1):
+            ok = ok_h & (geo.wi + dw < s.cols)
+            if not ok.any():
+                break
+            # neighbour block's first tile: same g,i,b; h+dh, w+dw; o=0
+            nb = block_first + (dh * s.cols + dw) * Os
+            t = np.flatnonzero(ok)
+            n = nb[t]
+            ra = np.maximum(geo.wr0[t], geo.cr0[n])
+            rb = np.minimum(geo.wr1[t], geo.cr1[n])
+            ca = np.maximum(geo.wc0[t], geo.cc0[n])
+            cb = np.minimum(geo.wc1[t], geo.cc1[n])
+            hit = (ra < rb) & (ca < cb)
+            if not hit.any():
+                if dw > 0:
+                    break
+                continue
+            any_h = True
+            t, n, ra, rb, ca, cb = t[hit], n[hit], ra[hit], rb[hit], ca[hit], cb[hit]
+            pieces.append(_block_pieces(geo, t, n, ra, rb, ca, cb, win_off, itemsize, Os, P, B))
+        if not any_h and dh > 0:
+            break
+    return CopyTable.concat(pieces)
+
+
+def _block_pieces(geo, t, n, ra, rb, ca, cb, win_off, itemsize, Os, P, B) -> CopyTable:
+    """Copies of the intersection [ra,rb) x [ca,cb) of source block n's core into tile t's
+    window, for every image of the block, split by owner."""
+    Pt = P[t]
+    Bt = B[t]
+    CR = geo.cr1[n] - geo.cr0[n]                 # core rows of the source block
+    full = (cb - ca == geo.WC[t]) & (cb - ca == geo.WC[n])
+    # expand over images
+    rep_b = Bt
+    ti = np.repeat(t, rep_b)
+    ni = np.repeat(n, rep_b)
+    b = np.arange(rep_b.sum()) - np.repeat(np.cumsum(rep_b) - rep_b, rep_b)
+    ra_i, rb_i, ca_i, cb_i = (np.repeat(v, rep_b) for v in (ra, rb, ca, cb))
+    P_i, CR_i, full_i = np.repeat(Pt, rep_b), np.repeat(CR, rep_b), np.repeat(full, rep_b)
+    out = []
+    # full-width rows: rows ra..rb of all planes are one contiguous run range
+    f = full_i
+    if f.any():
+        out.append(_run_range_pieces(geo, ti[f], ni[f], b[f], ra_i[f], rb_i[f], P_i[f], CR_i[f],
+                                     win_off, itemsize, Os, geo.WC[ti[f]]))
+    # partial-width rows: one copy per (row, plane) run of the intersection
+    g = ~full_i
+    if g.any():
+        out.append(_partial_pieces(geo, ti[g], ni[g], b[g], ra_i[g], rb_i[g], ca_i[g], cb_i[g],
+                                   P_i[g], CR_i[g], win_off, itemsize, Os))
+    return CopyTable.concat(out)
+
+
+def _run_range_pieces(geo, t, n, b, ra, rb, P, CR, win_off, itemsize, Os, WC) -> CopyTable:
+    # run index in the source core: u = (b*CR + (r - cr0))*P + p; owners own contiguous
+    # run ranges, so [u_a, u_b) splits into at most Os pieces
+    Bn = geo.B[n]
+    u_a = (b * CR + (ra - geo.cr0[n])) * P
+    u_b = (b * CR + (rb - geo.cr0[n])) * P
+    bounds = _owner_bounds(Bn * CR * P, Os)          # (len, Os+1)
+    lo = np.maximum(u_a[:, None], bounds[:, :-1])
+    hi = np.minimum(u_b[:, None], bounds[:, 1:])
+    owner = n[:, None] + np.arange(Os)[None, :]     # out-chan tiles are consecutive
+    keep = (lo < hi) & (owner != t[:, None])
+    r, o = np.nonzero(keep)
+    lo, hi = lo[r, o], hi[r, o]
+    src_tile = owner[r, o]
+    tt, nn = t[r], n[r]
+    # run u -> (image, row, plane); both windows use [B][WR][P][WC]
+    def off(tile_blk, u, wr0, WR):
+        bb = u // (CR[r] * P[r])
+        rem = u - bb * CR[r] * P[r]
+        row = rem // P[r] + geo.cr0[nn]
+        pl = rem - (row - geo.cr0[nn]) * P[r]
+        return ((bb * WR + (row - wr0)) * P[r] + pl) * WC[r] * itemsize
+    src_off = win_off[src_tile] + off(nn, lo, geo.wr0[nn], geo.WR[nn])
+    dst_off = win_off[tt] + off(tt, lo, geo.wr0[tt], geo.WR[tt])
+    return CopyTable(src_tile, src_off, tt, dst_off, (hi - lo) * WC[r] * itemsize)
+
+
+def _partial_pieces(geo, t, n, b, ra, rb, ca, cb, P, CR, win_off, itemsize, Os) -> CopyTable:
+    # one run per (row, plane); expand
+    n_rows = rb - ra
+    cnt = n_rows * P
+    idx = np.arange(cnt.sum()) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    rep = lambda v: np.repeat(v, cnt)
+    t_, n_, b_, ra_, ca_, cb_, P_, CR_ = (rep(v) for v in (t, n, b, ra, ca, cb, P, CR))
+    row = ra_ + idx // P_
+    pl = idx % P_
+    u = (b_ * CR_ + (row - geo.cr0[n_])) * P_ + pl
+    U = geo.B[n_] * CR_ * P_
+    owner_rank = ((u + 1) * Os - 1) // U           # largest o with U*o//Os <= u
+    # guard the integer formula: move down while the boundary exceeds u
+    owner_rank = np.minimum(owner_rank, Os - 1)
+    while True:
+        too_high = (U * owner_rank) // Os > u
+        if not too_high.any():
+            break
+        owner_rank = owner_rank - too_high
+    src_tile = n_ + owner_rank
+    keep = src_tile != t_
+    src_tile, t_, n_, b_, row, pl, ca_, cb_ = (v[keep] for v in (src_tile, t_, n_, b_, row, pl, ca_, cb_))
+    def off(blk, wr0, WR, wc0, WC):
+        return (((b_ * WR + (row - wr0)) * geo.planes[blk] + pl) * WC + (ca_ - wc0)) * itemsize
+    src_off = win_off[src_tile] + off(n_, geo.wr0[n_], geo.WR[n_], geo.wc0[n_], geo.WC[n_])
+    dst_off = win_off[t_] + off(t_, geo.wr0[t_], geo.WR[t_], geo.wc0[t_], geo.WC[t_])
+    return CopyTable(src_tile, src_off, t_, dst_off, (cb_ - ca_) * itemsize)
+
+
+def owned_input_intervals(geo: TileGeometry, win_off: np.ndarray, itemsize: int
+                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The input tensor's initial mapping: (tile, element start, count, byte offset) of every
+    core run, each on the out-chan tile that owns it, in the tile's window."""
+    p = geo.params
+    blocks = np.flatnonzero(geo.oi == 0)
+    Os = geo.split.out_chans
+    P = geo.planes[blocks]
+    B = geo.B[blocks]
+    CR = geo.cr1[blocks] - geo.cr0[blocks]
+    CC = geo.cc1[blocks] - geo.cc0[blocks]
+    U = B * CR * P
+    cnt = np.where(CC > 0, U, 0)
+    blk = np.repeat(blocks, cnt)
+    u = np.arange(cnt.sum()) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    Pr, CRr, Ur = P[np.repeat(np.arange(blocks.size), cnt)], CR[np.repeat(np.arange(blocks.size), cnt)], np.repeat(U, cnt)
+    bb = u // (CRr * Pr)
+    rem = u - bb * CRr * Pr
+    rr = rem // Pr
+    pl = rem - rr * Pr
+    owner_rank = np.minimum((u * Os) // np.maximum(Ur, 1), Os - 1)
+    # exact inverse of the boundaries U*o//Os used by window_copies
+    while True:
+        too_high = (Ur * owner_rank) // Os > u
+        if not too_high.any():
+            break
+        owner_rank = owner_rank - too_high
+    while True:
+        nxt = (Ur * (owner_rank + 1)) // Os <= u
+        if not nxt.any():
+            break
+        owner_rank = owner_rank + nxt
+    tile = blk + owner_rank
+    # global element index of run start: x[n][ch][row][col]
+    image = geo.n0[blk] + bb
+    G_t = geo.G[blk]
+    C_t = geo.C[blk]
+    g_l = pl // C_t
+    c_l = pl - g_l * C_t
+    ch = (geo.g0[blk] + g_l) * p.in_per_group + geo.c0[blk] + c_l
+    row = geo.cr0[blk] + rr
+    start = ((image * p.in_channels + ch) * p.in_h + row) * p.in_w + geo.cc0[blk]
+    count = (geo.cc1[blk] - geo.cc0[blk])
+    WR = geo.WR[blk]
+    WC = geo.WC[blk]
+    off = win_off[tile] + (((bb * WR + (row - geo.wr0[blk])) * Pr + pl) * WC
+                           + (geo.cc0[blk] - geo.wc0[blk])) * itemsize
+    del G_t
+    return tile, start, count, off
+
+
+def weight_layout(geo: TileGeometry, w_off: np.ndarray, itemsize: int
+                  ) -> tuple[tuple[np.ndarray, ...], CopyTable]:
+    """Weights: the initial mapping (on the first tile of every group of tiles sharing a
+    weight block) and the broadcast copies to the other tiles of the group."""
+    p = geo.params
+    s = geo.split
+    kk = p.kernel_h * p.kernel_w
+    # tiles sharing weights differ only in batch/rows/cols: owner has b=h=w=0
+    owner = ((geo.gi * s.in_chans + geo.ii) * s.batch * s.rows * s.cols) * s.out_chans + geo.oi
+    nbytes = geo.weight_elems() * itemsize
+    recv = np.flatnonzero((owner != np.arange(geo.n_tiles)) & (nbytes > 0))
+    table = CopyTable(owner[recv], w_off[owner[recv]], recv, w_off[recv], nbytes[recv])
+    # owner tiles hold runs (g, k) of C_t*kh*kw weights
+    own = np.flatnonzero(owner == np.arange(geo.n_tiles))
+    cnt = geo.G[own] * geo.K[own]
+    tile = np.repeat(own, cnt)
+    j = np.arange(cnt.sum()) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    K_t = geo.K[tile]
+    g_l = j // K_t
+    k_l = j - g_l * K_t
+    co = (geo.g0[tile] + g_l) * p.out_per_group + geo.k0[tile] + k_l
+    C_t = geo.C[tile]
+    start = (co * p.in_per_group + geo.c0[tile]) * kk
+    count = C_t * kk
+    off = w_off[tile] + j * C_t * kk * itemsize
+    return (tile, start, count, off), table
+
+
+def output_intervals(geo: TileGeometry, out_off: np.ndarray, itemsize: int
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Output rows of every tile's [B][G][K][OR][OC] block as global NCHW intervals:
+    (tile, element start, count, byte offset), in block order."""
+    p = geo.params
+    cnt = geo.B * geo.G * geo.K * geo.OR
+    tile = np.repeat(np.arange(geo.n_tiles), cnt)
+    j = np.arange(cnt.sum()) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    OR, K, G = geo.OR[tile], geo.K[tile], geo.G[tile]
+    y = j % OR
+    q = j // OR
+    k = q % K
+    q //= K
+    g = q % G
+    b = q // G
+    ch = (geo.g0[tile] + g) * p.out_per_group + geo.k0[tile] + k
+    image = geo.n0[tile] + b
+    start = ((image * p.out_channels + ch) * p.out_h + geo.y0[tile] + y) * p.out_w + geo.x0[tile]
+    OC = geo.OC[tile]
+    off = out_off[tile] + j * OC * itemsize
+    return tile, start, OC, off
+
+
+def chunk_intervals(tile, start, count, off, itemsize, block_tile_first_elem, chunk_lo, chunk_hi,
+                    chunk_tile, chunk_off):
+    """Cut a tile's block intervals (in block order) at chunk boundaries and re-home each
+    piece to the chunk's tile and offset. ``block_tile_first_elem[i]`` is interval i's
+    position (elements) within its block; chunks are per interval arrays of candidate
+    [lo, hi) element ranges with their destination tile/offset (shape (n, R))."""
+    lo = np.maximum(block_tile_first_elem[:, None], chunk_lo)
+    hi = np.minimum((block_tile_first_elem + count)[:, None], chunk_hi)
+    keep = lo < hi
+    r, c = np.nonzero(keep)
+    lo, hi = lo[r, c], hi[r, c]
+    new_start = start[r] + (lo - block_tile_first_elem[r])
+    new_tile = chunk_tile[r, c]
+    new_off = chunk_off[r, c] + (lo - chunk_lo[r, c]) * itemsize
+    return new_tile, new_start, hi - lo, new_off
