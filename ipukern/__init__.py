@@ -8,6 +8,7 @@ from .engine import Device, get_num_threads, run_program, set_num_threads
 from .machine import BOW, GC2, GC200, PRESETS, MachineSpec, get_machine
 from .memory import MemoryReport, TileMemory, TileMemoryError
 from .ops.conv import ConvRun, clear_plan_cache, conv2d, estimate_conv2d, plan_conv2d
+from .ops.matmul import MatmulRun, estimate_matmul, matmul
 from .params import ConvParams
 from .profile import Profile, SuperstepRecord
 from .program import ComputeSet, Exchange, ExchangeError, Program, Superstep, VertexBatch
@@ -21,6 +22,7 @@ __all__ = [
     "TileMemory", "TileMemoryError", "MemoryReport",
     "ConvParams", "Profile", "SuperstepRecord",
     "conv2d", "estimate_conv2d", "plan_conv2d", "ConvRun", "clear_plan_cache",
+    "matmul", "estimate_matmul", "MatmulRun",
     "Exchange", "ExchangeError", "ComputeSet", "VertexBatch", "Superstep", "Program",
     "TileMapping", "TileTensor",
 ]

@@ -36,7 +36,7 @@ import numpy as np
 from .params import ConvParams
 
 __all__ = ["Split", "split_ranges", "TileGeometry", "geometry", "CopyTable", "window_copies",
-           "owned_input_intervals", "weight_layout", "output_intervals", "chunk_intervals"]
+           "owned_input_intervals", "merge_intervals", "weight_layout", "output_intervals", "chunk_intervals"]
 
 
 @dataclass(frozen=True)
@@ -368,55 +368,80 @@ def _partial_pieces(geo, t, n, b, ra, rb, ca, cb, P, CR, win_off, itemsize, Os) 
     return CopyTable(src_tile, src_off, t_, dst_off, (cb_ - ca_) * itemsize)
 
 
+def merge_intervals(tile: np.ndarray, start: np.ndarray, count: np.ndarray, off: np.ndarray,
+                    itemsize: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Merge intervals that continue each other both in the tensor and in tile memory."""
+    o = np.argsort(start, kind="stable")
+    tile, start, count, off = tile[o], start[o], count[o], off[o]
+    if start.size < 2:
+        return tile, start, count, off
+    joins = ((tile[1:] == tile[:-1]) & (start[1:] == start[:-1] + count[:-1])
+             & (off[1:] == off[:-1] + count[:-1] * itemsize))
+    head = np.r_[True, ~joins]
+    run = np.cumsum(head) - 1
+    total = np.bincount(run, weights=count).astype(np.int64)
+    return tile[head], start[head], total, off[head]
+
+
 def owned_input_intervals(geo: TileGeometry, win_off: np.ndarray, itemsize: int
                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The input tensor's initial mapping: (tile, element start, count, byte offset) of every
-    core run, each on the out-chan tile that owns it, in the tile's window."""
+    core run, each on the out-chan tile that owns it, inside the tile's window.
+
+    Element starts index the input in **NHCW** order ((image, row, channel, column)), the
+    order in which a window row holds its channels: the op transposes the user's NCHW
+    array once on the host, and a tile's share is then a few long runs instead of one run
+    per (image, channel, row).
+    """
     p = geo.params
     blocks = np.flatnonzero(geo.oi == 0)
     Os = geo.split.out_chans
     P = geo.planes[blocks]
-    B = geo.B[blocks]
     CR = geo.cr1[blocks] - geo.cr0[blocks]
     CC = geo.cc1[blocks] - geo.cc0[blocks]
-    U = B * CR * P
-    cnt = np.where(CC > 0, U, 0)
-    blk = np.repeat(blocks, cnt)
-    u = np.arange(cnt.sum()) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-    Pr, CRr, Ur = P[np.repeat(np.arange(blocks.size), cnt)], CR[np.repeat(np.arange(blocks.size), cnt)], np.repeat(U, cnt)
-    bb = u // (CRr * Pr)
-    rem = u - bb * CRr * Pr
-    rr = rem // Pr
-    pl = rem - rr * Pr
-    owner_rank = np.minimum((u * Os) // np.maximum(Ur, 1), Os - 1)
-    # exact inverse of the boundaries U*o//Os used by window_copies
-    while True:
-        too_high = (Ur * owner_rank) // Os > u
-        if not too_high.any():
-            break
-        owner_rank = owner_rank - too_high
-    while True:
-        nxt = (Ur * (owner_rank + 1)) // Os <= u
-        if not nxt.any():
-            break
-        owner_rank = owner_rank + nxt
-    tile = blk + owner_rank
-    # global element index of run start: x[n][ch][row][col]
+    n_rows = np.where(CC > 0, geo.B[blocks] * CR, 0)          # (image, row) pairs per core
+    U = n_rows * P                                             # runs (image, row, plane)
+    bounds = _owner_bounds(U, Os)                              # (blocks, Os + 1)
+    # pieces: an owner's run range cut at (image, row) boundaries
+    r_first = bounds[:, :-1] // np.maximum(P, 1)[:, None]
+    r_last = -(-bounds[:, 1:] // np.maximum(P, 1)[:, None])
+    n_piece = np.maximum(r_last - r_first, 0) * (bounds[:, 1:] > bounds[:, :-1])
+    flat = n_piece.ravel()
+    src = np.repeat(np.arange(flat.size), flat)
+    k = np.arange(src.size) - np.repeat(np.cumsum(flat) - flat, flat)
+    bi_, oi_ = np.divmod(src, Os)
+    blk = blocks[bi_]
+    Pp = P[bi_]
+    rr = r_first.ravel()[src] + k                              # (image, row) index in core
+    pa = np.maximum(bounds[bi_, oi_], rr * Pp) - rr * Pp
+    pb = np.minimum(bounds[bi_, oi_ + 1], (rr + 1) * Pp) - rr * Pp
+    tile = blk + oi_
+    CRb = CR[bi_]
+    bb = rr // CRb
+    row = geo.cr0[blk] + rr - bb * CRb
     image = geo.n0[blk] + bb
-    G_t = geo.G[blk]
     C_t = geo.C[blk]
-    g_l = pl // C_t
-    c_l = pl - g_l * C_t
-    ch = (geo.g0[blk] + g_l) * p.in_per_group + geo.c0[blk] + c_l
-    row = geo.cr0[blk] + rr
-    start = ((image * p.in_channels + ch) * p.in_h + row) * p.in_w + geo.cc0[blk]
-    count = (geo.cc1[blk] - geo.cc0[blk])
-    WR = geo.WR[blk]
-    WC = geo.WC[blk]
-    off = win_off[tile] + (((bb * WR + (row - geo.wr0[blk])) * Pr + pl) * WC
-                           + (geo.cc0[blk] - geo.wc0[blk])) * itemsize
-    del G_t
-    return tile, start, count, off
+    WRb, WCb = geo.WR[blk], geo.WC[blk]
+    col0 = geo.cc0[blk]
+    width = geo.cc1[blk] - col0
+    full = width == p.in_w
+    # split each piece's planes at group boundaries (a group's channels are contiguous)
+    # and, when the columns are partial, into single planes
+    g_a, g_b = pa // C_t, (pb - 1) // C_t
+    n_seg = np.where(full, g_b - g_a + 1, pb - pa)
+    pi = np.repeat(np.arange(tile.size), n_seg)
+    q = np.arange(pi.size) - np.repeat(np.cumsum(n_seg) - n_seg, n_seg)
+    fullp = full[pi]
+    seg_a = np.where(fullp, np.maximum(pa[pi], (g_a[pi] + q) * C_t[pi]), pa[pi] + q)
+    seg_b = np.where(fullp, np.minimum(pb[pi], (g_a[pi] + q + 1) * C_t[pi]), pa[pi] + q + 1)
+    Cp, blkp = C_t[pi], blk[pi]
+    g_l = seg_a // Cp
+    ch = (geo.g0[blkp] + g_l) * p.in_per_group + geo.c0[blkp] + seg_a - g_l * Cp
+    start = ((image[pi] * p.in_h + row[pi]) * p.in_channels + ch) * p.in_w + col0[pi]
+    count = (seg_b - seg_a) * width[pi]
+    off = win_off[tile[pi]] + (((bb[pi] * WRb[pi] + (row[pi] - geo.wr0[blkp])) * Pp[pi] + seg_a)
+                               * WCb[pi] + (col0[pi] - geo.wc0[blkp])) * itemsize
+    return merge_intervals(tile[pi], start, count, off, itemsize)
 
 
 def weight_layout(geo: TileGeometry, w_off: np.ndarray, itemsize: int

@@ -36,7 +36,11 @@ __all__ = ["ConvProgram", "build_conv_program"]
 
 @dataclass
 class ConvProgram:
-    """A planned conv laid out on a device: the program and its tensors."""
+    """A planned conv laid out on a device: the program and its tensors.
+
+    ``x`` is the input in NHCW order (the order a window row holds its channels), ``w``
+    the weights (C_out, C/groups, kh, kw), ``y`` the output NCHW, ``b`` the bias.
+    """
 
     plan: ConvPlan
     device: Device
@@ -46,6 +50,14 @@ class ConvProgram:
     w: TileTensor
     y: TileTensor
     b: TileTensor | None
+
+    def write_inputs(self, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None) -> None:
+        """Place NCHW input, weights (and bias) on their initial tile mappings."""
+        xt = x.transpose(0, 2, 1, 3) if x.shape[2] > 1 else x.reshape(self.x.shape)
+        self.device.write(self.x, xt)
+        self.device.write(self.w, w)
+        if bias is not None:
+            self.device.write(self.b, bias)
 
 
 def _rep(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -157,7 +169,8 @@ def build_conv_program(plan: ConvPlan, device: Device | None = None) -> ConvProg
 
     # ---- tensors: input (in the windows), weights (owners), output, bias
     it, istart, icount, ioff = owned_input_intervals(geo, win_off, isz)
-    x = dev.add_tensor_view("x", p.input_shape, p.dtype, it, istart, icount, ioff)
+    n_, c_, h_, w_ = p.input_shape
+    x = dev.add_tensor_view("x", (n_, h_, c_, w_), p.dtype, it, istart, icount, ioff)
     w = _weight_tensor(dev, plan, geo, ks, Kj, w_off, store_off if S > 1 else None,
                        group_leader, M, Os, isz)
     y = _output_tensor(dev, plan, geo, ks, Kj, out_j, chunk_lo, chunk_hi,

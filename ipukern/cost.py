@@ -57,19 +57,28 @@ def exchange_loads(src_tile: np.ndarray, src_off: np.ndarray, dst_tile: np.ndarr
     send = np.zeros(n_tiles, dtype=np.int64)
     if nbytes.size == 0:
         return recv, paired, send
-    # distinct source regions: a region broadcast to many tiles is transmitted once
-    src_key = np.stack([src_tile.astype(np.int64), src_off, nbytes], axis=1)
-    uniq = np.unique(src_key, axis=0)
-    send = np.bincount(uniq[:, 0], weights=uniq[:, 2], minlength=n_tiles).astype(np.int64)
+    # one integer per source region (tile, offset, size), sorted: equal regions are adjacent
+    span = int(max(src_off.max(), nbytes.max())) + 1
+    region = (src_tile.astype(np.int64) * span + src_off) * span + nbytes
+    order = np.argsort(region, kind="stable")
+    reg = region[order]
+    first = np.r_[True, reg[1:] != reg[:-1]]
+    src_sorted = src_tile[order].astype(np.int64)
+    nb_sorted = nbytes[order]
+    send = np.bincount(src_sorted[first], weights=nb_sorted[first], minlength=n_tiles).astype(np.int64)
     if tiles_per_bus > 1:
-        bus = dst_tile.astype(np.int64) // tiles_per_bus
-        key = np.stack([bus, src_tile.astype(np.int64), src_off, nbytes], axis=1)
-        # one row per (bus, source region, receiving tile); count receivers on the bus
-        rows = np.unique(np.concatenate([key, dst_tile.astype(np.int64)[:, None]], axis=1), axis=0)
-        _, inv, counts = np.unique(rows[:, :4], axis=0, return_inverse=True, return_counts=True)
-        shared = counts[inv.ravel()] > 1
-        paired = np.bincount(rows[shared, 4], weights=rows[shared, 3],
-                             minlength=n_tiles).astype(np.int64)
+        # within each region, receivers on the same bus: more than one distinct tile -> paired
+        dst = dst_tile[order].astype(np.int64)
+        group = np.cumsum(first) - 1
+        o2 = np.lexsort((dst, dst // tiles_per_bus, group))
+        g2, bus2, dst2, nb2 = group[o2], dst[o2] // tiles_per_bus, dst[o2], nb_sorted[o2]
+        same_bus = np.r_[False, (g2[1:] == g2[:-1]) & (bus2[1:] == bus2[:-1])]
+        new_tile = np.r_[True, dst2[1:] != dst2[:-1]] | ~same_bus
+        # a (region, bus) run is shared when it holds at least two distinct tiles
+        run_id = np.cumsum(~same_bus) - 1
+        distinct = np.bincount(run_id, weights=new_tile & True, minlength=run_id[-1] + 1)
+        shared = distinct[run_id] > 1
+        paired = np.bincount(dst2[shared], weights=nb2[shared], minlength=n_tiles).astype(np.int64)
     return recv, paired, send
 
 

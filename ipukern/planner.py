@@ -242,10 +242,11 @@ def _field_grid(p: ConvParams, T: int) -> dict[str, np.ndarray]:
     h_ax = split_candidates(p.out_h, T)
     w_ax = split_candidates(p.out_w, T)
     bs, hs, ws = (a.ravel() for a in np.meshgrid(b_ax, h_ax, w_ax, indexing="ij"))
-    # columns are split more than 4 ways only once every output row has its own block:
-    # narrow rows cost the AMP per-row work-list overheads and column halos, so such splits
-    # lose to row splits of the same size (and skipping them keeps planning fast)
-    ok = (bs * hs * ws <= T) & ((ws <= 4) | (hs == h_ax.max()))
+    # Columns are split only when that needs no column halos (1-wide kernels: matmuls,
+    # 1x1 convs) or once every output row has its own block. Narrow rows pay the AMP
+    # per-row work-list overheads, and column halos are a copy per row and channel, so
+    # these splits rarely win and would make the copy tables (and host runs) large.
+    ok = (bs * hs * ws <= T) & ((ws == 1) | (p.kernel_w == 1) | (hs == h_ax.max()))
     bs, hs, ws = bs[ok], hs[ok], ws[ok]
     return {"bs": bs, "hs": hs, "ws": ws, "n": bs * hs * ws,
             "B_t": _axis_sizes(p.batch, 1, bs), "OR": _axis_sizes(p.out_h, 1, hs),

@@ -42,6 +42,15 @@ def same_layout(*tensors: TileTensor) -> None:
                              "element-wise vertices need the same mapping")
 
 
+def per_size(fn, sizes: np.ndarray) -> np.ndarray:
+    """Apply a scalar cycle estimator once per distinct size (vertices of a batch mostly
+    share a few sizes), returning int64 cycles per vertex."""
+    sizes = np.asarray(sizes, dtype=np.int64)
+    uniq, inv = np.unique(sizes, return_inverse=True)
+    vals = np.array([fn(int(k)) if k > 0 else 0 for k in uniq], dtype=np.int64)
+    return vals[inv.ravel()].reshape(sizes.shape)
+
+
 def _blocks(t: TileTensor, n_tiles: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     off, n = t.tile_block(n_tiles)
     tiles = np.flatnonzero(n > 0).astype(np.int32)
@@ -74,7 +83,7 @@ def binary_op(machine: MachineSpec, op: str, out: TileTensor, a: TileTensor, b: 
     tiles, o_off, n = _blocks(out, n_tiles)
     a_off = a.tile_block(n_tiles)[0][tiles]
     b_off = b.tile_block(n_tiles)[0][tiles]
-    cyc = np.array([cost.elementwise_cycles(machine, int(k), out.dtype, 2) for k in n], dtype=np.int64)
+    cyc = per_size(lambda k: cost.elementwise_cycles(machine, k, out.dtype, 2), n)
     nb = n * out.itemsize
     codelet = KernelCodelet(f"{op}<{out.dtype}>", "binary", ("out", "a", "b", "n"),
                             (BINARY_OPS[op], DTYPE_CODE[out.dtype]))
@@ -89,7 +98,7 @@ def scale(machine: MachineSpec, out: TileTensor, a: TileTensor, alpha: float) ->
     same_layout(out, a)
     tiles, o_off, n = _blocks(out, machine.n_tiles)
     a_off = a.tile_block(machine.n_tiles)[0][tiles]
-    cyc = np.array([cost.elementwise_cycles(machine, int(k), out.dtype, 1) for k in n], dtype=np.int64)
+    cyc = per_size(lambda k: cost.elementwise_cycles(machine, k, out.dtype, 1), n)
     nb = n * out.itemsize
     codelet = KernelCodelet(f"scale<{out.dtype}>", "scale", ("out", "a", "n"),
                             (float(alpha), DTYPE_CODE[out.dtype]))
@@ -101,7 +110,7 @@ def scale(machine: MachineSpec, out: TileTensor, a: TileTensor, alpha: float) ->
 def fill(machine: MachineSpec, t: TileTensor, value: float) -> VertexBatch:
     """Set every element of ``t`` to ``value``."""
     tiles, off, n = _blocks(t, machine.n_tiles)
-    cyc = np.array([cost.zero_cycles(machine, int(k), t.dtype) for k in n], dtype=np.int64)
+    cyc = per_size(lambda k: cost.zero_cycles(machine, k, t.dtype), n)
     codelet = KernelCodelet(f"fill<{t.dtype}>", "fill", ("off", "n"), (float(value), DTYPE_CODE[t.dtype]))
     return VertexBatch(codelet, tiles, {"off": off, "n": n}, cyc,
                        regions=[(off, n * t.itemsize)], why=f"fill<{t.dtype}>")
@@ -121,8 +130,7 @@ def sum_rows(machine: MachineSpec, tiles: np.ndarray, out_off: np.ndarray, src_o
     ptr = np.arange(tiles.size + 1, dtype=np.int64) * depth
     in_size = 4 if in_dtype == "float32" else 2
     out_size = 4 if out_dtype == "float32" else 2
-    cyc = np.array([cost.reduce_cycles(machine, int(k), depth, in_dtype, out_dtype) if k else 0
-                    for k in n], dtype=np.int64)
+    cyc = per_size(lambda k: cost.reduce_cycles(machine, k, depth, in_dtype, out_dtype), n)
     regions = [(np.asarray(out_off, dtype=np.int64), n * out_size)]
     regions += [(src[:, k], n * in_size) for k in range(depth)]
     codelet = KernelCodelet(f"sum_rows<{in_dtype}->{out_dtype}>", "sum_rows",
@@ -143,7 +151,7 @@ def sum_elems(machine: MachineSpec, tiles: np.ndarray, out_off: np.ndarray, in_o
     in_size = 4 if in_dtype == "float32" else 2
     out_size = 4 if out_dtype == "float32" else 2
     # a horizontal sum streams the vector like a 1-input element-wise op
-    cyc = np.array([cost.elementwise_cycles(machine, int(k), in_dtype, 1) for k in n], dtype=np.int64)
+    cyc = per_size(lambda k: cost.elementwise_cycles(machine, k, in_dtype, 1), n)
     codelet = KernelCodelet(f"sum_elems<{in_dtype}->{out_dtype}>", "sum_elems", ("out", "in", "n"),
                             (DTYPE_CODE[in_dtype], DTYPE_CODE[out_dtype]))
     return VertexBatch(codelet, tiles,

@@ -32,9 +32,8 @@ def check_first_exchange(params, split, serial=1, seed=0):
     dev, geo = cp.device, cp.geometry
     x = rng.standard_normal(params.input_shape).astype(params.dtype)
     w = rng.standard_normal(params.weight_shape).astype(params.dtype)
-    dev.write(cp.x, x)
-    dev.write(cp.w, w)
-    np.testing.assert_array_equal(dev.read(cp.x), x)
+    cp.write_inputs(x, w)
+    np.testing.assert_array_equal(dev.read(cp.x), x.transpose(0, 2, 1, 3))
     np.testing.assert_array_equal(dev.read(cp.w), w)
     first = dev.program(cp.program.steps[:1])
     dev.run(first)

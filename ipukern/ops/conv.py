@@ -138,10 +138,7 @@ def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None, *, stri
     prog = _program(params, get_machine(machine), bias is not None, method)
     dev = prog.device
     with dev.arena.lock:
-        dev.write(prog.x, x)
-        dev.write(prog.w, w)
-        if bias is not None:
-            dev.write(prog.b, bias)
+        prog.write_inputs(x, w, bias)
         profile = dev.run(prog.program, "execute", **_profile_kw(prog))
         out = dev.read(prog.y)
     return ConvRun(output=out, profile=profile, plan=prog.plan)
