@@ -16,8 +16,8 @@ Initial and final mappings (what "exchange from the initial mapping" means here)
 - Input rows are partitioned into *core* blocks, one per (group, in-chan, batch, row, col)
   block of tiles: a block's core starts where its window starts and ends where the next
   block's begins, so every input element has exactly one home. The core is split between
-  the ``out_chan_split`` tiles that share the window (PopLibs assumes the same: 1/N of a
-  shared operand is already on each of the N tiles). The rest of each window arrives in
+  the first ``min(out_chan_split, MAX_INPUT_OWNERS)`` tiles that share the window (PopLibs
+  assumes 1/N of a shared operand is already on each of the N tiles). The rest of each window arrives in
   the first exchange: the other tiles' shares of the core, and halo rows/columns from the
   following blocks.
 - Weights live on one tile of each group of tiles that share them and are broadcast.
@@ -232,6 +232,17 @@ class CopyTable:
                            for f in ("src_tile", "src_off", "dst_tile", "dst_off", "nbytes")))
 
 
+#: a block's input core is spread over at most this many of the out-chan tiles that share
+#: it (PopLibs assumes all N of them; beyond a few owners the per-tile saving is < 25% of
+#: a window while the copies get tiny and numerous)
+MAX_INPUT_OWNERS = 4
+
+
+def input_owners(out_chan_split: int) -> int:
+    """How many of the tiles sharing an input window own a share of its core."""
+    return min(out_chan_split, MAX_INPUT_OWNERS)
+
+
 def _owner_bounds(n_runs: np.ndarray, n_owners: int) -> np.ndarray:
     """Run-index boundaries of each owner's share: (len(n_runs), n_owners + 1)."""
     return (n_runs[:, None] * np.arange(n_owners + 1)[None, :]) // n_owners
@@ -278,7 +289,8 @@ def window_copies(geo: TileGeometry, win_off: np.ndarray, itemsize: int) -> Copy
                 continue
             any_h = True
             t, n, ra, rb, ca, cb = t[hit], n[hit], ra[hit], rb[hit], ca[hit], cb[hit]
-            pieces.append(_block_pieces(geo, t, n, ra, rb, ca, cb, win_off, itemsize, Os, P, B))
+            pieces.append(_block_pieces(geo, t, n, ra, rb, ca, cb, win_off, itemsize,
+                                        input_owners(Os), P, B))
         if not any_h and dh > 0:
             break
     return CopyTable.concat(pieces)
@@ -395,7 +407,7 @@ def owned_input_intervals(geo: TileGeometry, win_off: np.ndarray, itemsize: int
     """
     p = geo.params
     blocks = np.flatnonzero(geo.oi == 0)
-    Os = geo.split.out_chans
+    Os = input_owners(geo.split.out_chans)
     P = geo.planes[blocks]
     CR = geo.cr1[blocks] - geo.cr0[blocks]
     CC = geo.cc1[blocks] - geo.cc0[blocks]

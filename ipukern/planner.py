@@ -32,7 +32,7 @@ import numpy as np
 from . import cost
 from .cost import cast_cycles_array, elementwise_cycles_array
 from .convcost import VertexMethod, candidate_methods, conv_vertex_cycles_array
-from .convlayout import Split
+from .convlayout import MAX_INPUT_OWNERS, Split
 from .dtypes import DTYPES
 from .machine import MachineSpec
 from .memory import TileMemoryError
@@ -388,7 +388,9 @@ def _score_method(p: ConvParams, m_: MachineSpec, cand: VertexMethod, bias: bool
     CR = np.minimum(_ceil(p.in_h, hs), WR)
     CC = np.minimum(_ceil(p.in_w, ws), WC)
     core_b = B_t * CR * G_t * C_t * CC * isz
-    in_recv = win_b - core_b // os_
+    # the busiest tile owns 1/Os of its core, or nothing when only the first few of the
+    # Os tiles own shares (convlayout.MAX_INPUT_OWNERS)
+    in_recv = win_b - np.where(os_ <= MAX_INPUT_OWNERS, core_b // os_, 0)
     in_eff = np.where(os_ >= 2, in_recv // 2, in_recv)
     w_recv = np.where((M > 1) | (serial > 1), w_b, 0)
     w_eff = np.where((os_ == 1) & (M > 1), w_recv // 2, w_recv)
