@@ -19,7 +19,7 @@ from .machine import MachineSpec
 __all__ = [
     "exchange_cycles", "tile_exchange_cycles", "exchange_loads",
     "elementwise_cycles", "elementwise_cycles_array", "reduce_cycles", "copy_cycles",
-    "zero_cycles", "cast_cycles", "cast_cycles_array",
+    "zero_cycles", "cast_cycles", "cast_cycles_array", "reduce_cycles_array",
 ]
 
 # --------------------------------------------------------------------------- exchange
@@ -299,3 +299,40 @@ def reduce_cycles(machine: MachineSpec, n_outputs: int, depth: int, partials_dty
     return cycles * nw
 
 
+
+
+def reduce_cycles_array(machine: MachineSpec, n_outputs: np.ndarray, depth: np.ndarray,
+                        partials_dtype: str, out_dtype: str) -> np.ndarray:
+    """:func:`reduce_cycles` (``vertex="auto"``, no fast reduce) for arrays of sizes and
+    depths, equal element by element to the scalar function; 0 where n or depth < 1."""
+    n = np.asarray(n_outputs, dtype=np.int64)
+    d = np.asarray(depth, dtype=np.int64)
+    n, d = np.broadcast_arrays(n, d)
+    pt, ot = canonical_dtype(partials_dtype), canonical_dtype(out_dtype)
+    nw = machine.n_workers
+    fp, fo = pt == "float32", ot == "float32"
+    item = DTYPES[pt].itemsize
+    acc = REDUCE_ACCUMULATOR_BITS // (8 * item)
+    per_load = machine.vector_elems(pt)
+    aligned = n % acc == 0
+    small = (d - 1) * n * item < machine.tile_bytes // REDUCE_SINGLE_INPUT_MEMORY_FRACTION
+    single = aligned & small
+    # single-input vertex
+    s_worker = (REDUCE_SINGLE_WORKER_CYCLES
+                + ((acc // min(acc, per_load)) * (d - 1) + REDUCE_SINGLE_LOOP_CYCLES[fp, fo])
+                * (-(-(n // acc) // nw)))
+    s_total = s_worker * nw + REDUCE_SINGLE_SUPERVISOR_CYCLES
+    # multi-input vertex: the remainder runs one short loop per set bit (acc <= 8: 3 bits)
+    rem = n % acc
+    bits = (rem & 1) + ((rem >> 1) & 1) + ((rem >> 2) & 1) + ((rem >> 3) & 1)
+    loops = n // acc + bits
+    lpw = loops // nw
+    extra = loops % nw != 0
+    cycles = np.full(n.shape, REDUCE_MULTI_CYCLES, dtype=np.int64)
+    cycles = cycles + np.where(extra & (rem != 0), 2 * d + REDUCE_REMAINDER_CYCLES[fp], 0)
+    lpw = lpw + (extra & (rem == 0))
+    cycles = cycles + ((acc // min(acc, per_load) + 1) * d + REDUCE_MULTI_LOOP_CYCLES[fp, fo]) * lpw
+    m_total = cycles * nw
+    total = np.where(single, s_total, m_total)
+    total = np.where(d == 1, cast_cycles_array(machine, n, pt, ot), total)
+    return np.where((n >= 1) & (d >= 1), total, 0).astype(np.int64)

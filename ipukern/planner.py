@@ -29,8 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from . import cost
-from .cost import cast_cycles_array, elementwise_cycles_array
+from .cost import cast_cycles_array, elementwise_cycles_array, reduce_cycles_array
 from .convcost import VertexMethod, candidate_methods, conv_vertex_cycles_array
 from .convlayout import MAX_INPUT_OWNERS, Split
 from .dtypes import DTYPES
@@ -400,7 +399,7 @@ def _score_method(p: ConvParams, m_: MachineSpec, cand: VertexMethod, bias: bool
     ex_in = xch(in_eff + w_eff)
     ex_w = xch(w_eff)                                          # each later slice's weights
     red_x = xch(np.where(reduce_needed, (R - 1) * chunk * psz, 0))
-    red_c = _reduce_cycles_vec(m_, chunk, R, p.partials, p.dtype, reduce_needed)
+    red_c = np.where(reduce_needed, reduce_cycles_array(m_, chunk, R, p.partials, p.dtype), 0)
     cast_c = np.where(cast_needed, cast_cycles_array(m_, out_s, p.partials, p.dtype), 0)
     n_bias = np.where(reduce_needed, chunk, out_s)
     bias_c = elementwise_cycles_array(m_, n_bias, p.dtype) if bias else np.zeros_like(conv)
@@ -421,17 +420,3 @@ def _score_method(p: ConvParams, m_: MachineSpec, cand: VertexMethod, bias: bool
                  "cast": int(k * cast_c[j]), "bias": int(k * bias_c[j]), "sync": int(sync[j])}
     return {"n": n_all, "best": (int(total[j]), int(mem[j]), split, k, breakdown),
             "min_bytes": min_mem}
-
-
-def _reduce_cycles_vec(m_: MachineSpec, n: np.ndarray, depth: np.ndarray, pt: str, ot: str,
-                       mask: np.ndarray) -> np.ndarray:
-    # few distinct (n, depth) pairs: evaluate the exact scalar estimator on each
-    out = np.zeros(n.shape, dtype=np.int64)
-    idx = np.flatnonzero(mask)
-    if idx.size:
-        key = n[idx] * (MAX_REDUCTION_DEPTH + 1) + depth[idx]
-        uniq, inv = np.unique(key, return_inverse=True)
-        vals = np.array([cost.reduce_cycles(m_, int(k // (MAX_REDUCTION_DEPTH + 1)),
-                                            int(k % (MAX_REDUCTION_DEPTH + 1)), pt, ot) for k in uniq])
-        out[idx] = vals[inv.ravel()]
-    return out
