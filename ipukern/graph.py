@@ -446,6 +446,8 @@ class Graph:
         runs_tile, runs_off, runs_n = [], [], []
         for i in range(geo.gy):
             for j in range(geo.gx):
+                if 0 < i < geo.gy - 1 and 0 < j < geo.gx - 1:
+                    continue                                         # ring fully inside the array
                 tile = int(geo.tiles[i, j])
                 ph, pw = int(geo.bh[i]) + 2 * h, int(geo.bw[j]) + 2 * h
                 base = int(t.tile_offset[tile])
