@@ -5,6 +5,7 @@ returns exact results and a cycle profile of what the real chip would take.
 """
 from .dtypes import canonical_dtype
 from .engine import Device, get_num_threads, run_program, set_num_threads
+from .graph import Graph, GraphTensor, choose_grid, grid_mapping
 from .machine import BOW, GC2, GC200, PRESETS, MachineSpec, get_machine
 from .memory import MemoryReport, TileMemory, TileMemoryError
 from .ops.conv import ConvRun, clear_plan_cache, conv2d, estimate_conv2d, plan_conv2d
@@ -13,6 +14,7 @@ from .params import ConvParams
 from .profile import Profile, SuperstepRecord
 from .program import ComputeSet, Exchange, ExchangeError, Program, Superstep, VertexBatch
 from .tensor import TileMapping, TileTensor
+from .tilefn import TileFunction, TileFunctionCompileError, TileFunctionError, TileShape, tile_function
 
 __version__ = "0.1.0"
 
@@ -25,4 +27,6 @@ __all__ = [
     "matmul", "estimate_matmul", "MatmulRun",
     "Exchange", "ExchangeError", "ComputeSet", "VertexBatch", "Superstep", "Program",
     "TileMapping", "TileTensor",
+    "Graph", "GraphTensor", "grid_mapping", "choose_grid",
+    "tile_function", "TileFunction", "TileFunctionError", "TileFunctionCompileError", "TileShape",
 ]
