@@ -41,8 +41,8 @@ def explain(machine: ik.MachineSpec, p: int, n: int, itemsize: int = 4) -> dict[
     """Expected cycles of each phase, from first principles (equal chunks assumed)."""
     c = -(-n // p)                                      # largest chunk
     if p == 1:                                          # nothing to exchange
-        return {"reduce_scatter": 0, "sum": cost.reduce_cycles(machine, n, 1, "float32"),
-                "all_gather": 0, "total": cost.reduce_cycles(machine, n, 1, "float32")
+        return {"reduce_scatter": 0, "sum": cost.reduce_cycles(machine, n, 1, "float32", "float32"),
+                "all_gather": 0, "total": cost.reduce_cycles(machine, n, 1, "float32", "float32")
                 + 2 * machine.sync_cycles}
     bpc16 = max(1, round(16 * machine.exchange_bytes_per_cycle))
 
@@ -51,8 +51,11 @@ def explain(machine: ik.MachineSpec, p: int, n: int, itemsize: int = 4) -> dict[
 
     # reduce-scatter: the busiest tile receives (and sends) P-1 chunks
     rs = xch(2 * (p - 1) * c * itemsize)
-    # sum: a depth-P multi-input reduce of c elements (PopLibs reduce estimate)
-    add = cost.reduce_cycles(machine, c, p, "float32")
+    # sum: a depth-P reduce of each tile's chunk (PopLibs reduce estimate). Chunks hold
+    # floor(n/P) or ceil(n/P) elements, and a chunk that is not a multiple of the 4-float
+    # accumulator takes the slower multi-input vertex, so the busiest tile is the max
+    sizes = {k for k in (n // p, c) if k > 0}
+    add = max(cost.reduce_cycles(machine, k, p, "float32", "float32") for k in sizes)
     # all-gather: a tile receives every other chunk once; a chunk that its bus partner
     # (tile t xor 1) receives too comes at the shared bus's 2x rate, i.e. counts half
     if machine.tiles_per_exchange_bus > 1 and p > 1:
