@@ -2,7 +2,6 @@
 sweeps and write non-empty PNGs; without matplotlib they fail with the install hint."""
 import builtins
 
-import numpy as np
 import pytest
 
 import ipukern as ik

@@ -6,12 +6,11 @@ Small sweeps only (estimate mode; a point costs tens of milliseconds). The modul
 import csv
 import io
 import json
-import math
 
 import pytest
 
 import ipukern as ik
-from ipukern.gpu import A100_40GB, V100, estimate_conv
+from ipukern.gpu import estimate_conv
 from ipukern.params import ConvParams
 from ipukern.scaling import (DEFAULT_LAYERS, ConvLayer, SweepResult, SweepRow, format_table,
                              get_layer, grouped_conv_sweep, read_csv, to_csv, to_json,
