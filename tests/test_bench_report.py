@@ -44,7 +44,7 @@ def test_synthetic_tables(report, tmp_path, capsys):
     assert lines[4].split() == ["test_b", "16", "us", "17", "us", "900", "-", "0.00238", "-", "yes"]
     assert "  baseline: planner only" in lines
     i = lines.index("group exchange: 1 benchmark")
-    assert lines[i + 3].split() == ["test_x", "2.5", "s", "3", "s", "1", "-"]
+    assert lines[i + 3].split() == ["test_x", "2.5", "s", "3", "s", "1", "-", "-", "-"]
 
 
 def test_group_filter_and_errors(report, tmp_path, capsys):
