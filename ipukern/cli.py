@@ -10,8 +10,8 @@ Subcommands
 ``ipukern info``     machine presets (and the GPU models) with their sources.
 
 Exit codes: 0 success; 2 usage errors (argparse: bad option, unparsable number, unknown
-preset); 1 model errors, reported in one line (an impossible layer, a layer that does not
-fit the tiles, a missing compiled kernel).
+preset); 1 model errors and unwritable outputs, reported in one line (an impossible layer,
+a layer that does not fit the tiles, a missing compiled kernel, --out naming a file).
 
 A progress indicator goes to stderr for work that takes more than about a second, only when
 stderr is a terminal (``--progress`` forces it, ``--no-progress`` silences it), so piped
@@ -271,6 +271,8 @@ def _cmd_scaling(args: argparse.Namespace) -> int:
         args.gpus = [A100_40GB]
 
     out_dir = Path(args.out)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"--out {out_dir} exists and is not a directory")
     out_dir.mkdir(parents=True, exist_ok=True)
     if not args.quiet:
         print("ipukern scaling: grouped conv2d throughput vs channels per group "
@@ -589,7 +591,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except (TileMemoryError, ValueError, RuntimeError) as e:
+    except (TileMemoryError, ValueError, RuntimeError, OSError) as e:
         msg = " ".join(str(e).split())
         print(f"ipukern {args.command}: error: {msg}", file=sys.stderr)
         return 1

@@ -584,11 +584,11 @@ def _json_default(o: Any) -> Any:
 
 
 def _short_method(label: str | None) -> str:
-    """``AMP 8u 16x8 half->float`` -> ``AMP 8u 16x8`` (the dtype pair is in the header)."""
+    """``AMP 8u 16x8 half->float`` -> ``AMP 8u 16x8`` (the dtype pair is in the table's
+    footer); ``AMP 8u 8x8 float->float F8`` -> ``AMP 8u 8x8 F8``."""
     if not label:
         return "-"
-    head, _, tail = label.rpartition(" ")
-    return head if "->" in tail else label
+    return " ".join(t for t in label.split() if "->" not in t)
 
 
 def _fmt_tf(x: float) -> str:

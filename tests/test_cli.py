@@ -112,6 +112,12 @@ def test_scaling_model_errors_exit_1_with_one_line(tmp_path, capsys, args, messa
     assert "\n" not in err and "Traceback" not in err
 
 
+def test_scaling_unwritable_out_exit_1(tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    assert main(["scaling", *TINY, "--out", str(tmp_path / "file")]) == 1
+    assert "exists and is not a directory" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("args", [
     ["--machines", "GC9000"], ["--gpus", "B200"], ["--cpg", "x"], ["--shape", "1,2,3"],
     ["--exchange-bandwidth", "fast"], ["--gpu-efficiency", "magic"], ["--bogus"],

@@ -231,6 +231,13 @@ def test_csv_json_round_trip(small, tmp_path):
     assert doc["rows"] == json.loads(json.dumps(small.to_dicts()))
 
 
+def test_short_method_labels():
+    from ipukern.scaling import _short_method
+    assert _short_method("AMP 8u 16x8 half->float") == "AMP 8u 16x8"
+    assert _short_method("AMP 8u 8x8 float->float F8") == "AMP 8u 8x8 F8"
+    assert _short_method(None) == "-"
+
+
 def test_format_table_one_line_per_point(small):
     text = format_table(small)
     lines = text.splitlines()
