@@ -1,0 +1,403 @@
+"""PNG views: the scaling plot, a per-tile memory heat map and a superstep timeline.
+
+matplotlib is an optional extra (``pip install "ipukern[plot]"``) and is imported only when
+a plot is drawn. Figures are built on matplotlib's Agg canvas directly (``Figure`` +
+``FigureCanvasAgg``), never through ``pyplot``: no window opens, no global backend is
+switched, and plotting from a notebook or a thread leaves the user's pyplot state alone.
+
+- :func:`plot_scaling` -- achieved TFLOP/s vs channels per group (log-log), IPU machines and
+  GPUs, one row of panels per batch size, plus the IPU/GPU ratio.
+- :func:`plot_memory_heatmap` -- total bytes per tile laid out as a grid (GC200: 46 x 32),
+  like the tile map of Graphcore's PopVision memory report, with a per-category breakdown.
+- :func:`plot_timeline` -- compute / sync / exchange cycles of each BSP superstep as a Gantt
+  strip, like PopVision's BSP trace.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+__all__ = ["plot_scaling", "plot_memory_heatmap", "plot_timeline", "tile_grid_shape",
+           "PLOT_INSTALL_HINT", "have_matplotlib"]
+
+PLOT_INSTALL_HINT = 'plots need matplotlib: pip install "ipukern[plot]" (or pip install matplotlib)'
+
+#: colours for compute / sync / exchange, shared by every view
+PHASE_COLOURS = {"compute": "#4C72B0", "sync": "#C44E52", "exchange": "#DD8452"}
+
+
+def have_matplotlib() -> bool:
+    """True when matplotlib can be imported."""
+    try:
+        _figure()
+    except ImportError:
+        return False
+    return True
+
+
+def _figure():
+    """(Figure class, FigureCanvasAgg class), or ImportError with the install hint."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as e:  # pragma: no cover - exercised by monkeypatching in tests
+        raise ImportError(PLOT_INSTALL_HINT) from e
+    return Figure, FigureCanvasAgg
+
+
+def _save(fig, path: str | Path, dpi: int) -> Path:
+    _, Canvas = _figure()
+    Canvas(fig)
+    path = Path(path)
+    fig.savefig(path, dpi=dpi)
+    return path
+
+
+# =========================================================================== scaling
+_IPU_STYLES = [("-", "o"), ("-.", "D"), (":", "v"), ((0, (5, 1)), "P")]
+_GPU_STYLES = [("--", "s"), ((0, (1, 1)), "^"), ((0, (3, 1, 1, 1)), "X")]
+#: ratio lines when there is more than one (machine, GPU) pair: one style per pair
+_PAIR_STYLES = [("-", "o"), ("--", "s"), ("-.", "D"), (":", "^"), ((0, (5, 1)), "v"),
+                ((0, (3, 1, 1, 1)), "P"), ((0, (1, 1)), "X"), ((0, (5, 2, 1, 2)), "h")]
+
+
+def plot_scaling(rows: Sequence[Any], path: str | Path, *, title: str | None = None,
+                 dpi: int = 120) -> Path:
+    """Throughput vs channels per group, IPU and GPU, plus the IPU/GPU ratio.
+
+    One row of two panels per batch size: left, achieved TFLOP/s vs channels per group on
+    log-log axes (colour = layer, solid = IPU machine, dashed = GPU; the dense point of each
+    layer is drawn as a star; thin grey lines mark each device's peak); right, IPU TFLOP/s /
+    GPU TFLOP/s for each (machine, GPU) pair with parity (1x) marked.
+
+    Parameters
+    ----------
+    rows : sequence of SweepRow (e.g. a :class:`~ipukern.scaling.SweepResult`)
+    path : str or Path
+        PNG to write.
+
+    Returns
+    -------
+    Path
+
+    Raises
+    ------
+    ImportError
+        matplotlib is not installed (the message says how to get it).
+    ValueError
+        No rows.
+    """
+    Figure, _ = _figure()
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    rows = list(rows)
+    if not rows:
+        raise ValueError("plot_scaling: no rows to plot")
+    layers = list(dict.fromkeys(r.layer for r in rows))
+    batches = sorted({r.batch for r in rows})
+    ipus = list(dict.fromkeys(r.device for r in rows if r.kind == "ipu"))
+    gpus = list(dict.fromkeys(r.device for r in rows if r.kind == "gpu"))
+    pairs = [(m, g) for m in ipus for g in gpus]
+    colours = _layer_colours(len(layers))
+    style = {d: _IPU_STYLES[i % len(_IPU_STYLES)] for i, d in enumerate(ipus)}
+    style.update({d: _GPU_STYLES[i % len(_GPU_STYLES)] for i, d in enumerate(gpus)})
+    peaks = {}
+    for r in rows:
+        peaks.setdefault(r.device, r.peak_tflops)
+    # ticks at powers of two only: the dense points (e.g. 144, 240) would collide with them
+    top = max(r.channels_per_group for r in rows)
+    cpg_ticks = [2 ** k for k in range(0, max(top, 1).bit_length() + 1) if 2 ** k < 2 * top]
+
+    n = len(batches)
+    ncols = 2 if pairs else 1
+    fig = Figure(figsize=(6.2 * ncols + 2.6, 4.3 * n + 0.9), layout="constrained")
+    axes = fig.subplots(n, ncols, squeeze=False)
+    xfmt = FuncFormatter(lambda v, _: f"{v:g}")
+    for bi, b in enumerate(batches):
+        ax = axes[bi][0]
+        for li, lay in enumerate(layers):
+            for dev in ipus + gpus:
+                pts = sorted((r.channels_per_group, r.tflops, r.dense) for r in rows
+                             if r.layer == lay and r.batch == b and r.device == dev)
+                if not pts:
+                    continue
+                ls, mk = style[dev]
+                xs, ys, dense = zip(*pts)
+                ax.plot(xs, ys, linestyle=ls, marker=mk, ms=4, lw=1.5, color=colours[li])
+                for x, y, d in pts:
+                    if d:
+                        ax.plot([x], [y], marker="*", ms=11, color=colours[li],
+                                markeredgecolor="black", markeredgewidth=0.5, linestyle="none")
+        for dev in ipus + gpus:
+            ax.axhline(peaks[dev], color="0.6", lw=0.8, linestyle=style[dev][0])
+            ax.annotate(f"{dev} peak {peaks[dev]:.0f}", (0.0, peaks[dev]),
+                        xycoords=("axes fraction", "data"), xytext=(3, 2),
+                        textcoords="offset points", ha="left", va="bottom", fontsize=7,
+                        color="0.4")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("input channels per group (log scale; star = dense, groups = 1)")
+        ax.set_ylabel("achieved throughput (TFLOP/s, log scale)")
+        ax.set_title(f"batch {b}: throughput", fontsize=11)
+        ax.xaxis.set_major_formatter(xfmt)
+        ax.set_xticks(cpg_ticks)
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.grid(True, which="major", alpha=0.3)
+        ax.tick_params(axis="x", labelsize=8)
+        if pairs:
+            ax = axes[bi][1]
+            for li, lay in enumerate(layers):
+                for pi, (m, g) in enumerate(pairs):
+                    pts = sorted((r.channels_per_group, r.ratios.get(g), r.dense) for r in rows
+                                 if r.layer == lay and r.batch == b and r.device == m
+                                 and r.ratios.get(g) is not None)
+                    if not pts:
+                        continue
+                    ls, mk = (_PAIR_STYLES[pi % len(_PAIR_STYLES)] if len(pairs) > 1
+                              else style[m])
+                    xs, ys, _ = zip(*pts)
+                    ax.plot(xs, ys, linestyle=ls, marker=mk, ms=4, lw=1.5, color=colours[li])
+                    for x, y, d in pts:
+                        if d:
+                            ax.plot([x], [y], marker="*", ms=11, color=colours[li],
+                                    markeredgecolor="black", markeredgewidth=0.5,
+                                    linestyle="none")
+            ax.axhline(1.0, color="black", lw=1.0)
+            ax.annotate("parity (1x)", (0.01, 1.0), xycoords=("axes fraction", "data"),
+                        xytext=(2, 3), textcoords="offset points", fontsize=8)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xlabel("input channels per group (log scale; star = dense, groups = 1)")
+            ylabel = "IPU / GPU throughput ratio (x, log scale)"
+            if len(pairs) == 1:
+                ylabel = f"{pairs[0][0]} / {pairs[0][1]} throughput (x, log scale)"
+            ax.set_ylabel(ylabel)
+            ax.set_title(f"batch {b}: IPU / GPU ratio (above 1: IPU faster)", fontsize=11)
+            ax.xaxis.set_major_formatter(xfmt)
+            ax.set_xticks(cpg_ticks)
+            ax.xaxis.set_minor_formatter(NullFormatter())
+            ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.yaxis.set_minor_formatter(NullFormatter())
+            ax.grid(True, which="major", alpha=0.3)
+            ax.tick_params(axis="x", labelsize=8)
+
+    # legends outside the panels: layers by colour, devices by line style
+    layer_handles = [Line2D([], [], color=colours[i], lw=2.5, label=lay)
+                     for i, lay in enumerate(layers)]
+    dev_handles = []
+    for d in ipus + gpus:
+        ls, mk = style[d]
+        dev_handles.append(Line2D([], [], color="0.2", linestyle=ls, marker=mk, ms=5,
+                                  label=f"{d} ({'IPU' if d in ipus else 'GPU'})"))
+    if len(pairs) > 1:
+        for pi, (m, g) in enumerate(pairs):
+            ls, mk = _PAIR_STYLES[pi % len(_PAIR_STYLES)]
+            dev_handles.append(Line2D([], [], color="0.5", linestyle=ls, marker=mk, ms=5,
+                                      label=f"ratio {m}/{g}"))
+    dev_handles.append(Line2D([], [], marker="*", ms=11, color="0.5", markeredgecolor="black",
+                              linestyle="none", label="dense (groups = 1)"))
+    fig.legend(handles=layer_handles, title="layer", loc="outside right upper",
+                      fontsize=8, title_fontsize=9)
+    fig.legend(handles=dev_handles, title="device", loc="outside right lower", fontsize=8,
+               title_fontsize=9)
+    if title is None:
+        r0 = rows[0]
+        curve = next((r.gpu_curve for r in rows if r.gpu_curve), None)
+        title = (f"Grouped conv2d throughput vs channels per group ({r0.dtype}"
+                 + (f", IPU partials {r0.partials}" if ipus else "")
+                 + (f"; GPU model: {curve} curve" if curve else "") + ")")
+    fig.suptitle(title, fontsize=12)
+    return _save(fig, path, dpi)
+
+
+def _layer_colours(n: int) -> list:
+    from matplotlib import colormaps
+    cmap = colormaps["tab10"]
+    return [cmap(i % 10) for i in range(n)]
+
+
+# =========================================================================== memory heat map
+def tile_grid_shape(n_tiles: int) -> tuple[int, int]:
+    """(rows, columns) for drawing ``n_tiles`` tiles as a grid.
+
+    The columns are the smallest divisor of ``n_tiles`` at or above its square root, so
+    the grid is exact and a little wider than tall (GC200 1472 -> 32 x 46, GC2 1216 ->
+    32 x 38). When that divisor would make a strip more than twice as wide as tall, the
+    grid is ``ceil(sqrt(n))`` columns with the last row partly empty.
+    """
+    if n_tiles < 1:
+        raise ValueError(f"n_tiles must be >= 1, got {n_tiles}")
+    root = math.isqrt(n_tiles)
+    if root * root < n_tiles:
+        root += 1
+    for c in range(root, 2 * root + 1):
+        if n_tiles % c == 0:
+            return n_tiles // c, c
+    return -(-n_tiles // root), root
+
+
+def _memory_report(obj: Any):
+    rep = getattr(obj, "memory", obj)
+    if rep is None or not hasattr(rep, "per_tile"):
+        raise ValueError("plot_memory_heatmap needs a Profile with a memory report "
+                         "(profile.memory) or a MemoryReport")
+    return rep
+
+
+def plot_memory_heatmap(profile: Any, path: str | Path, *, title: str | None = None,
+                        columns: int | None = None, scale: str = "data",
+                        dpi: int = 120) -> Path:
+    """Per-tile memory as a heat map (tiles laid out row-major in a grid), with the
+    per-category breakdown of the busiest and the mean tile beside it.
+
+    By default the colour scale spans the data (least to most used tile), which shows
+    imbalance; ``scale="tile"`` spans 0 to the tile's SRAM (GC200: 624 KiB), which shows
+    fullness. The title states both (max as a share of the SRAM). Tiles over their SRAM are
+    crossed out.
+
+    Parameters
+    ----------
+    profile : Profile or MemoryReport
+    path : str or Path
+        PNG to write.
+    columns : int, optional
+        Tiles per grid row; default from :func:`tile_grid_shape`.
+    scale : {"data", "tile"}
+        Colour range: the data's min..max, or 0..tile SRAM.
+
+    Raises
+    ------
+    ImportError
+        matplotlib is not installed.
+    ValueError
+        The profile has no memory report.
+    """
+    Figure, _ = _figure()
+    rep = _memory_report(profile)
+    per_tile = np.asarray(rep.per_tile, dtype=np.float64)
+    n = per_tile.size
+    if columns is None:
+        n_rows, n_cols = tile_grid_shape(n)
+    else:
+        n_cols = int(columns)
+        n_rows = -(-n // n_cols)
+    grid = np.full(n_rows * n_cols, np.nan)
+    grid[:n] = per_tile / 1024
+    grid = np.ma.masked_invalid(grid.reshape(n_rows, n_cols))
+    tile_kib = rep.tile_bytes / 1024
+    if scale == "tile":
+        vmin, vmax = 0.0, max(tile_kib, float(per_tile.max()) / 1024)
+    elif scale == "data":
+        vmin, vmax = float(per_tile.min()) / 1024, float(per_tile.max()) / 1024
+        if vmax - vmin < 1e-3:
+            vmin, vmax = vmin - 0.5, vmax + 0.5
+    else:
+        raise ValueError(f"scale must be 'data' or 'tile', got {scale!r}")
+
+    fig = Figure(figsize=(12, 5.4), layout="constrained")
+    gs = fig.add_gridspec(1, 2, width_ratios=[2.3, 1])
+    ax = fig.add_subplot(gs[0])
+    im = ax.imshow(grid, cmap="viridis", vmin=vmin, vmax=vmax,
+                   interpolation="nearest", aspect="equal", origin="upper")
+    over = rep.overflow_tiles
+    if len(over):
+        ax.plot(over % n_cols, over // n_cols, "x", color="red", ms=4, label="over SRAM")
+        ax.legend(loc="upper right", fontsize=8)
+    cb = fig.colorbar(im, ax=ax, shrink=0.85)
+    cb.set_label(f"bytes per tile (KiB; tile SRAM = {tile_kib:.0f} KiB)")
+    ax.set_xlabel(f"tile id % {n_cols}")
+    ax.set_ylabel(f"tile id // {n_cols}")
+    label = getattr(profile, "label", "") or ""
+    if title is None:
+        title = (f"Per-tile memory{': ' + label if label else ''} on {rep.machine}\n"
+                 f"max {rep.max_bytes / 1024:.1f} KiB (tile {rep.busiest_tile}, "
+                 f"{100 * rep.max_bytes / rep.tile_bytes:.0f}% of {tile_kib:.0f} KiB SRAM), "
+                 f"mean {rep.mean_bytes / 1024:.1f} KiB, min {rep.min_bytes / 1024:.1f} KiB")
+    ax.set_title(title, fontsize=10)
+
+    # per-category breakdown: busiest tile and mean tile
+    bx = fig.add_subplot(gs[1])
+    cats = list(rep.by_category)
+    busiest = rep.busiest_tile
+    max_vals = [float(rep.by_category[c][busiest]) / 1024 for c in cats]
+    mean_vals = [float(np.mean(rep.by_category[c])) / 1024 for c in cats]
+    y = np.arange(len(cats))
+    bx.barh(y - 0.2, max_vals, height=0.4, color="#4C72B0", label=f"busiest tile ({busiest})")
+    bx.barh(y + 0.2, mean_vals, height=0.4, color="#55A868", label="mean over tiles")
+    bx.set_yticks(y, cats)
+    bx.invert_yaxis()
+    bx.set_xlabel("KiB per tile")
+    bx.set_title("by category", fontsize=10)
+    bx.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=1)
+    bx.grid(True, axis="x", alpha=0.3)
+    return _save(fig, path, dpi)
+
+
+# =========================================================================== timeline
+def plot_timeline(profile: Any, path: str | Path, *, title: str | None = None,
+                  max_supersteps: int = 60, dpi: int = 120) -> Path:
+    """Superstep timeline: one Gantt row per BSP superstep, compute then sync then
+    exchange, on a common cycle axis (microseconds on the top axis).
+
+    Each row is labelled with the superstep's index, name and category, and annotated with
+    its total cycles; the legend gives each phase's share of the program. Programs longer
+    than ``max_supersteps`` show the first ones and say how many were left out.
+
+    Raises
+    ------
+    ImportError
+        matplotlib is not installed.
+    ValueError
+        The profile has no supersteps.
+    """
+    Figure, _ = _figure()
+    steps = list(profile.supersteps)
+    if not steps:
+        raise ValueError("plot_timeline: the profile has no supersteps")
+    total = profile.total_cycles
+    shown = steps[:max_supersteps]
+    clock = profile.machine.clock_hz
+
+    fig = Figure(figsize=(11, 2.2 + 0.42 * len(shown)), layout="constrained")
+    ax = fig.add_subplot()
+    t = 0
+    for i, s in enumerate(shown):
+        for phase, cyc in (("compute", s.compute_cycles), ("sync", s.sync_cycles),
+                           ("exchange", s.exchange_cycles)):
+            if cyc:
+                ax.barh(i, cyc, left=t, height=0.6, color=PHASE_COLOURS[phase],
+                        edgecolor="none")
+                t += cyc
+        ax.annotate(f"{s.total_cycles:,}", (t, i), xytext=(4, 0), textcoords="offset points",
+                    va="center", fontsize=8)
+    labels = [f"#{s.index} {s.name} [{s.category}]" for s in shown]
+    ax.set_yticks(range(len(shown)), labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, max(total, 1) * 1.12)
+    ax.set_xlabel("simulated time (tile clock cycles)")
+    ax.grid(True, axis="x", alpha=0.3)
+    sec = ax.secondary_xaxis("top", functions=(lambda c: c / clock * 1e6,
+                                               lambda us: us * clock / 1e6))
+    sec.set_xlabel(f"microseconds at {clock / 1e9:.4g} GHz")
+    from matplotlib.patches import Patch
+    parts = {"compute": profile.compute_cycles, "sync": profile.sync_cycles,
+             "exchange": profile.exchange_cycles}
+    handles = [Patch(color=PHASE_COLOURS[k],
+                     label=f"{k} {v:,} cycles ({100 * v / total if total else 0:.1f}%)")
+               for k, v in parts.items()]
+    fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=8)
+    if title is None:
+        label = getattr(profile, "label", "") or ""
+        head = f"Superstep timeline{': ' + label if label else ''} on {profile.machine.name}"
+        title = (f"{head}\n{total:,} cycles = {profile.seconds * 1e6:.2f} us"
+                 + (f", {profile.tflops:.1f} TFLOP/s" if getattr(profile, "flops", 0) else ""))
+        if len(steps) > len(shown):
+            title += f" (first {len(shown)} of {len(steps)} supersteps shown)"
+    ax.set_title(title, fontsize=10)
+    return _save(fig, path, dpi)

@@ -1,0 +1,272 @@
+"""Tests for the command line (ipukern/cli.py): every command runs in a temp dir through
+``main([...])`` and its outputs are parsed back."""
+import builtins
+import csv
+import importlib.util
+import io
+import json
+
+import pytest
+
+import ipukern
+from ipukern.cli import Progress, main
+
+TINY = ["--shape", "2,16,8,8", "--cpg", "1,3,4,dense", "--no-progress"]
+
+
+def _has_matplotlib():
+    return importlib.util.find_spec("matplotlib") is not None
+
+
+@pytest.fixture
+def no_matplotlib(monkeypatch):
+    real_import = builtins.__import__
+
+    def fake_import(name, *args, **kwargs):
+        if name == "matplotlib" or name.startswith("matplotlib."):
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", fake_import)
+
+
+# ----------------------------------------------------------------------------- scaling
+def test_scaling_writes_table_csv_json_png(tmp_path, capsys):
+    assert main(["scaling", *TINY, "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "exchange 47.5 TB/s" in out and "8 TB/s" in out     # the brief's and the datasheet's
+    table = [l for l in out.splitlines() if l.startswith("custom")]
+    assert len(table) == 3                                     # cpg 1, 4, 16*; 3 is skipped
+    assert "skipped" in out and "custom cpg 3" in out
+    with open(tmp_path / "scaling.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert {r["device"] for r in rows} == {"GC200", "A100_40GB"}
+    ipu = [r for r in rows if r["kind"] == "ipu"]
+    assert [int(r["channels_per_group"]) for r in ipu] == [1, 4, 16]
+    assert all(int(r["batch"]) == 2 for r in rows)             # the --shape's N
+    for r in ipu:
+        assert int(r["groups"]) * int(r["channels_per_group"]) == 16
+        assert float(r["ratio_vs_A100_40GB"]) > 0 and r["method"]
+        assert f"{float(r['ratio_vs_A100_40GB']):.2f}x" in out
+    doc = json.loads((tmp_path / "scaling.json").read_text())
+    assert len(doc["rows"]) == len(rows) == 6
+    assert doc["skipped"][0]["channels_per_group"] == 3
+    assert doc["meta"]["machines"][0]["exchange_tbps"] == pytest.approx(47.5)
+    png = tmp_path / "scaling.png"
+    if _has_matplotlib():
+        assert png.read_bytes()[:4] == b"\x89PNG"
+    else:
+        assert not png.exists()
+
+
+def test_scaling_no_plot(tmp_path):
+    assert main(["scaling", *TINY, "--out", str(tmp_path), "--no-plot", "-q"]) == 0
+    assert (tmp_path / "scaling.csv").exists() and (tmp_path / "scaling.json").exists()
+    assert not (tmp_path / "scaling.png").exists()
+
+
+def test_scaling_without_matplotlib_still_writes_tables(tmp_path, capsys, no_matplotlib):
+    assert main(["scaling", *TINY, "--out", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert 'pip install "ipukern[plot]"' in err
+    assert (tmp_path / "scaling.csv").exists() and (tmp_path / "scaling.json").exists()
+    assert not (tmp_path / "scaling.png").exists()
+
+
+def test_scaling_both_exchange_bandwidths_and_two_gpus(tmp_path, capsys):
+    args = ["scaling", "--layer", "resnext50_c128", "--batch", "1", "--cpg", "4",
+            "--exchange-bandwidth", "both", "--gpus", "A100,V100", "--out", str(tmp_path),
+            "--no-plot", "--no-progress"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "GC200-xch8TB: exchange 8.0 TB/s" in out
+    doc = json.loads((tmp_path / "scaling.json").read_text())
+    devices = [r["device"] for r in doc["rows"]]
+    assert devices == ["GC200", "GC200-xch8TB", "A100_40GB", "V100"]
+    fast, slow = doc["rows"][0], doc["rows"][1]
+    assert slow["exchange_tbps"] == pytest.approx(8.0) and slow["cycles"] >= fast["cycles"]
+    for col in ("GC200/A100_40GB", "GC200/V100", "GC200-xch8TB/A100_40GB"):
+        assert col in out
+
+
+def test_scaling_custom_layer_and_default_layers_together(tmp_path):
+    args = ["scaling", "--layer", "effnet_b0_dw5", "--shape", "1,8,8,8", "--kernel", "1",
+            "--batch", "1", "--cpg", "8", "--gpus", "none", "--out", str(tmp_path),
+            "--no-plot", "-q", "--no-progress"]
+    assert main(args) == 0
+    doc = json.loads((tmp_path / "scaling.json").read_text())
+    # 8 channels per group divides both layers (240 = 30 x 8); no GPU: IPU rows only
+    assert {(r["layer"], r["kernel"]) for r in doc["rows"]} == {("effnet_b0_dw5", 5), ("custom", 1)}
+    assert {r["kind"] for r in doc["rows"]} == {"ipu"}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--shape", "1,4,2,2", "--kernel", "5", "--padding", "0"], "kernel height 5"),
+    (["--shape", "1,6,8,8", "--cpg", "4"], "every requested channels-per-group value was skipped"),
+    (["--shape", "0,8,8,8"], "batch must be >= 1"),
+])
+def test_scaling_model_errors_exit_1_with_one_line(tmp_path, capsys, args, message):
+    assert main(["scaling", *args, "--out", str(tmp_path), "--no-progress"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("ipukern scaling: error:") and message in err
+    assert "\n" not in err and "Traceback" not in err
+
+
+def test_scaling_unwritable_out_exit_1(tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    assert main(["scaling", *TINY, "--out", str(tmp_path / "file")]) == 1
+    assert "exists and is not a directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args", [
+    ["--machines", "GC9000"], ["--gpus", "B200"], ["--cpg", "x"], ["--shape", "1,2,3"],
+    ["--exchange-bandwidth", "fast"], ["--gpu-efficiency", "magic"], ["--bogus"],
+])
+def test_scaling_usage_errors_exit_2(tmp_path, capsys, args):
+    with pytest.raises(SystemExit) as e:
+        main(["scaling", *args, "--out", str(tmp_path)])
+    assert e.value.code == 2
+    assert "usage: ipukern" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- conv
+def test_conv_estimate_prints_profile_and_writes_views(tmp_path, capsys):
+    js, mem, tl = tmp_path / "p.json", tmp_path / "mem.png", tmp_path / "tl.png"
+    args = ["conv", "--shape", "2,32,14,14", "--cpg", "4", "--json", str(js), "--no-progress"]
+    if _has_matplotlib():
+        args += ["--memory-png", str(mem), "--timeline-png", str(tl)]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "estimate mode" in out and "profile N2 C32->32 14x14 k3x3 p1 g8" in out
+    assert "IPU/GPU throughput ratio" in out and "A100_40GB" in out
+    prof = json.loads(js.read_text())
+    assert prof["total_cycles"] > 0 and prof["info"]["layer"].endswith("g8 float16")
+    est = ipukern.estimate_conv2d((2, 32, 14, 14), (32, 4, 3, 3), padding=1, groups=8)
+    assert prof["total_cycles"] == est.total_cycles
+    if _has_matplotlib():
+        assert mem.read_bytes()[:4] == b"\x89PNG" and tl.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_conv_options(capsys):
+    args = ["conv", "--shape", "1,16,9,9", "--out-channels", "32", "--kernel", "3,1",
+            "--stride", "2", "--padding", "1,0", "--groups", "16", "--dtype", "float32",
+            "--exchange-bandwidth", "8e12", "--gpu", "", "--no-progress"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "C16->32 9x9 k3x1 s2 p(1, 0) g16 float32 on GC200-xch8TB" in out
+    assert "IPU/GPU" not in out
+
+
+def test_conv_model_error_exit_1(capsys):
+    assert main(["conv", "--shape", "1,6,8,8", "--groups", "4", "--no-progress"]) == 1
+    assert "groups=4 does not divide the 6 input channels" in capsys.readouterr().err
+
+
+def test_conv_execute(capsys):
+    if importlib.util.find_spec("ipukern._kernels._conv") is None:
+        assert main(["conv", "--shape", "1,8,6,6", "--execute", "--no-progress"]) == 1
+        assert "needs the compiled conv kernel" in capsys.readouterr().err
+        pytest.skip("ipukern._kernels._conv is not built: only the error path was checked")
+    assert main(["conv", "--shape", "1,8,6,6", "--cpg", "2", "--execute", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "executed on random data" in out and "output (1, 8, 6, 6)" in out
+
+
+# ----------------------------------------------------------------------------- matmul
+def test_matmul(tmp_path, capsys):
+    if not hasattr(ipukern, "estimate_matmul"):
+        assert main(["matmul", "--shape", "64,64,64", "--no-progress"]) == 1
+        assert "needs ipukern.estimate_matmul" in capsys.readouterr().err
+        pytest.skip("ipukern.estimate_matmul (issue 4) is not merged: only the guard was checked")
+    js = tmp_path / "m.json"
+    assert main(["matmul", "--shape", "64,128,32", "--json", str(js), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "matmul (64x128) @ (128x32)" in out and "IPU/GPU throughput ratio" in out
+    assert json.loads(js.read_text())["total_cycles"] > 0
+
+
+def test_matmul_execute(capsys):
+    if not hasattr(ipukern, "matmul"):
+        pytest.skip("ipukern.matmul (issue 4) is not merged")
+    assert main(["matmul", "--shape", "32,32,32", "--execute", "--no-progress"]) == 0
+    assert "executed on random data" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- info
+def test_info(capsys):
+    assert main(["info", "--gpus"]) == 0
+    out = capsys.readouterr().out
+    for name in ("GC2", "GC200", "BOW", "A100_40GB", "H100"):
+        assert name in out
+    assert "8 TB/s instead of the brief's 47.5 TB/s" in out
+
+
+# ----------------------------------------------------------------------------- progress
+def test_progress_bar_draws_and_clears():
+    buf = io.StringIO()
+    with Progress("sweep", enabled=True, stream=buf, delay=0.0) as bar:
+        bar(1, 4, "a")
+        bar(4, 4, "b")
+    text = buf.getvalue()
+    assert "[#######" in text and "1/4" in text and "4/4" in text
+    assert text.endswith("\r")                 # the line is erased at the end
+
+
+def test_progress_bar_disabled_or_quick_prints_nothing():
+    buf = io.StringIO()
+    with Progress("sweep", enabled=False, stream=buf, delay=0.0) as bar:
+        bar(1, 2)
+    with Progress("sweep", enabled=True, stream=buf, delay=60.0) as bar:
+        bar(1, 2)
+    assert buf.getvalue() == ""
+
+
+# ----------------------------------------------------------------------------- paths that
+# depend on code being merged separately, exercised with stand-ins of the agreed signatures
+class _Run:
+    def __init__(self, output, profile):
+        self.output, self.profile, self.plan = output, profile, None
+
+
+def _matmul_profile(m, k, n, machine):
+    # an (m x k) @ (k x n) product is a 1x1 conv with m positions: a stand-in profile
+    return ipukern.estimate_conv2d((1, k, m, 1), (n, k, 1, 1), machine=machine)
+
+
+def test_matmul_paths_with_stand_ins(monkeypatch, capsys):
+    calls = []
+
+    def estimate_matmul(shape_a, shape_b, *, dtype="float16", machine=None, partials="float"):
+        calls.append((shape_a, shape_b, dtype, partials))
+        return _matmul_profile(shape_a[0], shape_a[1], shape_b[1], machine)
+
+    def matmul(a, b, *, machine=None, partials="float"):
+        calls.append((a.shape, b.shape, str(a.dtype), partials))
+        return _Run(a @ b, _matmul_profile(a.shape[0], a.shape[1], b.shape[1], machine))
+
+    monkeypatch.setattr(ipukern, "estimate_matmul", estimate_matmul, raising=False)
+    monkeypatch.setattr(ipukern, "matmul", matmul, raising=False)
+    assert main(["matmul", "--shape", "64,32,16", "--no-progress"]) == 0
+    assert main(["matmul", "--shape", "8,8,8", "--execute", "--dtype", "float32",
+                 "--partials", "float", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert calls == [((64, 32), (32, 16), "float16", "float"), ((8, 8), (8, 8), "float32", "float")]
+    assert "estimate mode" in out and "executed on random data" in out
+    assert out.count("IPU/GPU throughput ratio") == 2
+
+
+def test_conv_execute_path_with_a_stand_in(monkeypatch, capsys):
+    import numpy as np
+
+    from ipukern import cli, ops
+
+    def conv2d(x, w, b=None, **kw):
+        prof = ipukern.estimate_conv2d(x.shape, w.shape, dtype=x.dtype, **kw)
+        n, c, h, wd = x.shape
+        return _Run(np.ones((n, w.shape[0], h, wd), x.dtype), prof)
+
+    monkeypatch.setattr(cli, "_conv_kernel_available", lambda: True)
+    monkeypatch.setattr(ops.conv, "conv2d", conv2d)
+    assert main(["conv", "--shape", "1,8,6,6", "--cpg", "2", "--execute", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "executed on random data" in out and "output (1, 8, 6, 6) float16: mean 1" in out

@@ -1,0 +1,86 @@
+"""Tests for the PNG views (ipukern/plots.py): they draw from real estimate profiles and
+sweeps and write non-empty PNGs; without matplotlib they fail with the install hint."""
+import builtins
+
+import pytest
+
+import ipukern as ik
+from ipukern import plots
+from ipukern.scaling import ConvLayer, grouped_conv_sweep
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def profile():
+    return ik.estimate_conv2d((4, 64, 28, 28), (64, 4, 3, 3), padding=1, groups=16)
+
+
+def _png(path):
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC and len(data) > 10_000
+    return data
+
+
+@pytest.fixture
+def no_matplotlib(monkeypatch):
+    real_import = builtins.__import__
+
+    def fake_import(name, *args, **kwargs):
+        if name == "matplotlib" or name.startswith("matplotlib."):
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", fake_import)
+
+
+def test_tile_grid_shape():
+    assert plots.tile_grid_shape(1472) == (32, 46)
+    assert plots.tile_grid_shape(1216) == (32, 38)
+    assert plots.tile_grid_shape(16) == (4, 4)
+    assert plots.tile_grid_shape(1) == (1, 1)
+    rows, cols = plots.tile_grid_shape(1009)          # prime: ragged last row
+    assert cols == 32 and rows * cols >= 1009
+    with pytest.raises(ValueError):
+        plots.tile_grid_shape(0)
+
+
+def test_memory_heatmap(profile, tmp_path):
+    pytest.importorskip("matplotlib")
+    out = plots.plot_memory_heatmap(profile, tmp_path / "mem.png")
+    assert out == tmp_path / "mem.png"
+    _png(out)
+    _png(plots.plot_memory_heatmap(profile.memory, tmp_path / "mem_tile.png", scale="tile"))
+    with pytest.raises(ValueError, match="scale"):
+        plots.plot_memory_heatmap(profile, tmp_path / "x.png", scale="log")
+
+
+def test_memory_heatmap_needs_a_report(tmp_path):
+    pytest.importorskip("matplotlib")
+    with pytest.raises(ValueError, match="memory report"):
+        plots.plot_memory_heatmap(object(), tmp_path / "x.png")
+
+
+def test_timeline(profile, tmp_path):
+    pytest.importorskip("matplotlib")
+    _png(plots.plot_timeline(profile, tmp_path / "tl.png"))
+    _png(plots.plot_timeline(profile, tmp_path / "tl1.png", max_supersteps=1))
+
+
+def test_scaling_plot(tmp_path):
+    pytest.importorskip("matplotlib")
+    layer = ConvLayer("t", channels=16, height=8, width=8)
+    rows = grouped_conv_sweep(layer, channels_per_group=(1, 4, "dense"), batch=(1, 2),
+                              gpus=("A100_40GB", "V100"))
+    _png(plots.plot_scaling(rows, tmp_path / "s.png"))
+    only_gpu = grouped_conv_sweep(layer, channels_per_group=(1, 16), batch=1, machines=())
+    _png(plots.plot_scaling(only_gpu, tmp_path / "g.png"))
+    with pytest.raises(ValueError, match="no rows"):
+        plots.plot_scaling([], tmp_path / "e.png")
+
+
+def test_without_matplotlib_the_error_says_how_to_install(profile, tmp_path, no_matplotlib):
+    assert not plots.have_matplotlib()
+    with pytest.raises(ImportError, match=r'pip install "ipukern\[plot\]"'):
+        plots.plot_timeline(profile, tmp_path / "x.png")
+    assert not (tmp_path / "x.png").exists()
