@@ -17,6 +17,7 @@ receive buffer for partial chunks, and the bias ``[G][K]``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -105,8 +106,15 @@ class _BiasCodelet:
         _vertices.add_bias(data, batch.tiles, a["out"], a["bias"], a["params"], self.dt, n_threads)
 
 
-def build_conv_program(plan: ConvPlan, device: Device | None = None) -> ConvProgram:
-    """Lay out ``plan`` on a fresh device (or the given empty one) and build its program."""
+def build_conv_program(plan: ConvPlan, device: Device | None = None, *,
+                       vertex: Any = None) -> ConvProgram:
+    """Lay out ``plan`` on a fresh device (or the given empty one) and build its program.
+
+    ``vertex`` (a :class:`~ipukern.tilefn.TileFunction` ``f(a, b, c)``) replaces the built-in
+    conv vertex for 1x1, stride-1, single-row convs with one conv group per tile (matmuls):
+    per tile ``a`` is the weights (K_j, C), ``b`` the window (C, columns) and ``c`` the
+    fp32 partials (K_j, columns), overwritten. Plan, exchanges and reductions are unchanged.
+    """
     p = plan.params
     m = plan.machine
     dev = device if device is not None else Device(m)
@@ -211,6 +219,8 @@ def build_conv_program(plan: ConvPlan, device: Device | None = None) -> ConvProg
     # ---- compute sets
     conv_out_dtype = p.partials if need_partials else p.dtype
     conv_codelet = _ConvCodelet(plan, conv_out_dtype)
+    if vertex is not None:
+        _check_custom_vertex(plan, geo, conv_out_dtype)
 
     def conv_batch(j: int) -> VertexBatch:
         t = np.flatnonzero(Kj[:, j] > 0)
@@ -220,6 +230,12 @@ def build_conv_program(plan: ConvPlan, device: Device | None = None) -> ConvProg
             dst = out_off[t] + out_starts[t, j] * osz
         dims = np.stack([geo.B[t], geo.G[t], geo.C[t], Kj[t, j], geo.WR[t], geo.WC[t],
                          geo.OR[t], geo.OC[t], geo.row_org[t], geo.col_org[t]], axis=1)
+        if vertex is not None:
+            from .tilefn import ArgViews
+            views = [ArgViews("a", "float32", w_off[t], np.stack([Kj[t, j], geo.C[t]], axis=1)),
+                     ArgViews("b", "float32", win_off[t], np.stack([geo.C[t], geo.WC[t]], axis=1)),
+                     ArgViews("c", "float32", dst, np.stack([Kj[t, j], geo.OC[t]], axis=1))]
+            return vertex.vertex_batch(m, t, views, name=f"{vertex.name} (user vertex)")
         cycles, why = _conv_cycles(plan, geo, t, Kj[t, j])
         return VertexBatch(conv_codelet, t,
                            {"win": win_off[t], "w": w_off[t], "out": dst,
@@ -295,6 +311,19 @@ def build_conv_program(plan: ConvPlan, device: Device | None = None) -> ConvProg
                                category="reduction" if reduce_needed else "cast"))
     program = dev.program(steps, label=p.describe())
     return ConvProgram(plan=plan, device=dev, program=program, geometry=geo, x=x, w=w, y=y, b=b)
+
+
+def _check_custom_vertex(plan: ConvPlan, geo: TileGeometry, out_dtype: str) -> None:
+    p = plan.params
+    if p.dtype != "float32" or out_dtype != "float32":
+        raise ValueError("a custom vertex runs in float32 (Numba has no float16 arithmetic); "
+                         f"this op is {p.dtype} with {out_dtype} partials")
+    if (p.kernel_h, p.kernel_w, p.in_h) != (1, 1, 1) or p.stride != (1, 1) or p.padding != (0, 0):
+        raise ValueError("a custom vertex replaces the matmul vertex: it needs a 1x1, stride-1, "
+                         f"unpadded single-row conv (a matmul), got {p.describe()}")
+    if geo.G.size and (geo.G.max() > 1 or geo.B.max() > 1):
+        raise ValueError(f"a custom vertex needs one conv group per tile, but the plan puts up to "
+                         f"{int(geo.G.max())} groups on a tile ({plan.describe()})")
 
 
 def _exchange(dev: Device, table: CopyTable, name: str):

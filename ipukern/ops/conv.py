@@ -46,12 +46,13 @@ class ConvRun:
     plan: ConvPlan
 
 
-def _program(params: ConvParams, machine: MachineSpec, bias: bool, method: str | None) -> ConvProgram:
-    key = (params, machine, bias, method)
+def _program(params: ConvParams, machine: MachineSpec, bias: bool, method: str | None,
+             vertex: Any = None) -> ConvProgram:
+    key = (params, machine, bias, method, vertex)
     prog = _CACHE.get(key)
     if prog is None:
         plan = plan_conv(params, machine, bias=bias, method=method)
-        prog = build_conv_program(plan)
+        prog = build_conv_program(plan, vertex=vertex)
         _CACHE[key] = prog
         while len(_CACHE) > PLAN_CACHE_SIZE:
             _CACHE.popitem(last=False)

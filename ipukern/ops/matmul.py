@@ -95,7 +95,7 @@ def _profile(prog, lay: _Layout) -> dict[str, Any]:
 
 
 def matmul(a: np.ndarray, b: np.ndarray, *, machine: MachineSpec | str = GC200,
-           partials: Any = "float", method: str | None = None) -> MatmulRun:
+           partials: Any = "float", method: str | None = None, vertex: Any = None) -> MatmulRun:
     """``a @ b`` (NumPy semantics) computed tile by tile on a simulated IPU.
 
     Parameters
@@ -109,6 +109,12 @@ def matmul(a: np.ndarray, b: np.ndarray, *, machine: MachineSpec | str = GC200,
         Accumulation dtype (fp16 inputs only may use "half").
     method : str, optional
         Force a vertex method ("AMP", "HMAC", ...).
+    vertex : TileFunction, optional
+        A user tile function ``f(a, b, c)`` (see :mod:`ipukern.tilefn`) that replaces the
+        built-in per-tile matmul vertex: on every tile it gets the tile's A block (m, k),
+        B block (k, n) and its fp32 partials (m, n) to overwrite. The plan, exchanges and
+        reductions stay the library's; the profile marks the compute as a user estimate.
+        float32 only, and only plans with one batch element per tile.
 
     Returns
     -------
@@ -137,7 +143,7 @@ def matmul(a: np.ndarray, b: np.ndarray, *, machine: MachineSpec | str = GC200,
         bb = np.broadcast_to(b, batch + b.shape[-2:])
         w = np.ascontiguousarray(ab).reshape(lay.G * lay.M, lay.K, 1, 1)
         x = np.ascontiguousarray(bb).reshape(1, lay.G * lay.K, 1, lay.N)
-    prog = _program(params, get_machine(machine), False, method)
+    prog = _program(params, get_machine(machine), False, method, vertex)
     dev = prog.device
     with dev.arena.lock:
         prog.write_inputs(x, w)
