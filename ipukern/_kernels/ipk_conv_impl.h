@@ -1,0 +1,495 @@
+/* One ISA variant of the per-vertex convolution (see ipk_conv.h for the method).
+ *
+ * Included by ipk_conv.h once per ISA with IPK_SFX(name) (adds the ISA suffix), IPK_TGT (the
+ * target attribute) and one of IPK_ISA_BASE / IPK_ISA_AVX2 / IPK_ISA_AVX512 defined. Every
+ * function carries IPK_TGT so the variants can live in one translation unit. */
+
+/* ---------------------------------------------------------------- vector vocabulary */
+#if defined(IPK_ISA_AVX512)
+#define V __m512
+#define VW 16
+#define VLD(p) _mm512_loadu_ps(p)
+#define VST(p, v) _mm512_storeu_ps((p), (v))
+#define VSET1(s) _mm512_set1_ps(s)
+#define VFMA(a, b, c) _mm512_fmadd_ps((a), (b), (c))
+#define VZERO() _mm512_setzero_ps()
+#define IPK_ACC 24   /* accumulator vectors: 32 zmm registers minus operands */
+#define IPK_MRMAX 8
+#elif defined(IPK_ISA_AVX2)
+#define V __m256
+#define VW 8
+#define VLD(p) _mm256_loadu_ps(p)
+#define VST(p, v) _mm256_storeu_ps((p), (v))
+#define VSET1(s) _mm256_set1_ps(s)
+#define VFMA(a, b, c) _mm256_fmadd_ps((a), (b), (c))
+#define VZERO() _mm256_setzero_ps()
+#define IPK_ACC 12   /* 16 ymm registers */
+#define IPK_MRMAX 4
+#else
+#ifndef IPK_V4_DEFINED
+#define IPK_V4_DEFINED
+typedef float ipk_v4 __attribute__((vector_size(16)));
+typedef float ipk_v4u __attribute__((vector_size(16), aligned(4), may_alias));
+static inline ipk_v4 ipk_v4_set1(float s) { ipk_v4 v = {s, s, s, s}; return v; }
+#endif
+#define V ipk_v4
+#define VW 4
+#define VLD(p) (*(const ipk_v4u*)(p))
+#define VST(p, v) (*(ipk_v4u*)(p) = (v))
+#define VSET1(s) ipk_v4_set1(s)
+/* contracted to one fused multiply-add where the target has one (arm64); SSE2 rounds twice */
+#define VFMA(a, b, c) ((a) * (b) + (c))
+#define VZERO() ipk_v4_set1(0.0f)
+#define IPK_ACC 12
+#define IPK_MRMAX 4
+#endif
+
+#define IPK_NRMAX 12  /* longest row of accumulators (also caps the stack tile below) */
+
+typedef void (*IPK_SFX(mk_fn))(const float* restrict src, const int32_t* restrict offs,
+                                int64_t ntaps, const float* restrict w, float* restrict dst,
+                                int64_t ldd, const unsigned char* pf, int64_t pfs);
+
+/* Micro-kernel MR x NR: dst[m*ldd + r*VW + l] = sum_t w[t*MR + m] * src[offs[t] + r*VW + l].
+ * Tap t also prefetches pf + t*pfs (the next vertex's operands, see ipk_pf).
+ * The loop nest is written so that only min(MR, NR) + 1 registers hold operands: the
+ * broadcast weights when MR < NR, the loaded input vectors otherwise. */
+#define IPK_MK(MR, NR)                                                                       \
+    IPK_TGT static void IPK_SFX(mk_##MR##_##NR)(const float* restrict src,                  \
+                                                const int32_t* restrict offs, int64_t ntaps, \
+                                                const float* restrict w, float* restrict dst,\
+                                                int64_t ldd, const unsigned char* pf,        \
+                                                int64_t pfs)                                 \
+    {                                                                                        \
+        V acc[MR][NR];                                                                       \
+        int m, r;                                                                            \
+        int64_t t;                                                                           \
+        _Pragma("GCC unroll 16") for (m = 0; m < MR; m++)                                    \
+            _Pragma("GCC unroll 16") for (r = 0; r < NR; r++) acc[m][r] = VZERO();           \
+        for (t = 0; t < ntaps; t++) {                                                        \
+            const float* p = src + offs[t];                                                  \
+            const float* wt = w + t * MR;                                                    \
+            __builtin_prefetch(pf + t * pfs, 0, 2);                                          \
+            if (MR >= NR) {                                                                  \
+                V x[NR];                                                                     \
+                _Pragma("GCC unroll 16") for (r = 0; r < NR; r++) x[r] = VLD(p + r * VW);    \
+                _Pragma("GCC unroll 16") for (m = 0; m < MR; m++) {                          \
+                    V wb = VSET1(wt[m]);                                                     \
+                    _Pragma("GCC unroll 16") for (r = 0; r < NR; r++)                        \
+                        acc[m][r] = VFMA(wb, x[r], acc[m][r]);                               \
+                }                                                                            \
+            } else {                                                                         \
+                V wb[MR];                                                                    \
+                _Pragma("GCC unroll 16") for (m = 0; m < MR; m++) wb[m] = VSET1(wt[m]);      \
+                _Pragma("GCC unroll 16") for (r = 0; r < NR; r++) {                          \
+                    V x = VLD(p + r * VW);                                                   \
+                    _Pragma("GCC unroll 16") for (m = 0; m < MR; m++)                        \
+                        acc[m][r] = VFMA(wb[m], x, acc[m][r]);                               \
+                }                                                                            \
+            }                                                                                \
+        }                                                                                    \
+        _Pragma("GCC unroll 16") for (m = 0; m < MR; m++)                                    \
+            _Pragma("GCC unroll 16") for (r = 0; r < NR; r++)                                \
+                VST(dst + m * ldd + r * VW, acc[m][r]);                                      \
+    }
+
+IPK_MK(1, 1) IPK_MK(1, 2) IPK_MK(1, 3) IPK_MK(1, 4) IPK_MK(1, 5) IPK_MK(1, 6)
+IPK_MK(1, 7) IPK_MK(1, 8) IPK_MK(1, 9) IPK_MK(1, 10) IPK_MK(1, 11) IPK_MK(1, 12)
+IPK_MK(2, 1) IPK_MK(2, 2) IPK_MK(2, 3) IPK_MK(2, 4) IPK_MK(2, 5) IPK_MK(2, 6)
+IPK_MK(4, 1) IPK_MK(4, 2) IPK_MK(4, 3)
+#if IPK_ACC >= 24
+IPK_MK(2, 7) IPK_MK(2, 8) IPK_MK(2, 9) IPK_MK(2, 10) IPK_MK(2, 11) IPK_MK(2, 12)
+IPK_MK(4, 4) IPK_MK(4, 5) IPK_MK(4, 6)
+IPK_MK(8, 1) IPK_MK(8, 2) IPK_MK(8, 3)
+#define IPK_MK_ROW2 {0, IPK_SFX(mk_2_1), IPK_SFX(mk_2_2), IPK_SFX(mk_2_3), IPK_SFX(mk_2_4),     \
+        IPK_SFX(mk_2_5), IPK_SFX(mk_2_6), IPK_SFX(mk_2_7), IPK_SFX(mk_2_8), IPK_SFX(mk_2_9),   \
+        IPK_SFX(mk_2_10), IPK_SFX(mk_2_11), IPK_SFX(mk_2_12)}
+#define IPK_MK_ROW4 {0, IPK_SFX(mk_4_1), IPK_SFX(mk_4_2), IPK_SFX(mk_4_3), IPK_SFX(mk_4_4),     \
+        IPK_SFX(mk_4_5), IPK_SFX(mk_4_6), 0, 0, 0, 0, 0, 0}
+#define IPK_MK_ROW8 {0, IPK_SFX(mk_8_1), IPK_SFX(mk_8_2), IPK_SFX(mk_8_3), 0, 0, 0, 0, 0, 0, 0, 0, 0}
+#else
+#define IPK_MK_ROW2 {0, IPK_SFX(mk_2_1), IPK_SFX(mk_2_2), IPK_SFX(mk_2_3), IPK_SFX(mk_2_4),     \
+        IPK_SFX(mk_2_5), IPK_SFX(mk_2_6), 0, 0, 0, 0, 0, 0}
+#define IPK_MK_ROW4 {0, IPK_SFX(mk_4_1), IPK_SFX(mk_4_2), IPK_SFX(mk_4_3), 0, 0, 0, 0, 0, 0, 0, 0, 0}
+#define IPK_MK_ROW8 {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+#endif
+
+/* [log2 MR][NR] */
+static const IPK_SFX(mk_fn) IPK_SFX(mk_tab)[4][IPK_NRMAX + 1] = {
+    {0, IPK_SFX(mk_1_1), IPK_SFX(mk_1_2), IPK_SFX(mk_1_3), IPK_SFX(mk_1_4), IPK_SFX(mk_1_5),
+     IPK_SFX(mk_1_6), IPK_SFX(mk_1_7), IPK_SFX(mk_1_8), IPK_SFX(mk_1_9), IPK_SFX(mk_1_10),
+     IPK_SFX(mk_1_11), IPK_SFX(mk_1_12)},
+    IPK_MK_ROW2, IPK_MK_ROW4, IPK_MK_ROW8};
+#undef IPK_MK_ROW2
+#undef IPK_MK_ROW4
+#undef IPK_MK_ROW8
+#undef IPK_MK
+
+/* ---------------------------------------------------------------- short copies
+ * Rows here are tens of floats: inline vector copies beat a libc call per row. */
+IPK_TGT static inline void IPK_SFX(copy_f32)(float* restrict dst, const float* restrict src, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) VST(dst + i, VLD(src + i));
+#if defined(IPK_ISA_AVX512)
+    if (i < n) {
+        const __mmask16 k = (__mmask16)((1u << (n - i)) - 1u);
+        _mm512_mask_storeu_ps(dst + i, k, _mm512_maskz_loadu_ps(k, src + i));
+    }
+#else
+    for (; i < n; i++) dst[i] = src[i];
+#endif
+}
+
+IPK_TGT static inline void IPK_SFX(zero_f32)(float* restrict dst, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) VST(dst + i, VZERO());
+#if defined(IPK_ISA_AVX512)
+    if (i < n) _mm512_mask_storeu_ps(dst + i, (__mmask16)((1u << (n - i)) - 1u), _mm512_setzero_ps());
+#else
+    for (; i < n; i++) dst[i] = 0.0f;
+#endif
+}
+
+/* ---------------------------------------------------------------- dtype conversion runs */
+IPK_TGT static inline void IPK_SFX(h2f_run)(float* restrict dst, const uint16_t* restrict src,
+                                            int64_t n)
+{
+    int64_t i = 0;
+#if defined(IPK_ISA_AVX512)
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(src + i))));
+    if (i < n) {
+        const __mmask16 k = (__mmask16)((1u << (n - i)) - 1u);
+        _mm512_mask_storeu_ps(dst + i, k, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, src + i)));
+        return;
+    }
+#elif defined(IPK_ISA_AVX2)
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(src + i))));
+#endif
+    for (; i < n; i++) dst[i] = ipk_h2f(src[i]);
+}
+
+IPK_TGT static inline void IPK_SFX(f2h_run)(uint16_t* restrict dst, const float* restrict src,
+                                            int64_t n)
+{
+    int64_t i = 0;
+#if defined(IPK_ISA_AVX512)
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i*)(dst + i),
+                            _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    if (i < n) {
+        const __mmask16 k = (__mmask16)((1u << (n - i)) - 1u);
+        _mm256_mask_storeu_epi16(dst + i, k, _mm512_cvtps_ph(_mm512_maskz_loadu_ps(k, src + i),
+                                                             _MM_FROUND_TO_NEAREST_INT));
+        return;
+    }
+#elif defined(IPK_ISA_AVX2)
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i*)(dst + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+#endif
+    for (; i < n; i++) dst[i] = ipk_f2h(src[i]);
+}
+
+/* ---------------------------------------------------------------- packing */
+static inline int64_t IPK_SFX(cdiv)(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
+static inline int64_t IPK_SFX(fdiv)(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+/* Pack window (b, g) = ``src`` [C][WR][WC] into P[c][phase][Mr][Wp] (fp32, zero padded). */
+IPK_TGT static void IPK_SFX(pack_window)(const ipk_geom* g, const unsigned char* src, int in_dt,
+                                         float* restrict P)
+{
+    const int64_t C = g->C, WR = g->WR, WC = g->WC, Mr = g->Mr, Wp = g->Wp;
+    const int64_t sh = g->sh, sw = g->sw, ro = g->ro, co = g->co, plane = g->plane;
+    int64_t lo[IPK_CONV_MAX_K], hi[IPK_CONV_MAX_K], c, mrow, m;
+    int pr, pc;
+    /* per column phase, the packed columns m with 0 <= m*sw + ph + co <= WC-1 */
+    for (pc = 0; pc < g->nphc; pc++) {
+        const int64_t ph = g->phc_val[pc];
+        int64_t a = IPK_SFX(cdiv)(-ph - co, sw), b = IPK_SFX(fdiv)(WC - 1 - ph - co, sw) + 1;
+        if (a < 0) a = 0;
+        if (b > Wp) b = Wp;
+        if (a > Wp) a = Wp;
+        if (b < a) b = a;
+        lo[pc] = a;
+        hi[pc] = b;
+    }
+#if defined(IPK_ISA_AVX512)
+    if (sw == 1) {
+        /* one phase of columns: each row is ceil(Wp/16) masked loads (zero outside the
+         * window, never touching memory there) and full stores. A row's last store runs
+         * into the next row or plane, which is written later, or into the tail. */
+        const int64_t a = lo[0], b = hi[0], shift = g->phc_val[0] + co;
+        const int64_t nvec = (Wp + 15) / 16;
+        __mmask16 ktab[64];
+        if (nvec <= 64) {
+            for (m = 0; m < nvec; m++) {
+                const int64_t m0 = m * 16;
+                const int64_t l0 = a - m0 < 0 ? 0 : a - m0 > 16 ? 16 : a - m0;
+                const int64_t l1 = b - m0 < 0 ? 0 : b - m0 > 16 ? 16 : b - m0;
+                ktab[m] = (__mmask16)((0xFFFFu >> (16 - l1)) & (0xFFFFu << l0));
+            }
+        }
+        for (c = 0; c < C; c++) {
+            for (pr = 0; pr < g->nphr; pr++) {
+                float* restrict dst = P + (c * g->nphr + pr) * plane;
+                for (mrow = 0; mrow < Mr; mrow++, dst += Wp) {
+                    const int64_t r = mrow * sh + g->phr_val[pr] + ro;
+                    int64_t m0;
+                    if (r < 0 || r >= WR) {
+                        for (m0 = 0; m0 < Wp; m0 += 16) _mm512_storeu_ps(dst + m0, _mm512_setzero_ps());
+                        continue;
+                    }
+                    for (m0 = 0; m0 < Wp; m0 += 16) {
+                        __mmask16 k;
+                        if (nvec <= 64) {
+                            k = ktab[m0 >> 4];
+                        } else {
+                            const int64_t l0 = a - m0 < 0 ? 0 : a - m0 > 16 ? 16 : a - m0;
+                            const int64_t l1 = b - m0 < 0 ? 0 : b - m0 > 16 ? 16 : b - m0;
+                            k = (__mmask16)((0xFFFFu >> (16 - l1)) & (0xFFFFu << l0));
+                        }
+                        /* element (c, r, m0 + shift); lanes outside the window are masked off */
+                        const intptr_t e = (intptr_t)((c * WR + r) * WC + m0 + shift);
+                        __m512 v;
+                        if (in_dt == 0)
+                            v = _mm512_maskz_loadu_ps(k, (const void*)((intptr_t)src + e * 4));
+                        else
+                            v = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, (const void*)((intptr_t)src + e * 2)));
+                        _mm512_storeu_ps(dst + m0, v);
+                    }
+                }
+            }
+        }
+        IPK_SFX(zero_f32)(P + C * g->nph * plane, g->p_floats - C * g->nph * plane);
+        return;
+    }
+#endif
+    for (c = 0; c < C; c++) {
+        for (pr = 0; pr < g->nphr; pr++) {
+            for (mrow = 0; mrow < Mr; mrow++) {
+                const int64_t r = mrow * sh + g->phr_val[pr] + ro;
+                const int inside = r >= 0 && r < WR;
+                for (pc = 0; pc < g->nphc; pc++) {
+                    float* restrict dst = P + ((c * g->nphr + pr) * g->nphc + pc) * plane + mrow * Wp;
+                    const int64_t a = inside ? lo[pc] : 0, b = inside ? hi[pc] : 0;
+                    IPK_SFX(zero_f32)(dst, a);
+                    IPK_SFX(zero_f32)(dst + b, Wp - b);
+                    if (b > a) {
+                        const int64_t e0 = (c * WR + r) * WC + a * sw + g->phc_val[pc] + co;
+                        if (in_dt == 0) {
+                            const float* sp = (const float*)src + e0;
+                            if (sw == 1) IPK_SFX(copy_f32)(dst + a, sp, b - a);
+                            else for (m = a; m < b; m++) dst[m] = sp[(m - a) * sw];
+                        } else {
+                            const uint16_t* sp = (const uint16_t*)src + e0;
+                            if (sw == 1) IPK_SFX(h2f_run)(dst + a, sp, b - a);
+                            else for (m = a; m < b; m++) dst[m] = ipk_h2f(sp[(m - a) * sw]);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    /* the tail that the last vectors may read: zero (finite values, no denormal stalls) */
+    IPK_SFX(zero_f32)(P + C * g->nph * plane, g->p_floats - C * g->nph * plane);
+}
+
+/* The K blocking: full blocks of IPK_MRMAX, then the remainder rounded up to a power of two
+ * (rows past K multiply zero weights and are not stored). */
+static inline int IPK_SFX(block_mr)(int64_t K, int64_t k0)
+{
+    int64_t left = K - k0;
+    int mr = 1;
+    if (left >= IPK_MRMAX) return IPK_MRMAX;
+    while (mr < left) mr *= 2;
+    return mr;
+}
+
+/* Load 16 (or, with AVX2, 8) consecutive weights of one row as fp32. */
+#if defined(IPK_ISA_AVX512)
+IPK_TGT static inline __m512 IPK_SFX(ld16)(const unsigned char* p, int64_t i, int in_dt)
+{
+    if (in_dt == 0) return _mm512_loadu_ps((const float*)p + i);
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)((const uint16_t*)p + i)));
+}
+
+/* rows r[0..7] (16 taps each) -> dst[t][m] for 16 taps: an 8x16 -> 16x8 transpose */
+IPK_TGT static inline void IPK_SFX(tr8x16)(const __m512* r, float* dst)
+{
+    __m512 a = _mm512_unpacklo_ps(r[0], r[1]), b = _mm512_unpackhi_ps(r[0], r[1]);
+    __m512 c = _mm512_unpacklo_ps(r[2], r[3]), d = _mm512_unpackhi_ps(r[2], r[3]);
+    __m512 e = _mm512_unpacklo_ps(r[4], r[5]), f = _mm512_unpackhi_ps(r[4], r[5]);
+    __m512 g = _mm512_unpacklo_ps(r[6], r[7]), h = _mm512_unpackhi_ps(r[6], r[7]);
+    /* A_s / B_s: rows 0-3 / 4-7 of tap 4L+s in 128-bit lane L */
+    __m512 A0 = _mm512_shuffle_ps(a, c, 0x44), A1 = _mm512_shuffle_ps(a, c, 0xEE);
+    __m512 A2 = _mm512_shuffle_ps(b, d, 0x44), A3 = _mm512_shuffle_ps(b, d, 0xEE);
+    __m512 B0 = _mm512_shuffle_ps(e, g, 0x44), B1 = _mm512_shuffle_ps(e, g, 0xEE);
+    __m512 B2 = _mm512_shuffle_ps(f, h, 0x44), B3 = _mm512_shuffle_ps(f, h, 0xEE);
+    __m512 X0l = _mm512_shuffle_f32x4(A0, B0, 0x44), X0h = _mm512_shuffle_f32x4(A0, B0, 0xEE);
+    __m512 X1l = _mm512_shuffle_f32x4(A1, B1, 0x44), X1h = _mm512_shuffle_f32x4(A1, B1, 0xEE);
+    __m512 X2l = _mm512_shuffle_f32x4(A2, B2, 0x44), X2h = _mm512_shuffle_f32x4(A2, B2, 0xEE);
+    __m512 X3l = _mm512_shuffle_f32x4(A3, B3, 0x44), X3h = _mm512_shuffle_f32x4(A3, B3, 0xEE);
+    /* tap 4L+s goes to dst[(4L+s)*8 ..]: pairs (s=0,1) and (s=2,3) of lane L */
+    _mm512_storeu_ps(dst + 0 * 16, _mm512_shuffle_f32x4(X0l, X1l, 0x88));
+    _mm512_storeu_ps(dst + 1 * 16, _mm512_shuffle_f32x4(X2l, X3l, 0x88));
+    _mm512_storeu_ps(dst + 2 * 16, _mm512_shuffle_f32x4(X0l, X1l, 0xDD));
+    _mm512_storeu_ps(dst + 3 * 16, _mm512_shuffle_f32x4(X2l, X3l, 0xDD));
+    _mm512_storeu_ps(dst + 4 * 16, _mm512_shuffle_f32x4(X0h, X1h, 0x88));
+    _mm512_storeu_ps(dst + 5 * 16, _mm512_shuffle_f32x4(X2h, X3h, 0x88));
+    _mm512_storeu_ps(dst + 6 * 16, _mm512_shuffle_f32x4(X0h, X1h, 0xDD));
+    _mm512_storeu_ps(dst + 7 * 16, _mm512_shuffle_f32x4(X2h, X3h, 0xDD));
+}
+#endif
+
+static inline float IPK_SFX(ldw)(const unsigned char* p, int64_t i, int in_dt)
+{
+    return in_dt == 0 ? ((const float*)p)[i] : ipk_h2f(((const uint16_t*)p)[i]);
+}
+
+/* Pack the weights of one group, [K][C*T] in the tile, to W[block][t][m]: per tap the mr
+ * weights of a block of output channels are adjacent, ready to broadcast. Reads the rows
+ * in step (tap-outer) so the writes are sequential. */
+IPK_TGT static void IPK_SFX(pack_weights)(const ipk_geom* g, const unsigned char* wsrc, int in_dt,
+                                          float* restrict W)
+{
+    const int64_t K = g->K, CT = g->C * g->T, isz = in_dt ? 2 : 4;
+    int64_t k0 = 0, t;
+    float* dst = W;
+    while (k0 < K) {
+        const int mr = IPK_SFX(block_mr)(K, k0);
+        const unsigned char* rows[IPK_MRMAX];
+        int m;
+        /* rows past K (a remainder block rounded up) repeat the last row: computed, not stored */
+        for (m = 0; m < mr; m++) rows[m] = wsrc + (k0 + m < K ? k0 + m : K - 1) * CT * isz;
+        t = 0;
+#if defined(IPK_ISA_AVX512)
+        if (mr == 8) {
+            for (; t + 16 <= CT; t += 16) {
+                __m512 r[8];
+                for (m = 0; m < 8; m++) r[m] = IPK_SFX(ld16)(rows[m], t, in_dt);
+                IPK_SFX(tr8x16)(r, dst + t * 8);
+            }
+        }
+#endif
+        for (; t < CT; t++)
+            for (m = 0; m < mr; m++) dst[t * mr + m] = IPK_SFX(ldw)(rows[m], t, in_dt);
+        dst += (int64_t)mr * CT;
+        k0 += mr;
+    }
+}
+
+/* Store rows m < mrv of a computed block tile[m][n - n0] (n in [n0, n1)) to the output,
+ * dropping the Wp - OC padding columns of each row. */
+IPK_TGT static void IPK_SFX(emit)(const ipk_geom* g, const float* tile, int64_t ldt, int mrv,
+                                  int64_t n0, int64_t n1, unsigned char* out_k0, int out_dt)
+{
+    const int64_t Wp = g->Wp, OC = g->OC, kstride = g->OR * g->OC;
+    int m;
+    for (m = 0; m < mrv; m++) {
+        const float* src = tile + m * ldt;
+        int64_t n = n0, y = n0 / Wp, x = n0 - (n0 / Wp) * Wp;
+        while (n < n1) {
+            int64_t len;
+            if (x >= OC) { n += Wp - x; y++; x = 0; continue; }
+            len = OC - x;
+            if (len > n1 - n) len = n1 - n;
+            if (out_dt == 0)
+                IPK_SFX(copy_f32)((float*)out_k0 + m * kstride + y * OC + x, src + (n - n0), len);
+            else
+                IPK_SFX(f2h_run)((uint16_t*)out_k0 + m * kstride + y * OC + x, src + (n - n0), len);
+            n += len;
+            x += len;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- one vertex */
+IPK_TGT static void IPK_SFX(ipk_conv_vertex)(const ipk_geom* g, unsigned char* tb, int64_t win_off,
+                                             int64_t w_off, int64_t out_off, int in_dt, int out_dt,
+                                             float* scratch, ipk_pf* pf)
+{
+    const int64_t B = g->B, G = g->G, C = g->C, K = g->K, T = g->T, CT = C * T, N = g->N;
+    const int64_t isz = in_dt ? 2 : 4, osz = out_dt ? 2 : 4;
+    const int64_t kstride = g->OR * g->OC;
+    const int64_t Nv = (N + VW - 1) / VW;
+    float* P = (float*)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    float* W = P + g->p_floats;
+    int32_t* offs = (int32_t*)(W + g->w_floats);
+    float tile[IPK_ACC * VW] __attribute__((aligned(64)));
+    int64_t b, gi, c;
+    int i, j;
+
+    if (B == 0 || G == 0 || K == 0 || g->OR == 0 || g->OC == 0) return;
+    {   /* spread the next vertex's prefetches over this vertex's micro-kernel calls */
+        int64_t calls = 0, k0 = 0, total = pf->n[0] + pf->n[1] + pf->n[2];
+        while (k0 < K) {
+            const int mr = IPK_SFX(block_mr)(K, k0);
+            const int64_t nrmax = IPK_ACC / mr < IPK_NRMAX ? IPK_ACC / mr : IPK_NRMAX;
+            calls += (Nv + nrmax - 1) / nrmax;
+            k0 += mr;
+        }
+        calls *= B * G;
+        pf->per_call = ((total + calls - 1) / calls + 63) & ~(int64_t)63;
+    }
+    /* offs[c*T + t]: where tap (c, i, j) reads output 0 in the packed window */
+    for (i = 0; i < g->kh; i++)
+        for (j = 0; j < g->kw; j++)
+            offs[i * g->kw + j] = (int32_t)(((int64_t)g->phr_of[i] * g->nphc + g->phc_of[j]) * g->plane
+                                            + (int64_t)g->ir[i] * g->Wp + g->jc[j]);
+    {
+        const int32_t cstride = (int32_t)(g->nph * g->plane);
+        for (c = 1; c < C; c++)
+            for (i = 0; i < T; i++) offs[c * T + i] = offs[(c - 1) * T + i] + cstride;
+    }
+
+    for (gi = 0; gi < G; gi++) {
+        IPK_SFX(pack_weights)(g, tb + w_off + gi * K * CT * isz, in_dt, W);
+        for (b = 0; b < B; b++) {
+            const int64_t bg = b * G + gi;
+            unsigned char* out_bg = tb + out_off + bg * K * kstride * osz;
+            const float* wblk = W;
+            int64_t k0 = 0;
+            IPK_SFX(pack_window)(g, tb + win_off + bg * C * g->WR * g->WC * isz, in_dt, P);
+            while (k0 < K) {
+                const int mr = IPK_SFX(block_mr)(K, k0);
+                const int mrv = (int)(K - k0 < mr ? K - k0 : mr);
+                const int lmr = mr == 1 ? 0 : mr == 2 ? 1 : mr == 4 ? 2 : 3;
+                int nrmax = IPK_ACC / mr;
+                int64_t v0;
+                unsigned char* out_k0 = out_bg + k0 * kstride * osz;
+                if (nrmax > IPK_NRMAX) nrmax = IPK_NRMAX;
+                for (v0 = 0; v0 < Nv; v0 += nrmax) {
+                    const int nr = (int)(Nv - v0 < nrmax ? Nv - v0 : nrmax);
+                    const int64_t n0 = v0 * VW, n1 = n0 + nr * VW < N ? n0 + nr * VW : N;
+                    const IPK_SFX(mk_fn) fn = IPK_SFX(mk_tab)[lmr][nr];
+                    int64_t pfs;
+                    const unsigned char* pfp = ipk_pf_slice(pf, CT, &pfs);
+                    if (out_dt == 0 && g->Wp == g->OC && mrv == mr && n0 + nr * VW <= N) {
+                        /* no padding columns, whole block inside: store straight to the output */
+                        fn(P + n0, offs, CT, wblk, (float*)out_k0 + n0, kstride, pfp, pfs);
+                    } else {
+                        fn(P + n0, offs, CT, wblk, tile, (int64_t)nr * VW, pfp, pfs);
+                        IPK_SFX(emit)(g, tile, (int64_t)nr * VW, mrv, n0, n1, out_k0, out_dt);
+                    }
+                }
+                wblk += (int64_t)mr * CT;
+                k0 += mr;
+            }
+        }
+    }
+}
+
+#undef V
+#undef VW
+#undef VLD
+#undef VST
+#undef VSET1
+#undef VFMA
+#undef VZERO
+#undef IPK_ACC
+#undef IPK_MRMAX
+#undef IPK_NRMAX
