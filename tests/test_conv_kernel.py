@@ -315,6 +315,29 @@ def test_isa_variants_agree(rng):
             assert np.array_equal(runs[fma[0], in_dt], runs[isa, in_dt]), isa
 
 
+@pytest.mark.parametrize("ks", [3, 5])
+def test_depthwise_shapes_all_variants_agree(rng, ks):
+    """C = K = 1 per group (the AVX-512 variant has its own depthwise kernels): odd sizes,
+    rows 1..15, columns past 64, padding on every side; bitwise equal to the GEMM path of
+    the AVX2 variant, which runs the same FMA chains."""
+    dims = []
+    for OR, OC in [(1, 1), (2, 56), (7, 28), (15, 17), (5, 100), (3, 64), (6, 65), (13, 33)]:
+        p = ks // 2
+        ro, co = int(rng.integers(-p - 1, 2)), int(rng.integers(-p - 1, 2))
+        WR, WC = OR + ks - 1 + int(rng.integers(-2, 2)), OC + ks - 1 + int(rng.integers(-3, 2))
+        dims.append((int(rng.integers(1, 3)), int(rng.integers(1, 4)), 1, 1, max(WR, 1), max(WC, 1),
+                     OR, OC, ro, co))
+    isas = convkernel.available_isas()
+    for in_dt, out_dt in [(0, 0), (1, 1), (1, 0)]:
+        runs = {}
+        for isa in isas:
+            b = Batch(np.random.default_rng(11), dims, (ks, ks), in_dt=in_dt, out_dt=out_dt).run(isa=isa)
+            b.check()
+            runs[isa] = b.data
+        if "avx2" in runs and "avx512" in runs:
+            assert np.array_equal(runs["avx2"], runs["avx512"])
+
+
 # --------------------------------------------------------------------------- scratch + errors
 def test_scratch_floats_is_max_over_vertices_and_enough(rng):
     dims = random_dims(rng, 10, (5, 5), (2, 2), (1, 1))

@@ -90,8 +90,14 @@ static int ipk_geom_init(ipk_geom* g, const int64_t* d, int kh, int kw, int sh, 
         || d[9] < -((int64_t)1 << 30) || d[9] > ((int64_t)1 << 30))
         return IPK_CONV_EDIMS;
     g->kh = kh; g->kw = kw; g->sh = sh; g->sw = sw; g->dh = dh; g->dw = dw; g->T = kh * kw;
-    /* compact the stride phases the taps use, in increasing phase order */
-    {
+    /* compact the stride phases the taps use, in increasing phase order (stride 1: one
+     * phase, no divisions: this runs once per vertex) */
+    if (sh == 1 && sw == 1) {
+        g->nphr = g->nphc = 1;
+        g->phr_val[0] = g->phc_val[0] = 0;
+        for (i = 0; i < kh; i++) { g->phr_of[i] = 0; g->ir[i] = i * dh; }
+        for (j = 0; j < kw; j++) { g->phc_of[j] = 0; g->jc[j] = j * dw; }
+    } else {
         int used[IPK_CONV_MAX_K], rank[IPK_CONV_MAX_K], n = 0;
         for (p = 0; p < sh; p++) used[p] = 0;
         for (i = 0; i < kh; i++) used[(i * dh) % sh] = 1;
@@ -113,6 +119,8 @@ static int ipk_geom_init(ipk_geom* g, const int64_t* d, int kh, int kw, int sh, 
     /* tail: the last vector of the last plane reads up to jc_max + VW - 1 <= Wp + 15 floats
      * past the end of the packed planes */
     g->p_floats = ipk_al16(g->C * g->nph * g->plane + g->Wp + 32);
+    /* the depthwise path (AVX-512) pads rows to whole vectors: up to 15 more per row */
+    g->p_floats += ipk_al16(16 * g->Mr + 32);
     g->w_floats = ipk_al16((g->K + 7) * g->C * g->T);
     g->o_ints = ipk_al16(g->C * g->T);
     g->need = 16 + g->p_floats + g->w_floats + g->o_ints;

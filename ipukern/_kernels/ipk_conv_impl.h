@@ -198,6 +198,48 @@ IPK_TGT static inline void IPK_SFX(f2h_run)(uint16_t* restrict dst, const float*
 static inline int64_t IPK_SFX(cdiv)(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
 static inline int64_t IPK_SFX(fdiv)(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
+#if defined(IPK_ISA_AVX512)
+/* Masks for a packed row of nvec vectors whose columns [a, b) lie inside the window. */
+IPK_TGT static inline void IPK_SFX(row_masks)(__mmask16* ktab, int64_t nvec, int64_t a, int64_t b)
+{
+    int64_t m;
+    for (m = 0; m < nvec; m++) {
+        const int64_t m0 = m * 16;
+        const int64_t l0 = a - m0 < 0 ? 0 : a - m0 > 16 ? 16 : a - m0;
+        const int64_t l1 = b - m0 < 0 ? 0 : b - m0 > 16 ? 16 : b - m0;
+        ktab[m] = (__mmask16)((0xFFFFu >> (16 - l1)) & (0xFFFFu << l0));
+    }
+}
+
+/* Pack Mr rows of one channel plane ``src`` [WR][WC]: packed row mrow <- window row
+ * r0 + mrow*rstep (zeros outside [0, WR)), packed column m <- window column m + shift.
+ * Each row is nvec masked loads (lanes outside the window are never read) and full stores;
+ * a row's last store runs up to 15 floats into the next row (written next) or past the
+ * plane (the caller leaves room there). */
+IPK_TGT static inline void IPK_SFX(pack_rows16)(float* restrict dst, const unsigned char* src,
+                                                int in_dt, int64_t WR, int64_t WC, int64_t r0,
+                                                int64_t rstep, int64_t Mr, int64_t Wp, int64_t shift,
+                                                const __mmask16* ktab, int64_t nvec)
+{
+    const int64_t isz = in_dt ? 2 : 4;
+    int64_t mrow, m;
+    for (mrow = 0; mrow < Mr; mrow++, dst += Wp) {
+        const int64_t r = r0 + mrow * rstep;
+        const uintptr_t srow = (uintptr_t)src + (uintptr_t)((r * WC + shift) * isz);
+        if (r < 0 || r >= WR) {
+            for (m = 0; m < nvec; m++) _mm512_storeu_ps(dst + 16 * m, _mm512_setzero_ps());
+        } else if (in_dt == 0) {
+            for (m = 0; m < nvec; m++)
+                _mm512_storeu_ps(dst + 16 * m, _mm512_maskz_loadu_ps(ktab[m], (const void*)(srow + 64 * m)));
+        } else {
+            for (m = 0; m < nvec; m++)
+                _mm512_storeu_ps(dst + 16 * m, _mm512_cvtph_ps(
+                    _mm256_maskz_loadu_epi16(ktab[m], (const void*)(srow + 32 * m))));
+        }
+    }
+}
+#endif
+
 /* Pack window (b, g) = ``src`` [C][WR][WC] into P[c][phase][Mr][Wp] (fp32, zero padded). */
 IPK_TGT static void IPK_SFX(pack_window)(const ipk_geom* g, const unsigned char* src, int in_dt,
                                          float* restrict P)
@@ -218,52 +260,15 @@ IPK_TGT static void IPK_SFX(pack_window)(const ipk_geom* g, const unsigned char*
         hi[pc] = b;
     }
 #if defined(IPK_ISA_AVX512)
-    if (sw == 1) {
-        /* one phase of columns: each row is ceil(Wp/16) masked loads (zero outside the
-         * window, never touching memory there) and full stores. A row's last store runs
-         * into the next row or plane, which is written later, or into the tail. */
-        const int64_t a = lo[0], b = hi[0], shift = g->phc_val[0] + co;
-        const int64_t nvec = (Wp + 15) / 16;
+    if (sw == 1 && (Wp + 15) / 16 <= 64) {
+        const int64_t nvec = (Wp + 15) / 16, isz = in_dt ? 2 : 4;
         __mmask16 ktab[64];
-        if (nvec <= 64) {
-            for (m = 0; m < nvec; m++) {
-                const int64_t m0 = m * 16;
-                const int64_t l0 = a - m0 < 0 ? 0 : a - m0 > 16 ? 16 : a - m0;
-                const int64_t l1 = b - m0 < 0 ? 0 : b - m0 > 16 ? 16 : b - m0;
-                ktab[m] = (__mmask16)((0xFFFFu >> (16 - l1)) & (0xFFFFu << l0));
-            }
-        }
-        for (c = 0; c < C; c++) {
-            for (pr = 0; pr < g->nphr; pr++) {
-                float* restrict dst = P + (c * g->nphr + pr) * plane;
-                for (mrow = 0; mrow < Mr; mrow++, dst += Wp) {
-                    const int64_t r = mrow * sh + g->phr_val[pr] + ro;
-                    int64_t m0;
-                    if (r < 0 || r >= WR) {
-                        for (m0 = 0; m0 < Wp; m0 += 16) _mm512_storeu_ps(dst + m0, _mm512_setzero_ps());
-                        continue;
-                    }
-                    for (m0 = 0; m0 < Wp; m0 += 16) {
-                        __mmask16 k;
-                        if (nvec <= 64) {
-                            k = ktab[m0 >> 4];
-                        } else {
-                            const int64_t l0 = a - m0 < 0 ? 0 : a - m0 > 16 ? 16 : a - m0;
-                            const int64_t l1 = b - m0 < 0 ? 0 : b - m0 > 16 ? 16 : b - m0;
-                            k = (__mmask16)((0xFFFFu >> (16 - l1)) & (0xFFFFu << l0));
-                        }
-                        /* element (c, r, m0 + shift); lanes outside the window are masked off */
-                        const intptr_t e = (intptr_t)((c * WR + r) * WC + m0 + shift);
-                        __m512 v;
-                        if (in_dt == 0)
-                            v = _mm512_maskz_loadu_ps(k, (const void*)((intptr_t)src + e * 4));
-                        else
-                            v = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, (const void*)((intptr_t)src + e * 2)));
-                        _mm512_storeu_ps(dst + m0, v);
-                    }
-                }
-            }
-        }
+        IPK_SFX(row_masks)(ktab, nvec, lo[0], hi[0]);
+        for (c = 0; c < C; c++)
+            for (pr = 0; pr < g->nphr; pr++)
+                IPK_SFX(pack_rows16)(P + (c * g->nphr + pr) * plane, src + c * WR * WC * isz, in_dt,
+                                     WR, WC, g->phr_val[pr] + ro, sh, Mr, Wp, g->phc_val[0] + co,
+                                     ktab, nvec);
         IPK_SFX(zero_f32)(P + C * g->nph * plane, g->p_floats - C * g->nph * plane);
         return;
     }
@@ -407,6 +412,119 @@ IPK_TGT static void IPK_SFX(emit)(const ipk_geom* g, const float* tile, int64_t 
     }
 }
 
+#if defined(IPK_ISA_AVX512)
+/* ---------------------------------------------------------------- depthwise (C = K = 1)
+ * Stride 1, dilation 1, square 3x3 / 5x5 kernels: a block of RY output rows x NX vectors
+ * stays in registers while the input rows stream past; each loaded input vector feeds the
+ * up to KS output rows that use it (the GEMM path loads it once per tap). For every output
+ * the FMAs still run over the taps in the order (i, j), as in the GEMM path, so both paths
+ * give identical bits. Results are stored straight to the output rows (last vector
+ * masked), no staging. */
+#define IPK_DWK(KS, RY, NX)                                                                   \
+    IPK_TGT static void IPK_SFX(dw_##KS##_##RY##_##NX)(const float* restrict P, int64_t Wp,    \
+                                                       const float* restrict w,                \
+                                                       unsigned char* restrict out,            \
+                                                       int64_t ldo, __mmask16 lastk, int out_dt)\
+    {                                                                                         \
+        __m512 acc[RY][NX];                                                                   \
+        int u, j, v, i;                                                                       \
+        _Pragma("GCC unroll 16") for (u = 0; u < RY; u++)                                     \
+            _Pragma("GCC unroll 16") for (v = 0; v < NX; v++) acc[u][v] = _mm512_setzero_ps(); \
+        _Pragma("GCC unroll 16") for (u = 0; u < RY + KS - 1; u++)                            \
+            _Pragma("GCC unroll 16") for (j = 0; j < KS; j++)                                 \
+                _Pragma("GCC unroll 16") for (v = 0; v < NX; v++) {                           \
+                    __m512 x = _mm512_loadu_ps(P + u * Wp + 16 * v + j);                     \
+                    /* keep x in a register: GCC would otherwise fold the load into */         \
+                    /* every FMA that uses it, which is the reuse this kernel is for */         \
+                    __asm__("" : "+v"(x));                                                     \
+                    _Pragma("GCC unroll 16") for (i = 0; i < KS; i++)                         \
+                        if (u - i >= 0 && u - i < RY)                                         \
+                            acc[u - i][v] = _mm512_fmadd_ps(_mm512_set1_ps(w[i * KS + j]), x, \
+                                                            acc[u - i][v]);                   \
+                }                                                                             \
+        _Pragma("GCC unroll 16") for (u = 0; u < RY; u++)                                     \
+            _Pragma("GCC unroll 16") for (v = 0; v < NX; v++) {                               \
+                const __mmask16 k = v == NX - 1 ? lastk : (__mmask16)0xFFFF;                   \
+                if (out_dt == 0)                                                              \
+                    _mm512_mask_storeu_ps((float*)out + u * ldo + 16 * v, k, acc[u][v]);      \
+                else                                                                          \
+                    _mm256_mask_storeu_epi16((uint16_t*)out + u * ldo + 16 * v, k,            \
+                        _mm512_cvtps_ph(acc[u][v], _MM_FROUND_TO_NEAREST_INT));               \
+            }                                                                                 \
+    }
+#define IPK_DWK_NX(KS, RY) IPK_DWK(KS, RY, 1) IPK_DWK(KS, RY, 2) IPK_DWK(KS, RY, 3) IPK_DWK(KS, RY, 4)
+#define IPK_DWK_KS(KS) IPK_DWK_NX(KS, 1) IPK_DWK_NX(KS, 2) IPK_DWK_NX(KS, 3) IPK_DWK_NX(KS, 4) \
+    IPK_DWK_NX(KS, 5) IPK_DWK_NX(KS, 6)
+IPK_DWK_KS(3)
+IPK_DWK_KS(5)
+typedef void (*IPK_SFX(dw_fn))(const float* restrict, int64_t, const float* restrict,
+                               unsigned char* restrict, int64_t, __mmask16, int);
+#define IPK_DW_ROW(KS, RY) {IPK_SFX(dw_##KS##_##RY##_1), IPK_SFX(dw_##KS##_##RY##_2),            \
+                            IPK_SFX(dw_##KS##_##RY##_3), IPK_SFX(dw_##KS##_##RY##_4)}
+#define IPK_DW_KS(KS) {IPK_DW_ROW(KS, 1), IPK_DW_ROW(KS, 2), IPK_DW_ROW(KS, 3), IPK_DW_ROW(KS, 4), \
+                       IPK_DW_ROW(KS, 5), IPK_DW_ROW(KS, 6)}
+#define IPK_DW_RYMAX 6
+/* [KS == 5][RY - 1][NX - 1] */
+static const IPK_SFX(dw_fn) IPK_SFX(dw_tab)[2][IPK_DW_RYMAX][4] = {IPK_DW_KS(3), IPK_DW_KS(5)};
+#undef IPK_DWK
+#undef IPK_DWK_NX
+#undef IPK_DWK_KS
+#undef IPK_DW_ROW
+#undef IPK_DW_KS
+
+static inline int IPK_SFX(dw_ok)(const ipk_geom* g)
+{
+    return g->C == 1 && g->K == 1 && g->sh == 1 && g->sw == 1 && g->dh == 1 && g->dw == 1
+           && g->kh == g->kw && (g->kh == 3 || g->kh == 5) && (g->OC + 15) / 16 * 16 + g->kw <= 1024;
+}
+
+/* The whole vertex through the depthwise kernels. */
+IPK_TGT static void IPK_SFX(dw_vertex)(const ipk_geom* g, unsigned char* tb, int64_t win_off,
+                                       int64_t w_off, int64_t out_off, int in_dt, int out_dt,
+                                       float* P, ipk_pf* pf)
+{
+    const int64_t B = g->B, G = g->G, OR = g->OR, OC = g->OC, KS = g->kh;
+    const int64_t isz = in_dt ? 2 : 4, osz = out_dt ? 2 : 4;
+    const int64_t Wp = (OC + 15) / 16 * 16 + KS - 1, Mr = OR + KS - 1, nvec = (Wp + 15) / 16;
+    const int64_t ry = OR < IPK_DW_RYMAX ? OR : IPK_DW_RYMAX;
+    const int64_t nblk = (OR + ry - 1) / ry * ((OC + 63) / 64);
+    __mmask16 ktab[64];
+    float w[25];
+    int64_t b, gi, t;
+    {
+        const int64_t a = -g->co < 0 ? 0 : -g->co, e = g->WC - g->co;
+        IPK_SFX(row_masks)(ktab, nvec, a, e < a ? a : e > Wp ? Wp : e);
+    }
+    pf->per_call = ((pf->n[0] + pf->n[1] + pf->n[2]) / (B * G * nblk) + 63) & ~(int64_t)63;
+    for (gi = 0; gi < G; gi++) {
+        const unsigned char* ws = tb + w_off + gi * KS * KS * isz;
+        for (t = 0; t < KS * KS; t++) w[t] = IPK_SFX(ldw)(ws, t, in_dt);
+        for (b = 0; b < B; b++) {
+            const int64_t bg = b * G + gi;
+            unsigned char* out = tb + out_off + bg * OR * OC * osz;
+            int64_t x0, y0;
+            IPK_SFX(pack_rows16)(P, tb + win_off + bg * g->WR * g->WC * isz, in_dt, g->WR, g->WC,
+                                 g->ro, 1, Mr, Wp, g->co, ktab, nvec);
+            for (x0 = 0; x0 < OC; x0 += 64) {
+                const int64_t left = OC - x0 < 64 ? OC - x0 : 64, nx = (left + 15) / 16;
+                const __mmask16 lastk = (__mmask16)(0xFFFFu >> (16 - (left - 16 * (nx - 1))));
+                const IPK_SFX(dw_fn) fn = IPK_SFX(dw_tab)[KS == 5][ry - 1][nx - 1];
+                for (y0 = 0; y0 < OR; y0 += ry) {
+                    /* the last block moves up to stay inside: it recomputes (bit for bit)
+                     * a few rows instead of needing a kernel per row count */
+                    const int64_t ys = y0 + ry > OR ? OR - ry : y0;
+                    int64_t stride, q;
+                    const unsigned char* pp = ipk_pf_slice(pf, 32, &stride);
+                    if (stride)
+                        for (q = 0; q < 32; q++) __builtin_prefetch(pp + q * stride, 0, 2);
+                    fn(P + ys * Wp + x0, Wp, w, out + (ys * OC + x0) * osz, OC, lastk, out_dt);
+                }
+            }
+        }
+    }
+}
+#endif
+
 /* ---------------------------------------------------------------- one vertex */
 IPK_TGT static void IPK_SFX(ipk_conv_vertex)(const ipk_geom* g, unsigned char* tb, int64_t win_off,
                                              int64_t w_off, int64_t out_off, int in_dt, int out_dt,
@@ -424,6 +542,12 @@ IPK_TGT static void IPK_SFX(ipk_conv_vertex)(const ipk_geom* g, unsigned char* t
     int i, j;
 
     if (B == 0 || G == 0 || K == 0 || g->OR == 0 || g->OC == 0) return;
+#if defined(IPK_ISA_AVX512)
+    if (IPK_SFX(dw_ok)(g)) {
+        IPK_SFX(dw_vertex)(g, tb, win_off, w_off, out_off, in_dt, out_dt, P, pf);
+        return;
+    }
+#endif
     {   /* spread the next vertex's prefetches over this vertex's micro-kernel calls */
         int64_t calls = 0, k0 = 0, total = pf->n[0] + pf->n[1] + pf->n[2];
         while (k0 < K) {
