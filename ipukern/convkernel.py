@@ -85,7 +85,22 @@ def operand_nbytes(dims, kh: int, kw: int, in_dt, out_dt) -> tuple[np.ndarray, n
     isz = 2 if _dt_code(in_dt, "in_dt") else 4
     osz = 2 if _dt_code(out_dt, "out_dt") else 4
     B, G, C, K, WR, WC, OR, OC = (d[:, i] for i in range(8))
-    return (B * G * C * WR * WC * isz, G * K * C * kh * kw * isz, B * G * K * OR * OC * osz)
+    sizes = ((B, G, C, WR, WC, isz), (G, K, C, kh * kw, isz), (B, G, K, OR, OC, osz))
+    out = []
+    for factors in sizes:
+        # in float first: int64 products of caller-given dims could wrap past a range check
+        approx = np.ones(d.shape[0])
+        for f in factors:
+            approx = approx * np.asarray(f, dtype=np.float64)
+        if (approx > 2.0 ** 62).any():
+            v = int(np.argmax(approx > 2.0 ** 62))
+            raise ConvKernelError(f"vertex {v}: dims {d[v].tolist()} give an operand of "
+                                  f"{approx[v]:.3g} bytes")
+        prod = np.ones(d.shape[0], dtype=np.int64)
+        for f in factors:
+            prod = prod * f
+        out.append(prod)
+    return tuple(out)
 
 
 def conv_scratch_floats(dims, kh, kw, sh, sw, dh, dw) -> int:

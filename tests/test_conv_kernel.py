@@ -338,6 +338,13 @@ def test_depthwise_shapes_all_variants_agree(rng, ks):
             assert np.array_equal(runs["avx2"], runs["avx512"])
 
 
+def test_long_rows_take_the_general_packing(rng):
+    """Rows past 1024 packed columns leave the AVX-512 row packer and the depthwise kernel
+    for the general code: same results."""
+    dims = [(1, 1, 2, 3, 3, 1100, 1, 1100, -1, -1), (1, 2, 1, 1, 3, 1030, 2, 1030, -1, -1)]
+    Batch(rng, dims, (3, 3)).run().check()
+
+
 # --------------------------------------------------------------------------- scratch + errors
 def test_scratch_floats_is_max_over_vertices_and_enough(rng):
     dims = random_dims(rng, 10, (5, 5), (2, 2), (1, 1))
@@ -393,6 +400,12 @@ def test_wrapper_errors_name_the_vertex(rng):
         conv_tiles_checked(*args, scratch=np.zeros((1, 8), np.float32), n_threads=1)
     with pytest.raises(ConvKernelError, match="float32 or float16"):
         conv_tiles_checked(*args, in_dt="float64")
+    huge = b.dims.copy()
+    huge[0, :6] = 2**20                     # 2^100 bytes: must not wrap past the range check
+    with pytest.raises(ConvKernelError, match="operand"):
+        conv_tiles_checked(*args[:5], huge, 3, 3)
+    assert _conv.conv_tiles(b.data, b.tiles, b.win_off, b.w_off, b.out_off, huge, 3, 3, 1, 1, 1, 1,
+                            0, 0, np.zeros((1, 64), np.float32), 1) != _conv.STATUS_OK
     assert np.array_equal(b.data, b.before)
 
 

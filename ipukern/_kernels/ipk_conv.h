@@ -72,6 +72,19 @@ typedef struct {
 
 static inline int64_t ipk_al16(int64_t n) { return (n + 15) & ~(int64_t)15; }
 
+/* Products of non-negative sizes, saturating at INT64_MAX: dims come from the caller, and a
+ * wrapped product could pass a range check. */
+static inline int64_t ipk_smul(int64_t a, int64_t b)
+{
+    int64_t r;
+    if (__builtin_mul_overflow(a, b, &r)) return INT64_MAX;
+    return r;
+}
+static inline int64_t ipk_smul4(int64_t a, int64_t b, int64_t c, int64_t d)
+{
+    return ipk_smul(ipk_smul(a, b), ipk_smul(c, d));
+}
+
 /* Fill g from one row of dims (B, G, C, K, WR, WC, OR, OC, row_org, col_org). Returns a
  * status code; on success g->need is the scratch this vertex needs (floats). */
 static int ipk_geom_init(ipk_geom* g, const int64_t* d, int kh, int kw, int sh, int sw,
@@ -113,9 +126,13 @@ static int ipk_geom_init(ipk_geom* g, const int64_t* d, int kh, int kw, int sh, 
     }
     g->Mr = g->OR + ((int64_t)(kh - 1) * dh) / sh;
     g->Wp = g->OC + ((int64_t)(kw - 1) * dw) / sw;
-    g->plane = g->Mr * g->Wp;
+    g->plane = g->Mr * g->Wp;                       /* each factor < 2^31: no overflow */
     g->nph = (int64_t)g->nphr * g->nphc;
     g->N = g->OR * g->Wp;
+    /* tap offsets are int32: keep the packed window well inside that */
+    if (ipk_smul(ipk_smul(g->C, g->nph), g->plane) > ((int64_t)1 << 30)
+        || ipk_smul4(g->K + 7, g->C, g->T, 1) > ((int64_t)1 << 36))
+        return IPK_CONV_EDIMS;
     /* tail: the last vector of the last plane reads up to jc_max + VW - 1 <= Wp + 15 floats
      * past the end of the packed planes */
     g->p_floats = ipk_al16(g->C * g->nph * g->plane + g->Wp + 32);
@@ -124,10 +141,6 @@ static int ipk_geom_init(ipk_geom* g, const int64_t* d, int kh, int kw, int sh, 
     g->w_floats = ipk_al16((g->K + 7) * g->C * g->T);
     g->o_ints = ipk_al16(g->C * g->T);
     g->need = 16 + g->p_floats + g->w_floats + g->o_ints;
-    /* tap offsets are int32: keep the packed window well inside that */
-    if (g->C * g->nph * g->plane + g->Wp + 64 > ((int64_t)1 << 31) - 1
-        || g->need > ((int64_t)1 << 40))
-        return IPK_CONV_EDIMS;
     return IPK_CONV_OK;
 }
 
@@ -136,9 +149,9 @@ static inline void ipk_geom_bytes(const ipk_geom* g, int in_dt, int out_dt, int6
                                   int64_t* w_b, int64_t* out_b)
 {
     int64_t isz = in_dt ? 2 : 4, osz = out_dt ? 2 : 4;
-    *win_b = g->B * g->G * g->C * g->WR * g->WC * isz;
-    *w_b = g->G * g->K * g->C * g->T * isz;
-    *out_b = g->B * g->G * g->K * g->OR * g->OC * osz;
+    *win_b = ipk_smul(ipk_smul4(g->B, g->G, g->C, g->WR), ipk_smul(g->WC, isz));
+    *w_b = ipk_smul4(g->G, g->K, g->C, ipk_smul(g->T, isz));
+    *out_b = ipk_smul(ipk_smul4(g->B, g->G, g->K, g->OR), ipk_smul(g->OC, osz));
 }
 
 /* Validate one vertex against the arena and the scratch before anything is written. */

@@ -380,6 +380,20 @@ IPK_TGT static void IPK_SFX(pack_weights)(const ipk_geom* g, const unsigned char
             }
         }
 #endif
+        if (in_dt == 0) {
+            /* constant mr: the inner loop unrolls to mr loads and stores per tap */
+            const float *r0 = (const float*)rows[0], *r1 = (const float*)rows[mr > 1 ? 1 : 0];
+            const float *r2 = (const float*)rows[mr > 2 ? 2 : 0], *r3 = (const float*)rows[mr > 3 ? 3 : 0];
+            if (mr == 1) {
+                for (; t < CT; t++) dst[t] = r0[t];
+            } else if (mr == 2) {
+                for (; t < CT; t++) { dst[2 * t] = r0[t]; dst[2 * t + 1] = r1[t]; }
+            } else if (mr == 4) {
+                for (; t < CT; t++) {
+                    dst[4 * t] = r0[t]; dst[4 * t + 1] = r1[t]; dst[4 * t + 2] = r2[t]; dst[4 * t + 3] = r3[t];
+                }
+            }
+        }
         for (; t < CT; t++)
             for (m = 0; m < mr; m++) dst[t * mr + m] = IPK_SFX(ldw)(rows[m], t, in_dt);
         dst += (int64_t)mr * CT;
