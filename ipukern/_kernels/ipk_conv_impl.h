@@ -213,26 +213,41 @@ IPK_TGT static inline void IPK_SFX(row_masks)(__mmask16* ktab, int64_t nvec, int
 
 /* Pack Mr rows of one channel plane ``src`` [WR][WC]: packed row mrow <- window row
  * r0 + mrow*rstep (zeros outside [0, WR)), packed column m <- window column m + shift.
- * Each row is nvec masked loads (lanes outside the window are never read) and full stores;
- * a row's last store runs up to 15 floats into the next row (written next) or past the
- * plane (the caller leaves room there). */
+ * Each row is nvec loads (masked only where the row meets the window's edges: masked loads
+ * are slower, and lanes outside the window are never read) and full stores; a row's last
+ * store runs up to 15 floats into the next row (written next) or past the plane (the
+ * caller leaves room there). */
 IPK_TGT static inline void IPK_SFX(pack_rows16)(float* restrict dst, const unsigned char* src,
                                                 int in_dt, int64_t WR, int64_t WC, int64_t r0,
                                                 int64_t rstep, int64_t Mr, int64_t Wp, int64_t shift,
                                                 const __mmask16* ktab, int64_t nvec)
 {
     const int64_t isz = in_dt ? 2 : 4;
-    int64_t mrow, m;
+    int64_t mrow, m, f0 = 0, f1;
+    /* full vectors: [f0, f1) */
+    while (f0 < nvec && ktab[f0] != (__mmask16)0xFFFF) f0++;
+    f1 = f0;
+    while (f1 < nvec && ktab[f1] == (__mmask16)0xFFFF) f1++;
     for (mrow = 0; mrow < Mr; mrow++, dst += Wp) {
         const int64_t r = r0 + mrow * rstep;
         const uintptr_t srow = (uintptr_t)src + (uintptr_t)((r * WC + shift) * isz);
         if (r < 0 || r >= WR) {
             for (m = 0; m < nvec; m++) _mm512_storeu_ps(dst + 16 * m, _mm512_setzero_ps());
         } else if (in_dt == 0) {
-            for (m = 0; m < nvec; m++)
+            for (m = 0; m < f0; m++)
+                _mm512_storeu_ps(dst + 16 * m, _mm512_maskz_loadu_ps(ktab[m], (const void*)(srow + 64 * m)));
+            for (; m < f1; m++)
+                _mm512_storeu_ps(dst + 16 * m, _mm512_loadu_ps((const void*)(srow + 64 * m)));
+            for (; m < nvec; m++)
                 _mm512_storeu_ps(dst + 16 * m, _mm512_maskz_loadu_ps(ktab[m], (const void*)(srow + 64 * m)));
         } else {
-            for (m = 0; m < nvec; m++)
+            for (m = 0; m < f0; m++)
+                _mm512_storeu_ps(dst + 16 * m, _mm512_cvtph_ps(
+                    _mm256_maskz_loadu_epi16(ktab[m], (const void*)(srow + 32 * m))));
+            for (; m < f1; m++)
+                _mm512_storeu_ps(dst + 16 * m, _mm512_cvtph_ps(
+                    _mm256_loadu_si256((const __m256i*)(srow + 32 * m))));
+            for (; m < nvec; m++)
                 _mm512_storeu_ps(dst + 16 * m, _mm512_cvtph_ps(
                     _mm256_maskz_loadu_epi16(ktab[m], (const void*)(srow + 32 * m))));
         }
