@@ -31,12 +31,15 @@ torch = pytest.importorskip("torch")
 
 N_TILES = 1472
 
-# name: (N, C_in, C_out, H=W, k, pad, groups, split=(batch, group, out-chan, row parts), dtype)
+# name: (N, C_in, C_out, H=W, k, pad, groups, split=(batch, group, out-chan, row parts), dtype[,
+#        stride])
 CONV_CASES = {
     # ResNeXt-style 3x3 layer, N=8 C=128 56x56 pad 1
     "dense-g1": (8, 128, 128, 56, 3, 1, 1, (8, 1, 8, 23), np.float32),          # K=16, OR 2-3
     "dense-g1-224-big-tiles": (8, 128, 128, 56, 3, 1, 1, (8, 1, 4, 7), np.float32),  # K=32, OR 8
     "dense-g1-fp16-in": (8, 128, 128, 56, 3, 1, 1, (8, 1, 8, 23), np.float16),
+    # ResNet-style downsampling 3x3 stride 2, 128 -> 256 channels, 56 -> 28
+    "dense-g1-stride2": (8, 128, 256, 56, 3, 1, 1, (8, 1, 16, 11), np.float32, 2),
     "g16-cpg8": (8, 128, 128, 56, 3, 1, 16, (8, 4, 1, 46), np.float32),          # G=4, OR 1-2
     "g32-cpg4": (8, 128, 128, 56, 3, 1, 32, (8, 4, 1, 46), np.float32),          # G=8
     "g128-depthwise": (8, 128, 128, 56, 3, 1, 128, (8, 4, 1, 46), np.float32),   # G=32
@@ -80,26 +83,28 @@ def _report(benchmark, tb, base_s, base_name, n_threads):
 @pytest.mark.parametrize("case", list(CONV_CASES))
 @pytest.mark.benchmark(group="conv-kernel")
 def test_conv_layer(benchmark, case):
-    n, cin, cout, hw, k, pad, groups, split, dtype = CONV_CASES[case]
+    n, cin, cout, hw, k, pad, groups, split, dtype, *rest = CONV_CASES[case]
+    stride = rest[0] if rest else 1
     rng = np.random.default_rng(0)
     x = rng.standard_normal((n, cin, hw, hw)).astype(dtype)
     w = (rng.standard_normal((cout, cin // groups, k, k)) / np.sqrt(cin // groups * k * k)).astype(dtype)
-    tb = conv_layer(x, w, padding=pad, groups=groups, split=split, out_dtype=np.float32,
-                    n_tiles=N_TILES)
+    tb = conv_layer(x, w, stride=stride, padding=pad, groups=groups, split=split,
+                    out_dtype=np.float32, n_tiles=N_TILES)
     n_threads = get_num_threads()
     run = _kernel_call(tb, n_threads)
     benchmark(run)
     # correct: every tile's output, gathered, equals the float64 layer
     ref = torch.nn.functional.conv2d(torch.from_numpy(x.astype(np.float64)),
-                                     torch.from_numpy(w.astype(np.float64)), padding=pad,
-                                     groups=groups).numpy()
+                                     torch.from_numpy(w.astype(np.float64)), stride=stride,
+                                     padding=pad, groups=groups).numpy()
     got = tb.gather()
     assert np.abs(got - ref).max() <= 1e-4 * max(1.0, np.abs(ref).max())
     # same run: the whole layer through oneDNN, fp32, same thread count
     torch.set_num_threads(n_threads)
     xt = torch.from_numpy(x.astype(np.float32))
     wt = torch.from_numpy(w.astype(np.float32))
-    base = best_call_seconds(lambda: torch.nn.functional.conv2d(xt, wt, padding=pad, groups=groups))
+    base = best_call_seconds(lambda: torch.nn.functional.conv2d(xt, wt, stride=stride, padding=pad,
+                                                                groups=groups))
     _report(benchmark, tb, base, "torch.nn.functional.conv2d fp32 (whole layer, same threads)",
             n_threads)
 

@@ -287,6 +287,60 @@ IPK_TGT static void IPK_SFX(pack_window)(const ipk_geom* g, const unsigned char*
         IPK_SFX(zero_f32)(P + C * g->nph * plane, g->p_floats - C * g->nph * plane);
         return;
     }
+    if (sw == 2 && (Wp + 15) / 16 <= 64) {
+        const int64_t nvec = (Wp + 15) / 16, isz = in_dt ? 2 : 4;
+        __mmask16 klo[64], khi[64];
+        /* packed column m of phase ph <- window column q = 2m + ph + co: a block of 16
+         * packed columns of both phases is 32 consecutive window columns starting at
+         * q0 = 32*v + co, split into even / odd lanes */
+        for (m = 0; m < nvec; m++) {
+            const int64_t q0 = 32 * m + co;
+            const int64_t a0 = -q0 < 0 ? 0 : -q0 > 16 ? 16 : -q0, b0 = WC - q0 < 0 ? 0 : WC - q0 > 16 ? 16 : WC - q0;
+            const int64_t a1 = -q0 - 16 < 0 ? 0 : -q0 - 16 > 16 ? 16 : -q0 - 16;
+            const int64_t b1 = WC - q0 - 16 < 0 ? 0 : WC - q0 - 16 > 16 ? 16 : WC - q0 - 16;
+            klo[m] = b0 > a0 ? (__mmask16)((0xFFFFu >> (16 - b0)) & (0xFFFFu << a0)) : 0;
+            khi[m] = b1 > a1 ? (__mmask16)((0xFFFFu >> (16 - b1)) & (0xFFFFu << a1)) : 0;
+        }
+        {
+            const __m512i ev = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+            const __m512i od = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+            /* phase plane of phase value 0 / 1 (-1 when the taps never read it) */
+            const int64_t p0 = g->phc_val[0] == 0 ? 0 : -1;
+            const int64_t p1 = g->phc_val[0] == 1 ? 0 : (g->nphc > 1 ? 1 : -1);
+            const __mmask16 klast = (__mmask16)(0xFFFFu >> (16 - (Wp - 16 * (nvec - 1))));
+            for (c = 0; c < C; c++) {
+                for (pr = 0; pr < g->nphr; pr++) {
+                    float* base = P + (c * g->nphr + pr) * g->nphc * plane;
+                    for (mrow = 0; mrow < Mr; mrow++) {
+                        const int64_t r = mrow * sh + g->phr_val[pr] + ro;
+                        const int inside = r >= 0 && r < WR;
+                        const uintptr_t srow = (uintptr_t)src + (uintptr_t)((c * WR + r) * WC + co) * isz;
+                        float* d0 = p0 >= 0 ? base + p0 * plane + mrow * Wp : 0;
+                        float* d1 = p1 >= 0 ? base + p1 * plane + mrow * Wp : 0;
+                        for (m = 0; m < nvec; m++) {
+                            /* the last block is stored masked: past Wp is another plane */
+                            const __mmask16 ks = m == nvec - 1 ? klast : (__mmask16)0xFFFF;
+                            __m512 lo_v = _mm512_setzero_ps(), hi_v = _mm512_setzero_ps();
+                            if (inside) {
+                                const uintptr_t sp = srow + (uintptr_t)(32 * m * isz);
+                                if (in_dt == 0) {
+                                    lo_v = _mm512_maskz_loadu_ps(klo[m], (const void*)sp);
+                                    hi_v = _mm512_maskz_loadu_ps(khi[m], (const void*)(sp + 64));
+                                } else {
+                                    lo_v = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(klo[m], (const void*)sp));
+                                    hi_v = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(khi[m], (const void*)(sp + 32)));
+                                }
+                            }
+                            if (d0) _mm512_mask_storeu_ps(d0 + 16 * m, ks, _mm512_permutex2var_ps(lo_v, ev, hi_v));
+                            if (d1) _mm512_mask_storeu_ps(d1 + 16 * m, ks, _mm512_permutex2var_ps(lo_v, od, hi_v));
+                        }
+                    }
+                }
+            }
+        }
+        IPK_SFX(zero_f32)(P + C * g->nph * plane, g->p_floats - C * g->nph * plane);
+        return;
+    }
 #endif
     for (c = 0; c < C; c++) {
         for (pr = 0; pr < g->nphr; pr++) {
