@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["ConvKernelError", "DIMS_FIELDS", "conv_tiles_checked", "conv_scratch_floats",
-           "operand_nbytes", "available_isas", "best_isa"]
+__all__ = ["ConvKernelError", "DIMS_FIELDS", "ConvCodelet", "conv_tiles_checked",
+           "conv_scratch_floats", "operand_nbytes", "available_isas", "best_isa"]
 
 DIMS_FIELDS = ("B", "G", "C", "K", "WR", "WC", "OR", "OC", "row_org", "col_org")
 _DT = {"float32": 0, "float16": 1, 0: 0, 1: 1}
+NP_DTYPES = {0: np.float32, 1: np.float16}
 _MAX_PARAM = 64   # IPK_CONV_MAX_K in ipk_conv.h
 
 
@@ -247,3 +248,46 @@ def conv_tiles_checked(data, tiles, win_off, w_off, out_off, dims, kh, kw, sh=1,
                               kh, kw, sh, sw, dh, dw, idt, odt, scratch, n_threads, isa_code)
     if st != 0:  # pragma: no cover - everything the kernel checks was checked above
         raise ConvKernelError(f"conv kernel refused the batch (status {st})")
+
+
+class ConvCodelet:
+    """A codelet (see :class:`ipukern.program.Codelet`) running conv vertices through the
+    compiled kernel.
+
+    The batch's ``args`` hold ``"win"``, ``"w"``, ``"out"`` (int64 byte offsets, shape (V,))
+    and ``"dims"`` (int64, shape (V, 10)), checked once with :func:`conv_tiles_checked` when
+    the plan is built. Scratch is sized from the dims and allocated on the first run for a
+    given thread count, then reused by every later run of the plan.
+
+    Parameters
+    ----------
+    kernel, stride, dilation : (int, int)
+    in_dtype, out_dtype : "float32" or "float16"
+    scratch_floats : int
+        :func:`conv_scratch_floats` of the batch's dims.
+    """
+
+    def __init__(self, kernel, stride=(1, 1), dilation=(1, 1), in_dtype="float32",
+                 out_dtype="float32", scratch_floats=16, name=None):
+        self.params = _params(*kernel, *stride, *dilation)
+        self.in_dt, self.out_dt = _dt_code(in_dtype, "in_dtype"), _dt_code(out_dtype, "out_dtype")
+        self.scratch_floats = int(scratch_floats)
+        self.name = name or (f"conv{kernel[0]}x{kernel[1]}<{np.dtype(NP_DTYPES[self.in_dt]).name}"
+                             f"->{np.dtype(NP_DTYPES[self.out_dt]).name}>")
+        self._scratch = {}
+
+    def scratch(self, n_threads: int) -> np.ndarray:
+        s = self._scratch.get(n_threads)
+        if s is None:
+            s = self._scratch[n_threads] = np.zeros((n_threads, self.scratch_floats), np.float32)
+        return s
+
+    def run(self, data, batch, n_threads):
+        a = batch.args
+        st = _kernel().conv_tiles(data, batch.tiles, a["win"], a["w"], a["out"], a["dims"],
+                                  *self.params, self.in_dt, self.out_dt, self.scratch(n_threads),
+                                  n_threads)
+        if st != 0:
+            raise ConvKernelError(f"{self.name}: the conv kernel refused the batch (status {st}); "
+                                  "check it with conv_tiles_checked")
+

@@ -425,6 +425,24 @@ def test_reads_may_overlap_between_vertices(rng):
         assert (np.abs(got - ref) <= 1e-5 * conv_tile_reference(np.abs(win), np.abs(wts), 4, 4, 0, 0, (3, 3))).all()
 
 
+def test_codelet_runs_a_batch_and_reuses_scratch(rng):
+    from types import SimpleNamespace
+    b = Batch(rng, random_dims(rng, 6, (3, 3), (1, 1), (1, 1)), (3, 3), in_dt=1, out_dt=1)
+    s = conv_scratch_floats(b.dims, 3, 3, 1, 1, 1, 1)
+    codelet = convkernel.ConvCodelet((3, 3), in_dtype="float16", out_dtype="float16", scratch_floats=s)
+    batch = SimpleNamespace(tiles=b.tiles, args={"win": b.win_off, "w": b.w_off, "out": b.out_off,
+                                                 "dims": b.dims})
+    codelet.run(b.data, batch, 2)
+    b.check()
+    first = codelet.scratch(2)
+    codelet.run(b.data, batch, 2)
+    assert codelet.scratch(2) is first
+    small = convkernel.ConvCodelet((3, 3), in_dtype="float16", out_dtype="float16",
+                                   scratch_floats=s - 1)
+    with pytest.raises(ConvKernelError, match=f"status {_conv.STATUS_SCRATCH}"):
+        small.run(b.data, batch, 1)
+
+
 # --------------------------------------------------------------------------- property test
 if given is not None:
     @given(seed=st.integers(0, 2**32 - 1), kh=st.integers(1, 4), kw=st.integers(1, 4),
