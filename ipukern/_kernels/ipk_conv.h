@@ -18,11 +18,19 @@
  *     runs over all taps with broadcast-FMA: acc[m][r] += W[t][m] * P[offs[t] + n0 + r*VW ..].
  *  4. the valid columns of the block are stored (rounded to the output dtype).
  *
+ * Depthwise vertices (C = K = 1 per group, 3x3 or 5x5, stride 1, dilation 1) take their own
+ * AVX-512 kernels instead (ipk_conv_impl.h): a block of output rows stays in registers while
+ * input rows stream past, so each loaded vector serves every output row that uses it, and
+ * results go straight to the output. Small channel counts (cpg 2..8) use the GEMM path with
+ * MR = K: blocks of 1, 2, 4 or 8 output channels by up to 12 vectors, so no lanes are spent
+ * on absent channels. While a thread computes a vertex it prefetches the next one's operands
+ * (the arena is much larger than the caches).
+ *
  * Every output element is one FMA chain over the taps in the fixed order t = c*kh*kw + i*kw
  * + j, whatever the blocking, the ISA variant or the thread, so results are deterministic and
- * independent of the thread count. Variants with FMA (AVX-512, AVX2) give bitwise equal
- * results; the baseline variant (SSE2 / plain C) rounds the product separately where the
- * target has no FMA instruction.
+ * independent of the thread count. Variants with FMA (AVX-512, AVX2) and the depthwise
+ * kernels give bitwise equal results; the baseline variant (SSE2 / plain C) rounds the product
+ * separately where the target has no FMA instruction.
  *
  * ISA variants are compiled into the same binary with target attributes and picked at run
  * time (ipk_conv_pick), so -march=native is not needed for speed.
