@@ -502,9 +502,15 @@ IPK_TGT static void IPK_SFX(emit)(const ipk_geom* g, const float* tile, int64_t 
  * up to KS output rows that use it (the GEMM path loads it once per tap). For every output
  * the FMAs still run over the taps in the order (i, j), as in the GEMM path, so both paths
  * give identical bits. Results are stored straight to the output rows (last vector
- * masked), no staging. */
+ * masked), no staging.
+ *
+ * Input row u of the block is read at rows[u] + 16*v + j. The first and last vectors of a
+ * row load with masks km[j] / km[KS + j] (zero outside the window: this is the padding, and
+ * lanes outside are never read), the ones between them load plainly. fp32 windows are read
+ * in place (rows outside the window point at a zero row); fp16 ones are packed first. */
 #define IPK_DWK(KS, RY, NX)                                                                   \
-    IPK_TGT static void IPK_SFX(dw_##KS##_##RY##_##NX)(const float* restrict P, int64_t Wp,    \
+    IPK_TGT static void IPK_SFX(dw_##KS##_##RY##_##NX)(const float* const* rows,               \
+                                                       const __mmask16* km,                    \
                                                        const float* restrict w,                \
                                                        unsigned char* restrict out,            \
                                                        int64_t ldo, __mmask16 lastk, int out_dt)\
@@ -513,10 +519,17 @@ IPK_TGT static void IPK_SFX(emit)(const ipk_geom* g, const float* tile, int64_t 
         int u, j, v, i;                                                                       \
         _Pragma("GCC unroll 16") for (u = 0; u < RY; u++)                                     \
             _Pragma("GCC unroll 16") for (v = 0; v < NX; v++) acc[u][v] = _mm512_setzero_ps(); \
-        _Pragma("GCC unroll 16") for (u = 0; u < RY + KS - 1; u++)                            \
+        _Pragma("GCC unroll 16") for (u = 0; u < RY + KS - 1; u++) {                          \
+            const float* rp = rows[u];                                                        \
             _Pragma("GCC unroll 16") for (j = 0; j < KS; j++)                                 \
                 _Pragma("GCC unroll 16") for (v = 0; v < NX; v++) {                           \
-                    __m512 x = _mm512_loadu_ps(P + u * Wp + 16 * v + j);                     \
+                    __m512 x;                                                                 \
+                    if (v == 0)                                                               \
+                        x = _mm512_maskz_loadu_ps(km[j], rp + j);                             \
+                    else if (v == NX - 1)                                                     \
+                        x = _mm512_maskz_loadu_ps(km[KS + j], rp + 16 * v + j);               \
+                    else                                                                      \
+                        x = _mm512_loadu_ps(rp + 16 * v + j);                                 \
                     /* keep x in a register: GCC would otherwise fold the load into */         \
                     /* every FMA that uses it, which is the reuse this kernel is for */         \
                     __asm__("" : "+v"(x));                                                     \
@@ -525,6 +538,7 @@ IPK_TGT static void IPK_SFX(emit)(const ipk_geom* g, const float* tile, int64_t 
                             acc[u - i][v] = _mm512_fmadd_ps(_mm512_set1_ps(w[i * KS + j]), x, \
                                                             acc[u - i][v]);                   \
                 }                                                                             \
+        }                                                                                     \
         _Pragma("GCC unroll 16") for (u = 0; u < RY; u++)                                     \
             _Pragma("GCC unroll 16") for (v = 0; v < NX; v++) {                               \
                 const __mmask16 k = v == NX - 1 ? lastk : (__mmask16)0xFFFF;                   \
@@ -540,7 +554,7 @@ IPK_TGT static void IPK_SFX(emit)(const ipk_geom* g, const float* tile, int64_t 
     IPK_DWK_NX(KS, 5) IPK_DWK_NX(KS, 6)
 IPK_DWK_KS(3)
 IPK_DWK_KS(5)
-typedef void (*IPK_SFX(dw_fn))(const float* restrict, int64_t, const float* restrict,
+typedef void (*IPK_SFX(dw_fn))(const float* const*, const __mmask16*, const float* restrict,
                                unsigned char* restrict, int64_t, __mmask16, int);
 #define IPK_DW_ROW(KS, RY) {IPK_SFX(dw_##KS##_##RY##_1), IPK_SFX(dw_##KS##_##RY##_2),            \
                             IPK_SFX(dw_##KS##_##RY##_3), IPK_SFX(dw_##KS##_##RY##_4)}
@@ -561,22 +575,47 @@ static inline int IPK_SFX(dw_ok)(const ipk_geom* g)
            && g->kh == g->kw && (g->kh == 3 || g->kh == 5) && (g->OC + 15) / 16 * 16 + g->kw <= 1024;
 }
 
+/* Lanes l of a 16-float load at window column q0 + l that lie inside [0, WC). */
+static inline __mmask16 IPK_SFX(col_mask)(int64_t q0, int64_t WC)
+{
+    const int64_t a = -q0 < 0 ? 0 : -q0 > 16 ? 16 : -q0, b = WC - q0 < 0 ? 0 : WC - q0 > 16 ? 16 : WC - q0;
+    return b > a ? (__mmask16)((0xFFFFu >> (16 - b)) & (0xFFFFu << a)) : (__mmask16)0;
+}
+
 /* The whole vertex through the depthwise kernels. */
 IPK_TGT static void IPK_SFX(dw_vertex)(const ipk_geom* g, unsigned char* tb, int64_t win_off,
                                        int64_t w_off, int64_t out_off, int in_dt, int out_dt,
                                        float* P, ipk_pf* pf)
 {
-    const int64_t B = g->B, G = g->G, OR = g->OR, OC = g->OC, KS = g->kh;
-    const int64_t isz = in_dt ? 2 : 4, osz = out_dt ? 2 : 4;
+    const int64_t B = g->B, G = g->G, OR = g->OR, OC = g->OC, KS = g->kh, WR = g->WR, WC = g->WC;
+    const int64_t isz = in_dt ? 2 : 4, osz = out_dt ? 2 : 4, co = g->co, ro = g->ro;
     const int64_t Wp = (OC + 15) / 16 * 16 + KS - 1, Mr = OR + KS - 1, nvec = (Wp + 15) / 16;
     const int64_t ry = OR < IPK_DW_RYMAX ? OR : IPK_DW_RYMAX;
     const int64_t nblk = (OR + ry - 1) / ry * ((OC + 63) / 64);
-    __mmask16 ktab[64];
+    const float* zrow = P;           /* direct mode: a row of zeros for rows outside */
+    __mmask16 ktab[64], km[(OC + 63) / 64][10];
+    const float* rows[IPK_DW_RYMAX + 4];
     float w[25];
-    int64_t b, gi, t;
-    {
-        const int64_t a = -g->co < 0 ? 0 : -g->co, e = g->WC - g->co;
+    int64_t b, gi, t, x0, u;
+    int direct = in_dt == 0;
+    /* per 64-column chunk: masks of the first and last vectors for each j; reading in place
+     * needs the vectors between them inside the window */
+    for (x0 = 0; x0 < OC; x0 += 64) {
+        const int64_t nx = ((OC - x0 < 64 ? OC - x0 : 64) + 15) / 16;
+        for (t = 0; t < KS; t++) {
+            km[x0 / 64][t] = IPK_SFX(col_mask)(x0 + co + t, WC);
+            km[x0 / 64][KS + t] = IPK_SFX(col_mask)(x0 + co + 16 * (nx - 1) + t, WC);
+            if (nx == 1) km[x0 / 64][t] &= km[x0 / 64][KS + t];
+        }
+        if (nx >= 3 && (x0 + co + 16 < 0 || x0 + co + 16 * (nx - 1) + KS - 2 >= WC)) direct = 0;
+    }
+    if (direct) {
+        IPK_SFX(zero_f32)(P, 16 * 4 + 32);
+    } else {
+        const int64_t a = -co < 0 ? 0 : -co, e = WC - co;
         IPK_SFX(row_masks)(ktab, nvec, a, e < a ? a : e > Wp ? Wp : e);
+        for (x0 = 0; x0 < OC; x0 += 64)
+            for (t = 0; t < 2 * KS; t++) km[x0 / 64][t] = (__mmask16)0xFFFF;   /* P is padded */
     }
     pf->per_call = ((pf->n[0] + pf->n[1] + pf->n[2]) / (B * G * nblk) + 63) & ~(int64_t)63;
     for (gi = 0; gi < G; gi++) {
@@ -584,10 +623,11 @@ IPK_TGT static void IPK_SFX(dw_vertex)(const ipk_geom* g, unsigned char* tb, int
         for (t = 0; t < KS * KS; t++) w[t] = IPK_SFX(ldw)(ws, t, in_dt);
         for (b = 0; b < B; b++) {
             const int64_t bg = b * G + gi;
+            const unsigned char* win = tb + win_off + bg * WR * WC * isz;
             unsigned char* out = tb + out_off + bg * OR * OC * osz;
-            int64_t x0, y0;
-            IPK_SFX(pack_rows16)(P, tb + win_off + bg * g->WR * g->WC * isz, in_dt, g->WR, g->WC,
-                                 g->ro, 1, Mr, Wp, g->co, ktab, nvec);
+            int64_t y0;
+            if (!direct)
+                IPK_SFX(pack_rows16)(P, win, in_dt, WR, WC, ro, 1, Mr, Wp, co, ktab, nvec);
             for (x0 = 0; x0 < OC; x0 += 64) {
                 const int64_t left = OC - x0 < 64 ? OC - x0 : 64, nx = (left + 15) / 16;
                 const __mmask16 lastk = (__mmask16)(0xFFFFu >> (16 - (left - 16 * (nx - 1))));
@@ -600,7 +640,17 @@ IPK_TGT static void IPK_SFX(dw_vertex)(const ipk_geom* g, unsigned char* tb, int
                     const unsigned char* pp = ipk_pf_slice(pf, 32, &stride);
                     if (stride)
                         for (q = 0; q < 32; q++) __builtin_prefetch(pp + q * stride, 0, 2);
-                    fn(P + ys * Wp + x0, Wp, w, out + (ys * OC + x0) * osz, OC, lastk, out_dt);
+                    for (u = 0; u < ry + KS - 1; u++) {
+                        const int64_t r = ys + u + ro;
+                        if (!direct)
+                            rows[u] = P + (ys + u) * Wp + x0;
+                        else if (r >= 0 && r < WR)
+                            /* lanes before the row start are masked: never read */
+                            rows[u] = (const float*)(uintptr_t)((uintptr_t)win + (uintptr_t)((r * WC + x0 + co) * 4));
+                        else
+                            rows[u] = zrow;
+                    }
+                    fn(rows, km[x0 / 64], w, out + (ys * OC + x0) * osz, OC, lastk, out_dt);
                 }
             }
         }
