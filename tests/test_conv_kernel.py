@@ -315,21 +315,23 @@ def test_isa_variants_agree(rng):
             assert np.array_equal(runs[fma[0], in_dt], runs[isa, in_dt]), isa
 
 
-@pytest.mark.parametrize("ks", [3, 5])
-def test_depthwise_shapes_all_variants_agree(rng, ks):
-    """C = K = 1 per group (the AVX-512 variant has its own depthwise kernels, reading fp32
-    windows in place and packing fp16 ones): odd sizes, rows 1..15, columns past 64, padding
-    on every side; bitwise equal to the GEMM path of the AVX2 variant, which runs the same
-    FMA chains."""
+@pytest.mark.parametrize("ks", [1, 3, 5])
+def test_small_channel_shapes_all_variants_agree(rng, ks):
+    """Few channels per group (C <= 8, K <= 16: the AVX-512 variant has its own kernels for
+    these, reading fp32 windows in place and packing fp16 ones): depthwise and cpg 2..8, K
+    blocks rounded up, odd sizes, rows 1..15, columns past 64, padding on every side;
+    bitwise equal to the GEMM path of the AVX2 variant, which runs the same FMA chains."""
     dims = []
-    for OR, OC in [(1, 1), (2, 56), (7, 28), (15, 17), (5, 100), (3, 64), (6, 65), (13, 33)]:
+    shapes = [(1, 1, 1, 1), (2, 56, 1, 1), (7, 28, 2, 2), (15, 17, 4, 4), (5, 100, 8, 8),
+              (3, 64, 1, 3), (6, 65, 3, 5), (13, 33, 8, 16), (2, 50, 5, 11), (4, 47, 1, 1)]
+    for OR, OC, C, K in shapes:
         p = ks // 2
         ro, co = int(rng.integers(-p - 1, 2)), int(rng.integers(-p - 1, 2))
         WR, WC = OR + ks - 1 + int(rng.integers(-2, 2)), OC + ks - 1 + int(rng.integers(-3, 2))
-        dims.append((int(rng.integers(1, 3)), int(rng.integers(1, 4)), 1, 1, max(WR, 1), max(WC, 1),
+        dims.append((int(rng.integers(1, 3)), int(rng.integers(1, 4)), C, K, max(WR, 1), max(WC, 1),
                      OR, OC, ro, co))
     # windows much narrower / further left than the outputs: mostly padding
-    dims += [(1, 2, 1, 1, 4, 5, 3, 60, -1, -2), (1, 1, 1, 1, 9, 40, 6, 70, 0, -30),
+    dims += [(1, 2, 1, 1, 4, 5, 3, 60, -1, -2), (1, 1, 2, 4, 9, 40, 6, 70, 0, -30),
              (1, 1, 1, 1, 3, 3, 2, 20, -5, 1)]
     isas = convkernel.available_isas()
     for in_dt, out_dt in [(0, 0), (1, 1), (1, 0)]:

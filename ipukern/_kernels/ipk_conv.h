@@ -144,8 +144,8 @@ static int ipk_geom_init(ipk_geom* g, const int64_t* d, int kh, int kw, int sh, 
     /* tail: the last vector of the last plane reads up to jc_max + VW - 1 <= Wp + 15 floats
      * past the end of the packed planes */
     g->p_floats = ipk_al16(g->C * g->nph * g->plane + g->Wp + 32);
-    /* the depthwise path (AVX-512) pads rows to whole vectors: up to 15 more per row */
-    g->p_floats += ipk_al16(16 * g->Mr + 32);
+    /* the small-channel path (AVX-512) pads rows to whole vectors: up to 15 more per row */
+    g->p_floats += ipk_al16(16 * (g->C <= 8 ? g->C : 1) * g->Mr + 128);
     g->w_floats = ipk_al16((g->K + 7) * g->C * g->T);
     g->o_ints = ipk_al16(g->C * g->T);
     g->need = 16 + g->p_floats + g->w_floats + g->o_ints;

@@ -496,83 +496,196 @@ IPK_TGT static void IPK_SFX(emit)(const ipk_geom* g, const float* tile, int64_t 
 }
 
 #if defined(IPK_ISA_AVX512)
-/* ---------------------------------------------------------------- depthwise (C = K = 1)
- * Stride 1, dilation 1, square 3x3 / 5x5 kernels: a block of RY output rows x NX vectors
- * stays in registers while the input rows stream past; each loaded input vector feeds the
- * up to KS output rows that use it (the GEMM path loads it once per tap). For every output
- * the FMAs still run over the taps in the order (i, j), as in the GEMM path, so both paths
- * give identical bits. Results are stored straight to the output rows (last vector
- * masked), no staging.
+/* ---------------------------------------------------------------- small channel counts
+ * Groups with few channels (C <= 8 in, K <= 16 out per group: depthwise, cpg 2..8), stride 1,
+ * dilation 1, square 1x1 / 3x3 / 5x5 kernels. A block of MR output channels x RY output rows
+ * x NX vectors stays in registers while the input rows of every channel stream past; each
+ * loaded input vector feeds the MR x (up to KS) outputs that use it (the GEMM path loads it
+ * once per tap and must stage its results). Per output the FMAs still run over the taps in
+ * the order (c, i, j), as in the GEMM path, so both paths give identical bits. Results are
+ * stored straight to the output rows (last vector masked).
  *
- * Input row u of the block is read at rows[u] + 16*v + j. The first and last vectors of a
- * row load with masks km[j] / km[KS + j] (zero outside the window: this is the padding, and
- * lanes outside are never read), the ones between them load plainly. fp32 windows are read
- * in place (rows outside the window point at a zero row); fp16 ones are packed first. */
-#define IPK_DWK(KS, RY, NX)                                                                   \
-    IPK_TGT static void IPK_SFX(dw_##KS##_##RY##_##NX)(const float* const* rows,               \
-                                                       const __mmask16* km,                    \
-                                                       const float* restrict w,                \
-                                                       unsigned char* restrict out,            \
-                                                       int64_t ldo, __mmask16 lastk, int out_dt)\
+ * Input row u of channel c is read at rows[u] + c*cs + 16*v + j (rows[u] == NULL: a row of
+ * zeros). The first and last vectors of a row load with masks km[j] / km[KS + j] (zero
+ * outside the window: the padding; lanes outside are never read), the ones between them
+ * load plainly. fp32 windows are read in place; fp16 ones are packed first. */
+#define IPK_SCK(KS, MR, RY, NX)                                                               \
+    IPK_TGT static void IPK_SFX(sc_##KS##_##MR##_##RY##_##NX)(                                 \
+        const float* const* rows, int64_t C, int64_t cs, const float* zrow,                   \
+        const __mmask16* km, const float* restrict w, unsigned char* restrict out,            \
+        int64_t ldo, int64_t kstride, __mmask16 lastk, int mstore, int out_dt)                \
     {                                                                                         \
-        __m512 acc[RY][NX];                                                                   \
-        int u, j, v, i;                                                                       \
-        _Pragma("GCC unroll 16") for (u = 0; u < RY; u++)                                     \
-            _Pragma("GCC unroll 16") for (v = 0; v < NX; v++) acc[u][v] = _mm512_setzero_ps(); \
-        _Pragma("GCC unroll 16") for (u = 0; u < RY + KS - 1; u++) {                          \
-            const float* rp = rows[u];                                                        \
-            _Pragma("GCC unroll 16") for (j = 0; j < KS; j++)                                 \
+        __m512 acc[MR][RY][NX];                                                               \
+        int u, j, v, i, m;                                                                    \
+        int64_t c;                                                                            \
+        _Pragma("GCC unroll 16") for (m = 0; m < MR; m++)                                     \
+            _Pragma("GCC unroll 16") for (u = 0; u < RY; u++)                                 \
+                _Pragma("GCC unroll 16") for (v = 0; v < NX; v++)                             \
+                    acc[m][u][v] = _mm512_setzero_ps();                                       \
+        for (c = 0; c < C; c++) {                                                             \
+            const float* wc = w + c * (KS * KS * MR);                                         \
+            _Pragma("GCC unroll 16") for (u = 0; u < RY + KS - 1; u++) {                      \
+                const float* rp = rows[u] ? rows[u] + c * cs : zrow;                          \
+                _Pragma("GCC unroll 16") for (j = 0; j < KS; j++)                             \
+                    _Pragma("GCC unroll 16") for (v = 0; v < NX; v++) {                       \
+                        __m512 x;                                                             \
+                        if (v == 0)                                                           \
+                            x = _mm512_maskz_loadu_ps(km[j], rp + j);                         \
+                        else if (v == NX - 1)                                                 \
+                            x = _mm512_maskz_loadu_ps(km[KS + j], rp + 16 * v + j);           \
+                        else                                                                  \
+                            x = _mm512_loadu_ps(rp + 16 * v + j);                             \
+                        /* keep x in a register: GCC would otherwise fold the load into */     \
+                        /* every FMA that uses it, which is the reuse this kernel is for */     \
+                        __asm__("" : "+v"(x));                                                 \
+                        _Pragma("GCC unroll 16") for (i = 0; i < KS; i++)                     \
+                            if (u - i >= 0 && u - i < RY)                                     \
+                                _Pragma("GCC unroll 16") for (m = 0; m < MR; m++)             \
+                                    acc[m][u - i][v] = _mm512_fmadd_ps(                       \
+                                        _mm512_set1_ps(wc[(i * KS + j) * MR + m]), x,         \
+                                        acc[m][u - i][v]);                                    \
+                    }                                                                         \
+            }                                                                                 \
+        }                                                                                     \
+        _Pragma("GCC unroll 16") for (m = 0; m < MR; m++) {                                   \
+            if (m >= mstore) break; /* channels past K in a rounded-up block */               \
+            _Pragma("GCC unroll 16") for (u = 0; u < RY; u++)                                 \
                 _Pragma("GCC unroll 16") for (v = 0; v < NX; v++) {                           \
-                    __m512 x;                                                                 \
-                    if (v == 0)                                                               \
-                        x = _mm512_maskz_loadu_ps(km[j], rp + j);                             \
-                    else if (v == NX - 1)                                                     \
-                        x = _mm512_maskz_loadu_ps(km[KS + j], rp + 16 * v + j);               \
+                    const __mmask16 k = v == NX - 1 ? lastk : (__mmask16)0xFFFF;               \
+                    const int64_t e = m * kstride + u * ldo + 16 * v;                         \
+                    if (out_dt == 0)                                                          \
+                        _mm512_mask_storeu_ps((float*)out + e, k, acc[m][u][v]);              \
                     else                                                                      \
-                        x = _mm512_loadu_ps(rp + 16 * v + j);                                 \
-                    /* keep x in a register: GCC would otherwise fold the load into */         \
-                    /* every FMA that uses it, which is the reuse this kernel is for */         \
-                    __asm__("" : "+v"(x));                                                     \
-                    _Pragma("GCC unroll 16") for (i = 0; i < KS; i++)                         \
-                        if (u - i >= 0 && u - i < RY)                                         \
-                            acc[u - i][v] = _mm512_fmadd_ps(_mm512_set1_ps(w[i * KS + j]), x, \
-                                                            acc[u - i][v]);                   \
+                        _mm256_mask_storeu_epi16((uint16_t*)out + e, k,                       \
+                            _mm512_cvtps_ph(acc[m][u][v], _MM_FROUND_TO_NEAREST_INT));        \
                 }                                                                             \
         }                                                                                     \
-        _Pragma("GCC unroll 16") for (u = 0; u < RY; u++)                                     \
-            _Pragma("GCC unroll 16") for (v = 0; v < NX; v++) {                               \
-                const __mmask16 k = v == NX - 1 ? lastk : (__mmask16)0xFFFF;                   \
-                if (out_dt == 0)                                                              \
-                    _mm512_mask_storeu_ps((float*)out + u * ldo + 16 * v, k, acc[u][v]);      \
-                else                                                                          \
-                    _mm256_mask_storeu_epi16((uint16_t*)out + u * ldo + 16 * v, k,            \
-                        _mm512_cvtps_ph(acc[u][v], _MM_FROUND_TO_NEAREST_INT));               \
-            }                                                                                 \
     }
-#define IPK_DWK_NX(KS, RY) IPK_DWK(KS, RY, 1) IPK_DWK(KS, RY, 2) IPK_DWK(KS, RY, 3) IPK_DWK(KS, RY, 4)
-#define IPK_DWK_KS(KS) IPK_DWK_NX(KS, 1) IPK_DWK_NX(KS, 2) IPK_DWK_NX(KS, 3) IPK_DWK_NX(KS, 4) \
-    IPK_DWK_NX(KS, 5) IPK_DWK_NX(KS, 6)
-IPK_DWK_KS(3)
-IPK_DWK_KS(5)
-typedef void (*IPK_SFX(dw_fn))(const float* const*, const __mmask16*, const float* restrict,
-                               unsigned char* restrict, int64_t, __mmask16, int);
-#define IPK_DW_ROW(KS, RY) {IPK_SFX(dw_##KS##_##RY##_1), IPK_SFX(dw_##KS##_##RY##_2),            \
-                            IPK_SFX(dw_##KS##_##RY##_3), IPK_SFX(dw_##KS##_##RY##_4)}
-#define IPK_DW_KS(KS) {IPK_DW_ROW(KS, 1), IPK_DW_ROW(KS, 2), IPK_DW_ROW(KS, 3), IPK_DW_ROW(KS, 4), \
-                       IPK_DW_ROW(KS, 5), IPK_DW_ROW(KS, 6)}
-#define IPK_DW_RYMAX 6
-/* [KS == 5][RY - 1][NX - 1] */
-static const IPK_SFX(dw_fn) IPK_SFX(dw_tab)[2][IPK_DW_RYMAX][4] = {IPK_DW_KS(3), IPK_DW_KS(5)};
-#undef IPK_DWK
-#undef IPK_DWK_NX
-#undef IPK_DWK_KS
-#undef IPK_DW_ROW
-#undef IPK_DW_KS
+/* the (KS, MR, RY, NX) blocks with MR * RY * NX <= 24 accumulators, RY <= 6, NX <= 4 */
+IPK_SCK(1,1,1,1) IPK_SCK(1,1,2,1) IPK_SCK(1,1,3,1) IPK_SCK(1,1,4,1) IPK_SCK(1,1,5,1)
+IPK_SCK(1,1,6,1) IPK_SCK(1,1,1,2) IPK_SCK(1,1,2,2) IPK_SCK(1,1,3,2) IPK_SCK(1,1,4,2)
+IPK_SCK(1,1,5,2) IPK_SCK(1,1,6,2) IPK_SCK(1,1,1,3) IPK_SCK(1,1,2,3) IPK_SCK(1,1,3,3)
+IPK_SCK(1,1,4,3) IPK_SCK(1,1,5,3) IPK_SCK(1,1,6,3) IPK_SCK(1,1,1,4) IPK_SCK(1,1,2,4)
+IPK_SCK(1,1,3,4) IPK_SCK(1,1,4,4) IPK_SCK(1,1,5,4) IPK_SCK(1,1,6,4) IPK_SCK(1,2,1,1)
+IPK_SCK(1,2,2,1) IPK_SCK(1,2,3,1) IPK_SCK(1,2,4,1) IPK_SCK(1,2,5,1) IPK_SCK(1,2,6,1)
+IPK_SCK(1,2,1,2) IPK_SCK(1,2,2,2) IPK_SCK(1,2,3,2) IPK_SCK(1,2,4,2) IPK_SCK(1,2,5,2)
+IPK_SCK(1,2,6,2) IPK_SCK(1,2,1,3) IPK_SCK(1,2,2,3) IPK_SCK(1,2,3,3) IPK_SCK(1,2,4,3)
+IPK_SCK(1,2,1,4) IPK_SCK(1,2,2,4) IPK_SCK(1,2,3,4) IPK_SCK(1,4,1,1) IPK_SCK(1,4,2,1)
+IPK_SCK(1,4,3,1) IPK_SCK(1,4,4,1) IPK_SCK(1,4,5,1) IPK_SCK(1,4,6,1) IPK_SCK(1,4,1,2)
+IPK_SCK(1,4,2,2) IPK_SCK(1,4,3,2) IPK_SCK(1,4,1,3) IPK_SCK(1,4,2,3) IPK_SCK(1,4,1,4)
+IPK_SCK(1,8,1,1) IPK_SCK(1,8,2,1) IPK_SCK(1,8,3,1) IPK_SCK(1,8,1,2) IPK_SCK(1,8,1,3)
+IPK_SCK(3,1,1,1) IPK_SCK(3,1,2,1) IPK_SCK(3,1,3,1) IPK_SCK(3,1,4,1) IPK_SCK(3,1,5,1)
+IPK_SCK(3,1,6,1) IPK_SCK(3,1,1,2) IPK_SCK(3,1,2,2) IPK_SCK(3,1,3,2) IPK_SCK(3,1,4,2)
+IPK_SCK(3,1,5,2) IPK_SCK(3,1,6,2) IPK_SCK(3,1,1,3) IPK_SCK(3,1,2,3) IPK_SCK(3,1,3,3)
+IPK_SCK(3,1,4,3) IPK_SCK(3,1,5,3) IPK_SCK(3,1,6,3) IPK_SCK(3,1,1,4) IPK_SCK(3,1,2,4)
+IPK_SCK(3,1,3,4) IPK_SCK(3,1,4,4) IPK_SCK(3,1,5,4) IPK_SCK(3,1,6,4) IPK_SCK(3,2,1,1)
+IPK_SCK(3,2,2,1) IPK_SCK(3,2,3,1) IPK_SCK(3,2,4,1) IPK_SCK(3,2,5,1) IPK_SCK(3,2,6,1)
+IPK_SCK(3,2,1,2) IPK_SCK(3,2,2,2) IPK_SCK(3,2,3,2) IPK_SCK(3,2,4,2) IPK_SCK(3,2,5,2)
+IPK_SCK(3,2,6,2) IPK_SCK(3,2,1,3) IPK_SCK(3,2,2,3) IPK_SCK(3,2,3,3) IPK_SCK(3,2,4,3)
+IPK_SCK(3,2,1,4) IPK_SCK(3,2,2,4) IPK_SCK(3,2,3,4) IPK_SCK(3,4,1,1) IPK_SCK(3,4,2,1)
+IPK_SCK(3,4,3,1) IPK_SCK(3,4,4,1) IPK_SCK(3,4,5,1) IPK_SCK(3,4,6,1) IPK_SCK(3,4,1,2)
+IPK_SCK(3,4,2,2) IPK_SCK(3,4,3,2) IPK_SCK(3,4,1,3) IPK_SCK(3,4,2,3) IPK_SCK(3,4,1,4)
+IPK_SCK(3,8,1,1) IPK_SCK(3,8,2,1) IPK_SCK(3,8,3,1) IPK_SCK(3,8,1,2) IPK_SCK(3,8,1,3)
+IPK_SCK(5,1,1,1) IPK_SCK(5,1,2,1) IPK_SCK(5,1,3,1) IPK_SCK(5,1,4,1) IPK_SCK(5,1,5,1)
+IPK_SCK(5,1,6,1) IPK_SCK(5,1,1,2) IPK_SCK(5,1,2,2) IPK_SCK(5,1,3,2) IPK_SCK(5,1,4,2)
+IPK_SCK(5,1,5,2) IPK_SCK(5,1,6,2) IPK_SCK(5,1,1,3) IPK_SCK(5,1,2,3) IPK_SCK(5,1,3,3)
+IPK_SCK(5,1,4,3) IPK_SCK(5,1,5,3) IPK_SCK(5,1,6,3) IPK_SCK(5,1,1,4) IPK_SCK(5,1,2,4)
+IPK_SCK(5,1,3,4) IPK_SCK(5,1,4,4) IPK_SCK(5,1,5,4) IPK_SCK(5,1,6,4) IPK_SCK(5,2,1,1)
+IPK_SCK(5,2,2,1) IPK_SCK(5,2,3,1) IPK_SCK(5,2,4,1) IPK_SCK(5,2,5,1) IPK_SCK(5,2,6,1)
+IPK_SCK(5,2,1,2) IPK_SCK(5,2,2,2) IPK_SCK(5,2,3,2) IPK_SCK(5,2,4,2) IPK_SCK(5,2,5,2)
+IPK_SCK(5,2,6,2) IPK_SCK(5,2,1,3) IPK_SCK(5,2,2,3) IPK_SCK(5,2,3,3) IPK_SCK(5,2,4,3)
+IPK_SCK(5,2,1,4) IPK_SCK(5,2,2,4) IPK_SCK(5,2,3,4) IPK_SCK(5,4,1,1) IPK_SCK(5,4,2,1)
+IPK_SCK(5,4,3,1) IPK_SCK(5,4,4,1) IPK_SCK(5,4,5,1) IPK_SCK(5,4,6,1) IPK_SCK(5,4,1,2)
+IPK_SCK(5,4,2,2) IPK_SCK(5,4,3,2) IPK_SCK(5,4,1,3) IPK_SCK(5,4,2,3) IPK_SCK(5,4,1,4)
+IPK_SCK(5,8,1,1) IPK_SCK(5,8,2,1) IPK_SCK(5,8,3,1) IPK_SCK(5,8,1,2) IPK_SCK(5,8,1,3)
+#undef IPK_SCK
+typedef void (*IPK_SFX(sc_fn))(const float* const*, int64_t, int64_t, const float*,
+                               const __mmask16*, const float* restrict, unsigned char* restrict,
+                               int64_t, int64_t, __mmask16, int, int);
+#define IPK_SC_RYMAX 6
+/* [KS 1/3/5][MR 1/2/4/8][RY - 1][NX - 1] */
+static const IPK_SFX(sc_fn) IPK_SFX(sc_tab)[3][4][IPK_SC_RYMAX][4] = {
+    {{{IPK_SFX(sc_1_1_1_1), IPK_SFX(sc_1_1_1_2), IPK_SFX(sc_1_1_1_3), IPK_SFX(sc_1_1_1_4)},
+      {IPK_SFX(sc_1_1_2_1), IPK_SFX(sc_1_1_2_2), IPK_SFX(sc_1_1_2_3), IPK_SFX(sc_1_1_2_4)},
+      {IPK_SFX(sc_1_1_3_1), IPK_SFX(sc_1_1_3_2), IPK_SFX(sc_1_1_3_3), IPK_SFX(sc_1_1_3_4)},
+      {IPK_SFX(sc_1_1_4_1), IPK_SFX(sc_1_1_4_2), IPK_SFX(sc_1_1_4_3), IPK_SFX(sc_1_1_4_4)},
+      {IPK_SFX(sc_1_1_5_1), IPK_SFX(sc_1_1_5_2), IPK_SFX(sc_1_1_5_3), IPK_SFX(sc_1_1_5_4)},
+      {IPK_SFX(sc_1_1_6_1), IPK_SFX(sc_1_1_6_2), IPK_SFX(sc_1_1_6_3), IPK_SFX(sc_1_1_6_4)}},
+     {{IPK_SFX(sc_1_2_1_1), IPK_SFX(sc_1_2_1_2), IPK_SFX(sc_1_2_1_3), IPK_SFX(sc_1_2_1_4)},
+      {IPK_SFX(sc_1_2_2_1), IPK_SFX(sc_1_2_2_2), IPK_SFX(sc_1_2_2_3), IPK_SFX(sc_1_2_2_4)},
+      {IPK_SFX(sc_1_2_3_1), IPK_SFX(sc_1_2_3_2), IPK_SFX(sc_1_2_3_3), IPK_SFX(sc_1_2_3_4)},
+      {IPK_SFX(sc_1_2_4_1), IPK_SFX(sc_1_2_4_2), IPK_SFX(sc_1_2_4_3), 0},
+      {IPK_SFX(sc_1_2_5_1), IPK_SFX(sc_1_2_5_2), 0, 0},
+      {IPK_SFX(sc_1_2_6_1), IPK_SFX(sc_1_2_6_2), 0, 0}},
+     {{IPK_SFX(sc_1_4_1_1), IPK_SFX(sc_1_4_1_2), IPK_SFX(sc_1_4_1_3), IPK_SFX(sc_1_4_1_4)},
+      {IPK_SFX(sc_1_4_2_1), IPK_SFX(sc_1_4_2_2), IPK_SFX(sc_1_4_2_3), 0},
+      {IPK_SFX(sc_1_4_3_1), IPK_SFX(sc_1_4_3_2), 0, 0},
+      {IPK_SFX(sc_1_4_4_1), 0, 0, 0},
+      {IPK_SFX(sc_1_4_5_1), 0, 0, 0},
+      {IPK_SFX(sc_1_4_6_1), 0, 0, 0}},
+     {{IPK_SFX(sc_1_8_1_1), IPK_SFX(sc_1_8_1_2), IPK_SFX(sc_1_8_1_3), 0},
+      {IPK_SFX(sc_1_8_2_1), 0, 0, 0},
+      {IPK_SFX(sc_1_8_3_1), 0, 0, 0},
+      {0, 0, 0, 0},
+      {0, 0, 0, 0},
+      {0, 0, 0, 0}}},
+    {{{IPK_SFX(sc_3_1_1_1), IPK_SFX(sc_3_1_1_2), IPK_SFX(sc_3_1_1_3), IPK_SFX(sc_3_1_1_4)},
+      {IPK_SFX(sc_3_1_2_1), IPK_SFX(sc_3_1_2_2), IPK_SFX(sc_3_1_2_3), IPK_SFX(sc_3_1_2_4)},
+      {IPK_SFX(sc_3_1_3_1), IPK_SFX(sc_3_1_3_2), IPK_SFX(sc_3_1_3_3), IPK_SFX(sc_3_1_3_4)},
+      {IPK_SFX(sc_3_1_4_1), IPK_SFX(sc_3_1_4_2), IPK_SFX(sc_3_1_4_3), IPK_SFX(sc_3_1_4_4)},
+      {IPK_SFX(sc_3_1_5_1), IPK_SFX(sc_3_1_5_2), IPK_SFX(sc_3_1_5_3), IPK_SFX(sc_3_1_5_4)},
+      {IPK_SFX(sc_3_1_6_1), IPK_SFX(sc_3_1_6_2), IPK_SFX(sc_3_1_6_3), IPK_SFX(sc_3_1_6_4)}},
+     {{IPK_SFX(sc_3_2_1_1), IPK_SFX(sc_3_2_1_2), IPK_SFX(sc_3_2_1_3), IPK_SFX(sc_3_2_1_4)},
+      {IPK_SFX(sc_3_2_2_1), IPK_SFX(sc_3_2_2_2), IPK_SFX(sc_3_2_2_3), IPK_SFX(sc_3_2_2_4)},
+      {IPK_SFX(sc_3_2_3_1), IPK_SFX(sc_3_2_3_2), IPK_SFX(sc_3_2_3_3), IPK_SFX(sc_3_2_3_4)},
+      {IPK_SFX(sc_3_2_4_1), IPK_SFX(sc_3_2_4_2), IPK_SFX(sc_3_2_4_3), 0},
+      {IPK_SFX(sc_3_2_5_1), IPK_SFX(sc_3_2_5_2), 0, 0},
+      {IPK_SFX(sc_3_2_6_1), IPK_SFX(sc_3_2_6_2), 0, 0}},
+     {{IPK_SFX(sc_3_4_1_1), IPK_SFX(sc_3_4_1_2), IPK_SFX(sc_3_4_1_3), IPK_SFX(sc_3_4_1_4)},
+      {IPK_SFX(sc_3_4_2_1), IPK_SFX(sc_3_4_2_2), IPK_SFX(sc_3_4_2_3), 0},
+      {IPK_SFX(sc_3_4_3_1), IPK_SFX(sc_3_4_3_2), 0, 0},
+      {IPK_SFX(sc_3_4_4_1), 0, 0, 0},
+      {IPK_SFX(sc_3_4_5_1), 0, 0, 0},
+      {IPK_SFX(sc_3_4_6_1), 0, 0, 0}},
+     {{IPK_SFX(sc_3_8_1_1), IPK_SFX(sc_3_8_1_2), IPK_SFX(sc_3_8_1_3), 0},
+      {IPK_SFX(sc_3_8_2_1), 0, 0, 0},
+      {IPK_SFX(sc_3_8_3_1), 0, 0, 0},
+      {0, 0, 0, 0},
+      {0, 0, 0, 0},
+      {0, 0, 0, 0}}},
+    {{{IPK_SFX(sc_5_1_1_1), IPK_SFX(sc_5_1_1_2), IPK_SFX(sc_5_1_1_3), IPK_SFX(sc_5_1_1_4)},
+      {IPK_SFX(sc_5_1_2_1), IPK_SFX(sc_5_1_2_2), IPK_SFX(sc_5_1_2_3), IPK_SFX(sc_5_1_2_4)},
+      {IPK_SFX(sc_5_1_3_1), IPK_SFX(sc_5_1_3_2), IPK_SFX(sc_5_1_3_3), IPK_SFX(sc_5_1_3_4)},
+      {IPK_SFX(sc_5_1_4_1), IPK_SFX(sc_5_1_4_2), IPK_SFX(sc_5_1_4_3), IPK_SFX(sc_5_1_4_4)},
+      {IPK_SFX(sc_5_1_5_1), IPK_SFX(sc_5_1_5_2), IPK_SFX(sc_5_1_5_3), IPK_SFX(sc_5_1_5_4)},
+      {IPK_SFX(sc_5_1_6_1), IPK_SFX(sc_5_1_6_2), IPK_SFX(sc_5_1_6_3), IPK_SFX(sc_5_1_6_4)}},
+     {{IPK_SFX(sc_5_2_1_1), IPK_SFX(sc_5_2_1_2), IPK_SFX(sc_5_2_1_3), IPK_SFX(sc_5_2_1_4)},
+      {IPK_SFX(sc_5_2_2_1), IPK_SFX(sc_5_2_2_2), IPK_SFX(sc_5_2_2_3), IPK_SFX(sc_5_2_2_4)},
+      {IPK_SFX(sc_5_2_3_1), IPK_SFX(sc_5_2_3_2), IPK_SFX(sc_5_2_3_3), IPK_SFX(sc_5_2_3_4)},
+      {IPK_SFX(sc_5_2_4_1), IPK_SFX(sc_5_2_4_2), IPK_SFX(sc_5_2_4_3), 0},
+      {IPK_SFX(sc_5_2_5_1), IPK_SFX(sc_5_2_5_2), 0, 0},
+      {IPK_SFX(sc_5_2_6_1), IPK_SFX(sc_5_2_6_2), 0, 0}},
+     {{IPK_SFX(sc_5_4_1_1), IPK_SFX(sc_5_4_1_2), IPK_SFX(sc_5_4_1_3), IPK_SFX(sc_5_4_1_4)},
+      {IPK_SFX(sc_5_4_2_1), IPK_SFX(sc_5_4_2_2), IPK_SFX(sc_5_4_2_3), 0},
+      {IPK_SFX(sc_5_4_3_1), IPK_SFX(sc_5_4_3_2), 0, 0},
+      {IPK_SFX(sc_5_4_4_1), 0, 0, 0},
+      {IPK_SFX(sc_5_4_5_1), 0, 0, 0},
+      {IPK_SFX(sc_5_4_6_1), 0, 0, 0}},
+     {{IPK_SFX(sc_5_8_1_1), IPK_SFX(sc_5_8_1_2), IPK_SFX(sc_5_8_1_3), 0},
+      {IPK_SFX(sc_5_8_2_1), 0, 0, 0},
+      {IPK_SFX(sc_5_8_3_1), 0, 0, 0},
+      {0, 0, 0, 0},
+      {0, 0, 0, 0},
+      {0, 0, 0, 0}}}};
 
-static inline int IPK_SFX(dw_ok)(const ipk_geom* g)
+static inline int IPK_SFX(sc_nxmax)(int mr) { return 24 / mr < 4 ? 24 / mr : 4; }
+static inline int IPK_SFX(sc_rymax)(int mr, int64_t nx) { return 24 / (mr * nx) < IPK_SC_RYMAX ? (int)(24 / (mr * nx)) : IPK_SC_RYMAX; }
+
+static inline int IPK_SFX(sc_ok)(const ipk_geom* g)
 {
-    return g->C == 1 && g->K == 1 && g->sh == 1 && g->sw == 1 && g->dh == 1 && g->dw == 1
-           && g->kh == g->kw && (g->kh == 3 || g->kh == 5) && (g->OC + 15) / 16 * 16 + g->kw <= 1024;
+    return g->C >= 1 && g->C <= 8 && g->K <= 16 && g->sh == 1 && g->sw == 1 && g->dh == 1
+           && g->dw == 1 && g->kh == g->kw && (g->kh == 1 || g->kh == 3 || g->kh == 5)
+           && (g->OC + 15) / 16 * 16 + g->kw <= 1024;
 }
 
 /* Lanes l of a 16-float load at window column q0 + l that lie inside [0, WC). */
@@ -582,76 +695,105 @@ static inline __mmask16 IPK_SFX(col_mask)(int64_t q0, int64_t WC)
     return b > a ? (__mmask16)((0xFFFFu >> (16 - b)) & (0xFFFFu << a)) : (__mmask16)0;
 }
 
-/* The whole vertex through the depthwise kernels. */
-IPK_TGT static void IPK_SFX(dw_vertex)(const ipk_geom* g, unsigned char* tb, int64_t win_off,
+/* The whole vertex through the small-channel kernels. */
+IPK_TGT static void IPK_SFX(sc_vertex)(const ipk_geom* g, unsigned char* tb, int64_t win_off,
                                        int64_t w_off, int64_t out_off, int in_dt, int out_dt,
-                                       float* P, ipk_pf* pf)
+                                       float* P, float* W, ipk_pf* pf)
 {
-    const int64_t B = g->B, G = g->G, OR = g->OR, OC = g->OC, KS = g->kh, WR = g->WR, WC = g->WC;
-    const int64_t isz = in_dt ? 2 : 4, osz = out_dt ? 2 : 4, co = g->co, ro = g->ro;
+    const int64_t B = g->B, G = g->G, C = g->C, K = g->K, OR = g->OR, OC = g->OC, KS = g->kh;
+    const int64_t WR = g->WR, WC = g->WC, CT = C * g->T, isz = in_dt ? 2 : 4, osz = out_dt ? 2 : 4;
+    const int64_t co = g->co, ro = g->ro;
     const int64_t Wp = (OC + 15) / 16 * 16 + KS - 1, Mr = OR + KS - 1, nvec = (Wp + 15) / 16;
-    const int64_t ry = OR < IPK_DW_RYMAX ? OR : IPK_DW_RYMAX;
-    const int64_t nblk = (OR + ry - 1) / ry * ((OC + 63) / 64);
-    const float* zrow = P;           /* direct mode: a row of zeros for rows outside */
-    __mmask16 ktab[64], km[(OC + 63) / 64][10];
-    const float* rows[IPK_DW_RYMAX + 4];
-    float w[25];
-    int64_t b, gi, t, x0, u;
-    int direct = in_dt == 0;
-    /* per 64-column chunk: masks of the first and last vectors for each j; reading in place
-     * needs the vectors between them inside the window */
-    for (x0 = 0; x0 < OC; x0 += 64) {
-        const int64_t nx = ((OC - x0 < 64 ? OC - x0 : 64) + 15) / 16;
-        for (t = 0; t < KS; t++) {
-            km[x0 / 64][t] = IPK_SFX(col_mask)(x0 + co + t, WC);
-            km[x0 / 64][KS + t] = IPK_SFX(col_mask)(x0 + co + 16 * (nx - 1) + t, WC);
-            if (nx == 1) km[x0 / 64][t] &= km[x0 / 64][KS + t];
-        }
-        if (nx >= 3 && (x0 + co + 16 < 0 || x0 + co + 16 * (nx - 1) + KS - 2 >= WC)) direct = 0;
-    }
+    const int64_t nvt = (OC + 15) / 16;   /* vectors per output row */
+    const int ksi = KS == 1 ? 0 : KS == 3 ? 1 : 2;
+    /* in place needs every vector but a row's first and last inside the window */
+    const int direct = in_dt == 0 && (nvt <= 2 || (co + 16 >= 0 && co + 16 * (nvt - 1) + KS - 2 < WC));
+    const float* zrow = P;
+    const float* rows[IPK_SC_RYMAX + 4];
+    /* edge masks per (K block, column chunk): at most two block widths since K <= 16 */
+    __mmask16 ktab[64], kmt[2][64][10];
+    int64_t b, gi, u, calls = 0, k0;
+    int kb;
     if (direct) {
-        IPK_SFX(zero_f32)(P, 16 * 4 + 32);
+        IPK_SFX(zero_f32)(P, 128);
     } else {
         const int64_t a = -co < 0 ? 0 : -co, e = WC - co;
         IPK_SFX(row_masks)(ktab, nvec, a, e < a ? a : e > Wp ? Wp : e);
-        for (x0 = 0; x0 < OC; x0 += 64)
-            for (t = 0; t < 2 * KS; t++) km[x0 / 64][t] = (__mmask16)0xFFFF;   /* P is padded */
     }
-    pf->per_call = ((pf->n[0] + pf->n[1] + pf->n[2]) / (B * G * nblk) + 63) & ~(int64_t)63;
+    for (k0 = 0, kb = 0; k0 < K; kb++) {   /* masks; kernel calls per (b, g) for prefetch */
+        const int mr = IPK_SFX(block_mr)(K, k0);
+        const int64_t cw = 16 * IPK_SFX(sc_nxmax)(mr);
+        int64_t x0, t;
+        for (x0 = 0; x0 < OC; x0 += cw) {
+            const int64_t nx = ((OC - x0 < cw ? OC - x0 : cw) + 15) / 16;
+            const int64_t ry = OR < IPK_SFX(sc_rymax)(mr, nx) ? OR : IPK_SFX(sc_rymax)(mr, nx);
+            __mmask16* km = kmt[kb][x0 / cw];
+            calls += (OR + ry - 1) / ry;
+            for (t = 0; t < KS; t++) {
+                if (direct) {
+                    km[t] = IPK_SFX(col_mask)(x0 + co + t, WC);
+                    km[KS + t] = IPK_SFX(col_mask)(x0 + co + 16 * (nx - 1) + t, WC);
+                    if (nx == 1) km[t] &= km[KS + t];
+                } else {
+                    km[t] = km[KS + t] = (__mmask16)0xFFFF;   /* P is padded */
+                }
+            }
+        }
+        k0 += mr;
+    }
+    pf->per_call = ((pf->n[0] + pf->n[1] + pf->n[2]) / (B * G * calls) + 63) & ~(int64_t)63;
     for (gi = 0; gi < G; gi++) {
-        const unsigned char* ws = tb + w_off + gi * KS * KS * isz;
-        for (t = 0; t < KS * KS; t++) w[t] = IPK_SFX(ldw)(ws, t, in_dt);
+        if (K == 1 && in_dt == 0)   /* depthwise: the weights are already [c][t] fp32 */
+            W = (float*)(tb + w_off + gi * CT * 4);
+        else
+            IPK_SFX(pack_weights)(g, tb + w_off + gi * K * CT * isz, in_dt, W);
         for (b = 0; b < B; b++) {
             const int64_t bg = b * G + gi;
-            const unsigned char* win = tb + win_off + bg * WR * WC * isz;
-            unsigned char* out = tb + out_off + bg * OR * OC * osz;
-            int64_t y0;
+            const unsigned char* win = tb + win_off + bg * C * WR * WC * isz;
+            unsigned char* out = tb + out_off + bg * K * OR * OC * osz;
+            const float* wblk = W;
+            int64_t c;
             if (!direct)
-                IPK_SFX(pack_rows16)(P, win, in_dt, WR, WC, ro, 1, Mr, Wp, co, ktab, nvec);
-            for (x0 = 0; x0 < OC; x0 += 64) {
-                const int64_t left = OC - x0 < 64 ? OC - x0 : 64, nx = (left + 15) / 16;
-                const __mmask16 lastk = (__mmask16)(0xFFFFu >> (16 - (left - 16 * (nx - 1))));
-                const IPK_SFX(dw_fn) fn = IPK_SFX(dw_tab)[KS == 5][ry - 1][nx - 1];
-                for (y0 = 0; y0 < OR; y0 += ry) {
-                    /* the last block moves up to stay inside: it recomputes (bit for bit)
-                     * a few rows instead of needing a kernel per row count */
-                    const int64_t ys = y0 + ry > OR ? OR - ry : y0;
-                    int64_t stride, q;
-                    const unsigned char* pp = ipk_pf_slice(pf, 32, &stride);
-                    if (stride)
-                        for (q = 0; q < 32; q++) __builtin_prefetch(pp + q * stride, 0, 2);
-                    for (u = 0; u < ry + KS - 1; u++) {
-                        const int64_t r = ys + u + ro;
-                        if (!direct)
-                            rows[u] = P + (ys + u) * Wp + x0;
-                        else if (r >= 0 && r < WR)
-                            /* lanes before the row start are masked: never read */
-                            rows[u] = (const float*)(uintptr_t)((uintptr_t)win + (uintptr_t)((r * WC + x0 + co) * 4));
-                        else
-                            rows[u] = zrow;
+                for (c = 0; c < C; c++)
+                    IPK_SFX(pack_rows16)(P + c * Mr * Wp, win + c * WR * WC * isz, in_dt, WR, WC,
+                                         ro, 1, Mr, Wp, co, ktab, nvec);
+            for (k0 = 0, kb = 0; k0 < K; kb++) {
+                const int mr = IPK_SFX(block_mr)(K, k0);
+                const int mrv = (int)(K - k0 < mr ? K - k0 : mr);
+                const int mri = mr == 1 ? 0 : mr == 2 ? 1 : mr == 4 ? 2 : 3;
+                const int64_t cw = 16 * IPK_SFX(sc_nxmax)(mr);
+                int64_t x0;
+                for (x0 = 0; x0 < OC; x0 += cw) {
+                    const int64_t left = OC - x0 < cw ? OC - x0 : cw, nx = (left + 15) / 16;
+                    const __mmask16 lastk = (__mmask16)(0xFFFFu >> (16 - (left - 16 * (nx - 1))));
+                    const int64_t ry = OR < IPK_SFX(sc_rymax)(mr, nx) ? OR : IPK_SFX(sc_rymax)(mr, nx);
+                    const IPK_SFX(sc_fn) fn = IPK_SFX(sc_tab)[ksi][mri][ry - 1][nx - 1];
+                    const __mmask16* km = kmt[kb][x0 / cw];
+                    int64_t y0;
+                    for (y0 = 0; y0 < OR; y0 += ry) {
+                        /* the last block moves up to stay inside: it recomputes (bit for bit)
+                         * a few rows instead of needing a kernel per row count */
+                        const int64_t ys = y0 + ry > OR ? OR - ry : y0;
+                        int64_t stride, q;
+                        const unsigned char* pp = ipk_pf_slice(pf, 32, &stride);
+                        if (stride)
+                            for (q = 0; q < 32; q++) __builtin_prefetch(pp + q * stride, 0, 2);
+                        for (u = 0; u < ry + KS - 1; u++) {
+                            const int64_t r = ys + u + ro;
+                            if (!direct)
+                                rows[u] = P + (ys + u) * Wp + x0;
+                            else if (r >= 0 && r < WR)
+                                /* lanes before the row start are masked: never read */
+                                rows[u] = (const float*)(uintptr_t)((uintptr_t)win + (uintptr_t)((r * WC + x0 + co) * 4));
+                            else
+                                rows[u] = 0;
+                        }
+                        fn(rows, C, direct ? WR * WC : Mr * Wp, zrow, km, wblk,
+                           out + ((k0 * OR + ys) * OC + x0) * osz, OC, OR * OC, lastk, mrv, out_dt);
                     }
-                    fn(rows, km[x0 / 64], w, out + (ys * OC + x0) * osz, OC, lastk, out_dt);
                 }
+                wblk += (int64_t)mr * CT;
+                k0 += mr;
             }
         }
     }
@@ -676,8 +818,8 @@ IPK_TGT static void IPK_SFX(ipk_conv_vertex)(const ipk_geom* g, unsigned char* t
 
     if (B == 0 || G == 0 || K == 0 || g->OR == 0 || g->OC == 0) return;
 #if defined(IPK_ISA_AVX512)
-    if (IPK_SFX(dw_ok)(g)) {
-        IPK_SFX(dw_vertex)(g, tb, win_off, w_off, out_off, in_dt, out_dt, P, pf);
+    if (IPK_SFX(sc_ok)(g)) {
+        IPK_SFX(sc_vertex)(g, tb, win_off, w_off, out_off, in_dt, out_dt, P, W, pf);
         return;
     }
 #endif
@@ -704,7 +846,10 @@ IPK_TGT static void IPK_SFX(ipk_conv_vertex)(const ipk_geom* g, unsigned char* t
     }
 
     for (gi = 0; gi < G; gi++) {
-        IPK_SFX(pack_weights)(g, tb + w_off + gi * K * CT * isz, in_dt, W);
+        if (K == 1 && in_dt == 0)   /* depthwise: the weights are already [c][t] fp32 */
+            W = (float*)(tb + w_off + gi * CT * 4);
+        else
+            IPK_SFX(pack_weights)(g, tb + w_off + gi * K * CT * isz, in_dt, W);
         for (b = 0; b < B; b++) {
             const int64_t bg = b * G + gi;
             unsigned char* out_bg = tb + out_off + bg * K * kstride * osz;
