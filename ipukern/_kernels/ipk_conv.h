@@ -18,13 +18,14 @@
  *     runs over all taps with broadcast-FMA: acc[m][r] += W[t][m] * P[offs[t] + n0 + r*VW ..].
  *  4. the valid columns of the block are stored (rounded to the output dtype).
  *
- * Depthwise vertices (C = K = 1 per group, 3x3 or 5x5, stride 1, dilation 1) take their own
- * AVX-512 kernels instead (ipk_conv_impl.h): a block of output rows stays in registers while
- * input rows stream past, so each loaded vector serves every output row that uses it, and
- * results go straight to the output. Small channel counts (cpg 2..8) use the GEMM path with
- * MR = K: blocks of 1, 2, 4 or 8 output channels by up to 12 vectors, so no lanes are spent
- * on absent channels. While a thread computes a vertex it prefetches the next one's operands
- * (the arena is much larger than the caches).
+ * Vertices with few channels per group (C * K <= 32: depthwise, cpg 2 and 4; stride 1,
+ * dilation 1, 1x1/3x3/5x5) take their own AVX-512 kernels instead (ipk_conv_impl.h): a block
+ * of output channels x rows x vectors stays in registers while input rows stream past, so
+ * each loaded vector serves every output that uses it; fp32 windows are read in place and
+ * results go straight to the output. Others with few channels (cpg 8, strided, dilated) use
+ * the GEMM path with MR = K: blocks of 1, 2, 4 or 8 output channels by up to 12 vectors, so
+ * no lanes are spent on absent channels. While a thread computes a vertex it prefetches the
+ * next one's operands (the arena is much larger than the caches).
  *
  * Every output element is one FMA chain over the taps in the fixed order t = c*kh*kw + i*kw
  * + j, whatever the blocking, the ISA variant or the thread, so results are deterministic and

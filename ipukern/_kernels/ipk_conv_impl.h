@@ -497,8 +497,8 @@ IPK_TGT static void IPK_SFX(emit)(const ipk_geom* g, const float* tile, int64_t 
 
 #if defined(IPK_ISA_AVX512)
 /* ---------------------------------------------------------------- small channel counts
- * Groups with few channels (C <= 8 in, K <= 16 out per group: depthwise, cpg 2..8), stride 1,
- * dilation 1, square 1x1 / 3x3 / 5x5 kernels. A block of MR output channels x RY output rows
+ * Groups with few channels (C <= 8 in, K <= 16 out, C * K <= 32 per group: depthwise, cpg 2
+ * and 4, channel multipliers), stride 1, dilation 1, square 1x1 / 3x3 / 5x5 kernels. A block of MR output channels x RY output rows
  * x NX vectors stays in registers while the input rows of every channel stream past; each
  * loaded input vector feeds the MR x (up to KS) outputs that use it (the GEMM path loads it
  * once per tap and must stage its results). Per output the FMAs still run over the taps in
@@ -681,11 +681,20 @@ static const IPK_SFX(sc_fn) IPK_SFX(sc_tab)[3][4][IPK_SC_RYMAX][4] = {
 static inline int IPK_SFX(sc_nxmax)(int mr) { return 24 / mr < 4 ? 24 / mr : 4; }
 static inline int IPK_SFX(sc_rymax)(int mr, int64_t nx) { return 24 / (mr * nx) < IPK_SC_RYMAX ? (int)(24 / (mr * nx)) : IPK_SC_RYMAX; }
 
+/* Small-channel kernels or the GEMM path? They win where packing and staging would cost
+ * most relative to the FMAs (C * K small: measured better up to cpg 4, worse at cpg 8) and
+ * where whole vectors per output row waste few lanes compared with the GEMM's flat rows
+ * (a 7-column output uses 7 of 16 lanes here, 49 of 64 in the GEMM). */
 static inline int IPK_SFX(sc_ok)(const ipk_geom* g)
 {
-    return g->C >= 1 && g->C <= 8 && g->K <= 16 && g->sh == 1 && g->sw == 1 && g->dh == 1
-           && g->dw == 1 && g->kh == g->kw && (g->kh == 1 || g->kh == 3 || g->kh == 5)
-           && (g->OC + 15) / 16 * 16 + g->kw <= 1024;
+    int64_t lanes_sc, lanes_gemm;
+    if (!(g->C >= 1 && g->C <= 8 && g->K <= 16 && g->C * g->K <= 32 && g->sh == 1 && g->sw == 1
+          && g->dh == 1 && g->dw == 1 && g->kh == g->kw && (g->kh == 1 || g->kh == 3 || g->kh == 5)
+          && (g->OC + 15) / 16 * 16 + g->kw <= 1024))
+        return 0;
+    lanes_sc = g->OR * ((g->OC + 15) / 16 * 16);
+    lanes_gemm = (g->N + 15) / 16 * 16;
+    return 100 * lanes_gemm >= 85 * lanes_sc;    /* sc's lane use >= 0.85x the GEMM's */
 }
 
 /* Lanes l of a 16-float load at window column q0 + l that lie inside [0, WC). */
