@@ -49,7 +49,7 @@ CONV_CASES = {
 }
 
 
-def best_call_seconds(fn, seconds: float = 1.0) -> float:
+def best_call_seconds(fn, seconds: float = 2.0) -> float:
     """Fastest single call within ``seconds`` (the same statistic as the benchmark's min:
     robust to other work on a shared machine)."""
     fn()

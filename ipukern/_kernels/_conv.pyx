@@ -90,8 +90,12 @@ def conv_tiles(unsigned char[:, ::1] data,      # IN/OUT: arena, row t = tile t'
                int isa=-1):                      # -1: best for this CPU; 0/1/2: force a variant
     """Compute every vertex's convolution output. Returns 0, or a status code (nothing written).
 
-    Inputs beyond what is checked here (ranges, alignment, scratch) are the wrapper's job:
-    ``ipukern.convkernel.conv_tiles_checked``.
+    Checked here, before anything is written: kernel parameters and dtype codes, array
+    lengths, dims (non-negative, small enough), tiles, that every operand lies inside its
+    tile's row and is aligned to its element size, the scratch size and thread count. Not
+    checked: overlaps (an output over an input or over another vertex's output gives results
+    that depend on the order vertices run in); ``ipukern.convkernel.conv_tiles_checked``
+    checks those too, once, when a plan is built.
     """
     cdef Py_ssize_t V = tiles.shape[0], v
     cdef int64_t n_rows = data.shape[0], row_bytes = data.shape[1]
