@@ -1,4 +1,5 @@
 """Build the Cython kernels. OpenMP is used when the compiler accepts -fopenmp."""
+import glob
 import os
 import shutil
 import subprocess
@@ -48,12 +49,13 @@ if DEBUG:
 print(f"ipukern build: openmp={'on' if OPENMP else 'off'} native={NATIVE} debug={DEBUG}",
       file=sys.stderr)
 
-KERNELS = ["exchange", "vertices"]
+KERNELS = ["exchange", "vertices", "conv"]
 extensions = [
     Extension(
         f"ipukern._kernels._{name}",
         [f"ipukern/_kernels/_{name}.pyx"],
         include_dirs=[np.get_include(), "ipukern/_kernels"],
+        depends=sorted(glob.glob("ipukern/_kernels/*.h")),   # rebuild when a C header changes
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
         extra_compile_args=compile_args,
         extra_link_args=link_args,

@@ -42,3 +42,128 @@ def exchange_loads(src_tile, src_off, dst_tile, nbytes, n_tiles: int, tiles_per_
                 for t in tiles:
                     paired[t] += n
     return recv, paired, send
+
+
+# --------------------------------------------------------------------------- convolution
+def _pair(v):
+    if isinstance(v, (int, np.integer)):
+        return int(v), int(v)
+    a, b = v
+    return int(a), int(b)
+
+
+def _taps_einsum(xp, w, out_hw, stride, dilation):
+    """sum over (c, i, j) of xp[n, g, c, y*sh + i*dh, x*sw + j*dw] * w[g, k, c, i, j], in
+    float64, for an already zero-padded xp of shape (n, g, c, Hp, Wp)."""
+    n, G, C = xp.shape[:3]
+    K, kh, kw = w.shape[1], w.shape[3], w.shape[4]
+    OR, OC = out_hw
+    sh, sw = stride
+    dh, dw = dilation
+    out = np.zeros((n, G, K, OR, OC), dtype=np.float64)
+    if min(n, G, K, OR, OC) == 0:
+        return out
+    for i in range(kh):
+        for j in range(kw):
+            r0, c0 = i * dh, j * dw
+            patch = xp[:, :, :, r0:r0 + (OR - 1) * sh + 1:sh, c0:c0 + (OC - 1) * sw + 1:sw]
+            # numpy's own einsum loop (optimize=False: no BLAS), so 0 * inf gives NaN as in torch
+            out += np.einsum("ngcyx,gkc->ngkyx", patch, w[:, :, :, i, j], optimize=False)
+    return out
+
+
+def conv_tile_reference(win, wts, out_rows, out_cols, row_org, col_org,
+                        kernel, stride=(1, 1), dilation=(1, 1)):
+    """One conv vertex, in float64: the executable specification of ``_conv.conv_tiles``.
+
+    Parameters
+    ----------
+    win : ndarray of shape (B, G, C, WR, WC)
+        The tile's input window (any float dtype; converted to float64).
+    wts : ndarray of shape (G, K, C, kh, kw)
+    out_rows, out_cols : int
+        OR, OC.
+    row_org, col_org : int
+        Window row/column read by output (0, 0) and tap (0, 0); may be negative. Taps
+        outside [0, WR) x [0, WC) read zero (zero padding).
+    kernel, stride, dilation : (int, int)
+
+    Returns
+    -------
+    ndarray of shape (B, G, K, OR, OC), float64:
+        out[b, g, k, y, x] = sum_{c,i,j} win[b, g, c, y*sh + i*dh + row_org,
+                                         x*sw + j*dw + col_org] * wts[g, k, c, i, j]
+    """
+    win = np.asarray(win, dtype=np.float64)
+    wts = np.asarray(wts, dtype=np.float64)
+    kh, kw = _pair(kernel)
+    sh, sw = _pair(stride)
+    dh, dw = _pair(dilation)
+    B, G, C, WR, WC = win.shape
+    assert wts.shape[0] == G and wts.shape[2] == C and wts.shape[3:] == (kh, kw), (win.shape, wts.shape)
+    # explicit zero padding: the rows/cols the taps can reach, [org, org + span)
+    span_r = max(0, (out_rows - 1) * sh + (kh - 1) * dh + 1)
+    span_c = max(0, (out_cols - 1) * sw + (kw - 1) * dw + 1)
+    xp = np.zeros((B, G, C, span_r, span_c), dtype=np.float64)
+    r_lo, r_hi = max(row_org, 0), min(row_org + span_r, WR)
+    c_lo, c_hi = max(col_org, 0), min(col_org + span_c, WC)
+    if r_hi > r_lo and c_hi > c_lo:
+        xp[:, :, :, r_lo - row_org:r_hi - row_org, c_lo - col_org:c_hi - col_org] = \
+            win[:, :, :, r_lo:r_hi, c_lo:c_hi]
+    return _taps_einsum(xp, wts, (out_rows, out_cols), (sh, sw), (dh, dw))
+
+
+def conv2d_nchw(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """Grouped 2-D convolution with PyTorch ``conv2d`` semantics, in float64.
+
+    Parameters
+    ----------
+    x : ndarray of shape (N, C_in, H, W)
+    w : ndarray of shape (C_out, C_in // groups, kh, kw)
+    bias : ndarray of shape (C_out,), optional
+    stride, dilation : int or (int, int)
+    padding : int, (int, int), "valid" or "same" (stride 1 only; as in PyTorch the odd
+        extra pad goes to the bottom/right)
+    groups : int
+
+    Returns
+    -------
+    ndarray of shape (N, C_out, OH, OW), float64, computed by explicit zero padding and a
+    sum over taps (no BLAS, so 0 * inf gives NaN like PyTorch).
+    """
+    x = np.asarray(x, dtype=np.float64)
+    w = np.asarray(w, dtype=np.float64)
+    N, Cin, H, W = x.shape
+    Cout, cpg, kh, kw = w.shape
+    sh, sw = _pair(stride)
+    dh, dw = _pair(dilation)
+    if Cin % groups or Cout % groups or cpg != Cin // groups:
+        raise ValueError(f"channels {Cin} -> {Cout} with weight {w.shape} do not fit groups={groups}")
+    if isinstance(padding, str):
+        if padding == "valid":
+            pt = pb = pl = pr = 0
+        elif padding == "same":
+            if (sh, sw) != (1, 1):
+                raise ValueError("padding='same' needs stride 1 (as in PyTorch)")
+            th, tw = dh * (kh - 1), dw * (kw - 1)
+            pt, pl = th // 2, tw // 2
+            pb, pr = th - pt, tw - pl
+        else:
+            raise ValueError(f"padding must be an int, a pair, 'valid' or 'same', got {padding!r}")
+    else:
+        ph, pw = _pair(padding)
+        pt = pb = ph
+        pl = pr = pw
+    Hp, Wp = H + pt + pb, W + pl + pr
+    OH = (Hp - dh * (kh - 1) - 1) // sh + 1
+    OW = (Wp - dw * (kw - 1) - 1) // sw + 1
+    if OH < 1 or OW < 1:
+        raise ValueError(f"input {H}x{W} with padding is smaller than the dilated kernel")
+    xp = np.zeros((N, Cin, Hp, Wp), dtype=np.float64)
+    xp[:, :, pt:pt + H, pl:pl + W] = x
+    xg = xp.reshape(N, groups, cpg, Hp, Wp)
+    wg = w.reshape(groups, Cout // groups, cpg, kh, kw)
+    out = _taps_einsum(xg, wg, (OH, OW), (sh, sw), (dh, dw)).reshape(N, Cout, OH, OW)
+    if bias is not None:
+        out += np.asarray(bias, dtype=np.float64)[None, :, None, None]
+    return out

@@ -1,0 +1,329 @@
+/* Per-tile convolution partials: the compiled hot loop behind ipukern._kernels._conv.
+ *
+ * One vertex computes, for every (b, g) of its window,
+ *
+ *     out[b][g][k][y][x] = sum_{c,i,j} win[b][g][c][y*sh + i*dh + row_org][x*sw + j*dw + col_org]
+ *                                      * wts[g][k][c][i][j]
+ *
+ * with taps outside the window reading +0.0 (zero padding). The work is shaped as a GEMM:
+ *
+ *  1. the window of one (b, g) is packed into fp32 scratch, zero padded, with the columns
+ *     (and rows) split into stride phases, as planes of Mr rows x Wp columns. Then for every
+ *     tap t = (c, i, j) and every output position n = y*Wp + x the input value sits at
+ *     P[offs[t] + n]: consecutive n read consecutive floats. (Wp - OC columns per row are
+ *     computed and thrown away; that is the price of one flat index.)
+ *  2. the weights of group g are packed to fp32 in blocks of MR output channels with k
+ *     innermost: W[block][t][m].
+ *  3. a register-blocked micro-kernel keeps MR x NR vectors of accumulators in registers and
+ *     runs over all taps with broadcast-FMA: acc[m][r] += W[t][m] * P[offs[t] + n0 + r*VW ..].
+ *  4. the valid columns of the block are stored (rounded to the output dtype).
+ *
+ * Vertices with few channels per group (C * K <= 32: depthwise, cpg 2 and 4; stride 1,
+ * dilation 1, 1x1/3x3/5x5) take their own AVX-512 kernels instead (ipk_conv_impl.h): a block
+ * of output channels x rows x vectors stays in registers while input rows stream past, so
+ * each loaded vector serves every output that uses it; fp32 windows are read in place and
+ * results go straight to the output. Others with few channels (cpg 8, strided, dilated) use
+ * the GEMM path with MR = K: blocks of 1, 2, 4 or 8 output channels by up to 12 vectors, so
+ * no lanes are spent on absent channels. While a thread computes a vertex it prefetches the
+ * next one's operands (the arena is much larger than the caches).
+ *
+ * Every output element is one FMA chain over the taps in the fixed order t = c*kh*kw + i*kw
+ * + j, whatever the blocking, the ISA variant or the thread, so results are deterministic and
+ * independent of the thread count. Variants with FMA (AVX-512, AVX2) and the depthwise
+ * kernels give bitwise equal results; the baseline variant (SSE2 / plain C) rounds the product
+ * separately where the target has no FMA instruction.
+ *
+ * ISA variants are compiled into the same binary with target attributes and picked at run
+ * time (ipk_conv_pick), so -march=native is not needed for speed.
+ */
+#ifndef IPK_CONV_H
+#define IPK_CONV_H
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include "ipk_half.h"
+
+#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__)) \
+    && !defined(IPK_NO_SIMD)
+#define IPK_X86 1
+#include <immintrin.h>
+#endif
+
+/* status codes returned by ipk_conv_check (shared with ipukern/convkernel.py) */
+enum {
+    IPK_CONV_OK = 0,
+    IPK_CONV_EPARAM = 1,    /* kernel/stride/dilation outside 1..IPK_CONV_MAX_K, bad dtype code */
+    IPK_CONV_EDIMS = 2,     /* a negative dim, or sizes too large for 32-bit tap offsets */
+    IPK_CONV_ETILE = 3,     /* tiles[v] outside the arena's rows */
+    IPK_CONV_ERANGE = 4,    /* window / weights / output region outside the tile's row */
+    IPK_CONV_EALIGN = 5,    /* an operand address not aligned to its element size */
+    IPK_CONV_ESCRATCH = 6,  /* scratch row shorter than the vertex needs */
+    IPK_CONV_ETHREADS = 7,  /* n_threads < 1 or more threads than scratch rows */
+};
+
+#define IPK_CONV_MAX_K 64   /* kh, kw, sh, sw, dh, dw are at most this */
+
+typedef struct {
+    int64_t B, G, C, K, WR, WC, OR, OC, ro, co;
+    int kh, kw, sh, sw, dh, dw, T;
+    int nphr, nphc;                  /* distinct row / column stride phases used by the taps */
+    int64_t Mr, Wp, plane, nph;      /* packed plane: Mr rows x Wp columns, nph planes/chan */
+    int64_t N;                       /* flat outputs per (b, g, k): OR * Wp */
+    int64_t p_floats;                /* packed window incl. tail */
+    int64_t w_floats;                /* packed weights (upper bound over ISA blockings) */
+    int64_t o_ints;                  /* tap offset table: C * T */
+    int64_t need;                    /* scratch floats for this vertex */
+    /* per tap row i / column j: packed-plane phase index and shift in rows / columns */
+    int8_t phr_of[IPK_CONV_MAX_K], phc_of[IPK_CONV_MAX_K];
+    int8_t phr_val[IPK_CONV_MAX_K], phc_val[IPK_CONV_MAX_K];
+    int32_t ir[IPK_CONV_MAX_K], jc[IPK_CONV_MAX_K];
+} ipk_geom;
+
+static inline int64_t ipk_al16(int64_t n) { return (n + 15) & ~(int64_t)15; }
+
+/* Products of non-negative sizes, saturating at INT64_MAX: dims come from the caller, and a
+ * wrapped product could pass a range check. */
+static inline int64_t ipk_smul(int64_t a, int64_t b)
+{
+    int64_t r;
+    if (__builtin_mul_overflow(a, b, &r)) return INT64_MAX;
+    return r;
+}
+static inline int64_t ipk_smul4(int64_t a, int64_t b, int64_t c, int64_t d)
+{
+    return ipk_smul(ipk_smul(a, b), ipk_smul(c, d));
+}
+
+/* Fill g from one row of dims (B, G, C, K, WR, WC, OR, OC, row_org, col_org). Returns a
+ * status code; on success g->need is the scratch this vertex needs (floats). */
+static int ipk_geom_init(ipk_geom* g, const int64_t* d, int kh, int kw, int sh, int sw,
+                         int dh, int dw)
+{
+    int i, j, p;
+    if (kh < 1 || kw < 1 || sh < 1 || sw < 1 || dh < 1 || dw < 1 || kh > IPK_CONV_MAX_K
+        || kw > IPK_CONV_MAX_K || sh > IPK_CONV_MAX_K || sw > IPK_CONV_MAX_K
+        || dh > IPK_CONV_MAX_K || dw > IPK_CONV_MAX_K)
+        return IPK_CONV_EPARAM;
+    g->B = d[0]; g->G = d[1]; g->C = d[2]; g->K = d[3]; g->WR = d[4]; g->WC = d[5];
+    g->OR = d[6]; g->OC = d[7]; g->ro = d[8]; g->co = d[9];
+    for (i = 0; i < 8; i++)
+        if (d[i] < 0 || d[i] > ((int64_t)1 << 30)) return IPK_CONV_EDIMS;
+    if (d[8] < -((int64_t)1 << 30) || d[8] > ((int64_t)1 << 30)
+        || d[9] < -((int64_t)1 << 30) || d[9] > ((int64_t)1 << 30))
+        return IPK_CONV_EDIMS;
+    g->kh = kh; g->kw = kw; g->sh = sh; g->sw = sw; g->dh = dh; g->dw = dw; g->T = kh * kw;
+    /* compact the stride phases the taps use, in increasing phase order (stride 1: one
+     * phase, no divisions: this runs once per vertex) */
+    if (sh == 1 && sw == 1) {
+        g->nphr = g->nphc = 1;
+        g->phr_val[0] = g->phc_val[0] = 0;
+        for (i = 0; i < kh; i++) { g->phr_of[i] = 0; g->ir[i] = i * dh; }
+        for (j = 0; j < kw; j++) { g->phc_of[j] = 0; g->jc[j] = j * dw; }
+    } else {
+        int used[IPK_CONV_MAX_K], rank[IPK_CONV_MAX_K], n = 0;
+        for (p = 0; p < sh; p++) used[p] = 0;
+        for (i = 0; i < kh; i++) used[(i * dh) % sh] = 1;
+        for (p = 0; p < sh; p++) { rank[p] = n; if (used[p]) g->phr_val[n++] = (int8_t)p; }
+        g->nphr = n;
+        for (i = 0; i < kh; i++) { g->phr_of[i] = (int8_t)rank[(i * dh) % sh]; g->ir[i] = (i * dh) / sh; }
+        n = 0;
+        for (p = 0; p < sw; p++) used[p] = 0;
+        for (j = 0; j < kw; j++) used[(j * dw) % sw] = 1;
+        for (p = 0; p < sw; p++) { rank[p] = n; if (used[p]) g->phc_val[n++] = (int8_t)p; }
+        g->nphc = n;
+        for (j = 0; j < kw; j++) { g->phc_of[j] = (int8_t)rank[(j * dw) % sw]; g->jc[j] = (j * dw) / sw; }
+    }
+    g->Mr = g->OR + ((int64_t)(kh - 1) * dh) / sh;
+    g->Wp = g->OC + ((int64_t)(kw - 1) * dw) / sw;
+    g->plane = g->Mr * g->Wp;                       /* each factor < 2^31: no overflow */
+    g->nph = (int64_t)g->nphr * g->nphc;
+    g->N = g->OR * g->Wp;
+    /* tap offsets are int32: keep the packed window well inside that */
+    if (ipk_smul(ipk_smul(g->C, g->nph), g->plane) > ((int64_t)1 << 30)
+        || ipk_smul4(g->K + 7, g->C, g->T, 1) > ((int64_t)1 << 36))
+        return IPK_CONV_EDIMS;
+    /* tail: the last vector of the last plane reads up to jc_max + VW - 1 <= Wp + 15 floats
+     * past the end of the packed planes */
+    g->p_floats = ipk_al16(g->C * g->nph * g->plane + g->Wp + 32);
+    /* the small-channel path (AVX-512) pads rows to whole vectors: up to 15 more per row */
+    g->p_floats += ipk_al16(16 * (g->C <= 8 ? g->C : 1) * g->Mr + 128);
+    g->w_floats = ipk_al16((g->K + 7) * g->C * g->T);
+    g->o_ints = ipk_al16(g->C * g->T);
+    g->need = 16 + g->p_floats + g->w_floats + g->o_ints;
+    return IPK_CONV_OK;
+}
+
+/* Byte sizes of the three operands of a vertex. */
+static inline void ipk_geom_bytes(const ipk_geom* g, int in_dt, int out_dt, int64_t* win_b,
+                                  int64_t* w_b, int64_t* out_b)
+{
+    int64_t isz = in_dt ? 2 : 4, osz = out_dt ? 2 : 4;
+    *win_b = ipk_smul(ipk_smul4(g->B, g->G, g->C, g->WR), ipk_smul(g->WC, isz));
+    *w_b = ipk_smul4(g->G, g->K, g->C, ipk_smul(g->T, isz));
+    *out_b = ipk_smul(ipk_smul4(g->B, g->G, g->K, g->OR), ipk_smul(g->OC, osz));
+}
+
+/* Validate one vertex against the arena and the scratch before anything is written. */
+static int ipk_conv_check(const ipk_geom* g, int64_t n_rows, int64_t row_bytes, const unsigned char* data,
+                          int64_t tile, int64_t win_off, int64_t w_off, int64_t out_off,
+                          int in_dt, int out_dt, int64_t scratch_floats)
+{
+    int64_t wb, kb, ob, isz = in_dt ? 2 : 4, osz = out_dt ? 2 : 4;
+    uintptr_t tb;
+    if (tile < 0 || tile >= n_rows) return IPK_CONV_ETILE;
+    ipk_geom_bytes(g, in_dt, out_dt, &wb, &kb, &ob);
+    if (win_off < 0 || w_off < 0 || out_off < 0 || win_off > row_bytes - wb
+        || w_off > row_bytes - kb || out_off > row_bytes - ob)
+        return IPK_CONV_ERANGE;
+    tb = (uintptr_t)data + (uintptr_t)(tile * row_bytes);
+    if ((tb + (uintptr_t)win_off) % (uintptr_t)isz || (tb + (uintptr_t)w_off) % (uintptr_t)isz
+        || (tb + (uintptr_t)out_off) % (uintptr_t)osz)
+        return IPK_CONV_EALIGN;
+    if (g->need > scratch_floats) return IPK_CONV_ESCRATCH;
+    return IPK_CONV_OK;
+}
+
+/* ------------------------------------------------------------------ prefetch
+ * The arena is far larger than the caches, so a vertex's operands come from DRAM. While a
+ * thread computes one vertex it prefetches the next one's: each micro-kernel call takes a
+ * slice of the next vertex's bytes and prefetches one address per tap, so the loads are
+ * spread evenly over the compute (a burst would just fill the miss buffers and stall). */
+typedef struct {
+    const unsigned char* p[3];   /* next vertex's window, weights, output */
+    int64_t n[3];                /* bytes not yet prefetched */
+    int64_t per_call;            /* bytes to prefetch per micro-kernel call */
+} ipk_pf;
+
+/* The slice for one call of ``ntaps`` taps: start pointer, and the stride per tap (<= one
+ * line, so no line is skipped). Returns a harmless address with stride 0 when done. */
+static inline const unsigned char* ipk_pf_slice(ipk_pf* pf, int64_t ntaps, int64_t* stride)
+{
+    int r;
+    for (r = 0; r < 3; r++) {
+        if (pf->n[r] > 0) {
+            int64_t nb = pf->per_call < pf->n[r] ? pf->per_call : pf->n[r];
+            const unsigned char* p = pf->p[r];
+            if (ntaps < 1) ntaps = 1;
+            if (nb > ntaps * 64) nb = ntaps * 64;
+            *stride = nb / ntaps;
+            nb = *stride * ntaps;
+            if (nb == 0) { *stride = 0; nb = pf->n[r] < 64 ? pf->n[r] : 64; }
+            pf->p[r] += nb;
+            pf->n[r] -= nb;
+            return p;
+        }
+    }
+    *stride = 0;
+    return (const unsigned char*)pf;
+}
+
+/* ------------------------------------------------------------------ ISA variants */
+typedef void (*ipk_conv_vertex_fn)(const ipk_geom* g, unsigned char* tb, int64_t win_off,
+                                   int64_t w_off, int64_t out_off, int in_dt, int out_dt,
+                                   float* scratch, ipk_pf* pf);
+
+/* GCC turns the short row-copy loops into memcpy/memset calls, which cost more than the
+ * copies themselves for rows of tens of floats: keep them inline. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define IPK_INLINE_LOOPS __attribute__((optimize("no-tree-loop-distribute-patterns")))
+#else
+#define IPK_INLINE_LOOPS
+#endif
+
+/* Baseline: plain C with GCC/Clang vector extensions (SSE2 on x86-64, NEON on arm64). */
+#define IPK_SFX(name) name##_base
+#define IPK_TGT IPK_INLINE_LOOPS
+#define IPK_ISA_BASE 1
+#include "ipk_conv_impl.h"
+#undef IPK_ISA_BASE
+#undef IPK_TGT
+#undef IPK_SFX
+
+#ifdef IPK_X86
+#define IPK_SFX(name) name##_avx2
+#define IPK_TGT __attribute__((target("avx2,fma,f16c"))) IPK_INLINE_LOOPS
+#define IPK_ISA_AVX2 1
+#include "ipk_conv_impl.h"
+#undef IPK_ISA_AVX2
+#undef IPK_TGT
+#undef IPK_SFX
+
+#define IPK_SFX(name) name##_avx512
+#define IPK_TGT __attribute__((target("avx512f,avx512vl,avx512bw,avx2,fma,f16c"))) IPK_INLINE_LOOPS
+#define IPK_ISA_AVX512 1
+#include "ipk_conv_impl.h"
+#undef IPK_ISA_AVX512
+#undef IPK_TGT
+#undef IPK_SFX
+#endif
+
+/* ISA codes: 0 = baseline, 1 = avx2+fma+f16c, 2 = avx512f+vl+bw (with avx2, fma, f16c). */
+static inline int ipk_conv_isa_supported(int isa)
+{
+    if (isa == 0) return 1;
+#ifdef IPK_X86
+    if (isa == 1)
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
+               && __builtin_cpu_supports("f16c");
+    if (isa == 2)
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl")
+               && __builtin_cpu_supports("avx512bw")
+               && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
+               && __builtin_cpu_supports("f16c");
+#endif
+    return 0;
+}
+
+static inline int ipk_conv_best_isa(void)
+{
+    if (ipk_conv_isa_supported(2)) return 2;
+    if (ipk_conv_isa_supported(1)) return 1;
+    return 0;
+}
+
+static inline ipk_conv_vertex_fn ipk_conv_pick(int isa)
+{
+#ifdef IPK_X86
+    if (isa == 2) return ipk_conv_vertex_avx512;
+    if (isa == 1) return ipk_conv_vertex_avx2;
+#endif
+    (void)isa;
+    return ipk_conv_vertex_base;
+}
+
+#ifdef _OPENMP
+#include <omp.h>
+static inline int ipk_team_size(void) { return omp_get_num_threads(); }
+#else
+static inline int ipk_team_size(void) { return 1; }
+#endif
+
+/* Run vertex v (already checked) of a batch; the geometry lives on this thread's stack.
+ * ``next`` is the vertex this thread runs after v (static round-robin schedule), whose
+ * operands are prefetched meanwhile; -1 for none. */
+static inline void ipk_conv_one(ipk_conv_vertex_fn fn, const int64_t* dims, int64_t v, int64_t next,
+                                int kh, int kw, int sh, int sw, int dh, int dw,
+                                unsigned char* data, int64_t row_bytes, const int32_t* tiles,
+                                const int64_t* win_off, const int64_t* w_off, const int64_t* out_off,
+                                int in_dt, int out_dt, float* scratch)
+{
+    ipk_geom g;
+    ipk_pf pf;
+    memset(&pf, 0, sizeof pf);
+    if (next >= 0) {
+        const int64_t* d = dims + 10 * next;
+        const int64_t isz = in_dt ? 2 : 4, osz = out_dt ? 2 : 4;
+        unsigned char* tb = data + (int64_t)tiles[next] * row_bytes;
+        pf.n[0] = d[0] * d[1] * d[2] * d[4] * d[5] * isz;
+        pf.n[1] = d[1] * d[3] * d[2] * kh * kw * isz;
+        pf.n[2] = d[0] * d[1] * d[3] * d[6] * d[7] * osz;
+        pf.p[0] = tb + win_off[next];
+        pf.p[1] = tb + w_off[next];
+        pf.p[2] = tb + out_off[next];
+    }
+    if (ipk_geom_init(&g, dims + 10 * v, kh, kw, sh, sw, dh, dw) == IPK_CONV_OK)
+        fn(&g, data + (int64_t)tiles[v] * row_bytes, win_off[v], w_off[v], out_off[v], in_dt,
+           out_dt, scratch, &pf);
+}
+
+#endif
