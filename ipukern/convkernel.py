@@ -6,7 +6,7 @@ The kernel (``ipukern._kernels._conv.conv_tiles``) computes, for every vertex v 
     out[b, g, k, y, x] = sum_{c, i, j} win[b, g, c, y*sh + i*dh + row_org, x*sw + j*dw + col_org]
                                        * wts[g, k, c, i, j]
 
-where ``win`` ([B][G][C][WR][WC], input dtype) starts at byte ``win_off[v]`` of the tile's
+where ``win`` (stored [B][WR][G*C][WC]: rows outermost, input dtype) starts at byte ``win_off[v]`` of the tile's
 memory, ``wts`` ([G][K][C][kh][kw], input dtype) at ``w_off[v]`` and ``out`` ([B][G][K][OR][OC],
 output dtype) at ``out_off[v]``. Taps outside the window read +0.0 (zero padding, so an
 infinite weight against padding gives NaN, as with a zero-padded input in PyTorch). fp16
@@ -256,38 +256,45 @@ class ConvCodelet:
 
     The batch's ``args`` hold ``"win"``, ``"w"``, ``"out"`` (int64 byte offsets, shape (V,))
     and ``"dims"`` (int64, shape (V, 10)), checked once with :func:`conv_tiles_checked` when
-    the plan is built. Scratch is sized from the dims and allocated on the first run for a
-    given thread count, then reused by every later run of the plan.
+    the plan is built (or laid out by the program builder, whose layout the tests check).
+    Scratch is sized from the dims and allocated on the first run for a given thread count,
+    then reused by every later run of the plan (one codelet may serve several batches).
 
     Parameters
     ----------
     kernel, stride, dilation : (int, int)
     in_dtype, out_dtype : "float32" or "float16"
-    scratch_floats : int
-        :func:`conv_scratch_floats` of the batch's dims.
+    scratch_floats : int, optional
+        :func:`conv_scratch_floats` of the batches' dims; computed from the first batch run
+        (and grown for larger ones) when omitted.
     """
 
     def __init__(self, kernel, stride=(1, 1), dilation=(1, 1), in_dtype="float32",
-                 out_dtype="float32", scratch_floats=16, name=None):
+                 out_dtype="float32", scratch_floats=None, name=None):
         self.params = _params(*kernel, *stride, *dilation)
         self.in_dt, self.out_dt = _dt_code(in_dtype, "in_dtype"), _dt_code(out_dtype, "out_dtype")
-        self.scratch_floats = int(scratch_floats)
+        self.scratch_floats = 0 if scratch_floats is None else int(scratch_floats)
         self.name = name or (f"conv{kernel[0]}x{kernel[1]}<{np.dtype(NP_DTYPES[self.in_dt]).name}"
                              f"->{np.dtype(NP_DTYPES[self.out_dt]).name}>")
         self._scratch = {}
+        self._need: dict[int, int] = {}
 
     def scratch(self, n_threads: int) -> np.ndarray:
         s = self._scratch.get(n_threads)
-        if s is None:
-            s = self._scratch[n_threads] = np.zeros((n_threads, self.scratch_floats), np.float32)
+        if s is None or s.shape[1] < self.scratch_floats:
+            s = self._scratch[n_threads] = np.zeros((n_threads, max(self.scratch_floats, 16)),
+                                                    np.float32)
         return s
 
     def run(self, data, batch, n_threads):
         a = batch.args
+        need = self._need.get(id(batch))
+        if need is None:
+            need = self._need[id(batch)] = conv_scratch_floats(a["dims"], *self.params)
+        self.scratch_floats = max(self.scratch_floats, need)
         st = _kernel().conv_tiles(data, batch.tiles, a["win"], a["w"], a["out"], a["dims"],
                                   *self.params, self.in_dt, self.out_dt, self.scratch(n_threads),
                                   n_threads)
         if st != 0:
             raise ConvKernelError(f"{self.name}: the conv kernel refused the batch (status {st}); "
                                   "check it with conv_tiles_checked")
-

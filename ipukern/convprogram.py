@@ -23,6 +23,7 @@ import numpy as np
 
 from . import convcost
 from .convcost import TileConv
+from .convkernel import ConvCodelet
 from .convlayout import (CopyTable, TileGeometry, geometry, owned_input_intervals,
                          window_copies)
 from .dtypes import DTYPES
@@ -66,30 +67,6 @@ def _rep(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     owner = np.repeat(np.arange(counts.size), counts)
     pos = np.arange(owner.size) - np.repeat(np.cumsum(counts) - counts, counts)
     return owner, pos
-
-
-class _ConvCodelet:
-    """The per-tile conv vertex (``ipukern._kernels._conv.conv_tiles``)."""
-
-    name = "conv"
-
-    def __init__(self, plan: ConvPlan, out_dtype: str):
-        p = plan.params
-        self.consts = (p.kernel_h, p.kernel_w, p.stride[0], p.stride[1], p.dilation[0],
-                       p.dilation[1], DTYPE_CODE[p.dtype], DTYPE_CODE[out_dtype])
-        self._scratch: np.ndarray | None = None
-
-    def run(self, data, batch, n_threads):
-        from ._kernels import _conv
-        a = batch.args
-        need = batch.args.get("scratch_floats")
-        if need is None:
-            need = a["scratch_floats"] = int(_conv.conv_scratch_floats(a["dims"], *self.consts[:6]))
-        if self._scratch is None or self._scratch.shape[0] < n_threads or self._scratch.shape[1] < need:
-            # allocated once per plan and reused by every later run
-            self._scratch = np.empty((n_threads, max(need, 1)), dtype=np.float32)
-        _conv.conv_tiles(data, batch.tiles, a["win"], a["w"], a["out"], a["dims"], *self.consts,
-                         self._scratch, n_threads)
 
 
 class _BiasCodelet:
@@ -218,7 +195,8 @@ def build_conv_program(plan: ConvPlan, device: Device | None = None, *,
 
     # ---- compute sets
     conv_out_dtype = p.partials if need_partials else p.dtype
-    conv_codelet = _ConvCodelet(plan, conv_out_dtype)
+    conv_codelet = ConvCodelet((p.kernel_h, p.kernel_w), p.stride, p.dilation, p.dtype,
+                               conv_out_dtype, name=f"conv<{p.dtype}->{conv_out_dtype}>")
     if vertex is not None:
         _check_custom_vertex(plan, geo, conv_out_dtype)
 

@@ -2,7 +2,7 @@
 """Per-tile convolution partials: every vertex of a conv compute set in one call, no GIL.
 
 Vertex v runs on tile ``tiles[v]`` and reads/writes only that tile's row of the arena, at
-byte offsets ``win_off[v]`` (input window [B][G][C][WR][WC]), ``w_off[v]`` (weights
+byte offsets ``win_off[v]`` (input window [B][WR][G*C][WC], rows outermost), ``w_off[v]`` (weights
 [G][K][C][kh][kw]) and ``out_off[v]`` (output [B][G][K][OR][OC]). ``dims[v]`` is
 (B, G, C, K, WR, WC, OR, OC, row_org, col_org); see ``ipk_conv.h`` for the method and
 ``ipukern.convkernel`` for the validating wrapper and the full semantics.

@@ -65,6 +65,9 @@ enum {
 
 typedef struct {
     int64_t B, G, C, K, WR, WC, OR, OC, ro, co;
+    /* window layout [B][WR][G*C][WC] (rows outermost, see ipukern/convlayout.py): element
+     * (b, g, c, r, q) sits at win_base(b, g) + c*cs + r*rs + q */
+    int64_t rs, cs;
     int kh, kw, sh, sw, dh, dw, T;
     int nphr, nphc;                  /* distinct row / column stride phases used by the taps */
     int64_t Mr, Wp, plane, nph;      /* packed plane: Mr rows x Wp columns, nph planes/chan */
@@ -108,6 +111,8 @@ static int ipk_geom_init(ipk_geom* g, const int64_t* d, int kh, int kw, int sh, 
     g->OR = d[6]; g->OC = d[7]; g->ro = d[8]; g->co = d[9];
     for (i = 0; i < 8; i++)
         if (d[i] < 0 || d[i] > ((int64_t)1 << 30)) return IPK_CONV_EDIMS;
+    g->cs = g->WC;
+    g->rs = ipk_smul(ipk_smul(g->G, g->C), g->WC);
     if (d[8] < -((int64_t)1 << 30) || d[8] > ((int64_t)1 << 30)
         || d[9] < -((int64_t)1 << 30) || d[9] > ((int64_t)1 << 30))
         return IPK_CONV_EDIMS;
@@ -151,6 +156,12 @@ static int ipk_geom_init(ipk_geom* g, const int64_t* d, int kh, int kw, int sh, 
     g->o_ints = ipk_al16(g->C * g->T);
     g->need = 16 + g->p_floats + g->w_floats + g->o_ints;
     return IPK_CONV_OK;
+}
+
+/* Element offset of window (b, g) in the [B][WR][G*C][WC] layout. */
+static inline int64_t ipk_win_base(const ipk_geom* g, int64_t b, int64_t gi)
+{
+    return b * g->WR * g->rs + gi * g->C * g->cs;
 }
 
 /* Byte sizes of the three operands of a vertex. */

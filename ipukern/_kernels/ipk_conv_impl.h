@@ -211,14 +211,14 @@ IPK_TGT static inline void IPK_SFX(row_masks)(__mmask16* ktab, int64_t nvec, int
     }
 }
 
-/* Pack Mr rows of one channel plane ``src`` [WR][WC]: packed row mrow <- window row
+/* Pack Mr rows of one channel ``src`` (rows rs elements apart): packed row mrow <- window row
  * r0 + mrow*rstep (zeros outside [0, WR)), packed column m <- window column m + shift.
  * Each row is nvec loads (masked only where the row meets the window's edges: masked loads
  * are slower, and lanes outside the window are never read) and full stores; a row's last
  * store runs up to 15 floats into the next row (written next) or past the plane (the
  * caller leaves room there). */
 IPK_TGT static inline void IPK_SFX(pack_rows16)(float* restrict dst, const unsigned char* src,
-                                                int in_dt, int64_t WR, int64_t WC, int64_t r0,
+                                                int in_dt, int64_t WR, int64_t rs, int64_t r0,
                                                 int64_t rstep, int64_t Mr, int64_t Wp, int64_t shift,
                                                 const __mmask16* ktab, int64_t nvec)
 {
@@ -230,7 +230,7 @@ IPK_TGT static inline void IPK_SFX(pack_rows16)(float* restrict dst, const unsig
     while (f1 < nvec && ktab[f1] == (__mmask16)0xFFFF) f1++;
     for (mrow = 0; mrow < Mr; mrow++, dst += Wp) {
         const int64_t r = r0 + mrow * rstep;
-        const uintptr_t srow = (uintptr_t)src + (uintptr_t)((r * WC + shift) * isz);
+        const uintptr_t srow = (uintptr_t)src + (uintptr_t)((r * rs + shift) * isz);
         if (r < 0 || r >= WR) {
             for (m = 0; m < nvec; m++) _mm512_storeu_ps(dst + 16 * m, _mm512_setzero_ps());
         } else if (in_dt == 0) {
@@ -255,11 +255,13 @@ IPK_TGT static inline void IPK_SFX(pack_rows16)(float* restrict dst, const unsig
 }
 #endif
 
-/* Pack window (b, g) = ``src`` [C][WR][WC] into P[c][phase][Mr][Wp] (fp32, zero padded). */
+/* Pack window (b, g) = ``src`` (channel c, row r at c*cs + r*rs) into P[c][phase][Mr][Wp]
+ * (fp32, zero padded). */
 IPK_TGT static void IPK_SFX(pack_window)(const ipk_geom* g, const unsigned char* src, int in_dt,
                                          float* restrict P)
 {
     const int64_t C = g->C, WR = g->WR, WC = g->WC, Mr = g->Mr, Wp = g->Wp;
+    const int64_t rs = g->rs, cs = g->cs;
     const int64_t sh = g->sh, sw = g->sw, ro = g->ro, co = g->co, plane = g->plane;
     int64_t lo[IPK_CONV_MAX_K], hi[IPK_CONV_MAX_K], c, mrow, m;
     int pr, pc;
@@ -281,8 +283,8 @@ IPK_TGT static void IPK_SFX(pack_window)(const ipk_geom* g, const unsigned char*
         IPK_SFX(row_masks)(ktab, nvec, lo[0], hi[0]);
         for (c = 0; c < C; c++)
             for (pr = 0; pr < g->nphr; pr++)
-                IPK_SFX(pack_rows16)(P + (c * g->nphr + pr) * plane, src + c * WR * WC * isz, in_dt,
-                                     WR, WC, g->phr_val[pr] + ro, sh, Mr, Wp, g->phc_val[0] + co,
+                IPK_SFX(pack_rows16)(P + (c * g->nphr + pr) * plane, src + c * cs * isz, in_dt,
+                                     WR, rs, g->phr_val[pr] + ro, sh, Mr, Wp, g->phc_val[0] + co,
                                      ktab, nvec);
         IPK_SFX(zero_f32)(P + C * g->nph * plane, g->p_floats - C * g->nph * plane);
         return;
@@ -314,7 +316,7 @@ IPK_TGT static void IPK_SFX(pack_window)(const ipk_geom* g, const unsigned char*
                     for (mrow = 0; mrow < Mr; mrow++) {
                         const int64_t r = mrow * sh + g->phr_val[pr] + ro;
                         const int inside = r >= 0 && r < WR;
-                        const uintptr_t srow = (uintptr_t)src + (uintptr_t)((c * WR + r) * WC + co) * isz;
+                        const uintptr_t srow = (uintptr_t)src + (uintptr_t)(c * cs + r * rs + co) * isz;
                         float* d0 = p0 >= 0 ? base + p0 * plane + mrow * Wp : 0;
                         float* d1 = p1 >= 0 ? base + p1 * plane + mrow * Wp : 0;
                         for (m = 0; m < nvec; m++) {
@@ -353,7 +355,7 @@ IPK_TGT static void IPK_SFX(pack_window)(const ipk_geom* g, const unsigned char*
                     IPK_SFX(zero_f32)(dst, a);
                     IPK_SFX(zero_f32)(dst + b, Wp - b);
                     if (b > a) {
-                        const int64_t e0 = (c * WR + r) * WC + a * sw + g->phc_val[pc] + co;
+                        const int64_t e0 = c * cs + r * rs + a * sw + g->phc_val[pc] + co;
                         if (in_dt == 0) {
                             const float* sp = (const float*)src + e0;
                             if (sw == 1) IPK_SFX(copy_f32)(dst + a, sp, b - a);
@@ -758,13 +760,13 @@ IPK_TGT static void IPK_SFX(sc_vertex)(const ipk_geom* g, unsigned char* tb, int
             IPK_SFX(pack_weights)(g, tb + w_off + gi * K * CT * isz, in_dt, W);
         for (b = 0; b < B; b++) {
             const int64_t bg = b * G + gi;
-            const unsigned char* win = tb + win_off + bg * C * WR * WC * isz;
+            const unsigned char* win = tb + win_off + ipk_win_base(g, b, gi) * isz;
             unsigned char* out = tb + out_off + bg * K * OR * OC * osz;
             const float* wblk = W;
             int64_t c;
             if (!direct)
                 for (c = 0; c < C; c++)
-                    IPK_SFX(pack_rows16)(P + c * Mr * Wp, win + c * WR * WC * isz, in_dt, WR, WC,
+                    IPK_SFX(pack_rows16)(P + c * Mr * Wp, win + c * g->cs * isz, in_dt, WR, g->rs,
                                          ro, 1, Mr, Wp, co, ktab, nvec);
             for (k0 = 0, kb = 0; k0 < K; kb++) {
                 const int mr = IPK_SFX(block_mr)(K, k0);
@@ -793,11 +795,11 @@ IPK_TGT static void IPK_SFX(sc_vertex)(const ipk_geom* g, unsigned char* tb, int
                                 rows[u] = P + (ys + u) * Wp + x0;
                             else if (r >= 0 && r < WR)
                                 /* lanes before the row start are masked: never read */
-                                rows[u] = (const float*)(uintptr_t)((uintptr_t)win + (uintptr_t)((r * WC + x0 + co) * 4));
+                                rows[u] = (const float*)(uintptr_t)((uintptr_t)win + (uintptr_t)((r * g->rs + x0 + co) * 4));
                             else
                                 rows[u] = 0;
                         }
-                        fn(rows, C, direct ? WR * WC : Mr * Wp, zrow, km, wblk,
+                        fn(rows, C, direct ? g->cs : Mr * Wp, zrow, km, wblk,
                            out + ((k0 * OR + ys) * OC + x0) * osz, OC, OR * OC, lastk, mrv, out_dt);
                     }
                 }
@@ -864,7 +866,7 @@ IPK_TGT static void IPK_SFX(ipk_conv_vertex)(const ipk_geom* g, unsigned char* t
             unsigned char* out_bg = tb + out_off + bg * K * kstride * osz;
             const float* wblk = W;
             int64_t k0 = 0;
-            IPK_SFX(pack_window)(g, tb + win_off + bg * C * g->WR * g->WC * isz, in_dt, P);
+            IPK_SFX(pack_window)(g, tb + win_off + ipk_win_base(g, b, gi) * isz, in_dt, P);
             while (k0 < K) {
                 const int mr = IPK_SFX(block_mr)(K, k0);
                 const int mrv = (int)(K - k0 < mr ? K - k0 : mr);
