@@ -36,7 +36,7 @@ import numpy as np
 from .params import ConvParams
 
 __all__ = ["Split", "split_ranges", "TileGeometry", "geometry", "CopyTable", "window_copies",
-           "owned_input_intervals", "merge_intervals", "weight_layout", "output_intervals", "chunk_intervals"]
+           "owned_input_intervals", "merge_intervals", "StridedCopies", "weight_layout", "output_intervals", "chunk_intervals"]
 
 
 @dataclass(frozen=True)
@@ -380,6 +380,20 @@ def _partial_pieces(geo, t, n, b, ra, rb, ca, cb, P, CR, win_off, itemsize, Os) 
     return CopyTable(src_tile, src_off, t_, dst_off, (cb_ - ca_) * itemsize)
 
 
+@dataclass
+class StridedCopies:
+    """Host-to-tile copies of ``n_runs`` runs of ``run_bytes`` each: run i goes from byte
+    ``src_off + i*src_stride`` of the host buffer to ``dst_off + i*dst_stride`` of ``tile``."""
+
+    tile: np.ndarray
+    dst_off: np.ndarray
+    dst_stride: np.ndarray
+    src_off: np.ndarray
+    src_stride: np.ndarray
+    run_bytes: np.ndarray
+    n_runs: np.ndarray
+
+
 def merge_intervals(tile: np.ndarray, start: np.ndarray, count: np.ndarray, off: np.ndarray,
                     itemsize: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Merge intervals that continue each other both in the tensor and in tile memory."""
@@ -396,9 +410,10 @@ def merge_intervals(tile: np.ndarray, start: np.ndarray, count: np.ndarray, off:
 
 
 def owned_input_intervals(geo: TileGeometry, win_off: np.ndarray, itemsize: int
-                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, StridedCopies]:
     """The input tensor's initial mapping: (tile, element start, count, byte offset) of every
-    core run, each on the out-chan tile that owns it, inside the tile's window.
+    core run, each on the out-chan tile that owns it, inside the tile's window; and the same
+    placement as strided copies from an NCHW host array (no host-side transpose).
 
     Element starts index the input in **NHCW** order ((image, row, channel, column)), the
     order in which a window row holds its channels: the op transposes the user's NCHW
@@ -453,7 +468,14 @@ def owned_input_intervals(geo: TileGeometry, win_off: np.ndarray, itemsize: int
     count = (seg_b - seg_a) * width[pi]
     off = win_off[tile[pi]] + (((bb[pi] * WRb[pi] + (row[pi] - geo.wr0[blkp])) * Pp[pi] + seg_a)
                                * WCb[pi] + (col0[pi] - geo.wc0[blkp])) * itemsize
-    return merge_intervals(tile[pi], start, count, off, itemsize)
+    # the same segments as strided copies from an NCHW host array: seg_b - seg_a channel
+    # rows of `width` elements, H*W apart in the source and WC apart in the window
+    nchw = ((image[pi] * p.in_channels + ch) * p.in_h + row[pi]) * p.in_w + col0[pi]
+    scatter = StridedCopies(tile=tile[pi].astype(np.int32), dst_off=off,
+                            dst_stride=WCb[pi] * itemsize, src_off=nchw * itemsize,
+                            src_stride=np.full(pi.size, p.in_h * p.in_w * itemsize, np.int64),
+                            run_bytes=width[pi] * itemsize, n_runs=seg_b - seg_a)
+    return merge_intervals(tile[pi], start, count, off, itemsize) + (scatter,)
 
 
 def weight_layout(geo: TileGeometry, w_off: np.ndarray, itemsize: int

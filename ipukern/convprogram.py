@@ -24,12 +24,12 @@ import numpy as np
 from . import convcost
 from .convcost import TileConv
 from .convkernel import ConvCodelet
-from .convlayout import (CopyTable, TileGeometry, geometry, owned_input_intervals,
+from .convlayout import (CopyTable, StridedCopies, TileGeometry, geometry, owned_input_intervals,
                          window_copies)
 from .dtypes import DTYPES
-from .engine import Device
+from .engine import Device, get_num_threads
 from .planner import ConvPlan
-from .program import Program, Superstep, VertexBatch
+from .program import Program, Superstep, VertexBatch, balanced_bounds
 from .tensor import TileTensor
 from .vertices import DTYPE_CODE, sum_rows
 
@@ -52,12 +52,22 @@ class ConvProgram:
     w: TileTensor
     y: TileTensor
     b: TileTensor | None
+    #: the input's placement as strided copies straight from an NCHW array
+    x_scatter: StridedCopies | None = None
 
     def write_inputs(self, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None) -> None:
         """Place NCHW input, weights (and bias) on their initial tile mappings."""
-        xt = x.transpose(0, 2, 1, 3) if x.shape[2] > 1 else x.reshape(self.x.shape)
-        self.device.write(self.x, xt)
-        self.device.write(self.w, w)
+        dev = self.device
+        if x.shape != self.plan.params.input_shape or x.dtype != DTYPES[self.plan.params.dtype]:
+            raise ValueError(f"input must be {self.plan.params.dtype}{list(self.plan.params.input_shape)}, "
+                             f"got {x.dtype}{list(x.shape)}")
+        s = self.x_scatter
+        from ._kernels import _exchange
+        host = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
+        _exchange.copy_strided(dev.arena.data, host, s.tile, s.dst_off, s.dst_stride, s.src_off,
+                               s.src_stride, s.run_bytes, s.n_runs,
+                               balanced_bounds(s.run_bytes * s.n_runs, get_num_threads()))
+        dev.write(self.w, w)
         if bias is not None:
             self.device.write(self.b, bias)
 
@@ -153,7 +163,7 @@ def build_conv_program(plan: ConvPlan, device: Device | None = None, *,
         bias_off = dev.alloc("conv.bias", per_tile(geo.G * geo.K * osz), "weights")
 
     # ---- tensors: input (in the windows), weights (owners), output, bias
-    it, istart, icount, ioff = owned_input_intervals(geo, win_off, isz)
+    it, istart, icount, ioff, x_scatter = owned_input_intervals(geo, win_off, isz)
     n_, c_, h_, w_ = p.input_shape
     x = dev.add_tensor_view("x", (n_, h_, c_, w_), p.dtype, it, istart, icount, ioff)
     w = _weight_tensor(dev, plan, geo, ks, Kj, w_off, store_off if S > 1 else None,
@@ -288,7 +298,8 @@ def build_conv_program(plan: ConvPlan, device: Device | None = None, *,
         steps.append(Superstep(name, compute=dev.compute_set(finish_batches(S - 1), name=name),
                                category="reduction" if reduce_needed else "cast"))
     program = dev.program(steps, label=p.describe())
-    return ConvProgram(plan=plan, device=dev, program=program, geometry=geo, x=x, w=w, y=y, b=b)
+    return ConvProgram(plan=plan, device=dev, program=program, geometry=geo, x=x, w=w, y=y, b=b,
+                       x_scatter=x_scatter)
 
 
 def _check_custom_vertex(plan: ConvPlan, geo: TileGeometry, out_dtype: str) -> None:

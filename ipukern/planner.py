@@ -45,6 +45,8 @@ MAX_REDUCTION_DEPTH = 16
 #: before any plan is known, score only split vectors within this factor of the best
 #: compute lower bound of the method
 LB_SLACK = 2.0
+#: plans this close to the fastest count as ties (see _score_method)
+NEAR_TIE = 0.005
 #: byte alignment of every per-tile buffer (TileMemory aligns to 8)
 _ALIGN = 8
 
@@ -410,7 +412,12 @@ def _score_method(p: ConvParams, m_: MachineSpec, cand: VertexMethod, bias: bool
     sync = n_steps * m_.sync_cycles
     total = (ex_in + serial * conv + (serial - 1) * ex_w + serial * (red_x + red_c + cast_c + bias_c)
              + sync)
-    j = int(np.lexsort((mem, total, serial > 1))[0])
+    # Among plans within NEAR_TIE of the fastest, prefer no serial slices, then no column
+    # split: the cycle model has no per-message exchange cost, but column halos are one
+    # message per row and channel, so a near-tie should not pay for them.
+    near = total <= total.min() * (1 + NEAR_TIE)
+    order = np.lexsort((mem, total, ws > 1, serial > 1))
+    j = int(order[near[order]][0])
     split = Split(groups=int(gs[j]), in_chans=int(is_[j]), batch=int(bs[j]), rows=int(hs[j]),
                   cols=int(ws[j]), out_chans=int(os_[j]), group_grain=gg, in_grain=ig,
                   out_grain=og)

@@ -60,6 +60,35 @@ def copy_runs(unsigned char[:, ::1] dst,          # OUT: destination rows (tiles
                    sbase + src_row[i] * src_stride + src_off[i], <size_t>nbytes[i])
 
 
+def copy_strided(unsigned char[:, ::1] dst,          # OUT: tile rows
+                 const unsigned char[::1] src,       # IN: host bytes
+                 const int32_t[::1] tile,            # IN
+                 const int64_t[::1] dst_off,         # IN
+                 const int64_t[::1] dst_stride,      # IN
+                 const int64_t[::1] src_off,         # IN
+                 const int64_t[::1] src_stride,      # IN
+                 const int64_t[::1] run_bytes,       # IN
+                 const int64_t[::1] n_runs,          # IN
+                 const int64_t[::1] bounds):         # IN: thread t does [bounds[t], bounds[t+1])
+    """Piece p copies n_runs[p] runs of run_bytes[p] from src[src_off + i*src_stride] to
+    dst[tile, dst_off + i*dst_stride]. Inputs are validated by the caller."""
+    cdef Py_ssize_t n_threads = bounds.shape[0] - 1
+    cdef Py_ssize_t stride = dst.shape[1]
+    cdef unsigned char* dbase
+    cdef const unsigned char* sbase
+    cdef Py_ssize_t p, i, tid
+    if tile.shape[0] == 0 or n_threads < 1:
+        return
+    dbase = &dst[0, 0]
+    sbase = &src[0]
+    with nogil, parallel(num_threads=n_threads):
+        tid = threadid()
+        for p in range(bounds[tid], bounds[tid + 1]):
+            for i in range(n_runs[p]):
+                memcpy(dbase + tile[p] * stride + dst_off[p] + i * dst_stride[p],
+                       sbase + src_off[p] + i * src_stride[p], <size_t>run_bytes[p])
+
+
 def memcpy_baseline(unsigned char[::1] dst, const unsigned char[::1] src):
     """One contiguous memcpy (the benchmark's baseline for exchange throughput)."""
     cdef size_t n = <size_t>src.shape[0]
