@@ -16,7 +16,6 @@ receive buffer for partial chunks, and the bias ``[G][K]``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -36,24 +35,50 @@ from .vertices import DTYPE_CODE, sum_rows
 __all__ = ["ConvProgram", "build_conv_program"]
 
 
-@dataclass
 class ConvProgram:
     """A planned conv laid out on a device: the program and its tensors.
 
     ``x`` is the input in NHCW order (the order a window row holds its channels), ``w``
-    the weights (C_out, C/groups, kh, kw), ``y`` the output NCHW, ``b`` the bias.
+    the weights (C_out, C/groups, kh, kw), ``y`` the output NCHW, ``b`` the bias. The
+    tensors' host mappings are only needed to place and fetch data, so they are built on
+    first use: estimate mode never pays for them.
     """
 
-    plan: ConvPlan
-    device: Device
-    program: Program
-    geometry: TileGeometry
-    x: TileTensor
-    w: TileTensor
-    y: TileTensor
-    b: TileTensor | None
-    #: the input's placement as strided copies straight from an NCHW array
-    x_scatter: StridedCopies | None = None
+    def __init__(self, plan: ConvPlan, device: Device, program: Program, geometry: TileGeometry,
+                 tensor_builders: dict[str, Any]):
+        self.plan = plan
+        self.device = device
+        self.program = program
+        self.geometry = geometry
+        self._builders = tensor_builders
+        self._built: dict[str, Any] = {}
+
+    def _get(self, name: str) -> Any:
+        if name not in self._built:
+            builder = self._builders.get(name)
+            self._built[name] = builder() if builder is not None else None
+        return self._built[name]
+
+    @property
+    def x(self) -> TileTensor:
+        return self._get("x")[0]
+
+    @property
+    def x_scatter(self) -> StridedCopies:
+        """The input's placement as strided copies straight from an NCHW array."""
+        return self._get("x")[1]
+
+    @property
+    def w(self) -> TileTensor:
+        return self._get("w")
+
+    @property
+    def y(self) -> TileTensor:
+        return self._get("y")
+
+    @property
+    def b(self) -> TileTensor | None:
+        return self._get("b")
 
     def write_inputs(self, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None) -> None:
         """Place NCHW input, weights (and bias) on their initial tile mappings."""
@@ -163,17 +188,22 @@ def build_conv_program(plan: ConvPlan, device: Device | None = None, *,
         bias_off = dev.alloc("conv.bias", per_tile(geo.G * geo.K * osz), "weights")
 
     # ---- tensors: input (in the windows), weights (owners), output, bias
-    it, istart, icount, ioff, x_scatter = owned_input_intervals(geo, win_off, isz)
-    n_, c_, h_, w_ = p.input_shape
-    x = dev.add_tensor_view("x", (n_, h_, c_, w_), p.dtype, it, istart, icount, ioff)
-    w = _weight_tensor(dev, plan, geo, ks, Kj, w_off, store_off if S > 1 else None,
-                       group_leader, M, Os, isz)
-    y = _output_tensor(dev, plan, geo, ks, Kj, out_j, chunk_lo, chunk_hi,
-                       out_off, out_stride if reduce_needed else None,
-                       out_starts if not reduce_needed else None, osz)
-    b = None
+    def input_tensor():
+        it, istart, icount, ioff, scatter = owned_input_intervals(geo, win_off, isz)
+        n_, c_, h_, w_ = p.input_shape
+        return dev.add_tensor_view("x", (n_, h_, c_, w_), p.dtype, it, istart, icount, ioff), scatter
+
+    builders = {
+        "x": input_tensor,
+        "w": lambda: _weight_tensor(dev, plan, geo, ks, Kj, w_off, store_off if S > 1 else None,
+                                    group_leader, M, Os, isz),
+        "y": lambda: _output_tensor(dev, plan, geo, ks, Kj, out_j, chunk_lo, chunk_hi, out_off,
+                                    out_stride if reduce_needed else None,
+                                    out_starts if not reduce_needed else None, osz),
+    }
     if plan.bias:
-        b, bias_copies = _bias_tensor(dev, plan, geo, bias_off, osz)
+        builders["b"] = lambda: _bias_tensor(dev, plan, geo, bias_off, osz)
+        bias_copies = _bias_copies(plan, geo, bias_off, osz)
 
     # ---- exchanges
     win_table = window_copies(geo, win_off, isz)
@@ -298,8 +328,7 @@ def build_conv_program(plan: ConvPlan, device: Device | None = None, *,
         steps.append(Superstep(name, compute=dev.compute_set(finish_batches(S - 1), name=name),
                                category="reduction" if reduce_needed else "cast"))
     program = dev.program(steps, label=p.describe())
-    return ConvProgram(plan=plan, device=dev, program=program, geometry=geo, x=x, w=w, y=y, b=b,
-                       x_scatter=x_scatter)
+    return ConvProgram(plan, dev, program, geo, builders)
 
 
 def _check_custom_vertex(plan: ConvPlan, geo: TileGeometry, out_dtype: str) -> None:
@@ -352,17 +381,21 @@ def _weight_tensor(dev, plan, geo, ks, Kj, w_off, store_off, group_leader, M, Os
     for j in range(S):
         st = leaders + (j % M) * Os
         base = store_off[st] + (j // M) * slice_stride[st] if S > 1 else w_off[st]
-        cnt = geo.G[leaders] * Kj[leaders, j]
-        li, pos = _rep(cnt)
+        # one run per (group, out-chan); when the tile holds every input channel of a
+        # group, a group's out-chans are contiguous in both layouts: one run per group
+        whole = geo.C[leaders] == p.in_per_group
+        per_g = np.where(whole, 1, Kj[leaders, j])
+        li, pos = _rep(geo.G[leaders] * per_g)
         L = leaders[li]
-        K_ = Kj[L, j]
-        g_l = pos // np.maximum(K_, 1)
-        k_l = pos - g_l * K_
+        K_ = np.maximum(Kj[L, j], 1)
+        g_l = pos // per_g[li]
+        k_l = np.where(whole[li], 0, pos - g_l * per_g[li])
         co = (geo.g0[L] + g_l) * p.out_per_group + geo.k0[L] + ks[L, j] + k_l
+        run = geo.C[L] * kk
         tiles.append(st[li])
         starts.append((co * p.in_per_group + geo.c0[L]) * kk)
-        counts.append(geo.C[L] * kk)
-        offs.append(base[li] + pos * geo.C[L] * kk * isz)
+        counts.append(np.where(whole[li], K_ * run, run))
+        offs.append(base[li] + (g_l * K_ + k_l) * run * isz)
     cat = lambda v: np.concatenate(v) if v else np.zeros(0, np.int64)
     return dev.add_tensor_view("w", p.weight_shape, p.dtype, cat(tiles), cat(starts), cat(counts),
                                cat(offs))
@@ -379,23 +412,29 @@ def _output_tensor(dev, plan, geo, ks, Kj, out_j, chunk_lo, chunk_hi, out_off, o
     tiles, starts, counts, offs = [], [], [], []
     # with R > 1 all in-chan tiles of a block describe the same outputs: use in-chan 0's
     describe = (geo.ii == 0) if R > 1 else np.ones(T, dtype=bool)
+    # a tile holding whole output planes has each (image, group)'s K_j channels contiguous
+    full_planes = full_rows & (geo.OR == p.out_h)
     for j in range(plan.serial):
-        # runs: one per (b, g, k) plane if full rows, else one per (b, g, k, row)
+        # runs: one per (b, g) if whole planes, per (b, g, k) if full rows, else per
+        # (b, g, k, row)
         runs_per_plane = np.where(full_rows, 1, geo.OR)
-        n_runs = np.where(describe, geo.B * geo.G * Kj[:, j] * runs_per_plane, 0)
+        k_runs = np.where(full_planes, 1, Kj[:, j])             # runs per (b, g) over k
+        n_runs = np.where(describe, geo.B * geo.G * k_runs * runs_per_plane, 0)
         ti, pos = _rep(n_runs)
         rpp = runs_per_plane[ti]
         y = np.where(full_rows[ti], 0, pos % rpp)
         q = pos // rpp
-        K_ = np.maximum(Kj[ti, j], 1)
-        k = q % K_
-        q //= K_
+        kr = k_runs[ti]
+        k = q % kr
+        q //= kr
         G_ = geo.G[ti]
         g = q % G_
         b = q // G_
         ch = (geo.g0[ti] + g) * p.out_per_group + geo.k0[ti] + ks[ti, j] + k
         start = (((geo.n0[ti] + b) * p.out_channels + ch) * p.out_h + geo.y0[ti] + y) * p.out_w + geo.x0[ti]
-        count = np.where(full_rows[ti], geo.OR[ti] * geo.OC[ti], geo.OC[ti])
+        plane_elems = geo.OR[ti] * geo.OC[ti]
+        count = np.where(full_planes[ti], Kj[ti, j] * plane_elems,
+                         np.where(full_rows[ti], plane_elems, geo.OC[ti]))
         e0 = pos * count                                       # element position in the block
         if R == 1:
             tiles.append(ti)
@@ -420,19 +459,26 @@ def _output_tensor(dev, plan, geo, ks, Kj, out_j, chunk_lo, chunk_hi, out_off, o
                                cat(offs))
 
 
-def _bias_tensor(dev, plan, geo, bias_off, osz):
-    """Bias [G][K] per tile; owned by the (in-chan 0, first batch/row/col) tile of each
-    (group, out-chan) block and copied to the others."""
-    p = plan.params
+def _bias_owner(plan, geo):
+    # the (in-chan 0, first batch/row/col) tile of each (group, out-chan) block
     s = plan.split
-    T = geo.n_tiles
-    owner = ((geo.gi * s.in_chans) * s.batch * s.rows * s.cols) * s.out_chans + geo.oi
-    own = np.flatnonzero(owner == np.arange(T))
+    return ((geo.gi * s.in_chans) * s.batch * s.rows * s.cols) * s.out_chans + geo.oi
+
+
+def _bias_tensor(dev, plan, geo, bias_off, osz):
+    """Bias [G][K] per tile, owned by one tile of each (group, out-chan) block."""
+    p = plan.params
+    owner = _bias_owner(plan, geo)
+    own = np.flatnonzero(owner == np.arange(geo.n_tiles))
     li, g_l = _rep(geo.G[own])
     L = own[li]
     start = (geo.g0[L] + g_l) * p.out_per_group + geo.k0[L]
     off = bias_off[L] + g_l * geo.K[L] * osz
-    b = dev.add_tensor_view("bias", (p.out_channels,), p.dtype, L, start, geo.K[L], off)
-    t = np.flatnonzero(owner != np.arange(T))
-    copies = CopyTable(owner[t], bias_off[owner[t]], t, bias_off[t], geo.G[t] * geo.K[t] * osz)
-    return b, copies
+    return dev.add_tensor_view("bias", (p.out_channels,), p.dtype, L, start, geo.K[L], off)
+
+
+def _bias_copies(plan, geo, bias_off, osz) -> CopyTable:
+    """The owner's bias block copied to every other tile of its (group, out-chan) block."""
+    owner = _bias_owner(plan, geo)
+    t = np.flatnonzero(owner != np.arange(geo.n_tiles))
+    return CopyTable(owner[t], bias_off[owner[t]], t, bias_off[t], geo.G[t] * geo.K[t] * osz)
