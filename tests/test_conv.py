@@ -13,6 +13,7 @@ partial sum before the cross-tile reduction (<= 2^-11 * sum|x*w|). Hence
 """
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import ipukern as ik
 from ipukern.engine import set_num_threads
@@ -188,3 +189,22 @@ def test_torch_agrees_where_installed():
     ref = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b),
                                      stride=(1, 2), padding=(1, 2), dilation=(2, 1), groups=6).numpy()
     np.testing.assert_allclose(run.output, ref, rtol=1e-4, atol=1e-4)
+
+
+@settings(max_examples=30)
+@given(n=st.integers(1, 3), cpg=st.integers(1, 6), g=st.integers(1, 4), mult=st.integers(1, 2),
+       h=st.integers(1, 11), w=st.integers(1, 11), kh=st.integers(1, 4), kw=st.integers(1, 4),
+       s=st.integers(1, 3), pad=st.integers(0, 2), d=st.integers(1, 2),
+       dtype=st.sampled_from(["float32", "float16"]), seed=st.integers(0, 2**16))
+def test_conv2d_property(n, cpg, g, mult, h, w, kh, kw, s, pad, d, dtype, seed):
+    """Random small convs (any hyper-parameters that make a valid output) match the
+    reference within the stated bounds."""
+    if d * (kh - 1) + 1 > h + 2 * pad or d * (kw - 1) + 1 > w + 2 * pad:
+        return
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, cpg * g, h, w)).astype(dtype)
+    wt = rng.standard_normal((mult * g, cpg, kh, kw)).astype(dtype)
+    run = ik.conv2d(x, wt, stride=s, padding=pad, dilation=d, groups=g)
+    ref = conv2d_nchw(x, wt, stride=s, padding=pad, dilation=d, groups=g)
+    mag = conv2d_nchw(np.abs(x), np.abs(wt), stride=s, padding=pad, dilation=d, groups=g)
+    assert_close(run, ref, mag, dtype)
