@@ -10,7 +10,7 @@ A dense layer ``y = x @ w`` (x: (M, K) activations, w: (K, N) weights) is spread
 
 :func:`dense_layer` takes the vertex as a parameter. Any tile function with that signature
 fits: here a plain triple loop costed like the 64-bit vector unit (``matmul_vector``) and
-a BLAS call costed like the AMP matrix unit (``matmul_amp``). Swapping them changes the
+a row-update loop costed like the AMP matrix unit (``matmul_amp``). Swapping them changes the
 cycle estimate, never the program's shape or its result. The same parameter is the hook
 for the library's built-in op: ``ipukern.matmul(a, b, vertex=matmul_amp)`` keeps the
 library's plan, exchanges and K-split reductions and runs the user's function as the
@@ -68,8 +68,12 @@ def matmul_vector(a, b, c):
 
 @ik.tile_function(cycles=amp_cycles)
 def matmul_amp(a, b, c):
-    """c = a @ b through BLAS (Numba's np.dot)."""
-    c[:, :] = np.dot(a, b)
+    """c = a @ b as rank-1 row updates (whole-row array expressions Numba vectorises; no
+    BLAS, so it needs no SciPy)."""
+    c[:, :] = 0.0
+    for i in range(a.shape[0]):
+        for p in range(a.shape[1]):
+            c[i, :] += a[i, p] * b[p, :]
 
 
 def dense_layer(g: ik.Graph, x: ik.GraphTensor, w: ik.GraphTensor, *, grid: tuple[int, int],
