@@ -99,7 +99,9 @@ def conv_layer(x, w, *, stride=1, padding=0, dilation=1, groups=1, split=(1, 1, 
                     r_first = y0 * sh - padding
                     r_last = (y1 - 1) * sh + (kh - 1) * dh - padding
                     lo, hi = max(r_first, 0), min(r_last + 1, H)
-                    win = np.ascontiguousarray(xg[bc[0]:bc[1], gc[0]:gc[1], :, lo:hi, :])
+                    # tile layout [B][WR][G*C][WC]: rows outermost (ipukern/convlayout.py)
+                    win = np.ascontiguousarray(
+                        xg[bc[0]:bc[1], gc[0]:gc[1], :, lo:hi, :].transpose(0, 3, 1, 2, 4))
                     wts = np.ascontiguousarray(wg[gc[0]:gc[1], kc[0]:kc[1]])
                     B, G, K, OR = bc[1] - bc[0], gc[1] - gc[0], kc[1] - kc[0], y1 - y0
                     dims = (B, G, cpg, K, hi - lo, W, OR, OW, r_first - lo, -padding)
