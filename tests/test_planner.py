@@ -85,3 +85,22 @@ def test_smaller_machine_needs_more_per_tile():
     big = plan_conv(p, ik.GC200)
     sm = plan_conv(p, small)
     assert sm.tiles_used <= 64 and sm.estimated_cycles > 10 * big.estimated_cycles
+
+
+@pytest.mark.parametrize("shape, w, kw", [
+    ((8, 128, 56, 56), (128, 128, 3, 3), dict(padding=1)),
+    ((8, 128, 56, 56), (128, 4, 3, 3), dict(padding=1, groups=32)),
+    ((8, 128, 56, 56), (128, 1, 3, 3), dict(padding=1, groups=128)),
+    ((1, 512, 7, 7), (512, 512, 3, 3), dict(padding=1)),
+    ((32, 64, 112, 112), (64, 64, 3, 3), dict(padding=1, stride=2)),
+    ((1, 1024, 1, 8192), (4096, 1024, 1, 1), dict()),          # BERT FFN as a conv: serial
+])
+def test_planner_estimate_matches_the_built_program(shape, w, kw):
+    """The planner scores closed forms; the program is costed from its real copy tables and
+    vertices. They must agree closely, or the planner optimises the wrong thing. (They can
+    differ by a few percent: the planner costs the largest block on every axis, while the
+    slowest real vertex can be a slightly smaller block whose outputs split worse over the
+    6 workers.)"""
+    prof = ik.estimate_conv2d(shape, w, dtype="float16", **kw)
+    planned = prof.info["planner_estimate_cycles"]
+    assert abs(planned - prof.total_cycles) <= 0.05 * prof.total_cycles
