@@ -22,13 +22,20 @@ def layer_id(layer):
     return f"{name}-g{g}"
 
 
-@pytest.mark.benchmark(group="conv")
-@pytest.mark.parametrize("layer", LAYERS, ids=layer_id)
-def test_conv2d_execute(benchmark, layer):
+def layer_operands(layer):
+    """Random fp32 input and weights of a benchmark layer (same seed for every baseline)."""
     name, shape, k, pad, groups = layer
     rng = np.random.default_rng(0)
     x = rng.standard_normal(shape).astype(np.float32)
     w = rng.standard_normal((shape[1], shape[1] // groups, k, k)).astype(np.float32)
+    return x, w, pad, groups
+
+
+@pytest.mark.benchmark(group="conv")
+@pytest.mark.parametrize("layer", LAYERS, ids=layer_id)
+def test_conv2d_execute(benchmark, layer):
+    x, w, pad, groups = layer_operands(layer)
+    shape = x.shape
     run = ik.conv2d(x, w, padding=pad, groups=groups)            # plan, build, first touch
     run = benchmark(ik.conv2d, x, w, padding=pad, groups=groups)
     prof = run.profile
@@ -64,8 +71,5 @@ def test_conv2d_execute(benchmark, layer):
 @pytest.mark.skipif(torch is None, reason="torch not installed")
 @pytest.mark.parametrize("layer", LAYERS, ids=layer_id)
 def test_torch_conv2d(benchmark, layer):
-    name, shape, k, pad, groups = layer
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal(shape).astype(np.float32)
-    w = rng.standard_normal((shape[1], shape[1] // groups, k, k)).astype(np.float32)
+    x, w, pad, groups = layer_operands(layer)
     benchmark(torch_conv2d(x, w, padding=pad, groups=groups))

@@ -1,3 +1,4 @@
+import builtins
 import os
 
 import numpy as np
@@ -17,3 +18,16 @@ except ImportError:  # pragma: no cover
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)
+
+
+@pytest.fixture
+def no_matplotlib(monkeypatch):
+    """Make ``import matplotlib`` fail, as on a machine without the plot extra."""
+    real_import = builtins.__import__
+
+    def fake_import(name, *args, **kwargs):
+        if name == "matplotlib" or name.startswith("matplotlib."):
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", fake_import)

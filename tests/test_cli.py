@@ -1,6 +1,5 @@
 """Tests for the command line (ipukern/cli.py): every command runs in a temp dir through
 ``main([...])`` and its outputs are parsed back."""
-import builtins
 import csv
 import importlib.util
 import io
@@ -17,17 +16,6 @@ TINY = ["--shape", "2,16,8,8", "--cpg", "1,3,4,dense", "--no-progress"]
 def _has_matplotlib():
     return importlib.util.find_spec("matplotlib") is not None
 
-
-@pytest.fixture
-def no_matplotlib(monkeypatch):
-    real_import = builtins.__import__
-
-    def fake_import(name, *args, **kwargs):
-        if name == "matplotlib" or name.startswith("matplotlib."):
-            raise ImportError(f"No module named {name!r}")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", fake_import)
 
 
 # ----------------------------------------------------------------------------- scaling

@@ -1,6 +1,5 @@
 """Tests for the PNG views (ipukern/plots.py): they draw from real estimate profiles and
 sweeps and write non-empty PNGs; without matplotlib they fail with the install hint."""
-import builtins
 
 import pytest
 
@@ -21,17 +20,6 @@ def _png(path):
     assert data[:8] == PNG_MAGIC and len(data) > 10_000
     return data
 
-
-@pytest.fixture
-def no_matplotlib(monkeypatch):
-    real_import = builtins.__import__
-
-    def fake_import(name, *args, **kwargs):
-        if name == "matplotlib" or name.startswith("matplotlib."):
-            raise ImportError(f"No module named {name!r}")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", fake_import)
 
 
 def test_tile_grid_shape():
