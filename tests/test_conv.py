@@ -208,3 +208,24 @@ def test_conv2d_property(n, cpg, g, mult, h, w, kh, kw, s, pad, d, dtype, seed):
     ref = conv2d_nchw(x, wt, stride=s, padding=pad, dilation=d, groups=g)
     mag = conv2d_nchw(np.abs(x), np.abs(wt), stride=s, padding=pad, dilation=d, groups=g)
     assert_close(run, ref, mag, dtype)
+
+
+def test_concurrent_calls_share_one_cached_program_safely():
+    import threading
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((2, 16, 10, 10)).astype(np.float32)
+    w = rng.standard_normal((16, 4, 3, 3)).astype(np.float32)
+    ref = ik.conv2d(x, w, padding=1, groups=4).output
+    bad = []
+
+    def work():
+        for _ in range(10):
+            if not np.array_equal(ik.conv2d(x, w, padding=1, groups=4).output, ref):
+                bad.append(1)
+
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not bad

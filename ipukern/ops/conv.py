@@ -1,6 +1,7 @@
 """Grouped conv2d on the simulated IPU: validate, plan, build, run, gather."""
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -20,11 +21,13 @@ __all__ = ["ConvRun", "conv2d", "estimate_conv2d", "plan_conv2d", "clear_plan_ca
 #: device whose arena keeps the pages it touched, so the cache is small
 PLAN_CACHE_SIZE = 8
 _CACHE: "OrderedDict[tuple, ConvProgram]" = OrderedDict()
+_CACHE_LOCK = threading.Lock()
 
 
 def clear_plan_cache() -> None:
     """Forget every cached plan and program (and the host memory their arenas hold)."""
-    _CACHE.clear()
+    with _CACHE_LOCK:
+        _CACHE.clear()
 
 
 @dataclass
@@ -49,15 +52,19 @@ class ConvRun:
 def _program(params: ConvParams, machine: MachineSpec, bias: bool, method: str | None,
              vertex: Any = None) -> ConvProgram:
     key = (params, machine, bias, method, vertex)
-    prog = _CACHE.get(key)
-    if prog is None:
-        plan = plan_conv(params, machine, bias=bias, method=method)
-        prog = build_conv_program(plan, vertex=vertex)
-        _CACHE[key] = prog
+    with _CACHE_LOCK:
+        prog = _CACHE.get(key)
+        if prog is not None:
+            _CACHE.move_to_end(key)
+            return prog
+    plan = plan_conv(params, machine, bias=bias, method=method)
+    prog = build_conv_program(plan, vertex=vertex)
+    with _CACHE_LOCK:
+        # another thread may have built the same program meanwhile: keep the first one
+        prog = _CACHE.setdefault(key, prog)
+        _CACHE.move_to_end(key)
         while len(_CACHE) > PLAN_CACHE_SIZE:
             _CACHE.popitem(last=False)
-    else:
-        _CACHE.move_to_end(key)
     return prog
 
 
