@@ -8,8 +8,10 @@ thousand products) and the issue's relative error max|out - ref| / max|ref| <= 1
 fp16: the reference is computed in float64 from the same fp16 values, so the only errors
 are ours: fp32 accumulation (<= 1e-6 * sum|x*w| here), the final rounding to fp16
 (<= 2^-11 * |ref|) and, with ``partials="half"``, one more fp16 rounding of each tile's
-partial sum before the cross-tile reduction (<= 2^-11 * sum|x*w|). Hence
-|out - ref| <= 2^-11 * |ref| + (2^-11 if half partials) * sum|x*w| + 1e-6 * sum|x*w|.
+partial sum before the cross-tile reduction (<= 2^-11 * sum|x*w|); a bias is added to the
+rounded output and rounded again (<= 2^-11 * (sum|x*w| + |b|)). Hence
+|out - ref| <= 2^-11 * |ref| + (2^-11 if half partials + 2^-11 if bias) * mag + 1e-6 * mag,
+with mag = sum|x*w| (+ |b|).
 """
 import numpy as np
 import pytest
@@ -38,7 +40,7 @@ def run_case(n, c, h, w, co, k, groups, stride=1, padding=0, dilation=1, dtype="
     return x, wt, b, run, ref, mag
 
 
-def assert_close(run, ref, mag, dtype, partials="float"):
+def assert_close(run, ref, mag, dtype, partials="float", bias=False):
     out = run.output.astype(np.float64)
     assert run.output.dtype == np.dtype(dtype)
     assert out.shape == ref.shape
@@ -46,7 +48,10 @@ def assert_close(run, ref, mag, dtype, partials="float"):
         assert np.all(np.abs(out - ref) <= 1e-5 * mag + 1e-30)
         assert np.abs(out - ref).max() <= 1e-4 * max(np.abs(ref).max(), 1e-30)
     else:
-        bound = U * np.abs(ref) + ((U if partials == "half" else 0.0) + 1e-6) * mag
+        # a bias is added to the already-rounded fp16 output (PopLibs' addBias): one more
+        # fp16 rounding, of a value bounded by sum|x*w| + |b|
+        extra = (U if partials == "half" else 0.0) + (U if bias else 0.0)
+        bound = U * np.abs(ref) + (extra + 1e-6) * mag
         assert np.all(np.abs(out - ref) <= bound + 1e-7)
 
 
@@ -84,7 +89,7 @@ def test_fp16_half_partials(case):
     n, c, h, w, co, k, g, s, p, d = case
     _, _, _, run, ref, mag = run_case(n, c, h, w, co, k, g, s, p, d, dtype="float16",
                                       partials="half", bias=True)
-    assert_close(run, ref, mag, "float16", partials="half")
+    assert_close(run, ref, mag, "float16", partials="half", bias=True)
 
 
 def test_bias_and_asymmetric_hyper_parameters():
@@ -251,7 +256,7 @@ def test_serial_split_plans_compute_the_right_result(shape, wshape, kw, dtype, b
     assert run.plan.serial > 1
     ref = conv2d_nchw(x, w, b, **kw)
     mag = conv2d_nchw(np.abs(x), np.abs(w), None if b is None else np.abs(b), **kw)
-    assert_close(run, ref, mag, dtype)
+    assert_close(run, ref, mag, dtype, bias=bias)
     est = ik.estimate_conv2d(shape, wshape, dtype=dtype, machine=TINY, bias=bias, **kw)
     assert est.total_cycles == run.profile.total_cycles
     assert run.profile.memory.max_bytes <= TINY.tile_bytes
