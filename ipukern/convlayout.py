@@ -36,7 +36,7 @@ import numpy as np
 from .params import ConvParams
 
 __all__ = ["Split", "split_ranges", "TileGeometry", "geometry", "CopyTable", "window_copies",
-           "owned_input_intervals", "merge_intervals", "StridedCopies", "weight_layout", "output_intervals", "chunk_intervals"]
+           "owned_input_intervals", "merge_intervals", "StridedCopies"]
 
 
 @dataclass(frozen=True)
@@ -476,71 +476,3 @@ def owned_input_intervals(geo: TileGeometry, win_off: np.ndarray, itemsize: int
                             src_stride=np.full(pi.size, p.in_h * p.in_w * itemsize, np.int64),
                             run_bytes=width[pi] * itemsize, n_runs=seg_b - seg_a)
     return merge_intervals(tile[pi], start, count, off, itemsize) + (scatter,)
-
-
-def weight_layout(geo: TileGeometry, w_off: np.ndarray, itemsize: int
-                  ) -> tuple[tuple[np.ndarray, ...], CopyTable]:
-    """Weights: the initial mapping (on the first tile of every group of tiles sharing a
-    weight block) and the broadcast copies to the other tiles of the group."""
-    p = geo.params
-    s = geo.split
-    kk = p.kernel_h * p.kernel_w
-    # tiles sharing weights differ only in batch/rows/cols: owner has b=h=w=0
-    owner = ((geo.gi * s.in_chans + geo.ii) * s.batch * s.rows * s.cols) * s.out_chans + geo.oi
-    nbytes = geo.weight_elems() * itemsize
-    recv = np.flatnonzero((owner != np.arange(geo.n_tiles)) & (nbytes > 0))
-    table = CopyTable(owner[recv], w_off[owner[recv]], recv, w_off[recv], nbytes[recv])
-    # owner tiles hold runs (g, k) of C_t*kh*kw weights
-    own = np.flatnonzero(owner == np.arange(geo.n_tiles))
-    cnt = geo.G[own] * geo.K[own]
-    tile = np.repeat(own, cnt)
-    j = np.arange(cnt.sum()) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-    K_t = geo.K[tile]
-    g_l = j // K_t
-    k_l = j - g_l * K_t
-    co = (geo.g0[tile] + g_l) * p.out_per_group + geo.k0[tile] + k_l
-    C_t = geo.C[tile]
-    start = (co * p.in_per_group + geo.c0[tile]) * kk
-    count = C_t * kk
-    off = w_off[tile] + j * C_t * kk * itemsize
-    return (tile, start, count, off), table
-
-
-def output_intervals(geo: TileGeometry, out_off: np.ndarray, itemsize: int
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Output rows of every tile's [B][G][K][OR][OC] block as global NCHW intervals:
-    (tile, element start, count, byte offset), in block order."""
-    p = geo.params
-    cnt = geo.B * geo.G * geo.K * geo.OR
-    tile = np.repeat(np.arange(geo.n_tiles), cnt)
-    j = np.arange(cnt.sum()) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-    OR, K, G = geo.OR[tile], geo.K[tile], geo.G[tile]
-    y = j % OR
-    q = j // OR
-    k = q % K
-    q //= K
-    g = q % G
-    b = q // G
-    ch = (geo.g0[tile] + g) * p.out_per_group + geo.k0[tile] + k
-    image = geo.n0[tile] + b
-    start = ((image * p.out_channels + ch) * p.out_h + geo.y0[tile] + y) * p.out_w + geo.x0[tile]
-    OC = geo.OC[tile]
-    off = out_off[tile] + j * OC * itemsize
-    return tile, start, OC, off
-
-
-def chunk_intervals(tile, start, count, off, itemsize, block_tile_first_elem, chunk_lo, chunk_hi,
-                    chunk_tile, chunk_off):
-    """Cut a tile's block intervals (in block order) at chunk boundaries and re-home each
-    piece to the chunk's tile and offset. ``block_tile_first_elem[i]`` is interval i's
-    position (elements) within its block; chunks are per interval arrays of candidate
-    [lo, hi) element ranges with their destination tile/offset (shape (n, R))."""
-    lo = np.maximum(block_tile_first_elem[:, None], chunk_lo)
-    hi = np.minimum((block_tile_first_elem + count)[:, None], chunk_hi)
-    keep = lo < hi
-    r, c = np.nonzero(keep)
-    lo, hi = lo[r, c], hi[r, c]
-    new_start = start[r] + (lo - block_tile_first_elem[r])
-    new_tile = chunk_tile[r, c]
-    new_off = chunk_off[r, c] + (lo - chunk_lo[r, c]) * itemsize
-    return new_tile, new_start, hi - lo, new_off

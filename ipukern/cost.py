@@ -9,8 +9,6 @@ contexts are barrel-scheduled, so a vertex whose slowest worker takes W worker c
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from .dtypes import DTYPES, canonical_dtype
@@ -18,7 +16,7 @@ from .machine import MachineSpec
 
 __all__ = [
     "exchange_cycles", "tile_exchange_cycles", "exchange_loads",
-    "elementwise_cycles", "elementwise_cycles_array", "reduce_cycles", "copy_cycles",
+    "elementwise_cycles", "elementwise_cycles_array", "reduce_cycles",
     "zero_cycles", "cast_cycles", "cast_cycles_array", "reduce_cycles_array",
 ]
 
@@ -168,14 +166,6 @@ def elementwise_cycles_array(machine: MachineSpec, n_elems: np.ndarray, dtype: s
     return np.where(n > 0, machine.n_workers * worker + SUPERVISOR_OVERHEAD, 0)
 
 
-def copy_cycles(machine: MachineSpec, nbytes: int) -> int:
-    """On-tile copy (rearrangement) of ``nbytes`` at ``memcpy_bytes_per_cycle``."""
-    if nbytes <= 0:
-        return 0
-    per_worker = -(-_per_worker(nbytes, machine) // machine.memcpy_bytes_per_cycle)
-    return machine.n_workers * (per_worker + ELEMENTWISE_WORKER_OVERHEAD // 2) + SUPERVISOR_OVERHEAD
-
-
 def zero_cycles(machine: MachineSpec, n_elems: int, dtype: str) -> int:
     """Zero (or fill) ``n_elems``: per worker ceil(elems/vw) + 5, times 6 (§3.8)."""
     if n_elems <= 0:
@@ -188,9 +178,6 @@ def ceil_div(a: int, b: int) -> int:
     """Integer ceil(a / b) for non-negative a and positive b."""
     return -(-a // b)
 
-
-def log2_ceil(n: int) -> int:
-    return 0 if n <= 1 else int(math.ceil(math.log2(n)))
 
 # --------------------------------------------------------------------------- casts, reductions
 # PopLibs estimateCastCycles / getReduceCycleEstimate (reference §3.8, §4.3) [S16]

@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""Built-in vertices: element-wise ops, fills, on-tile copies and partial-sum reduction.
+"""Built-in vertices: element-wise ops, fills, partial-sum reduction and bias adds.
 
 Every function runs a whole batch of vertices (one per tile, or several) in one call,
 ``prange`` over vertices, without the GIL. Operands are byte offsets within the vertex's
@@ -99,16 +99,6 @@ def fill(unsigned char[:, ::1] data, const int32_t[::1] tiles, const int64_t[::1
         else:
             for i in range(n[v]):
                 (<uint16_t*>p)[i] = hv
-
-
-def copy(unsigned char[:, ::1] data, const int32_t[::1] tiles, const int64_t[::1] dst_off,
-         const int64_t[::1] src_off, const int64_t[::1] nbytes, int n_threads):
-    """On-tile copy of nbytes[v] bytes (regions validated not to overlap)."""
-    cdef Py_ssize_t v, stride = data.shape[1]
-    cdef unsigned char* base = &data[0, 0]
-    for v in prange(tiles.shape[0], nogil=True, schedule="static", num_threads=n_threads):
-        memcpy(base + tiles[v] * stride + dst_off[v], base + tiles[v] * stride + src_off[v],
-               <size_t>nbytes[v])
 
 
 def sum_rows(unsigned char[:, ::1] data, const int32_t[::1] tiles, const int64_t[::1] out_off,
