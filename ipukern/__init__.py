@@ -16,6 +16,10 @@ from .program import ComputeSet, Exchange, ExchangeError, Program, Superstep, Ve
 from .tensor import TileMapping, TileTensor
 from .tilefn import TileFunction, TileFunctionCompileError, TileFunctionError, TileShape, tile_function
 
+# submodules users reach as ipukern.gpu / ipukern.scaling / ipukern.plots (matplotlib is
+# imported only when a plot is drawn)
+from . import gpu, plots, scaling  # noqa: E402
+
 __version__ = "0.1.0"
 
 __all__ = [
