@@ -488,6 +488,16 @@ def _add_common(p: argparse.ArgumentParser, *, machine_default: str = "GC200") -
                       help="never show a progress line")
 
 
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    """Options shared by the single-op commands (conv, matmul)."""
+    p.add_argument("--machine", type=lambda v: _machine_list(v)[0], default=PRESETS["GC200"])
+    p.add_argument("--execute", action="store_true",
+                   help="run on random data instead of estimating; values are not checked")
+    p.add_argument("--seed", type=int, default=0, help="random data seed for --execute")
+    p.add_argument("--gpu", default="A100_40GB",
+                   help="GPU model to compare with, or '' for none (default A100_40GB)")
+
+
 def _add_views(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", metavar="PATH", help="write the profile as JSON")
     p.add_argument("--memory-png", metavar="PATH", help="write a per-tile memory heat map (PNG)")
@@ -552,15 +562,10 @@ def build_parser() -> argparse.ArgumentParser:
     g = c.add_mutually_exclusive_group()
     g.add_argument("--groups", type=int, default=None, help="groups (default 1)")
     g.add_argument("--cpg", type=int, default=None, help="input channels per group")
-    c.add_argument("--machine", type=lambda v: _machine_list(v)[0], default=PRESETS["GC200"])
     c.add_argument("--method", choices=["AMP", "SLIC", "VMAC", "HMAC"], default=None,
                    help="force a vertex method (default: the planner's choice)")
     c.add_argument("--bias", action="store_true", help="include a bias add")
-    c.add_argument("--execute", action="store_true",
-                   help="run on random data (needs the compiled conv kernel); values are not checked")
-    c.add_argument("--seed", type=int, default=0, help="random data seed for --execute")
-    c.add_argument("--gpu", default="A100_40GB",
-                   help="GPU model to compare with, or '' for none (default A100_40GB)")
+    _add_run_options(c)
     _add_common(c)
     _add_views(c)
     c.set_defaults(func=_cmd_conv)
@@ -569,11 +574,7 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("matmul", help="estimate (or --execute) one matmul, print its profile")
     m.add_argument("--shape", type=_shape(3), default=[1024, 1024, 1024],
                    metavar="M,K,N", help="(M x K) @ (K x N) (default 1024,1024,1024)")
-    m.add_argument("--machine", type=lambda v: _machine_list(v)[0], default=PRESETS["GC200"])
-    m.add_argument("--execute", action="store_true", help="run on random data")
-    m.add_argument("--seed", type=int, default=0)
-    m.add_argument("--gpu", default="A100_40GB",
-                   help="GPU model to compare with, or '' for none (default A100_40GB)")
+    _add_run_options(m)
     _add_common(m)
     _add_views(m)
     m.set_defaults(func=_cmd_matmul)

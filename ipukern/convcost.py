@@ -48,7 +48,7 @@ from typing import Any, Mapping, NamedTuple
 import numpy as np
 
 from .dtypes import DTYPES, canonical_dtype
-from .cost import cast_cycles, reduce_cycles  # shared with the built-in vertices
+from .cost import cast_cycles, ceil_div, reduce_cycles  # shared with the built-in vertices
 from .machine import MachineSpec
 
 __all__ = [
@@ -470,9 +470,6 @@ def _and(a: Any, b: Any) -> Any:
     return np.logical_and(a, b)
 
 
-def _cdiv(a: Any, b: Any) -> Any:
-    return -(-a // b)
-
 
 def _gcd(a: Any, b: Any) -> Any:
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
@@ -502,7 +499,7 @@ def _vertex_dims(method: VertexMethod, tile: TileConv | _Dims) -> _Dims:
         t = tile
     if f == 1:
         return t
-    return t._replace(groups=_cdiv(t.groups, f), in_chans=t.in_chans * f,
+    return t._replace(groups=ceil_div(t.groups, f), in_chans=t.in_chans * f,
                       out_chans=t.out_chans * f)
 
 
@@ -624,8 +621,8 @@ def _amp_weight_load_cycles(machine: MachineSpec, method: VertexMethod, height: 
 
 def _zero_cycles(machine: MachineSpec, n_elems_per_group: Any, n_groups: Any,
                  dtype: str) -> Any:
-    per_worker = _cdiv(n_elems_per_group, machine.n_workers)
-    vectors = _cdiv(per_worker, machine.vector_elems(dtype))
+    per_worker = ceil_div(n_elems_per_group, machine.n_workers)
+    vectors = ceil_div(per_worker, machine.vector_elems(dtype))
     return (vectors + ZERO_WORKER_CYCLES) * machine.n_workers * n_groups
 
 
@@ -681,10 +678,10 @@ def _amp_nx1_parts(machine: MachineSpec, method: VertexMethod, d: _Dims) -> dict
     per_pass = _max2(nw * reduce(_max2, workers),
                      nw * reduce(_min2, workers) + NX1_MIN_WORKER_TAG_CYCLES)
 
-    n_cg = _cdiv(d.groups, method.conv_groups_per_group)
-    n_ig = _cdiv(d.in_chans, method.in_chans_per_group)
-    n_og = _cdiv(d.out_chans, method.out_chans_per_group)
-    k_outer = _cdiv(d.kernel_h, height)
+    n_cg = ceil_div(d.groups, method.conv_groups_per_group)
+    n_ig = ceil_div(d.in_chans, method.in_chans_per_group)
+    n_og = ceil_div(d.out_chans, method.out_chans_per_group)
+    k_outer = ceil_div(d.kernel_h, height)
     k_inner = d.kernel_w
     wl = _amp_weight_load_cycles(machine, method, height)
     per_load = (wl + NX1_WEIGHT_HEIGHT_CYCLES.get(height, NX1_WEIGHT_HEIGHT_CYCLES_PER_ROW * height)
@@ -746,10 +743,10 @@ def _amp_1x1_parts(machine: MachineSpec, method: VertexMethod, d: _Dims) -> dict
         return _max2(nw * reduce(_max2, ws), nw * reduce(_min2, ws) + X1_MIN_WORKER_TAG_CYCLES)
 
     inner_zero, inner_acc = inner(True), inner(False)
-    n_cg = _cdiv(d.groups, method.conv_groups_per_group)
-    n_ig = _cdiv(d.in_chans, method.in_chans_per_group)
-    n_og = _cdiv(d.out_chans, method.out_chans_per_group)
-    passes = _cdiv(method.out_chans_per_group, units)
+    n_cg = ceil_div(d.groups, method.conv_groups_per_group)
+    n_ig = ceil_div(d.in_chans, method.in_chans_per_group)
+    n_og = ceil_div(d.out_chans, method.out_chans_per_group)
+    passes = ceil_div(method.out_chans_per_group, units)
     wl = _amp_weight_load_cycles(machine, method, 1)
     c = 1 if common else 0
     total = (X1_SUPERVISOR_CYCLES + nw * (retention[0] + retention[1] * (n_ig * n_cg - 1))
@@ -883,8 +880,8 @@ def _slic_parts(machine: MachineSpec, method: VertexMethod, d: _Dims, stride_w: 
     def brnzdec(n: Any) -> Any:
         return BRNZDEC_STALL_CYCLES * (n - 1) + 1
 
-    n_cgg = _cdiv(d.groups, cgpg)
-    n_sub = _cdiv(d.kernel_w, SLIC_WINDOW_WIDTH) * d.kernel_h
+    n_cgg = ceil_div(d.groups, cgpg)
+    n_sub = ceil_div(d.kernel_w, SLIC_WINDOW_WIDTH) * d.kernel_h
     inner_zero, inner_acc = inner(True), inner(False)
     cgg_body = SLIC_CONV_GROUP_GROUP_CYCLES[half8]
     if cgpg <= 4:
@@ -957,7 +954,7 @@ def _notional_worker(n_rows: Any, n_workers: int) -> tuple[Any, Any, Any]:
     ``n_workers / gcd(n_workers, rows)`` parts so they share out evenly; the busiest worker
     gets ``whole`` full rows and ``part`` part-rows (ConvModel / PerformanceEstimation)."""
     split = n_workers // _gcd(n_workers, n_rows)
-    max_part_rows = _cdiv(n_rows * split, n_workers)
+    max_part_rows = ceil_div(n_rows * split, n_workers)
     return split, max_part_rows // split, max_part_rows % split
 
 
@@ -968,7 +965,7 @@ def _vmac_parts(machine: MachineSpec, method: VertexMethod, d: _Dims) -> dict[st
     # one work-list entry per (output position, kernel row): a kw-tap product along the
     # row, cgpg groups per vector
     split, whole, part = _notional_worker(d.batch * d.out_h * d.out_w, nw)
-    part_width = _cdiv(d.kernel_w, split)
+    part_width = ceil_div(d.kernel_w, split)
 
     def entries_sum(cost: Any) -> Any:
         return d.kernel_h * (whole * cost(d.kernel_w) + part * cost(part_width))
@@ -985,11 +982,11 @@ def _vmac_parts(machine: MachineSpec, method: VertexMethod, d: _Dims) -> dict[st
     # each worker zeroes and keeps a private partial buffer for the whole output; PopLibs'
     # planner sizes it as out_h x out_w elements (neither batch nor cgpg)
     n_out = d.out_h * d.out_w
-    zero = VMAC_ZERO_CYCLES + _cdiv(n_out, machine.vector_elems(method.partials_dtype))
+    zero = VMAC_ZERO_CYCLES + ceil_div(n_out, machine.vector_elems(method.partials_dtype))
     reduction = (VMAC_REDUCE_CYCLES - fp
                  + (VMAC_REDUCE_ELEM_CYCLES + 2 * fp + (1 + fp) * (nw - 1))
-                 * _cdiv(n_out, nw) // cgpg)
-    n_cg = _cdiv(d.groups, cgpg)
+                 * ceil_div(n_out, nw) // cgpg)
+    n_cg = ceil_div(d.groups, cgpg)
     n_ig = d.in_chans
     work = n_cg * n_ig * inner
     total = (VMAC_SUPERVISOR_CYCLES + VMAC_CORE_INIT_CYCLES + VMAC_RETENTION_INIT_CYCLES
@@ -1102,9 +1099,9 @@ def _hmac_parts(machine: MachineSpec, method: VertexMethod, d: _Dims, use_1x1: A
                 + _where(part > 0, seg_fixed + pre_pos + part_width * per_pos, 0))
     per_kernel = HMAC_WORKER_CYCLES - retention + segs
     inner = nw * (d.kernel_h * d.kernel_w * per_kernel + HMAC_WORKER_CYCLES)
-    n_cg = _cdiv(d.groups, method.conv_groups_per_group)
-    n_ig = _cdiv(d.in_chans, method.in_chans_per_group)
-    n_og = _cdiv(d.out_chans, pcpg)
+    n_cg = ceil_div(d.groups, method.conv_groups_per_group)
+    n_ig = ceil_div(d.in_chans, method.in_chans_per_group)
+    n_og = ceil_div(d.out_chans, pcpg)
     # PopLibs passes the partials flag where the activations flag is expected here
     outer_retention = _where(use_1x1, HMAC_1X1_RETENTION_CYCLES,
                              HMAC_HALF_RETENTION_CYCLES if half_partials else 0)
@@ -1312,10 +1309,10 @@ def candidate_methods(machine: MachineSpec, in_dtype: str, partials_dtype: str,
             for cg, c in groupings:
                 found.append(VertexMethod("SLIC", dt, slic_pt, cg, c, c, slic_chains=ch))
     grain = 2 if half_in else 1
-    rounded = _cdiv(ci, grain) * grain
+    rounded = ceil_div(ci, grain) * grain
     previous = 0
     for icpg in range(grain, rounded + 1, grain):
-        n_in = _cdiv(rounded, icpg)
+        n_in = ceil_div(rounded, icpg)
         if n_in == previous:
             continue
         previous = n_in
@@ -1330,8 +1327,8 @@ def candidate_methods(machine: MachineSpec, in_dtype: str, partials_dtype: str,
 
     def rank(m: VertexMethod) -> tuple[float, float, int]:
         cin, cout = ci * m.combine_groups, co * m.combine_groups
-        padded = (_cdiv(cin, m.in_chans_per_group) * m.in_chans_per_group
-                  * _cdiv(cout, m.out_chans_per_group) * m.out_chans_per_group)
+        padded = (ceil_div(cin, m.in_chans_per_group) * m.in_chans_per_group
+                  * ceil_div(cout, m.out_chans_per_group) * m.out_chans_per_group)
         padding = (padded - cin * cout) / padded
         return (-m.macs_per_cycle_bound(machine) * (1 - padding), padding,
                 DTYPES[m.partials_dtype].itemsize)

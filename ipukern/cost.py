@@ -9,6 +9,8 @@ contexts are barrel-scheduled, so a vertex whose slowest worker takes W worker c
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .dtypes import DTYPES, canonical_dtype
@@ -174,8 +176,8 @@ def zero_cycles(machine: MachineSpec, n_elems: int, dtype: str) -> int:
     return machine.n_workers * (-(-_per_worker(n_elems, machine) // vw) + ZERO_WORKER_OVERHEAD)
 
 
-def ceil_div(a: int, b: int) -> int:
-    """Integer ceil(a / b) for non-negative a and positive b."""
+def ceil_div(a: Any, b: Any) -> Any:
+    """Integer ceil(a / b) for non-negative a and positive b (ints or integer arrays)."""
     return -(-a // b)
 
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from .cost import cast_cycles_array, elementwise_cycles_array, reduce_cycles_array
+from .cost import cast_cycles_array, ceil_div, elementwise_cycles_array, reduce_cycles_array
 from .convcost import VertexMethod, candidate_methods, conv_vertex_cycles_array
 from .convlayout import MAX_INPUT_OWNERS, Split
 from .dtypes import DTYPES
@@ -131,12 +131,9 @@ def split_candidates(n_grains: int, limit: int) -> np.ndarray:
     return np.unique(np.array(out, dtype=np.int64))
 
 
-def _ceil(a, b):
-    return -(-a // b)
-
 
 def _aligned(nbytes):
-    return _ceil(nbytes, _ALIGN) * _ALIGN
+    return ceil_div(nbytes, _ALIGN) * _ALIGN
 
 
 def _method_grains(p: ConvParams, m: VertexMethod) -> tuple[int, int, int]:
@@ -149,7 +146,7 @@ def _method_grains(p: ConvParams, m: VertexMethod) -> tuple[int, int, int]:
 
 def _axis_sizes(n: int, grain: int, s: np.ndarray) -> np.ndarray:
     """Largest part (in items) when n items in grains of ``grain`` are split s ways."""
-    return np.minimum(_ceil(_ceil(n, grain), s) * grain, n)
+    return np.minimum(ceil_div(ceil_div(n, grain), s) * grain, n)
 
 
 def _window_extent(n_out_t: np.ndarray, k: int, stride: int, dil: int, size: int) -> np.ndarray:
@@ -256,8 +253,8 @@ def _field_grid(p: ConvParams, T: int) -> dict[str, np.ndarray]:
 
 def _channel_axes(p: ConvParams, cand: VertexMethod, T: int):
     gg, ig, og = _method_grains(p, cand)
-    n_i = _ceil(p.in_per_group, ig)
-    n_o = _ceil(p.out_per_group, og)
+    n_i = ceil_div(p.in_per_group, ig)
+    n_o = ceil_div(p.out_per_group, og)
     # methods that process exactly one channel block per tile fix their channel splits
     if cand.method == "SLIC":
         if p.dilation != (1, 1) or p.stride[1] > 2:
@@ -271,7 +268,7 @@ def _channel_axes(p: ConvParams, cand: VertexMethod, T: int):
         i_ax, o_ax = split_candidates(n_i, MAX_REDUCTION_DEPTH), split_candidates(n_o, T)
     if i_ax.max() > MAX_REDUCTION_DEPTH:
         return None
-    g_ax = split_candidates(_ceil(p.groups, gg), T)
+    g_ax = split_candidates(ceil_div(p.groups, gg), T)
     return g_ax, i_ax, o_ax
 
 
@@ -325,8 +322,8 @@ def _score_method(p: ConvParams, m_: MachineSpec, cand: VertexMethod, bias: bool
     WC = _window_extent(OC, p.kernel_w, p.stride[1], p.dilation[1], p.in_w)
     # a window also holds its block's core, which is longer than the taps need when the
     # stride exceeds the kernel span
-    WR = np.maximum(WR, np.minimum(_ceil(p.in_h, hs) + p.stride[0], p.in_h))
-    WC = np.maximum(WC, np.minimum(_ceil(p.in_w, ws) + p.stride[1], p.in_w))
+    WR = np.maximum(WR, np.minimum(ceil_div(p.in_h, hs) + p.stride[0], p.in_h))
+    WC = np.maximum(WC, np.minimum(ceil_div(p.in_w, ws) + p.stride[1], p.in_w))
     win_b = B_t * WR * G_t * C_t * WC * isz
     M = bs * hs * ws                                          # tiles sharing a weight block
     R = is_
@@ -334,11 +331,11 @@ def _score_method(p: ConvParams, m_: MachineSpec, cand: VertexMethod, bias: bool
     cast_needed = (~reduce_needed) & (p.partials != p.dtype)
 
     def memory(serial: np.ndarray) -> tuple[np.ndarray, ...]:
-        K_s = np.minimum(_ceil(_ceil(K_t, og), serial) * og, K_t)  # out-chans per slice
+        K_s = np.minimum(ceil_div(ceil_div(K_t, og), serial) * og, K_t)  # out-chans per slice
         w_b = G_t * K_s * C_t * kk * isz                           # one slice of weights
-        w_store = np.where(serial > 1, _ceil(serial, M) * w_b, 0)  # owned slices
+        w_store = np.where(serial > 1, ceil_div(serial, M) * w_b, 0)  # owned slices
         out_s = B_t * G_t * K_s * OR * OC                          # outputs of one slice
-        chunk = _ceil(out_s, R)
+        chunk = ceil_div(out_s, R)
         n_part_bufs = np.where(serial > 1, 2, 1)                   # double-buffered if serial
         part_b = np.where(reduce_needed | cast_needed, n_part_bufs * out_s * psz, 0)
         out_b = serial * np.where(reduce_needed, chunk, out_s) * osz
@@ -348,7 +345,7 @@ def _score_method(p: ConvParams, m_: MachineSpec, cand: VertexMethod, bias: bool
         return mem, K_s, w_b, out_s, chunk
 
     # the fewest serial slices that fit (each tile needs a grain per slice)
-    k_grains = _ceil(K_t, og)
+    k_grains = ceil_div(K_t, og)
     serial = np.zeros_like(K_t)
     min_mem = None
     for k in serials:
@@ -386,8 +383,8 @@ def _score_method(p: ConvParams, m_: MachineSpec, cand: VertexMethod, bias: bool
         return None
     # --- exchange: the busiest receiver; bus pairs receiving the same data count once.
     # The tile owns 1/Os of its block's core; the rest of its window arrives from owners.
-    CR = np.minimum(_ceil(p.in_h, hs), WR)
-    CC = np.minimum(_ceil(p.in_w, ws), WC)
+    CR = np.minimum(ceil_div(p.in_h, hs), WR)
+    CC = np.minimum(ceil_div(p.in_w, ws), WC)
     core_b = B_t * CR * G_t * C_t * CC * isz
     # the busiest tile owns 1/Os of its core, or nothing when only the first few of the
     # Os tiles own shares (convlayout.MAX_INPUT_OWNERS)
