@@ -11,7 +11,7 @@ import pytest
 import ipukern as ik
 
 from baselines import numpy_conv2d, torch, torch_conv2d
-from conftest import best_seconds, measured_seconds
+from timing import best_seconds, measured_seconds
 
 LAYERS = [("resnext56", (8, 128, 56, 56), 3, 1, g) for g in (1, 4, 8, 16, 32, 64, 128)]
 LAYERS.append(("effnet_dw5x5", (8, 240, 28, 28), 5, 2, 240))

@@ -22,9 +22,9 @@ import numpy as np
 import pytest
 
 from ipukern._kernels import _conv
-from ipukern.engine import get_num_threads
+from ipukern.core.engine import get_num_threads
 
-from conftest import measured_seconds
+from timing import measured_seconds
 from convlayers import conv_layer, matmul_layer
 
 torch = pytest.importorskip("torch")

@@ -7,10 +7,10 @@ import pytest
 
 import ipukern as ik
 from ipukern._kernels import _exchange
-from ipukern.engine import get_num_threads
-from ipukern.program import Exchange, Superstep
+from ipukern.core.engine import get_num_threads
+from ipukern.core.program import Exchange, Superstep
 
-from conftest import best_seconds, measured_seconds
+from timing import best_seconds, measured_seconds
 
 PER_TILE = 16 * 1024
 

@@ -6,7 +6,7 @@ import pytest
 
 import ipukern as ik
 
-from conftest import best_seconds, measured_seconds
+from timing import best_seconds, measured_seconds
 
 SQUARES = [512, 1024, 2048]
 

@@ -23,10 +23,10 @@ a 2-core machine like ours; a reference figure, not a same-run baseline).
 import pytest
 
 import ipukern as ik
-from ipukern.params import ConvParams
-from ipukern.planner import plan_conv
+from ipukern.conv.params import ConvParams
+from ipukern.conv.planner import plan_conv
 
-from conftest import best_seconds, measured_seconds
+from timing import best_seconds, measured_seconds
 
 TARGET_S = 0.020
 SCALESIM_CYCLES_PER_S = 8_000   # peers-and-gpu.md: ~7-9 k simulated cycles/s

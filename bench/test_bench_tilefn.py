@@ -15,7 +15,7 @@ import pytest
 
 import ipukern as ik
 
-from conftest import best_seconds, measured_seconds
+from timing import best_seconds, measured_seconds
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))

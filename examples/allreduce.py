@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 import ipukern as ik
-from ipukern import cost
+from ipukern.core import cost
 
 
 def reference(v: np.ndarray) -> np.ndarray:

@@ -4,25 +4,25 @@ Runs grouped convolutions and matmuls tile by tile in Bulk-Synchronous-Parallel 
 returns exact results and a cycle profile of what the real chip would take.
 """
 from .dtypes import canonical_dtype
-from .engine import Device, get_num_threads, run_program, set_num_threads
+from .core.engine import Device, get_num_threads, run_program, set_num_threads
 from .graph import Graph, GraphTensor, choose_grid, grid_mapping
 from .machine import BOW, GC2, GC200, PRESETS, MachineSpec, get_machine
-from .memory import MemoryReport, TileMemory, TileMemoryError
+from .core.memory import MemoryReport, TileMemory, TileMemoryError
 from .ops.conv import ConvRun, clear_plan_cache, conv2d, estimate_conv2d, plan_conv2d
 from .ops.matmul import MatmulRun, estimate_matmul, matmul
-from .params import ConvParams
-from .profile import Profile, SuperstepRecord
-from .program import ComputeSet, Exchange, ExchangeError, Program, Superstep, VertexBatch
-from .tensor import TileMapping, TileTensor
-from .tilefn import TileFunction, TileFunctionCompileError, TileFunctionError, TileShape, tile_function
+from .conv.params import ConvParams
+from .core.profile import Profile, SuperstepRecord
+from .core.program import ComputeSet, Exchange, ExchangeError, Program, Superstep, VertexBatch
+from .core.tensor import TileMapping, TileTensor
+from .graph.tilefn import TileFunction, TileFunctionCompileError, TileFunctionError, TileShape, tile_function
 
 # submodules users reach as ipukern.gpu / ipukern.scaling / ipukern.plots (matplotlib is
 # imported only when a plot is drawn)
-from . import gpu, plots, scaling  # noqa: E402
-
-__version__ = "0.1.0"
+from . import gpu, plots, scaling
+from ._version import __version__
 
 __all__ = [
+    "__version__", "gpu", "plots", "scaling",
     "MachineSpec", "GC2", "GC200", "BOW", "PRESETS", "get_machine", "canonical_dtype",
     "Device", "run_program", "set_num_threads", "get_num_threads",
     "TileMemory", "TileMemoryError", "MemoryReport",

@@ -65,7 +65,7 @@ from .dtypes import canonical_dtype, partials_dtype
 from .gpu import A100_40GB, GPUSpec, estimate_conv, get_efficiency_curve, get_gpu
 from .machine import GC200, MachineSpec, get_machine
 from .ops.conv import estimate_conv2d
-from .params import ConvParams
+from .conv.params import ConvParams
 
 __all__ = [
     "ConvLayer", "DEFAULT_LAYERS", "DEFAULT_CPG", "DEFAULT_BATCH", "SweepRow", "SweepResult",
@@ -567,7 +567,7 @@ def to_json(rows: Sequence[SweepRow], path: str | Path | None = None, *,
     to ``path`` when given."""
     doc = {"meta": getattr(rows, "meta", {}), "skipped": getattr(rows, "skipped", []),
            "rows": [r.to_dict() for r in rows]}
-    from . import __version__
+    from ._version import __version__
     doc["meta"] = dict(doc["meta"], ipukern_version=__version__)
     text = json.dumps(doc, indent=indent, default=_json_default)
     if path is not None:

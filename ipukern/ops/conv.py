@@ -8,12 +8,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..convprogram import ConvProgram, build_conv_program
+from ..conv.build import ConvProgram, build_conv_program
 from ..dtypes import canonical_dtype
 from ..machine import GC200, MachineSpec, get_machine
-from ..params import ConvParams
-from ..planner import ConvPlan, plan_conv
-from ..profile import Profile
+from ..conv.params import ConvParams
+from ..conv.planner import ConvPlan, plan_conv
+from ..core.profile import Profile
 
 __all__ = ["ConvRun", "conv2d", "estimate_conv2d", "plan_conv2d", "clear_plan_cache"]
 

@@ -21,9 +21,9 @@ import numpy as np
 
 from ..dtypes import canonical_dtype
 from ..machine import GC200, MachineSpec, get_machine
-from ..params import ConvParams
-from ..planner import ConvPlan
-from ..profile import Profile
+from ..conv.params import ConvParams
+from ..conv.planner import ConvPlan
+from ..core.profile import Profile
 from .conv import _as_array, _profile_kw, _program
 
 __all__ = ["MatmulRun", "matmul", "estimate_matmul", "matmul_conv_params"]

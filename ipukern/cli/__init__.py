@@ -1,0 +1,57 @@
+"""The ``ipukern`` command line.
+
+Subcommands
+-----------
+``ipukern scaling``  the grouped-conv scaling sweep (IPU model vs GPU model): prints a table,
+                     writes ``scaling.csv``, ``scaling.json`` and ``scaling.png``.
+``ipukern conv``     estimate (or ``--execute``) one grouped conv2d and print its profile;
+                     optional memory heat map / superstep timeline PNGs.
+``ipukern matmul``   the same for a matmul (needs ``ipukern.estimate_matmul``).
+``ipukern info``     machine presets (and the GPU models) with their sources.
+
+Exit codes: 0 success; 2 usage errors (argparse: bad option, unparsable number, unknown
+preset); 1 model errors and unwritable outputs, reported in one line (an impossible layer,
+a layer that does not fit the tiles, a missing compiled kernel, --out naming a file).
+
+A progress indicator goes to stderr for work that takes more than about a second, only when
+stderr is a terminal (``--progress`` forces it, ``--no-progress`` silences it), so piped
+output and files stay clean.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from ..core.memory import TileMemoryError
+from . import info, layer, scaling
+from ._common import Progress
+
+__all__ = ["main", "build_parser", "Progress"]
+
+#: subcommand modules, each with ``register(subparsers)``; parser order = help order
+COMMANDS = (scaling, layer, info)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ipukern", description="IPU-class tile machine simulator")
+    sub = p.add_subparsers(dest="command", required=True)
+    for command in COMMANDS:
+        command.register(sub)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code (argparse exits with 2 on usage errors)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (TileMemoryError, ValueError, RuntimeError, OSError) as e:
+        msg = " ".join(str(e).split())
+        print(f"ipukern {args.command}: error: {msg}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

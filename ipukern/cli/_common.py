@@ -1,0 +1,277 @@
+"""Shared pieces of the subcommands: argument types, common options, progress, views."""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, TextIO
+
+from ..machine import PRESETS, get_machine
+
+#: the datasheet IPU-Exchange figure (GC200 product page), shown next to the default
+DATASHEET_EXCHANGE = 8e12
+
+
+class Progress:
+    """A dependency-free progress bar / elapsed-time indicator on one stderr line.
+
+    Nothing is drawn for the first ``delay`` seconds, so quick jobs print nothing. Call the
+    object as ``progress(done, total, label)`` (the sweep's callback signature); use it as a
+    context manager to get a ticking "elapsed" line for a single long call and to clear the
+    line at the end.
+    """
+
+    def __init__(self, title: str, *, enabled: bool, stream: TextIO | None = None,
+                 delay: float = 1.0, width: int = 28):
+        self.title = title
+        self.enabled = enabled
+        self.stream = stream if stream is not None else sys.stderr
+        self.delay = delay
+        self.width = width
+        self.t0 = time.perf_counter()
+        self._drawn = 0
+        self._state: tuple[int, int, str] | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self, done: int, total: int, label: str = "") -> None:
+        self._state = (done, total, label)
+        self._draw()
+
+    def _draw(self) -> None:
+        if not self.enabled:
+            return
+        elapsed = time.perf_counter() - self.t0
+        if elapsed < self.delay:
+            return
+        if self._state is None:
+            line = f"{self.title} ... {elapsed:.0f} s"
+        else:
+            done, total, label = self._state
+            frac = done / total if total else 1.0
+            fill = int(round(self.width * frac))
+            eta = elapsed / done * (total - done) if done else float("nan")
+            eta_txt = f", ~{eta:.0f} s left" if done and done < total else ""
+            line = (f"{self.title} [{'#' * fill}{'.' * (self.width - fill)}] {done}/{total} "
+                    f"{elapsed:.0f} s{eta_txt}  {label}")
+        with self._lock:
+            pad = max(0, self._drawn - len(line))
+            self.stream.write("\r" + line + " " * pad)
+            self.stream.flush()
+            self._drawn = len(line)
+
+    def _tick(self) -> None:
+        while not self._stop.wait(0.25):
+            self._draw()
+
+    def __enter__(self) -> "Progress":
+        if self.enabled:
+            self._thread = threading.Thread(target=self._tick, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop ticking and erase the line."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        with self._lock:
+            if self._drawn:
+                self.stream.write("\r" + " " * self._drawn + "\r")
+                self.stream.flush()
+                self._drawn = 0
+
+
+def progress_enabled(args: argparse.Namespace) -> bool:
+    if args.progress is not None:
+        return args.progress
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+# =========================================================================== parsing helpers
+def ints(text: str, *, n: int | tuple[int, ...] | None = None) -> list[int]:
+    # argparse prefixes the message with the option's name
+    try:
+        vals = [int(v) for v in text.replace("x", ",").split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+    allowed = (n,) if isinstance(n, int) else n
+    if allowed is not None and len(vals) not in allowed:
+        raise argparse.ArgumentTypeError(
+            f"expected {' or '.join(map(str, allowed))} integers, got {text!r}")
+    if any(v < 0 for v in vals):
+        raise argparse.ArgumentTypeError(f"values must be >= 0, got {text!r}")
+    return vals
+
+
+def int_list(text: str) -> list[int]:
+    return ints(text)
+
+
+def shape_arg(n: int | tuple[int, ...]) -> Callable[[str], list[int]]:
+    return lambda text: ints(text, n=n)
+
+
+def cpg_list(text: str) -> list[int | str]:
+    out: list[int | str] = []
+    for v in text.split(","):
+        v = v.strip().lower()
+        if not v:
+            continue
+        if v == "dense":
+            out.append("dense")
+            continue
+        try:
+            c = int(v)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected integers or 'dense', got {v!r}")
+        if c < 1:
+            raise argparse.ArgumentTypeError(f"channels per group must be >= 1, got {c}")
+        out.append(c)
+    if not out:
+        raise argparse.ArgumentTypeError("empty list")
+    return out
+
+
+def machine_list(text: str) -> list:
+    try:
+        return [get_machine(v.strip()) for v in text.split(",") if v.strip()]
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e))
+
+
+def gpu_list(text: str) -> list:
+    from ..gpu import get_gpu
+    if text.strip().lower() in ("", "none"):
+        return []
+    try:
+        return [get_gpu(v.strip()) for v in text.split(",") if v.strip()]
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e))
+
+
+def bandwidth_list(text: str) -> list[float | None]:
+    """``default`` -> [None] (each machine's own), ``both`` -> [None, 8e12], or numbers in B/s
+    (``47.5e12,8e12``; a ``TB`` suffix means 1e12)."""
+    out: list[float | None] = []
+    for v in text.split(","):
+        v = v.strip().lower()
+        if not v:
+            continue
+        if v in ("default", "brief"):
+            out.append(None)
+        elif v == "both":
+            out += [None, DATASHEET_EXCHANGE]
+        elif v in ("datasheet",):
+            out.append(DATASHEET_EXCHANGE)
+        else:
+            scale = 1.0
+            for suffix in ("tb/s", "tbps", "tb"):
+                if v.endswith(suffix):
+                    v, scale = v[: -len(suffix)], 1e12
+                    break
+            try:
+                bw = float(v) * scale
+            except ValueError:
+                raise argparse.ArgumentTypeError(
+                    f"expected B/s (e.g. 8e12 or 8TB), 'default' or 'both', got {text!r}")
+            if not (math.isfinite(bw) and bw > 0):
+                raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
+            out.append(bw)
+    if not out:
+        raise argparse.ArgumentTypeError("empty list")
+    return out
+
+
+def apply_bandwidths(machines: list, bandwidths: list[float | None]) -> list:
+    from ..scaling import with_exchange_bandwidth
+    out = []
+    for m in machines:
+        for bw in bandwidths:
+            v = m if bw is None else with_exchange_bandwidth(m, bw)
+            if all(v.name != o.name for o in out):
+                out.append(v)
+    return out
+
+
+def exchange_note(machines: list) -> list[str]:
+    """One line per machine: its exchange bandwidth, and for a preset the datasheet figure."""
+    lines = []
+    for m in machines:
+        bw = m.exchange_bandwidth / 1e12
+        if PRESETS.get(m.name) == m:
+            lines.append(f"{m.name}: exchange {bw:.1f} TB/s (the brief's default; the GC200 "
+                         f"datasheet IPU-Exchange is {DATASHEET_EXCHANGE / 1e12:.0f} TB/s: "
+                         "--exchange-bandwidth 8e12, or both)")
+        else:
+            lines.append(f"{m.name}: exchange {bw:.1f} TB/s")
+    return lines
+
+
+def gpu_compare(est: Any, ipu_tflops: float) -> list[str]:
+    return [f"GPU model ({est.gpu}, {est.curve} curve): {est.seconds * 1e6:.2f} us, "
+            f"{est.tflops:.2f} TFLOP/s, {est.bound}-bound",
+            f"  {est.explain()}",
+            f"IPU/GPU throughput ratio: {ipu_tflops / est.tflops:.2f}x"]
+
+
+def write_views(profile: Any, args: argparse.Namespace) -> None:
+    if args.json:
+        Path(args.json).write_text(profile.to_json(indent=1))
+        print(f"wrote {args.json}")
+    if args.memory_png or args.timeline_png:
+        from .. import plots
+        try:
+            if args.memory_png:
+                plots.plot_memory_heatmap(profile, args.memory_png)
+                print(f"wrote {args.memory_png}")
+            if args.timeline_png:
+                plots.plot_timeline(profile, args.timeline_png)
+                print(f"wrote {args.timeline_png}")
+        except ImportError:
+            print(f"profile PNGs not written: {plots.PLOT_INSTALL_HINT}", file=sys.stderr)
+
+
+def add_common(p: argparse.ArgumentParser, *, machine_default: str = "GC200") -> None:
+    p.add_argument("--dtype", choices=["float16", "float32"], default="float16",
+                   help="input dtype (default float16)")
+    p.add_argument("--partials", choices=["float", "half"], default="float",
+                   help="IPU accumulation dtype (default float: fp16->fp32 AMP, 125 TFLOP/s on GC200)")
+    p.add_argument("--exchange-bandwidth", type=bandwidth_list, default=[None], metavar="B/s",
+                   help="aggregate on-chip exchange bandwidth: 'default' (the brief's 47.5e12 on "
+                        "GC200), a number such as 8e12 (the datasheet IPU-Exchange figure), or "
+                        "'both' (default and 8e12 side by side)")
+    p.add_argument("--gpu-efficiency", choices=["cudnn", "optimized"], default="cudnn",
+                   help="GPU software the GPU model stands for (default cudnn)")
+    prog = p.add_mutually_exclusive_group()
+    prog.add_argument("--progress", dest="progress", action="store_true", default=None,
+                      help="show a progress line on stderr even when it is not a terminal")
+    prog.add_argument("--no-progress", dest="progress", action="store_false",
+                      help="never show a progress line")
+
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    """Options shared by the single-op commands (conv, matmul)."""
+    p.add_argument("--machine", type=lambda v: machine_list(v)[0], default=PRESETS["GC200"])
+    p.add_argument("--execute", action="store_true",
+                   help="run on random data instead of estimating; values are not checked")
+    p.add_argument("--seed", type=int, default=0, help="random data seed for --execute")
+    p.add_argument("--gpu", default="A100_40GB",
+                   help="GPU model to compare with, or '' for none (default A100_40GB)")
+
+
+def add_views(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", metavar="PATH", help="write the profile as JSON")
+    p.add_argument("--memory-png", metavar="PATH", help="write a per-tile memory heat map (PNG)")
+    p.add_argument("--timeline-png", metavar="PATH", help="write a superstep timeline (PNG)")

@@ -1,0 +1,33 @@
+"""``ipukern info``: the machine presets and GPU models with their sources."""
+from __future__ import annotations
+
+import argparse
+
+from ._common import DATASHEET_EXCHANGE, PRESETS
+
+
+def _cmd_info(args: argparse.Namespace) -> int:
+    from .._kernels import _exchange
+    from ..gpu import GPU_PRESETS
+    for spec in PRESETS.values():
+        print(spec.describe())
+        print()
+    print(f"datasheet exchange variant: GC200 with --exchange-bandwidth 8e12 "
+          f"({DATASHEET_EXCHANGE / 1e12:.0f} TB/s instead of the brief's "
+          f"{PRESETS['GC200'].exchange_bandwidth / 1e12:.1f} TB/s)")
+    print()
+    if args.gpus:
+        for g in GPU_PRESETS.values():
+            print(g.describe())
+            print()
+    else:
+        print("GPU models: " + ", ".join(GPU_PRESETS) + " (ipukern info --gpus for details)")
+    print(f"host: {_exchange.max_threads()} threads, OpenMP {'on' if _exchange.has_openmp() else 'off'}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    # info
+    info = sub.add_parser("info", help="print the machine presets and their sources")
+    info.add_argument("--gpus", action="store_true", help="also describe the GPU models")
+    info.set_defaults(func=_cmd_info)

@@ -1,0 +1,135 @@
+"""``ipukern conv`` and ``ipukern matmul``: one layer, estimated or executed, with its profile."""
+from __future__ import annotations
+
+import argparse
+
+from ._common import Progress, add_common, add_run_options, add_views, apply_bandwidths, gpu_compare, progress_enabled, shape_arg, write_views
+
+
+def _pair(v: list[int]) -> tuple[int, int]:
+    return (v[0], v[0]) if len(v) == 1 else (v[0], v[1])
+
+
+def _cmd_conv(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from .. import ops
+    from ..gpu import estimate_conv
+    from ..conv.params import ConvParams
+
+    n, c, h, w = args.shape
+    k = args.kernel if len(args.kernel) == 2 else args.kernel * 2
+    if args.groups is not None and args.cpg is not None:
+        raise ValueError("give --groups or --cpg, not both")
+    if args.cpg is not None:
+        if args.cpg < 1 or c % args.cpg:
+            raise ValueError(f"--cpg {args.cpg} does not divide the {c} input channels")
+        groups = c // args.cpg
+    else:
+        groups = args.groups if args.groups is not None else 1
+    out_c = args.out_channels if args.out_channels is not None else c
+    if groups < 1 or c % groups:
+        raise ValueError(f"groups={groups} does not divide the {c} input channels")
+    padding = args.padding if args.padding is not None else [k[0] // 2, k[1] // 2]
+    machine = apply_bandwidths([args.machine], args.exchange_bandwidth)[0]
+    params = ConvParams.from_shapes((n, c, h, w), (out_c, c // groups, k[0], k[1]),
+                                    stride=_pair(args.stride), padding=_pair(padding),
+                                    dilation=_pair(args.dilation), groups=groups,
+                                    dtype=args.dtype, partials=args.partials)
+    kw = dict(stride=params.stride, padding=params.padding, dilation=params.dilation,
+              groups=groups, machine=machine, partials=args.partials, method=args.method)
+    with Progress("conv", enabled=progress_enabled(args)):
+        if args.execute:
+            rng = np.random.default_rng(args.seed)
+            dt = np.dtype(params.dtype)
+            x = rng.standard_normal(params.input_shape).astype(dt)
+            wt = rng.standard_normal(params.weight_shape).astype(dt)
+            b = rng.standard_normal(params.out_channels).astype(dt) if args.bias else None
+            run = ops.conv.conv2d(x, wt, b, **kw)
+            profile = run.profile
+        else:
+            profile = ops.conv.estimate_conv2d(params.input_shape, params.weight_shape,
+                                               dtype=params.dtype, bias=args.bias, **kw)
+    mode = "executed on random data" if args.execute else "estimate mode (no data touched)"
+    print(f"conv2d {params.describe()} on {machine.name}: {mode}")
+    print(profile.summary())
+    if args.execute:
+        out = run.output
+        print(f"output {out.shape} {out.dtype}: mean {float(np.mean(out, dtype=np.float64)):.4g}, "
+              f"mean |y| {float(np.mean(np.abs(out), dtype=np.float64)):.4g} (values not checked)")
+    if args.gpu:
+        print()
+        for line in gpu_compare(estimate_conv(params, args.gpu, efficiency=args.gpu_efficiency),
+                                 profile.tflops):
+            print(line)
+    write_views(profile, args)
+    return 0
+
+
+def _cmd_matmul(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from ..ops.matmul import estimate_matmul, matmul
+
+    m, k, n = args.shape
+    if min(m, k, n) < 1:
+        raise ValueError(f"matmul sizes must be >= 1, got {m}x{k}x{n}")
+    machine = apply_bandwidths([args.machine], args.exchange_bandwidth)[0]
+    with Progress("matmul", enabled=progress_enabled(args)):
+        if args.execute:
+            rng = np.random.default_rng(args.seed)
+            a = rng.standard_normal((m, k)).astype(args.dtype)
+            b = rng.standard_normal((k, n)).astype(args.dtype)
+            run = matmul(a, b, machine=machine, partials=args.partials)
+            profile = run.profile
+        else:
+            profile = estimate_matmul((m, k), (k, n), dtype=args.dtype, machine=machine,
+                         partials=args.partials)
+    mode = "executed on random data" if args.execute else "estimate mode (no data touched)"
+    print(f"matmul ({m}x{k}) @ ({k}x{n}) {args.dtype} on {machine.name}: {mode}")
+    print(profile.summary())
+    if args.gpu:
+        from ..gpu import estimate_matmul as gpu_matmul
+        print()
+        for line in gpu_compare(gpu_matmul(m, k, n, dtype=args.dtype, gpu=args.gpu,
+                                            efficiency=args.gpu_efficiency), profile.tflops):
+            print(line)
+    write_views(profile, args)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    # conv
+    c = sub.add_parser("conv", help="estimate (or --execute) one grouped conv2d, print its profile",
+                       description="Plan one grouped conv2d on the simulated IPU and print the "
+                                   "profile (supersteps, cycles, memory) and the GPU model's "
+                                   "figure. Example: the ResNeXt-50 grouped layer is "
+                                   "--shape 1,128,56,56 --cpg 4.")
+    c.add_argument("--shape", type=shape_arg(4), default=[1, 128, 56, 56],
+                   metavar="N,C,H,W", help="input shape (default 1,128,56,56)")
+    c.add_argument("--out-channels", type=int, default=None, help="output channels (default C)")
+    c.add_argument("--kernel", type=shape_arg((1, 2)), default=[3], metavar="K[,K]",
+                   help="kernel size (default 3)")
+    c.add_argument("--stride", type=shape_arg((1, 2)), default=[1], metavar="S[,S]")
+    c.add_argument("--padding", type=shape_arg((1, 2)), default=None, metavar="P[,P]",
+                   help="padding (default kernel // 2)")
+    c.add_argument("--dilation", type=shape_arg((1, 2)), default=[1], metavar="D[,D]")
+    g = c.add_mutually_exclusive_group()
+    g.add_argument("--groups", type=int, default=None, help="groups (default 1)")
+    g.add_argument("--cpg", type=int, default=None, help="input channels per group")
+    c.add_argument("--method", choices=["AMP", "SLIC", "VMAC", "HMAC"], default=None,
+                   help="force a vertex method (default: the planner's choice)")
+    c.add_argument("--bias", action="store_true", help="include a bias add")
+    add_run_options(c)
+    add_common(c)
+    add_views(c)
+    c.set_defaults(func=_cmd_conv)
+
+    # matmul
+    m = sub.add_parser("matmul", help="estimate (or --execute) one matmul, print its profile")
+    m.add_argument("--shape", type=shape_arg(3), default=[1024, 1024, 1024],
+                   metavar="M,K,N", help="(M x K) @ (K x N) (default 1024,1024,1024)")
+    add_run_options(m)
+    add_common(m)
+    add_views(m)
+    m.set_defaults(func=_cmd_matmul)

@@ -1,0 +1,368 @@
+"""Cycle costs of the BSP building blocks: exchange, sync and the built-in vertices.
+
+Pure functions of sizes and a :class:`~ipukern.machine.MachineSpec`; integer tile cycles.
+Convolution and matmul vertices (AMP, SLIC, VMAC, HMAC) live in :mod:`ipukern.conv.estimators`.
+
+Vertex cost convention (PopLibs [S16], ``PerformanceEstimation.hpp``): a tile's 6 worker
+contexts are barrel-scheduled, so a vertex whose slowest worker takes W worker cycles costs
+``6 * W`` tile cycles, plus the supervisor's own cycles.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..dtypes import DTYPES, canonical_dtype
+from ..machine import MachineSpec
+
+__all__ = [
+    "exchange_cycles", "tile_exchange_cycles", "exchange_loads",
+    "elementwise_cycles", "elementwise_cycles_array", "reduce_cycles",
+    "zero_cycles", "cast_cycles", "cast_cycles_array", "reduce_cycles_array",
+]
+
+# --------------------------------------------------------------------------- exchange
+
+def _bpc16(machine: MachineSpec) -> int:
+    # PopLibs keeps bytes/cycle as an integer x16 so fractional rates ceil-divide exactly
+    # (popops/ExchangeEstimator.cpp) [S16]
+    return max(1, int(round(16 * machine.exchange_bytes_per_cycle)))
+
+
+def exchange_cycles(nbytes: int, machine: MachineSpec) -> int:
+    """Cycles for one tile to receive ``nbytes`` at the machine's exchange rate:
+    ``ceil(16 * nbytes / round(16 * bytes_per_cycle))`` (no fixed overhead)."""
+    if nbytes < 0:
+        raise ValueError(f"nbytes must be >= 0, got {nbytes}")
+    return -(-16 * int(nbytes) // _bpc16(machine))
+
+
+def exchange_loads(src_tile: np.ndarray, src_off: np.ndarray, dst_tile: np.ndarray,
+                   nbytes: np.ndarray, n_tiles: int, tiles_per_bus: int
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-tile exchange load of a copy table.
+
+    Returns ``(recv_bytes, paired_bytes, send_bytes)``, int64 arrays of length n_tiles:
+
+    - recv_bytes: bytes each tile receives;
+    - paired_bytes: the part of recv_bytes that the tile's bus partner receives too, from
+      the same source region in the same exchange. Tiles ``b*k .. b*k+b-1`` share a bus
+      (b = ``tiles_per_bus``); such data crosses the bus once for both, so each tile is
+      charged half of it (PopLibs: 2x rate for super-tile broadcast [S16]);
+    - send_bytes: distinct bytes each tile transmits (a broadcast is sent once).
+    """
+    recv = np.bincount(dst_tile, weights=nbytes, minlength=n_tiles).astype(np.int64)
+    paired = np.zeros(n_tiles, dtype=np.int64)
+    send = np.zeros(n_tiles, dtype=np.int64)
+    if nbytes.size == 0:
+        return recv, paired, send
+    st = np.asarray(src_tile, dtype=np.int64)
+    so = np.asarray(src_off, dtype=np.int64)
+    nb = np.asarray(nbytes, dtype=np.int64)
+    dt = np.asarray(dst_tile, dtype=np.int64)
+    # NOTE: a source region (tile, offset, size) is packed into one int64 so the distinct
+    # regions come from a 1-D sort. np.unique(..., axis=0) on the stacked columns took 11 s
+    # for the 3.7M-copy input exchange of a batch-32 strided conv (MobileNetV1 conv_dw_2);
+    # the packed sort takes well under a second. Tables whose fields need more than 63 bits
+    # fall back to the stacked form.
+    b_tile = max(int(n_tiles - 1).bit_length(), 1)
+    b_off = max(int(so.max()).bit_length(), 1)
+    b_nb = max(int(nb.max()).bit_length(), 1)
+    if (so < 0).any() or 2 * b_tile + b_off + b_nb > 63:
+        return _exchange_loads_stacked(st, so, dt, nb, n_tiles, tiles_per_bus, recv)
+    region = (st << (b_off + b_nb)) | (so << b_nb) | nb
+    uniq = _sorted_unique(region)
+    send = np.bincount(uniq >> (b_off + b_nb), weights=uniq & ((1 << b_nb) - 1),
+                       minlength=n_tiles).astype(np.int64)
+    if tiles_per_bus > 1:
+        b_region = b_tile + b_off + b_nb
+        # one entry per (receiving tile, source region); the tile fixes its bus
+        rows = _sorted_unique((dt << b_region) | region)
+        row_tile = rows >> b_region
+        row_region = rows & ((1 << b_region) - 1)
+        bus_key = ((row_tile // tiles_per_bus) << b_region) | row_region
+        keys, counts = _sorted_unique(bus_key, return_counts=True)
+        shared = counts[np.searchsorted(keys, bus_key)] > 1
+        paired = np.bincount(row_tile[shared], weights=row_region[shared] & ((1 << b_nb) - 1),
+                             minlength=n_tiles).astype(np.int64)
+    return recv, paired, send
+
+
+def _sorted_unique(a: np.ndarray, return_counts: bool = False):
+    """Sorted distinct values of a 1-D int64 array (optionally with their counts).
+
+    NOTE: np.unique on int64 in NumPy 2.4 took 3.5 s for 3.7M values that a sort and a
+    neighbour comparison handle in 0.05 s.
+    """
+    s = np.sort(a)
+    first = np.empty(s.size, dtype=bool)
+    first[:1] = True
+    np.not_equal(s[1:], s[:-1], out=first[1:])
+    if not return_counts:
+        return s[first]
+    starts = np.flatnonzero(first)
+    return s[starts], np.diff(np.append(starts, s.size))
+
+
+def _exchange_loads_stacked(st, so, dt, nb, n_tiles, tiles_per_bus, recv):
+    """:func:`exchange_loads` on stacked columns (any field widths, slower)."""
+    paired = np.zeros(n_tiles, dtype=np.int64)
+    src_key = np.stack([st, so, nb], axis=1)
+    uniq = np.unique(src_key, axis=0)
+    send = np.bincount(uniq[:, 0], weights=uniq[:, 2], minlength=n_tiles).astype(np.int64)
+    if tiles_per_bus > 1:
+        bus = dt // tiles_per_bus
+        key = np.stack([bus, st, so, nb], axis=1)
+        # one row per (bus, source region, receiving tile); count receivers on the bus
+        rows = np.unique(np.concatenate([key, dt[:, None]], axis=1), axis=0)
+        _, inv, counts = np.unique(rows[:, :4], axis=0, return_inverse=True, return_counts=True)
+        shared = counts[inv.ravel()] > 1
+        paired = np.bincount(rows[shared, 4], weights=rows[shared, 3],
+                             minlength=n_tiles).astype(np.int64)
+    return recv, paired, send
+
+
+def tile_exchange_cycles(recv_bytes: np.ndarray, paired_bytes: np.ndarray,
+                         send_bytes: np.ndarray, machine: MachineSpec) -> np.ndarray:
+    """Per-tile exchange cycles: ``ceil(max(recv - paired/2, send) / bytes_per_cycle)``
+    using PopLibs' x16 integer rate (no fixed overhead; the caller adds it once)."""
+    # work in half-bytes so the paired 2x rate stays integral
+    load2 = np.maximum(2 * recv_bytes - paired_bytes, 2 * send_bytes)
+    return -(-(load2 * 8) // _bpc16(machine))
+
+
+# --------------------------------------------------------------------------- vertices
+# Worker and supervisor overheads of the popops vertices, as described in the PopLibs
+# estimators summarised in reference/poplibs-planner.md §3.8, §4.3, §4.4 [S16].
+ELEMENTWISE_WORKER_OVERHEAD = 58   # popops binary/add-in-place worker setup (§4.4)
+SUPERVISOR_OVERHEAD = 33           # supervisor launch of 6 workers (single-input reduce, §4.3)
+ZERO_WORKER_OVERHEAD = 5           # zero-supervisor per-worker constant (§3.8)
+
+
+def _per_worker(n: int, machine: MachineSpec) -> int:
+    return -(-int(n) // machine.n_workers)
+
+
+def elementwise_cycles(machine: MachineSpec, n_elems: int, dtype: str, n_inputs: int = 2) -> int:
+    """Element-wise vertex (add, mul, scale, ...) over ``n_elems`` on one tile.
+
+    Each worker streams ceil(n/6) elements in 64-bit vectors; one vector costs one cycle
+    per input load (the store dual-issues), at least one.
+    """
+    if n_elems <= 0:
+        return 0
+    vw = machine.vector_elems(dtype)
+    vectors = -(-_per_worker(n_elems, machine) // vw)
+    worker = ELEMENTWISE_WORKER_OVERHEAD + vectors * max(1, n_inputs)
+    return machine.n_workers * worker + SUPERVISOR_OVERHEAD
+
+
+def elementwise_cycles_array(machine: MachineSpec, n_elems: np.ndarray, dtype: str,
+                             n_inputs: int = 2) -> np.ndarray:
+    """:func:`elementwise_cycles` for an array of sizes (0 where n_elems <= 0)."""
+    n = np.asarray(n_elems, dtype=np.int64)
+    vw = machine.vector_elems(dtype)
+    vectors = -(-(-(-n // machine.n_workers)) // vw)
+    worker = ELEMENTWISE_WORKER_OVERHEAD + vectors * max(1, n_inputs)
+    return np.where(n > 0, machine.n_workers * worker + SUPERVISOR_OVERHEAD, 0)
+
+
+def zero_cycles(machine: MachineSpec, n_elems: int, dtype: str) -> int:
+    """Zero (or fill) ``n_elems``: per worker ceil(elems/vw) + 5, times 6 (§3.8)."""
+    if n_elems <= 0:
+        return 0
+    vw = machine.vector_elems(dtype)
+    return machine.n_workers * (-(-_per_worker(n_elems, machine) // vw) + ZERO_WORKER_OVERHEAD)
+
+
+def ceil_div(a: Any, b: Any) -> Any:
+    """Integer ceil(a / b) for non-negative a and positive b (ints or integer arrays)."""
+    return -(-a // b)
+
+
+# --------------------------------------------------------------------------- casts, reductions
+# PopLibs estimateCastCycles / getReduceCycleEstimate (reference §3.8, §4.3) [S16]
+CAST_WORKER_CYCLES = 26
+#: the reduce vertices accumulate 128 bits at a time: 4 floats or 8 halves
+REDUCE_ACCUMULATOR_BITS = 128
+REDUCE_MULTI_CYCLES = 32
+REDUCE_SINGLE_WORKER_CYCLES = 20
+REDUCE_SINGLE_SUPERVISOR_CYCLES = 33
+#: per-loop overhead by (float partials, float output)
+REDUCE_MULTI_LOOP_CYCLES = {(True, True): 7, (True, False): 6, (False, True): 9,
+                            (False, False): 8}
+REDUCE_SINGLE_LOOP_CYCLES = {(True, True): 8, (True, False): 7, (False, True): 10,
+                             (False, False): 9}
+#: multi-input: a remainder below the accumulator width costs 2 per partial + 13 (11 half)
+REDUCE_REMAINDER_CYCLES = {True: 13, False: 11}
+#: PopLibs picks the single-input reduce vertex when the exchanged partials fit in 1/16
+#: of tile memory (ConvReducePlan.hpp; memory-element rounding is not modelled)
+REDUCE_SINGLE_INPUT_MEMORY_FRACTION = 16
+
+
+def _positive_int(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return int(value)
+
+
+def cast_cycles(machine: MachineSpec, n_elems: int, in_dtype: str, out_dtype: str) -> int:
+    """Tile cycles to cast ``n_elems`` elements on one tile (§3.8, estimateCastCycles).
+
+    Each worker converts ceil(n / n_workers) elements at one vector of the wider type per
+    cycle, plus 26 cycles of overhead.
+
+    Parameters
+    ----------
+    machine : MachineSpec
+    n_elems : int
+        Elements cast on the tile.
+    in_dtype, out_dtype : str
+
+    Returns
+    -------
+    int
+        Tile cycles; 0 for 0 elements or equal dtypes (no vertex).
+    """
+    if isinstance(n_elems, bool) or not isinstance(n_elems, (int, np.integer)) or n_elems < 0:
+        raise ValueError(f"n_elems must be a non-negative int, got {n_elems!r}")
+    a, b = canonical_dtype(in_dtype), canonical_dtype(out_dtype)
+    if n_elems == 0 or a == b:
+        return 0
+    nw = machine.n_workers
+    per_worker = ceil_div(int(n_elems), nw)
+    vectors = max(ceil_div(per_worker, machine.vector_elems(a)),
+                  ceil_div(per_worker, machine.vector_elems(b)))
+    return (vectors + CAST_WORKER_CYCLES) * nw
+
+
+
+
+def cast_cycles_array(machine: MachineSpec, n_elems: np.ndarray, in_dtype: str,
+                      out_dtype: str) -> np.ndarray:
+    """:func:`cast_cycles` for an array of sizes."""
+    n = np.asarray(n_elems, dtype=np.int64)
+    a, b = canonical_dtype(in_dtype), canonical_dtype(out_dtype)
+    if a == b:
+        return np.zeros(n.shape, dtype=np.int64)
+    per_worker = -(-n // machine.n_workers)
+    vectors = np.maximum(-(-per_worker // machine.vector_elems(a)), -(-per_worker // machine.vector_elems(b)))
+    return np.where(n > 0, (vectors + CAST_WORKER_CYCLES) * machine.n_workers, 0)
+
+
+def reduce_cycles(machine: MachineSpec, n_outputs: int, depth: int, partials_dtype: str,
+                  out_dtype: str, *, vertex: str = "auto", fast_reduce: bool = False) -> int:
+    """Tile cycles of one partial-sum reduction stage on one tile (§4.3).
+
+    Sums ``depth`` partials for each of ``n_outputs`` outputs (getReduceCycleEstimate):
+
+    - multi-input vertex: workers share loops of one 128-bit accumulator (4 floats / 8
+      halves), 3 cycles per partial per loop (2 loads of 64 bits + a pointer load);
+    - single-input vertex: the tile's own partial is the initial value, so only
+      ``depth - 1`` partials are read, at 2 cycles each (1 with ``fast_reduce``, whose
+      partials sit in interleaved memory).
+
+    Parameters
+    ----------
+    machine : MachineSpec
+    n_outputs : int
+        Outputs this tile produces (after reduction).
+    depth : int
+        Partials per output, including the tile's own. 1 means no reduction: a cast if the
+        dtypes differ, else 0.
+    partials_dtype, out_dtype : str
+        Type of the partials and of this stage's result.
+    vertex : {"auto", "multi", "single"}
+        "auto" picks like PopLibs: single-input when ``n_outputs`` is a multiple of the
+        accumulator width and (``fast_reduce`` or the exchanged partials, (depth - 1) x
+        n_outputs elements, fit in 1/16 of tile memory).
+    fast_reduce : bool
+        PopLibs option enableFastReduce.
+
+    Returns
+    -------
+    int
+        Tile cycles.
+    """
+    _positive_int("n_outputs", n_outputs)
+    _positive_int("depth", depth)
+    if vertex not in ("auto", "multi", "single"):
+        raise ValueError(f"vertex must be 'auto', 'multi' or 'single', got {vertex!r}")
+    pt, ot = canonical_dtype(partials_dtype), canonical_dtype(out_dtype)
+    if depth == 1:
+        return cast_cycles(machine, n_outputs, pt, ot)
+    nw = machine.n_workers
+    float_partials = pt == "float32"
+    float_out = ot == "float32"
+    item = DTYPES[pt].itemsize
+    acc = REDUCE_ACCUMULATOR_BITS // (8 * item)
+    per_load = machine.vector_elems(pt)
+    aligned = n_outputs % acc == 0
+    if vertex == "auto":
+        small = ((depth - 1) * n_outputs * item
+                 < machine.tile_bytes // REDUCE_SINGLE_INPUT_MEMORY_FRACTION)
+        single = aligned and (fast_reduce or small)
+    else:
+        single = vertex == "single"
+        if single and not aligned:
+            raise ValueError(f"the single-input reduce needs n_outputs a multiple of {acc}")
+    if single:
+        cycles_per_partial = acc // min(acc, per_load * (2 if fast_reduce else 1))
+        loops_per_worker = ceil_div(n_outputs // acc, nw)
+        overhead = REDUCE_SINGLE_LOOP_CYCLES[float_partials, float_out]
+        worker = (REDUCE_SINGLE_WORKER_CYCLES
+                  + (cycles_per_partial * (depth - 1) + overhead) * loops_per_worker)
+        return worker * nw + REDUCE_SINGLE_SUPERVISOR_CYCLES
+    cycles_per_partial = acc // min(acc, per_load) + 1
+    # a remainder below the accumulator width runs as one short loop per set bit
+    loops = n_outputs // acc + bin(n_outputs % acc).count("1")
+    loops_per_worker = loops // nw
+    cycles = REDUCE_MULTI_CYCLES
+    if loops % nw:
+        if n_outputs % acc:
+            cycles += 2 * depth + REDUCE_REMAINDER_CYCLES[float_partials]
+        else:
+            loops_per_worker += 1
+    overhead = REDUCE_MULTI_LOOP_CYCLES[float_partials, float_out]
+    cycles += (cycles_per_partial * depth + overhead) * loops_per_worker
+    return cycles * nw
+
+
+
+
+def reduce_cycles_array(machine: MachineSpec, n_outputs: np.ndarray, depth: np.ndarray,
+                        partials_dtype: str, out_dtype: str) -> np.ndarray:
+    """:func:`reduce_cycles` (``vertex="auto"``, no fast reduce) for arrays of sizes and
+    depths, equal element by element to the scalar function; 0 where n or depth < 1."""
+    n = np.asarray(n_outputs, dtype=np.int64)
+    d = np.asarray(depth, dtype=np.int64)
+    n, d = np.broadcast_arrays(n, d)
+    pt, ot = canonical_dtype(partials_dtype), canonical_dtype(out_dtype)
+    nw = machine.n_workers
+    fp, fo = pt == "float32", ot == "float32"
+    item = DTYPES[pt].itemsize
+    acc = REDUCE_ACCUMULATOR_BITS // (8 * item)
+    per_load = machine.vector_elems(pt)
+    aligned = n % acc == 0
+    small = (d - 1) * n * item < machine.tile_bytes // REDUCE_SINGLE_INPUT_MEMORY_FRACTION
+    single = aligned & small
+    # single-input vertex
+    s_worker = (REDUCE_SINGLE_WORKER_CYCLES
+                + ((acc // min(acc, per_load)) * (d - 1) + REDUCE_SINGLE_LOOP_CYCLES[fp, fo])
+                * (-(-(n // acc) // nw)))
+    s_total = s_worker * nw + REDUCE_SINGLE_SUPERVISOR_CYCLES
+    # multi-input vertex: the remainder runs one short loop per set bit (acc <= 8: 3 bits)
+    rem = n % acc
+    bits = (rem & 1) + ((rem >> 1) & 1) + ((rem >> 2) & 1) + ((rem >> 3) & 1)
+    loops = n // acc + bits
+    lpw = loops // nw
+    extra = loops % nw != 0
+    cycles = np.full(n.shape, REDUCE_MULTI_CYCLES, dtype=np.int64)
+    cycles = cycles + np.where(extra & (rem != 0), 2 * d + REDUCE_REMAINDER_CYCLES[fp], 0)
+    lpw = lpw + (extra & (rem == 0))
+    cycles = cycles + ((acc // min(acc, per_load) + 1) * d + REDUCE_MULTI_LOOP_CYCLES[fp, fo]) * lpw
+    m_total = cycles * nw
+    total = np.where(single, s_total, m_total)
+    total = np.where(d == 1, cast_cycles_array(machine, n, pt, ot), total)
+    return np.where((n >= 1) & (d >= 1), total, 0).astype(np.int64)

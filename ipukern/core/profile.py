@@ -1,0 +1,189 @@
+"""Profile: what a program cost on the simulated machine, superstep by superstep, and why.
+
+Both run modes produce the same profile: the cycle numbers are a property of the program,
+computed when it is built; ``execute`` additionally moves the bytes.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..machine import MachineSpec
+from .memory import MemoryReport
+
+__all__ = ["SuperstepRecord", "Profile"]
+
+
+@dataclass(frozen=True)
+class SuperstepRecord:
+    """Cost of one BSP superstep: compute (slowest tile) + sync + exchange (busiest tile)."""
+
+    index: int
+    name: str
+    #: cost category, PopLibs-style: "exchange", "compute", "reduction", "cast", ...
+    category: str
+    compute_cycles: int
+    sync_cycles: int
+    exchange_cycles: int
+    #: tile that set the compute time (-1: no compute)
+    compute_tile: int = -1
+    #: tile that set the exchange time (-1: no exchange)
+    exchange_tile: int = -1
+    bytes_exchanged: int = 0
+    n_copies: int = 0
+    tiles_computing: int = 0
+    #: human-readable reasons: which vertex/method, what the busiest tile did
+    compute_why: str = ""
+    exchange_why: str = ""
+    #: True when the compute estimate came from a user-supplied formula
+    user_estimate: bool = False
+
+    @property
+    def total_cycles(self) -> int:
+        return self.compute_cycles + self.sync_cycles + self.exchange_cycles
+
+
+@dataclass
+class Profile:
+    """Cycle profile of one program on one machine.
+
+    Attributes
+    ----------
+    supersteps : list of SuperstepRecord
+    flops : int
+        Useful floating-point operations of the op (conventional count, 1 MAC = 2).
+    peak_flops : float
+        The matching peak (e.g. AMP fp16->fp32) that ``utilisation`` is measured against.
+    """
+
+    machine: MachineSpec
+    supersteps: list[SuperstepRecord]
+    flops: int = 0
+    peak_flops: float = 0.0
+    label: str = ""
+    #: extra facts about the plan (method, splits...) shown in summaries
+    info: dict[str, Any] = field(default_factory=dict)
+    #: the TileMemory the program was planned in; its report is built on first access
+    memory_source: Any = field(default=None, repr=False)
+    _memory: MemoryReport | None = field(default=None, init=False, repr=False)
+
+    @property
+    def memory(self) -> MemoryReport | None:
+        """Per-tile memory report of the program (computed on first access)."""
+        if self._memory is None and self.memory_source is not None:
+            self._memory = self.memory_source.report()
+        return self._memory
+
+    # ------------------------------------------------------------------ totals
+    @property
+    def total_cycles(self) -> int:
+        return sum(s.total_cycles for s in self.supersteps)
+
+    @property
+    def compute_cycles(self) -> int:
+        return sum(s.compute_cycles for s in self.supersteps)
+
+    @property
+    def sync_cycles(self) -> int:
+        return sum(s.sync_cycles for s in self.supersteps)
+
+    @property
+    def exchange_cycles(self) -> int:
+        return sum(s.exchange_cycles for s in self.supersteps)
+
+    @property
+    def bytes_exchanged(self) -> int:
+        return sum(s.bytes_exchanged for s in self.supersteps)
+
+    @property
+    def seconds(self) -> float:
+        """Simulated time on the real chip at the spec's clock."""
+        return self.total_cycles / self.machine.clock_hz
+
+    @property
+    def tflops(self) -> float:
+        """Achieved TFLOP/s on the simulated chip (useful FLOPs / simulated seconds)."""
+        s = self.seconds
+        return self.flops / s / 1e12 if s > 0 else 0.0
+
+    @property
+    def utilisation(self) -> float:
+        """Achieved / peak FLOP/s for the matching dtype pair (0..1)."""
+        if self.peak_flops <= 0 or self.seconds <= 0:
+            return 0.0
+        return self.flops / self.seconds / self.peak_flops
+
+    def by_category(self) -> dict[str, dict[str, int]]:
+        """Cycles summed per category (compute / sync / exchange columns)."""
+        out: dict[str, dict[str, int]] = {}
+        for s in self.supersteps:
+            row = out.setdefault(s.category, {"compute": 0, "sync": 0, "exchange": 0, "total": 0})
+            row["compute"] += s.compute_cycles
+            row["sync"] += s.sync_cycles
+            row["exchange"] += s.exchange_cycles
+            row["total"] += s.total_cycles
+        return out
+
+    # ------------------------------------------------------------------ views
+    def summary(self, *, max_rows: int = 40) -> str:
+        """Readable text: totals, then one row per superstep with the reasons."""
+        m = self.machine
+        head = [
+            f"profile {self.label} on {m.name} ({m.n_tiles} tiles @ {m.clock_hz / 1e9:.3f} GHz)",
+            f"  total {self.total_cycles:,} cycles = {self.seconds * 1e6:.2f} us "
+            f"(compute {self.compute_cycles:,}, sync {self.sync_cycles:,}, "
+            f"exchange {self.exchange_cycles:,}); {self.bytes_exchanged:,} B exchanged",
+        ]
+        if self.flops:
+            head.append(f"  {self.flops / 1e9:.3f} GFLOP -> {self.tflops:.2f} TFLOP/s, "
+                        f"utilisation {100 * self.utilisation:.1f}% of "
+                        f"{self.peak_flops / 1e12:.1f} TFLOP/s peak")
+        for k, v in self.info.items():
+            head.append(f"  {k}: {v}")
+        rows = [f"  {'#':>3} {'category':<10} {'compute':>10} {'sync':>5} {'exchange':>9} "
+                f"{'bytes':>11}  step / why"]
+        for s in self.supersteps[:max_rows]:
+            why = s.compute_why or ""
+            if s.exchange_why:
+                why = f"{why}; {s.exchange_why}" if why else s.exchange_why
+            mark = " [user estimate]" if s.user_estimate else ""
+            rows.append(f"  {s.index:>3} {s.category:<10} {s.compute_cycles:>10,} {s.sync_cycles:>5} "
+                        f"{s.exchange_cycles:>9,} {s.bytes_exchanged:>11,}  {s.name}{mark}"
+                        + (f": {why}" if why else ""))
+        if len(self.supersteps) > max_rows:
+            rows.append(f"  ... {len(self.supersteps) - max_rows} more supersteps")
+        tail = []
+        if self.memory is not None:
+            tail = [self.memory.summary()]
+        return "\n".join(head + rows + tail)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable dictionary (totals, per-superstep records, memory)."""
+        return {
+            "label": self.label,
+            "machine": self.machine.name,
+            "clock_hz": self.machine.clock_hz,
+            "n_tiles": self.machine.n_tiles,
+            "total_cycles": self.total_cycles,
+            "compute_cycles": self.compute_cycles,
+            "sync_cycles": self.sync_cycles,
+            "exchange_cycles": self.exchange_cycles,
+            "bytes_exchanged": self.bytes_exchanged,
+            "seconds": self.seconds,
+            "flops": self.flops,
+            "tflops": self.tflops,
+            "peak_flops": self.peak_flops,
+            "utilisation": self.utilisation,
+            "by_category": self.by_category(),
+            "info": {k: (v if isinstance(v, (int, float, str, bool, type(None), list, dict)) else str(v))
+                     for k, v in self.info.items()},
+            "supersteps": [dict(asdict(s), total_cycles=s.total_cycles) for s in self.supersteps],
+            "memory": self.memory.to_dict() if self.memory is not None else None,
+        }
+
+    def to_json(self, **kwargs: Any) -> str:
+        return json.dumps(self.to_dict(), **kwargs)

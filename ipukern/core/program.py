@@ -1,0 +1,378 @@
+"""BSP programs: supersteps of (compute set, sync, exchange).
+
+- :class:`Exchange` is a table of byte copies ``(src_tile, src_offset, dst_tile, dst_offset,
+  nbytes)`` held as NumPy arrays. It is validated once when built (ranges, overlapping
+  writes) and costed once (busiest tile's bytes over the exchange rate), then executed by
+  one Cython call per run.
+- :class:`VertexBatch` is many vertices of one codelet, one call over all of them. Its
+  operands are byte offsets *within the vertex's own tile*, so a vertex cannot reach
+  another tile's memory: data crosses tiles only in exchanges (the BSP rule).
+- :class:`ComputeSet` groups batches that run in the same compute phase.
+- :class:`Superstep` = compute, then sync, then exchange; :class:`Program` is a list of them
+  plus the memory it was planned with.
+
+Costs are fixed at build time, so ``estimate`` and ``execute`` report identical cycles.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, Sequence
+
+import numpy as np
+
+from . import cost
+from ..machine import MachineSpec
+from .memory import TileMemory
+from .profile import SuperstepRecord
+
+__all__ = ["balanced_bounds", "ExchangeError", "Exchange", "Codelet", "VertexBatch", "ComputeSet", "Superstep",
+           "Program"]
+
+# large copies are split into pieces of this size on the host so threads share the work
+# evenly; the simulated copy table is unchanged
+_HOST_PIECE_BYTES = 1 << 18
+
+
+def balanced_bounds(nbytes: np.ndarray, n_threads: int) -> np.ndarray:
+    """Split copy indices into ``n_threads`` ranges of about equal byte counts."""
+    n_threads = max(1, min(n_threads, nbytes.size))
+    if nbytes.size < 64 or int(nbytes.sum()) < (1 << 16):
+        n_threads = 1  # starting threads would cost more than the copies
+    cum = np.cumsum(nbytes)
+    targets = cum[-1] * np.arange(1, n_threads) / n_threads if cum.size else []
+    inner = np.searchsorted(cum, targets, side="left") + 1
+    return np.concatenate([[0], inner, [nbytes.size]]).astype(np.int64)
+
+
+class ExchangeError(ValueError):
+    """An exchange table the fabric could not execute (bad range, overlapping writes)."""
+
+
+def _as_int_array(name: str, values: Any, dtype: type) -> np.ndarray:
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise ExchangeError(f"{name} must be one-dimensional, got shape {arr.shape}")
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        raise ExchangeError(f"{name} must hold integers, got dtype {arr.dtype}")
+    return np.ascontiguousarray(arr, dtype=dtype)
+
+
+def _first_overlap(tile: np.ndarray, start: np.ndarray, end: np.ndarray, row: int) -> int:
+    """Index (in sorted order) of an interval overlapping an earlier one on its tile, or -1."""
+    if tile.size < 2:
+        return -1
+    key_end = tile * row + end
+    running_end = np.maximum.accumulate(key_end)
+    clash = (tile[1:] * row + start[1:]) < running_end[:-1]
+    return int(np.argmax(clash)) + 1 if clash.any() else -1
+
+
+class Exchange:
+    """A table of tile-to-tile byte copies executed in one exchange phase.
+
+    Parameters
+    ----------
+    machine : MachineSpec
+    src_tile, src_offset, dst_tile, dst_offset, nbytes : array-like of int
+        One row per copy. Offsets are byte offsets within a tile's memory.
+    name : str
+        Shown in profiles.
+    row_bytes : int, optional
+        Highest valid offset + 1 (default: the machine's tile size).
+
+    Raises
+    ------
+    ExchangeError
+        For negative sizes, tiles out of range, copies past the end of a tile, two copies
+        writing overlapping bytes, or a destination that overlaps a source of the same
+        exchange (the result would depend on copy order). Nothing is written.
+    """
+
+    def __init__(self, machine: MachineSpec, src_tile: Any, src_offset: Any, dst_tile: Any,
+                 dst_offset: Any, nbytes: Any, *, name: str = "exchange",
+                 row_bytes: int | None = None):
+        self.machine = machine
+        self.name = name
+        st = _as_int_array("src_tile", src_tile, np.int64)
+        so = _as_int_array("src_offset", src_offset, np.int64)
+        dt = _as_int_array("dst_tile", dst_tile, np.int64)
+        do = _as_int_array("dst_offset", dst_offset, np.int64)
+        nb = _as_int_array("nbytes", nbytes, np.int64)
+        n = nb.size
+        if not (st.size == so.size == dt.size == do.size == n):
+            raise ExchangeError(f"{name}: copy table columns differ in length "
+                                f"({st.size}, {so.size}, {dt.size}, {do.size}, {n})")
+        row = machine.tile_bytes if row_bytes is None else int(row_bytes)
+        self._validate(st, so, dt, do, nb, row)
+        keep = nb > 0
+        st, so, dt, do, nb = st[keep], so[keep], dt[keep], do[keep], nb[keep]
+        order = np.lexsort((do, dt))  # destination order: locality of writes on the host
+        self.src_tile = st[order].astype(np.int32)
+        self.src_offset = so[order]
+        self.dst_tile = dt[order].astype(np.int32)
+        self.dst_offset = do[order]
+        self.nbytes = nb[order]
+        self.row_bytes = row
+        self._cost()
+        self._host_plan: tuple[np.ndarray, ...] | None = None
+        self._bounds: dict[int, np.ndarray] = {}
+
+    # ------------------------------------------------------------------ validation
+    def _validate(self, st, so, dt, do, nb, row) -> None:
+        nt = self.machine.n_tiles
+        name = self.name
+        if (nb < 0).any():
+            i = int(np.argmax(nb < 0))
+            raise ExchangeError(f"{name}: copy {i} has negative size {int(nb[i])}")
+        for label, tiles in (("source", st), ("destination", dt)):
+            bad = (tiles < 0) | (tiles >= nt)
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise ExchangeError(f"{name}: copy {i} has {label} tile {int(tiles[i])}, "
+                                    f"outside 0..{nt - 1}")
+        for label, off in (("source", so), ("destination", do)):
+            bad = (off < 0) | (off + nb > row)
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise ExchangeError(f"{name}: copy {i} {label} bytes [{int(off[i])}, "
+                                    f"{int(off[i] + nb[i])}) fall outside the tile's {row} B")
+        keep = nb > 0
+        if not keep.any():
+            return
+        st, so, dt, do, nb = st[keep], so[keep], dt[keep], do[keep], nb[keep]
+        idx_all = np.flatnonzero(keep)
+        # two copies writing the same bytes: the fabric has no defined winner
+        o = np.lexsort((do, dt))
+        j = _first_overlap(dt[o], do[o], do[o] + nb[o], row)
+        if j >= 0:
+            a, b = idx_all[o[j - 1]], idx_all[o[j]]
+            raise ExchangeError(f"{name}: overlapping writes on tile {int(dt[o[j]])}: copy {b} "
+                                f"writes [{int(do[o[j]])}, {int(do[o[j]] + nb[o[j]])}) which another "
+                                f"copy (e.g. {a}) also writes")
+        # a destination overlapping a source: result would depend on the copy order
+        so_sorted = np.lexsort((so, st))
+        s_tile, s_start, s_end = st[so_sorted], so[so_sorted], so[so_sorted] + nb[so_sorted]
+        s_key_start = s_tile * row + s_start
+        s_run_end = np.maximum.accumulate(s_tile * row + s_end)
+        d_start = dt * row + do
+        d_end = dt * row + do + nb
+        pos = np.searchsorted(s_key_start, d_end, side="left") - 1
+        hit = (pos >= 0) & (s_run_end[np.maximum(pos, 0)] > d_start)
+        if hit.any():
+            i = int(np.argmax(hit))
+            raise ExchangeError(f"{name}: copy {idx_all[i]} writes tile {int(dt[i])} bytes "
+                                f"[{int(do[i])}, {int(do[i] + nb[i])}) that this exchange also "
+                                f"reads; split it into two exchanges")
+
+    # ------------------------------------------------------------------ cost
+    def _cost(self) -> None:
+        m = self.machine
+        recv, paired, send = cost.exchange_loads(self.src_tile, self.src_offset, self.dst_tile,
+                                                 self.nbytes, m.n_tiles, m.tiles_per_exchange_bus)
+        per_tile = cost.tile_exchange_cycles(recv, paired, send, m)
+        self.recv_bytes, self.paired_bytes, self.send_bytes = recv, paired, send
+        self.tile_cycles = per_tile
+        if self.nbytes.size == 0:
+            self.cycles, self.busiest_tile = 0, -1
+            self.why = ""
+            return
+        t = int(np.argmax(per_tile))
+        self.busiest_tile = t
+        self.cycles = int(per_tile[t]) + m.exchange_overhead_cycles
+        r, p, s = int(recv[t]), int(paired[t]), int(send[t])
+        paired_txt = f" ({p} B paired on a shared bus at 2x)" if p else ""
+        direction = f"receives {r} B{paired_txt}" if 2 * r - p >= 2 * s else f"sends {s} B"
+        self.why = (f"{self.name}: tile {t} {direction} at {m.exchange_bytes_per_cycle:.2f} B/cycle "
+                    f"= {int(per_tile[t])} + {m.exchange_overhead_cycles} overhead cycles")
+
+    @property
+    def total_bytes(self) -> int:
+        return int(self.nbytes.sum())
+
+    @property
+    def n_copies(self) -> int:
+        return int(self.nbytes.size)
+
+    # ------------------------------------------------------------------ execution
+    def _pieces(self) -> tuple[np.ndarray, ...]:
+        if self._host_plan is None:
+            nb = self.nbytes
+            n_pieces = np.maximum(1, -(-nb // _HOST_PIECE_BYTES))
+            if (n_pieces == 1).all():
+                self._host_plan = (self.src_tile, self.src_offset, self.dst_tile,
+                                   self.dst_offset, nb)
+            else:
+                rep = np.repeat(np.arange(nb.size), n_pieces)
+                first = np.repeat(np.cumsum(n_pieces) - n_pieces, n_pieces)
+                k = np.arange(rep.size) - first
+                start = k * _HOST_PIECE_BYTES
+                size = np.minimum(nb[rep] - start, _HOST_PIECE_BYTES)
+                self._host_plan = (self.src_tile[rep], self.src_offset[rep] + start,
+                                   self.dst_tile[rep], self.dst_offset[rep] + start, size)
+        return self._host_plan
+
+    def thread_bounds(self, n_threads: int) -> np.ndarray:
+        """Copy index ranges giving each thread an equal share of bytes (cached)."""
+        b = self._bounds.get(n_threads)
+        if b is None:
+            b = self._bounds[n_threads] = balanced_bounds(self._pieces()[4], n_threads)
+        return b
+
+    def run(self, data: np.ndarray, n_threads: int) -> None:
+        """Execute the copies on the arena bytes ``data`` (n_tiles, row_bytes)."""
+        if self.nbytes.size == 0:
+            return
+        from .._kernels import _exchange
+        st, so, dt, do, nb = self._pieces()
+        _exchange.copy_runs(data, data, st, so, dt, do, nb, self.thread_bounds(n_threads))
+
+
+class Codelet(Protocol):
+    """What a vertex type provides: a name and one call that runs a whole batch."""
+
+    name: str
+
+    def run(self, data: np.ndarray, batch: "VertexBatch", n_threads: int) -> None: ...
+
+
+@dataclass
+class VertexBatch:
+    """Many vertices of one codelet, run by one compiled call.
+
+    Attributes
+    ----------
+    codelet : Codelet
+    tiles : int32 array (n_vertices,)
+        The tile each vertex runs on.
+    args : dict of str -> array (n_vertices, ...)
+        Per-vertex operands (byte offsets within the vertex's tile, sizes, parameters).
+    regions : list of (offset array, nbytes array)
+        Every memory range the vertices touch, checked to lie inside the tile's memory.
+    cycles : int64 array (n_vertices,)
+        Cycle estimate of each vertex.
+    why : str
+        One line explaining the estimate (method, per-vertex work).
+    user_estimate : bool
+        True when ``cycles`` come from a user-supplied formula.
+    """
+
+    codelet: Any
+    tiles: np.ndarray
+    args: dict[str, Any]
+    cycles: np.ndarray
+    regions: Sequence[tuple[np.ndarray, np.ndarray]] = ()
+    why: str = ""
+    user_estimate: bool = False
+
+    def __post_init__(self) -> None:
+        self.tiles = np.ascontiguousarray(self.tiles, dtype=np.int32)
+        self.cycles = np.ascontiguousarray(self.cycles, dtype=np.int64)
+        if self.cycles.shape != self.tiles.shape:
+            raise ValueError(f"{self.codelet.name}: {self.tiles.size} vertices but "
+                             f"{self.cycles.size} cycle estimates")
+        if (self.cycles < 0).any():
+            raise ValueError(f"{self.codelet.name}: negative cycle estimate")
+
+    def check(self, machine: MachineSpec, row_bytes: int) -> None:
+        """Every vertex on an existing tile, every region inside its tile's memory."""
+        if self.tiles.size and ((self.tiles < 0) | (self.tiles >= machine.n_tiles)).any():
+            bad = int(self.tiles[(self.tiles < 0) | (self.tiles >= machine.n_tiles)][0])
+            raise ValueError(f"{self.codelet.name}: vertex on tile {bad}, outside 0..{machine.n_tiles - 1}")
+        for off, nb in self.regions:
+            off = np.asarray(off)
+            nb = np.asarray(nb)
+            bad = (off < 0) | (off + nb > row_bytes)
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise ValueError(f"{self.codelet.name}: vertex {i} on tile {int(self.tiles[i])} "
+                                 f"touches bytes [{int(off.flat[i])}, {int(off.flat[i] + nb.flat[i])}) "
+                                 f"outside the tile's {row_bytes} B")
+
+
+class ComputeSet:
+    """Vertex batches of one compute phase; the phase lasts as long as the slowest tile.
+
+    A tile runs its vertices one after another (each vertex estimate already accounts for
+    the tile's 6 workers), so a tile's cycles are the sum over its vertices.
+    """
+
+    def __init__(self, machine: MachineSpec, batches: Sequence[VertexBatch], *,
+                 name: str = "compute", row_bytes: int | None = None):
+        self.machine = machine
+        self.name = name
+        self.batches = list(batches)
+        row = machine.tile_bytes if row_bytes is None else int(row_bytes)
+        per_tile = np.zeros(machine.n_tiles, dtype=np.int64)
+        share = []
+        for b in self.batches:
+            b.check(machine, row)
+            contrib = np.bincount(b.tiles, weights=b.cycles, minlength=machine.n_tiles).astype(np.int64)
+            per_tile += contrib
+            share.append(contrib)
+        self.tile_cycles = per_tile
+        if self.batches and per_tile.any():
+            t = int(np.argmax(per_tile))
+            self.cycles, self.busiest_tile = int(per_tile[t]), t
+            main = max(range(len(share)), key=lambda i: share[i][t])
+            b = self.batches[main]
+            self.why = b.why or b.codelet.name
+            self.user_estimate = any(bb.user_estimate and share[i][t] for i, bb in enumerate(self.batches))
+        else:
+            self.cycles, self.busiest_tile, self.why, self.user_estimate = 0, -1, "", False
+        self.tiles_computing = int((per_tile > 0).sum())
+
+    def run(self, data: np.ndarray, n_threads: int) -> None:
+        for b in self.batches:
+            if b.tiles.size:
+                b.codelet.run(data, b, n_threads)
+
+
+@dataclass
+class Superstep:
+    """compute (every tile on its own memory) -> sync (all tiles) -> exchange."""
+
+    name: str
+    compute: ComputeSet | None = None
+    exchange: Exchange | None = None
+    category: str = "compute"
+
+    def record(self, index: int, machine: MachineSpec) -> SuperstepRecord:
+        c, x = self.compute, self.exchange
+        return SuperstepRecord(
+            index=index, name=self.name, category=self.category,
+            compute_cycles=c.cycles if c else 0,
+            sync_cycles=machine.sync_cycles,
+            exchange_cycles=x.cycles if x else 0,
+            compute_tile=c.busiest_tile if c else -1,
+            exchange_tile=x.busiest_tile if x else -1,
+            bytes_exchanged=x.total_bytes if x else 0,
+            n_copies=x.n_copies if x else 0,
+            tiles_computing=c.tiles_computing if c else 0,
+            compute_why=c.why if c else "",
+            exchange_why=x.why if x else "",
+            user_estimate=c.user_estimate if c else False,
+        )
+
+
+class Program:
+    """A list of supersteps and the tile memory they were planned in."""
+
+    def __init__(self, machine: MachineSpec, steps: Sequence[Superstep], memory: TileMemory, *,
+                 label: str = ""):
+        self.machine = machine
+        self.steps = list(steps)
+        self.memory = memory
+        self.label = label
+        self._records: list[SuperstepRecord] | None = None
+
+    @property
+    def records(self) -> list[SuperstepRecord]:
+        """Per-superstep cost records (computed once; identical for every run)."""
+        if self._records is None:
+            self._records = [s.record(i, self.machine) for i, s in enumerate(self.steps)]
+        return self._records
+
+    @property
+    def row_bytes(self) -> int:
+        """Arena row size this program needs (> tile size only for overflowing programs)."""
+        return max(self.machine.tile_bytes, self.memory.high_water)

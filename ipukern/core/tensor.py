@@ -1,0 +1,154 @@
+"""Tensors spread over tiles: a tile mapping says which tile holds which elements.
+
+A :class:`TileMapping` is a list of intervals ``[start, start + count)`` of the flattened
+(C-order) tensor, each on one tile, covering every element exactly once. On a tile, the
+tensor's intervals are stored one after another in element order, so a tile's share is
+one contiguous block of its memory.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from ..dtypes import DTYPES, canonical_dtype
+
+__all__ = ["TileMapping", "TileTensor"]
+
+
+@dataclass(frozen=True, eq=False)
+class TileMapping:
+    """Element intervals of a flattened tensor and the tile holding each.
+
+    Attributes
+    ----------
+    n_elems : int
+    tile, start, count : ndarray (n_intervals,)
+        Sorted by ``start``; contiguous and non-overlapping; ``count > 0``.
+    """
+
+    n_elems: int
+    tile: np.ndarray
+    start: np.ndarray
+    count: np.ndarray
+
+    def __post_init__(self) -> None:
+        tile = np.ascontiguousarray(self.tile, dtype=np.int32)
+        start = np.ascontiguousarray(self.start, dtype=np.int64)
+        count = np.ascontiguousarray(self.count, dtype=np.int64)
+        if not (tile.ndim == start.ndim == count.ndim == 1 and tile.size == start.size == count.size):
+            raise ValueError("mapping columns must be 1-D arrays of equal length")
+        keep = count > 0
+        if (count < 0).any():
+            raise ValueError("mapping interval with negative element count")
+        tile, start, count = tile[keep], start[keep], count[keep]
+        order = np.argsort(start, kind="stable")
+        tile, start, count = tile[order], start[order], count[order]
+        if self.n_elems == 0:
+            if start.size:
+                raise ValueError("mapping of an empty tensor must have no intervals")
+        else:
+            ends = start + count
+            if start.size == 0 or start[0] != 0 or ends[-1] != self.n_elems or (start[1:] != ends[:-1]).any():
+                raise ValueError(f"mapping must cover elements [0, {self.n_elems}) exactly once "
+                                 "with contiguous, non-overlapping intervals")
+        object.__setattr__(self, "tile", tile)
+        object.__setattr__(self, "start", start)
+        object.__setattr__(self, "count", count)
+
+    # ------------------------------------------------------------------ constructors
+    @classmethod
+    def linear(cls, n_elems: int, n_tiles: int, *, grain: int = 1,
+               tiles: Sequence[int] | np.ndarray | None = None) -> "TileMapping":
+        """Spread elements evenly over ``n_tiles`` tiles (or the given tile list) in
+        contiguous blocks of whole grains, like PopLibs' ``mapTensorLinearly``."""
+        if grain < 1:
+            raise ValueError(f"grain must be >= 1, got {grain}")
+        tile_ids = np.arange(n_tiles, dtype=np.int32) if tiles is None else np.asarray(tiles, dtype=np.int32)
+        k = tile_ids.size
+        if k == 0:
+            raise ValueError("linear mapping needs at least one tile")
+        n_grains = -(-n_elems // grain)
+        bounds = (np.arange(k + 1, dtype=np.int64) * n_grains) // k * grain
+        bounds = np.minimum(bounds, n_elems)
+        return cls(n_elems, tile_ids, bounds[:-1], np.diff(bounds))
+
+    @classmethod
+    def single(cls, n_elems: int, tile: int) -> "TileMapping":
+        """All elements on one tile."""
+        return cls(n_elems, np.array([tile]), np.array([0]), np.array([n_elems]))
+
+    @classmethod
+    def from_element_tiles(cls, element_tile: np.ndarray) -> "TileMapping":
+        """Mapping from a per-element tile array (runs of equal tiles become intervals)."""
+        et = np.asarray(element_tile, dtype=np.int64).ravel()
+        if et.size == 0:
+            return cls(0, np.zeros(0), np.zeros(0), np.zeros(0))
+        change = np.flatnonzero(np.diff(et)) + 1
+        starts = np.concatenate([[0], change])
+        counts = np.diff(np.concatenate([starts, [et.size]]))
+        return cls(et.size, et[starts], starts, counts)
+
+    def elems_per_tile(self, n_tiles: int) -> np.ndarray:
+        """Number of elements each tile holds."""
+        return np.bincount(self.tile, weights=self.count, minlength=n_tiles).astype(np.int64)
+
+    @property
+    def tiles_used(self) -> np.ndarray:
+        return np.unique(self.tile)
+
+
+class TileTensor:
+    """A tensor living in tile memories.
+
+    Created by :meth:`ipukern.Device.add_tensor`. ``offset[i]`` is the byte offset, within
+    tile ``mapping.tile[i]``, of interval i's first element.
+    """
+
+    def __init__(self, name: str, shape: Sequence[int], dtype: str, mapping: TileMapping,
+                 offset: np.ndarray, device_id: int):
+        self.name = name
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = canonical_dtype(dtype)
+        self.mapping = mapping
+        self.offset = np.ascontiguousarray(offset, dtype=np.int64)
+        self._device_id = device_id
+
+    @property
+    def itemsize(self) -> int:
+        return DTYPES[self.dtype].itemsize
+
+    @property
+    def n_elems(self) -> int:
+        return self.mapping.n_elems
+
+    @property
+    def nbytes(self) -> int:
+        return self.n_elems * self.itemsize
+
+    def region(self, elem_start: int, n_elems: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Where elements [elem_start, elem_start + n_elems) live: arrays of (tile, byte
+        offset, byte count), one row per contiguous run on one tile."""
+        m = self.mapping
+        lo = int(np.searchsorted(m.start, elem_start, side="right")) - 1
+        hi = int(np.searchsorted(m.start, elem_start + n_elems, side="left"))
+        starts = m.start[lo:hi]
+        ends = starts + m.count[lo:hi]
+        a = np.maximum(starts, elem_start)
+        b = np.minimum(ends, elem_start + n_elems)
+        return (m.tile[lo:hi], self.offset[lo:hi] + (a - starts) * self.itemsize,
+                (b - a) * self.itemsize)
+
+    def tile_block(self, n_tiles: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per tile: (byte offset of the tile's block, elements in it); -1 offset if none."""
+        first = np.full(n_tiles, -1, dtype=np.int64)
+        # intervals of one tile are stored consecutively in element order, so the block
+        # starts at the offset of the tile's first interval
+        rev = slice(None, None, -1)
+        first[self.mapping.tile[rev]] = self.offset[rev]
+        return first, self.mapping.elems_per_tile(n_tiles)
+
+    def __repr__(self) -> str:
+        return (f"TileTensor({self.name!r}, shape={self.shape}, dtype={self.dtype}, "
+                f"tiles={self.mapping.tiles_used.size})")

@@ -1,0 +1,136 @@
+"""Exchange tables: correctness against tests/reference.py, validation, costs."""
+import numpy as np
+import pytest
+
+import ipukern as ik
+from ipukern.core import cost
+from ipukern.core.engine import get_num_threads
+from ipukern.core.program import Exchange, ExchangeError
+
+from reference import exchange as ref_exchange
+
+ROW = 200 * 1024          # arena row used by these tests (offsets stay below it)
+DST_AREA = 132 * 1024     # destinations live in [0, DST_AREA), sources above it
+
+
+def random_bytes(rng, shape):
+    return np.frombuffer(rng.bytes(int(np.prod(shape))), dtype=np.uint8).reshape(shape).copy()
+
+
+def random_table(rng, n_tiles, max_copy, row=ROW, dst_area=DST_AREA, n_broadcasts=8):
+    """Random copy table: per tile a few non-overlapping destinations (misaligned starts,
+    gaps) in the lower half of the destination area; a few source regions broadcast to
+    16 tiles each into the upper half. Sources may overlap each other (reads are free)."""
+    half = dst_area // 2
+    rows = []
+    for tile in range(n_tiles):
+        pos = int(rng.integers(0, 7))
+        for _ in range(int(rng.integers(1, 5))):
+            n = int(rng.integers(1, max_copy + 1))
+            if pos + n > half:
+                break
+            rows.append((int(rng.integers(0, n_tiles)), int(rng.integers(dst_area, row - n + 1)),
+                         tile, pos, n))
+            pos += n + int(rng.integers(0, 9))
+    strip: dict[int, int] = {}
+    for _ in range(n_broadcasts):
+        n = int(rng.integers(1, min(max_copy, 2048) + 1))
+        src = (int(rng.integers(0, n_tiles)), int(rng.integers(dst_area, row - n + 1)))
+        for tile in rng.choice(n_tiles, size=min(n_tiles, 16), replace=False):
+            pos = strip.get(int(tile), half + int(rng.integers(0, 5)))
+            if pos + n <= dst_area:
+                rows.append((src[0], src[1], int(tile), pos, n))
+                strip[int(tile)] = pos + n + 1
+    return tuple(np.array(col, dtype=np.int64) for col in zip(*rows))
+
+
+@pytest.mark.parametrize("max_copy", [1, 64, 4096, 64 * 1024])
+def test_exchange_matches_reference(rng, max_copy):
+    m = ik.GC200
+    # all 1472 tiles for small copies; 64 KiB copies on 64 tiles keep host memory small
+    if max_copy <= 4096:
+        n_used, row, dst_area = m.n_tiles, 24 * 1024, 16 * 1024
+    else:
+        n_used, row, dst_area = 64, ROW, DST_AREA
+    table = random_table(rng, n_used, max_copy, row, dst_area)
+    data = random_bytes(rng, (n_used, row))   # rows beyond n_used are never addressed
+    want = ref_exchange(data, *table)
+    x = Exchange(m, *table, row_bytes=row)
+    for threads in (1, 2):
+        got = data.copy()
+        x.run(got, threads)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_broadcast_and_large_copies(rng):
+    m = ik.GC200
+    data = random_bytes(rng, (m.n_tiles, 48 * 1024))
+    # tile 5 broadcasts 40 KiB to every other tile; the 40 KiB copy is split on the host
+    dst = np.array([t for t in range(m.n_tiles) if t != 5])
+    n = dst.size
+    table = (np.full(n, 5), np.full(n, 3), dst, np.full(n, 1), np.full(n, 40 * 1024))
+    x = Exchange(m, *table, row_bytes=48 * 1024)
+    got = data.copy()
+    x.run(got, get_num_threads())
+    np.testing.assert_array_equal(got, ref_exchange(data, *table))
+    # the source sends once; every receiver pairs with its bus partner except tile 4 (partner 5)
+    assert x.send_bytes[5] == 40 * 1024
+    assert x.paired_bytes[4] == 0 and x.paired_bytes[6] == 40 * 1024
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(nbytes=[-1]), "negative size"),
+    (dict(dst_tile=[1472]), "destination tile 1472"),
+    (dict(src_tile=[-1]), "source tile -1"),
+    (dict(dst_offset=[ROW - 4]), "outside the tile"),
+    (dict(src_offset=[-8]), "outside the tile"),
+])
+def test_bad_copies_rejected(bad, match):
+    cols = dict(src_tile=[0], src_offset=[DST_AREA], dst_tile=[1], dst_offset=[0], nbytes=[16])
+    cols.update(bad)
+    with pytest.raises(ExchangeError, match=match):
+        Exchange(ik.GC200, cols["src_tile"], cols["src_offset"], cols["dst_tile"],
+                 cols["dst_offset"], cols["nbytes"], row_bytes=ROW)
+
+
+def test_overlapping_writes_rejected_before_anything_is_written(rng):
+    m = ik.GC200
+    data = random_bytes(rng, (m.n_tiles, 1024))
+    before = data.copy()
+    with pytest.raises(ExchangeError, match="overlapping writes on tile 7"):
+        Exchange(m, [0, 1], [DST_AREA, DST_AREA], [7, 7], [100, 110], [16, 16], row_bytes=ROW)
+    # a long interval followed by a short one inside it is also an overlap
+    with pytest.raises(ExchangeError, match="overlapping writes"):
+        Exchange(m, [0, 1, 2], [DST_AREA] * 3, [7, 7, 7], [0, 10, 50], [100, 5, 5], row_bytes=ROW)
+    with pytest.raises(ExchangeError, match="also reads"):
+        Exchange(m, [3, 7], [DST_AREA, 0], [7, 8], [0, 0], [16, 16], row_bytes=ROW)
+    np.testing.assert_array_equal(data, before)
+
+
+def test_table_shape_errors():
+    with pytest.raises(ExchangeError, match="differ in length"):
+        Exchange(ik.GC200, [0, 1], [0], [2], [0], [4])
+    with pytest.raises(ExchangeError, match="integers"):
+        Exchange(ik.GC200, [0.5], [0], [2], [0], [4])
+
+
+def test_exchange_cycles_hand_computed():
+    m = ik.GC200.replace(exchange_bytes_per_cycle=4.0, exchange_overhead_cycles=100)
+    # tile 3 receives 1000 B from tile 0 and 600 B from tile 1: 1600 / 4 = 400 cycles + 100
+    x = Exchange(m, [0, 1], [0, 0], [3, 3], [0, 1000], [1000, 600])
+    assert x.cycles == 500 and x.busiest_tile == 3
+    assert x.total_bytes == 1600 and x.n_copies == 2
+    # tile 0 sends 1000 B to tiles 2..9: sends once (1000 B); tiles 2/3, 4/5... share buses,
+    # so each receiver is charged 500 B -> 125 cycles; the sender's 1000 B -> 250 cycles
+    y = Exchange(m, [0] * 8, [0] * 8, list(range(2, 10)), [0] * 8, [1000] * 8)
+    assert int(y.tile_cycles[2]) == 125 and int(y.tile_cycles[0]) == 250
+    assert y.cycles == 350 and y.busiest_tile == 0
+    # fractional rates: 47.5 TB/s -> 24.35 B/cycle, stored x16 as 390 -> ceil(16*1000/390)
+    assert cost.exchange_cycles(1000, ik.GC200) == -(-16000 // 390) == 42
+
+
+def test_empty_exchange_costs_nothing():
+    x = Exchange(ik.GC200, [], [], [], [], [])
+    assert x.cycles == 0 and x.busiest_tile == -1
+    z = Exchange(ik.GC200, [0], [0], [1], [0], [0])   # zero-byte copies are dropped
+    assert z.cycles == 0 and z.n_copies == 0
