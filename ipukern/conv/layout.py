@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..core.tensor import expand, split_bounds
 from .params import ConvParams
 
 __all__ = ["Split", "split_ranges", "TileGeometry", "geometry", "CopyTable", "window_copies",
@@ -71,8 +72,7 @@ def split_ranges(n: int, parts: int, grain: int = 1) -> tuple[np.ndarray, np.nda
     n_grains = -(-n // grain)
     if parts < 1 or parts > max(1, n_grains):
         raise ValueError(f"cannot split {n} items (grain {grain}) into {parts} parts")
-    b = (np.arange(parts + 1, dtype=np.int64) * n_grains) // parts * grain
-    b = np.minimum(b, n)
+    b = split_bounds(n, parts, grain)
     return b[:-1], b[1:]
 
 
@@ -305,9 +305,8 @@ def _block_pieces(geo, t, n, ra, rb, ca, cb, win_off, itemsize, Os, P, B) -> Cop
     full = (cb - ca == geo.WC[t]) & (cb - ca == geo.WC[n])
     # expand over images
     rep_b = Bt
-    ti = np.repeat(t, rep_b)
-    ni = np.repeat(n, rep_b)
-    b = np.arange(rep_b.sum()) - np.repeat(np.cumsum(rep_b) - rep_b, rep_b)
+    own, b = expand(rep_b)
+    ti, ni = t[own], n[own]
     ra_i, rb_i, ca_i, cb_i = (np.repeat(v, rep_b) for v in (ra, rb, ca, cb))
     P_i, CR_i, full_i = np.repeat(Pt, rep_b), np.repeat(CR, rep_b), np.repeat(full, rep_b)
     out = []
@@ -355,7 +354,7 @@ def _partial_pieces(geo, t, n, b, ra, rb, ca, cb, P, CR, win_off, itemsize, Os) 
     # one run per (row, plane); expand
     n_rows = rb - ra
     cnt = n_rows * P
-    idx = np.arange(cnt.sum()) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    _, idx = expand(cnt)
     rep = lambda v: np.repeat(v, cnt)
     t_, n_, b_, ra_, ca_, cb_, P_, CR_ = (rep(v) for v in (t, n, b, ra, ca, cb, P, CR))
     row = ra_ + idx // P_
@@ -434,8 +433,7 @@ def owned_input_intervals(geo: TileGeometry, win_off: np.ndarray, itemsize: int
     r_last = -(-bounds[:, 1:] // np.maximum(P, 1)[:, None])
     n_piece = np.maximum(r_last - r_first, 0) * (bounds[:, 1:] > bounds[:, :-1])
     flat = n_piece.ravel()
-    src = np.repeat(np.arange(flat.size), flat)
-    k = np.arange(src.size) - np.repeat(np.cumsum(flat) - flat, flat)
+    src, k = expand(flat)
     bi_, oi_ = np.divmod(src, Os)
     blk = blocks[bi_]
     Pp = P[bi_]
@@ -456,8 +454,7 @@ def owned_input_intervals(geo: TileGeometry, win_off: np.ndarray, itemsize: int
     # and, when the columns are partial, into single planes
     g_a, g_b = pa // C_t, (pb - 1) // C_t
     n_seg = np.where(full, g_b - g_a + 1, pb - pa)
-    pi = np.repeat(np.arange(tile.size), n_seg)
-    q = np.arange(pi.size) - np.repeat(np.cumsum(n_seg) - n_seg, n_seg)
+    pi, q = expand(n_seg)
     fullp = full[pi]
     seg_a = np.where(fullp, np.maximum(pa[pi], (g_a[pi] + q) * C_t[pi]), pa[pi] + q)
     seg_b = np.where(fullp, np.minimum(pb[pi], (g_a[pi] + q + 1) * C_t[pi]), pa[pi] + q + 1)

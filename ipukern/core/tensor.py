@@ -14,7 +14,28 @@ import numpy as np
 
 from ..dtypes import DTYPES, canonical_dtype
 
-__all__ = ["TileMapping", "TileTensor"]
+__all__ = ["TileMapping", "TileTensor", "split_bounds", "expand"]
+
+
+def split_bounds(n: int, parts: int, grain: int = 1) -> np.ndarray:
+    """Boundaries of ``n`` items split into ``parts`` contiguous ranges of whole grains
+    whose sizes differ by at most one grain (PopLibs' ``mapTensorLinearly`` split).
+
+    Returns an int64 array of ``parts + 1`` non-decreasing boundaries from 0 to ``n``;
+    range ``i`` is ``[b[i], b[i + 1])``. The last range holds the partial grain, if any.
+    """
+    n_grains = -(-n // grain)
+    bounds = (np.arange(parts + 1, dtype=np.int64) * n_grains) // parts * grain
+    return np.minimum(bounds, n)
+
+
+def expand(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Expand rows by ``counts``: ``(owner, pos)`` with row ``i`` repeated ``counts[i]``
+    times and ``pos`` counting 0 .. counts[i] - 1 within each repetition."""
+    counts = np.asarray(counts, dtype=np.int64)
+    owner = np.repeat(np.arange(counts.size), counts)
+    pos = np.arange(owner.size) - np.repeat(np.cumsum(counts) - counts, counts)
+    return owner, pos
 
 
 @dataclass(frozen=True, eq=False)
@@ -69,9 +90,7 @@ class TileMapping:
         k = tile_ids.size
         if k == 0:
             raise ValueError("linear mapping needs at least one tile")
-        n_grains = -(-n_elems // grain)
-        bounds = (np.arange(k + 1, dtype=np.int64) * n_grains) // k * grain
-        bounds = np.minimum(bounds, n_elems)
+        bounds = split_bounds(n_elems, k, grain)
         return cls(n_elems, tile_ids, bounds[:-1], np.diff(bounds))
 
     @classmethod

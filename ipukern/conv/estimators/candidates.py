@@ -1,0 +1,164 @@
+"""Vertex candidates for a conv, best first (``lib/poplin/ConvVertexType.cpp``) and the
+combineConvGroups factors (``lib/poplin/ConvPlan.cpp``)."""
+from __future__ import annotations
+
+from ...core.cost import ceil_div
+from ...dtypes import DTYPES, canonical_dtype
+from ...machine import MachineSpec
+from .methods import _FLOAT, _HALF, VertexMethod, _positive_int
+
+__all__ = ["candidate_methods", "combine_group_factors"]
+
+
+def combine_group_factors(machine: MachineSpec, in_dtype: str, in_per_group: int,
+                          n_groups: int) -> list[int]:
+    """combineConvGroups factors F > 1 worth trying (§2.2 item 7, ConvPlan.cpp).
+
+    Only for several groups of 1 input channel (float) or 1-2 (half): powers of two from
+    (AMP input elements per load) / Ci up to (weights per conv unit) / Ci, e.g. half Ci=1:
+    [4, 8, 16]; half Ci=2: [2, 4, 8]; float Ci=1: [2, 4, 8].
+
+    Parameters
+    ----------
+    machine : MachineSpec
+    in_dtype : str
+    in_per_group : int
+        Input channels per group of the conv.
+    n_groups : int
+        Conv groups.
+
+    Returns
+    -------
+    list of int
+        Factors F > 1 (empty when the transform does not apply).
+    """
+    dt = canonical_dtype(in_dtype)
+    ci = _positive_int("in_per_group", in_per_group)
+    g = _positive_int("n_groups", n_groups)
+    small = ci == 1 or (dt == _HALF and ci == 2)
+    if g < 2 or not small:
+        return []
+    f = max(1, machine.vector_elems(dt) // ci)
+    top = machine.amp_in_chans(dt) // ci
+    out = []
+    while f <= top:
+        out.append(f)
+        f *= 2
+    return out
+
+
+def _amp_candidates(machine: MachineSpec, in_dtype: str, partials_dtype: str,
+                    combine: int) -> list[VertexMethod]:
+    pt = partials_dtype
+    on_chip = machine.amp_units(in_dtype, pt)
+    if on_chip == 0 and pt == _HALF:
+        # no half-partials AMP mode: PopLibs falls back to float partials
+        pt = _FLOAT
+        on_chip = machine.amp_units(in_dtype, pt)
+    if on_chip == 0:
+        return []
+    wpu = machine.amp_in_chans(in_dtype)
+    vw = machine.vector_elems(in_dtype)
+    unit_modes = [on_chip] + ([8] if on_chip > 8 else [])
+    pcpg_modes = sorted({on_chip, wpu} | ({8} if on_chip > 8 else set()), reverse=True)
+    out = []
+    for units in unit_modes:
+        used_weights = wpu * units // on_chip
+        for icpg in range(wpu, 0, -1):
+            if wpu % icpg or icpg % vw:
+                continue
+            for pcpg in pcpg_modes:
+                if pcpg not in (units, used_weights) or pcpg % units:
+                    continue
+                out.append(VertexMethod("AMP", in_dtype, pt, 1, icpg, pcpg,
+                                        conv_units=units, combine_groups=combine))
+    return out
+
+
+def candidate_methods(machine: MachineSpec, in_dtype: str, partials_dtype: str,
+                      in_per_group: int, out_per_group: int, kernel_w: int, stride_w: int,
+                      *, n_groups: int = 1) -> list[VertexMethod]:
+    """All vertex candidates for a conv, best first (§2.3, ConvVertexType.cpp).
+
+    - AMP: icpg dividing the weights per conv unit in whole 64-bit loads ({16, 8, 4} half,
+      {8, 4, 2} float); pcpg = conv units or weights per unit; on a 16-unit AMP also the
+      8-unit mode with pcpg 8.
+    - SLIC (half inputs, stride_w <= 2): (cgpg, chans) (1,4), (2,2), (4,1), plus (8,1),
+      (16,1) with half partials on a 16-unit half->half AMP; 4 chains with half partials on
+      such an AMP, 2 chains always.
+    - HMAC: icpg from the grain (2 half, 1 float) up to Ci, skipping sizes that do not
+      reduce the number of in-groups; pcpg 1 (float partials) or 2 (half).
+    - VMAC (half inputs): cgpg 4, plus 8 and 16 with half partials.
+    - AMP on combined groups (``combine_groups`` F > 1, see :func:`combine_group_factors`)
+      when ``n_groups`` > 1 and Ci is 1 (or 2 for half).
+
+    Candidates are sorted like PopLibs: by useful-MAC bound times (1 - channel padding
+    ratio), then less padding, then smaller partials.
+
+    Parameters
+    ----------
+    machine : MachineSpec
+    in_dtype, partials_dtype : str
+        Conv input and requested partials types. AMP and SLIC fall back to float partials
+        on a machine without a half-partials AMP mode, as PopLibs does.
+    in_per_group, out_per_group : int
+        Channels per group of the conv.
+    kernel_w : int
+        Kernel width. It restricts no method (SLIC pads it to a multiple of 4); it is
+        validated and kept in the signature for the planner's convenience.
+    stride_w : int
+        Stride along the width (SLIC needs <= 2).
+    n_groups : int
+        Conv groups, for the combineConvGroups candidates.
+
+    Returns
+    -------
+    list of VertexMethod
+        Most promising first. Candidates may still be invalid for a particular tile split
+        (SLIC: one channel group per tile; VMAC: one output channel per tile).
+    """
+    dt, pt = canonical_dtype(in_dtype), canonical_dtype(partials_dtype)
+    if dt == _FLOAT and pt == _HALF:
+        raise ValueError("float32 inputs accumulate in float32; half partials are invalid")
+    ci = _positive_int("in_per_group", in_per_group)
+    co = _positive_int("out_per_group", out_per_group)
+    _positive_int("kernel_w", kernel_w)
+    sw = _positive_int("stride_w", stride_w)
+    _positive_int("n_groups", n_groups)
+    half_in = dt == _HALF
+    found: list[VertexMethod] = list(_amp_candidates(machine, dt, pt, 1))
+    if half_in and sw <= 2:
+        slic_pt = pt if machine.amp_units(_HALF, pt) else _FLOAT
+        hh16 = machine.amp_units(_HALF, _HALF) >= 16
+        chains = [2] if slic_pt == _FLOAT else ([4] if hh16 else []) + [2]
+        groupings = [(1, 4), (2, 2), (4, 1)] + ([(8, 1), (16, 1)]
+                                                if slic_pt == _HALF and hh16 else [])
+        for ch in chains:
+            for cg, c in groupings:
+                found.append(VertexMethod("SLIC", dt, slic_pt, cg, c, c, slic_chains=ch))
+    grain = 2 if half_in else 1
+    rounded = ceil_div(ci, grain) * grain
+    previous = 0
+    for icpg in range(grain, rounded + 1, grain):
+        n_in = ceil_div(rounded, icpg)
+        if n_in == previous:
+            continue
+        previous = n_in
+        found.append(VertexMethod("HMAC", dt, pt, 1, icpg, 2 if pt == _HALF else 1))
+    if half_in:
+        for cg in [machine.vector_elems(dt)] + ([8, 16] if pt == _HALF else []):
+            found.append(VertexMethod("VMAC", dt, pt, cg, 1, 1))
+    for f in combine_group_factors(machine, dt, ci, n_groups):
+        found.extend(_amp_candidates(machine, dt, pt, f))
+
+    unique = list(dict.fromkeys(found))
+
+    def rank(m: VertexMethod) -> tuple[float, float, int]:
+        cin, cout = ci * m.combine_groups, co * m.combine_groups
+        padded = (ceil_div(cin, m.in_chans_per_group) * m.in_chans_per_group
+                  * ceil_div(cout, m.out_chans_per_group) * m.out_chans_per_group)
+        padding = (padded - cin * cout) / padded
+        return (-m.macs_per_cycle_bound(machine) * (1 - padding), padding,
+                DTYPES[m.partials_dtype].itemsize)
+
+    return sorted(unique, key=rank)
