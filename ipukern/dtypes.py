@@ -9,10 +9,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DTYPES", "canonical_dtype", "partials_dtype"]
+__all__ = ["DTYPES", "DTYPE_CODE", "canonical_dtype", "partials_dtype"]
 
 #: canonical name -> NumPy dtype
 DTYPES: dict[str, np.dtype] = {"float16": np.dtype(np.float16), "float32": np.dtype(np.float32)}
+
+#: canonical name -> the dtype code the compiled kernels take (0 float32, 1 float16); the C
+#: side declares the same values once in ipukern/_kernels (keep the two in step)
+DTYPE_CODE: dict[str, int] = {"float32": 0, "float16": 1}
 
 _ALIASES = {"half": "float16", "fp16": "float16", "f2": "float16", "float16": "float16",
             "float": "float32", "fp32": "float32", "single": "float32", "f4": "float32",

@@ -16,21 +16,23 @@ receive buffer for partial chunks, and the bias ``[G][K]``.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from . import estimators
-from .estimators import TileConv
-from .codelet import ConvCodelet
-from .layout import (CopyTable, StridedCopies, TileGeometry, geometry, owned_input_intervals,
-                         window_copies)
-from ..dtypes import DTYPES
+from ..core.cost import elementwise_cycles_array
 from ..core.engine import Device, get_num_threads
-from .planner import ConvPlan
 from ..core.program import Program, Superstep, VertexBatch, balanced_bounds
-from ..core.tensor import TileTensor
-from ..core.vertices import DTYPE_CODE, sum_rows
+from ..core.tensor import TileTensor, expand
+from ..core.vertices import sum_rows
+from ..dtypes import DTYPE_CODE, DTYPES
+from . import estimators
+from .codelet import ConvCodelet
+from .estimators import TileConv, vertex_field
+from .layout import (CopyTable, StridedCopies, TileGeometry, geometry, owned_input_intervals,
+                     window_copies)
+from .planner import ConvPlan
 
 __all__ = ["ConvProgram", "build_conv_program"]
 
@@ -97,13 +99,6 @@ class ConvProgram:
             self.device.write(self.b, bias)
 
 
-def _rep(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(owner index, position within owner) for expanding rows by ``counts``."""
-    owner = np.repeat(np.arange(counts.size), counts)
-    pos = np.arange(owner.size) - np.repeat(np.cumsum(counts) - counts, counts)
-    return owner, pos
-
-
 class _BiasCodelet:
     """out[e] += bias[channel of e] over a run of a tile's [B][G][K_j][OR][OC] block."""
 
@@ -118,217 +113,313 @@ class _BiasCodelet:
         _vertices.add_bias(data, batch.tiles, a["out"], a["bias"], a["params"], self.dt, n_threads)
 
 
+@dataclass(frozen=True, eq=False)
+class _ConvBuffers:
+    """A planned conv laid out on a device: every per-tile buffer offset and slice size.
+
+    Arrays indexed ``[t]`` cover the T tiles the plan uses, ``[t, j]`` also the serial
+    slice j, ``[t, j, r]`` also the reduction chunk r. Offsets are arrays over every
+    machine tile (unused tiles hold 0 bytes). Buffers a plan does not need are ``None``:
+    the weight store without serial slices, partials when the conv vertex writes the output
+    type, the receive buffer without an input-channel split, the bias without one.
+    """
+
+    plan: ConvPlan
+    geo: TileGeometry
+    isz: int                    # input / output element bytes
+    psz: int                    # partials element bytes
+    M: int                      # tiles sharing one weight block (batch x rows x cols split)
+    Os: int                     # out-chan split: tiles sharing one input window
+    reduce_needed: bool         # R > 1: partials are reduce-scattered
+    cast_needed: bool           # no reduction but partials differ from the output type
+    ks: np.ndarray              # [t, j] first out-chan of slice j on tile t (S + 1 columns)
+    Kj: np.ndarray              # [t, j] out-chans of slice j
+    out_j: np.ndarray           # [t, j] outputs of slice j
+    wj_elems: np.ndarray        # [t, j] weight elements of slice j
+    chunk_lo: np.ndarray        # [t, j, r] reduction chunk r of slice j's outputs
+    chunk_hi: np.ndarray
+    chunk_stride: np.ndarray    # [t] largest chunk (output and receive-slot stride)
+    group_leader: np.ndarray    # [t] first tile of t's weight-sharing group
+    win_off: np.ndarray
+    w_off: np.ndarray
+    out_off: np.ndarray
+    store_off: np.ndarray | None = None
+    part_off: np.ndarray | None = None
+    part_stride: np.ndarray | None = None
+    out_starts: np.ndarray | None = None   # [t, j] (not reduced) slice j's first output
+    recv_off: np.ndarray | None = None
+    bias_off: np.ndarray | None = None
+
+    @property
+    def S(self) -> int:
+        return self.plan.serial
+
+    @property
+    def R(self) -> int:
+        return self.plan.split.in_chans
+
+    @property
+    def need_partials(self) -> bool:
+        return self.reduce_needed or self.cast_needed
+
+    @property
+    def conv_out_dtype(self) -> str:
+        p = self.plan.params
+        return p.partials if self.need_partials else p.dtype
+
+    def part_buf(self, j: int, t: np.ndarray) -> np.ndarray:
+        """Partials buffer of slice j on tiles t (double-buffered when serial)."""
+        buf = (j % 2) if self.S > 1 else 0
+        return self.part_off[t] + buf * self.part_stride[t] * self.psz
+
+
+def _slices(plan: ConvPlan, geo: TileGeometry) -> dict[str, np.ndarray]:
+    """Serial slices of each tile's out-chans (ks[t, j] .. ks[t, j + 1]) and reduction chunks."""
+    p = plan.params
+    S, R, og = plan.serial, plan.split.in_chans, plan.split.out_grain
+    n_grains = -(-geo.K // og)
+    ks = np.minimum((np.arange(S + 1)[None, :] * n_grains[:, None]) // S * og, geo.K[:, None])
+    Kj = np.diff(ks, axis=1)
+    out_j = (geo.B * geo.G)[:, None] * Kj * (geo.OR * geo.OC)[:, None]
+    wj_elems = geo.G[:, None] * Kj * (geo.C * p.kernel_h * p.kernel_w)[:, None]
+    chunk_lo = (np.arange(R)[None, None, :] * out_j[:, :, None]) // R
+    chunk_hi = ((np.arange(R) + 1)[None, None, :] * out_j[:, :, None]) // R
+    chunk_stride = (-(-out_j.max(axis=1) // R)) if geo.n_tiles else np.zeros(0, np.int64)
+    return dict(ks=ks, Kj=Kj, out_j=out_j, wj_elems=wj_elems, chunk_lo=chunk_lo,
+                chunk_hi=chunk_hi, chunk_stride=chunk_stride)
+
+
+def _allocate(dev: Device, plan: ConvPlan, geo: TileGeometry) -> _ConvBuffers:
+    """Allocate every conv buffer on ``dev`` (one allocation each, see the module docstring)."""
+    p = plan.params
+    s = plan.split
+    T, S, R = geo.n_tiles, plan.serial, s.in_chans
+    isz, psz = DTYPES[p.dtype].itemsize, DTYPES[p.partials].itemsize
+    sl = _slices(plan, geo)
+    reduce_needed = R > 1
+    cast_needed = (not reduce_needed) and p.partials != p.dtype
+
+    def alloc(name: str, nbytes: np.ndarray, category: str) -> np.ndarray:
+        full = np.zeros(dev.machine.n_tiles, dtype=np.int64)
+        full[:T] = nbytes
+        return dev.alloc(name, full, category)
+
+    M = s.batch * s.rows * s.cols
+    group_leader = np.arange(T) - (((geo.bi * s.rows + geo.hi) * s.cols + geo.wi) * s.out_chans)
+    w_max = sl["wj_elems"].max(axis=1) * isz
+    extra: dict[str, Any] = {}
+    win_off = alloc("conv.window", geo.window_elems() * isz, "inputs")
+    w_off = alloc("conv.weights", w_max, "weights")
+    if S > 1:
+        member = (np.arange(T) - group_leader) // s.out_chans  # (b,h,w) index within its group
+        n_store = np.array([len(range(mm, S, M)) for mm in range(M)], dtype=np.int64)[member]
+        extra["store_off"] = alloc("conv.weight_store", n_store * w_max, "weights")
+    if reduce_needed or cast_needed:
+        extra["part_stride"] = sl["out_j"].max(axis=1)
+        n_bufs = 2 if S > 1 else 1
+        extra["part_off"] = alloc("conv.partials", n_bufs * extra["part_stride"] * psz, "partials")
+    if reduce_needed:
+        out_bytes = S * sl["chunk_stride"] * isz
+    else:
+        extra["out_starts"] = np.concatenate([np.zeros((T, 1), np.int64),
+                                              np.cumsum(sl["out_j"], axis=1)], axis=1)
+        out_bytes = extra["out_starts"][:, -1] * isz
+    out_off = alloc("conv.output", out_bytes, "outputs")
+    if reduce_needed:
+        extra["recv_off"] = alloc("conv.partials_in", (R - 1) * sl["chunk_stride"] * psz,
+                                  "exchange")
+    if plan.bias:
+        extra["bias_off"] = alloc("conv.bias", geo.G * geo.K * isz, "weights")
+    return _ConvBuffers(plan=plan, geo=geo, isz=isz, psz=psz, M=M, Os=s.out_chans,
+                        reduce_needed=reduce_needed, cast_needed=cast_needed,
+                        group_leader=group_leader, win_off=win_off, w_off=w_off,
+                        out_off=out_off, **sl, **extra)
+
+
 def build_conv_program(plan: ConvPlan, device: Device | None = None, *,
                        vertex: Any = None) -> ConvProgram:
     """Lay out ``plan`` on a fresh device (or the given empty one) and build its program.
 
-    ``vertex`` (a :class:`~ipukern.tilefn.TileFunction` ``f(a, b, c)``) replaces the built-in
-    conv vertex for 1x1, stride-1, single-row convs with one conv group per tile (matmuls):
-    per tile ``a`` is the weights (K_j, C), ``b`` the window (C, columns) and ``c`` the
-    fp32 partials (K_j, columns), overwritten. Plan, exchanges and reductions are unchanged.
+    ``vertex`` (a :class:`~ipukern.graph.tilefn.TileFunction` ``f(a, b, c)``) replaces the
+    built-in conv vertex for 1x1, stride-1, single-row convs with one conv group per tile
+    (matmuls): per tile ``a`` is the weights (K_j, C), ``b`` the window (C, columns) and
+    ``c`` the fp32 partials (K_j, columns), overwritten. Plan, exchanges and reductions are
+    unchanged.
+
+    The schedule is the module docstring's: one exchange of the inputs, then one superstep
+    per serial slice (conv of slice j, finishing of slice j - 1, exchange of the next
+    weights and of slice j's partials), then the last slice's finishing.
     """
     p = plan.params
-    m = plan.machine
-    dev = device if device is not None else Device(m)
+    dev = device if device is not None else Device(plan.machine)
     geo = geometry(p, plan.split)
-    T = geo.n_tiles
-    NT = m.n_tiles
+    buf = _allocate(dev, plan, geo)
     S = plan.serial
-    R = plan.split.in_chans
-    og = plan.split.out_grain
-    isz = DTYPES[p.dtype].itemsize
-    psz = DTYPES[p.partials].itemsize
-    osz = isz
-    kk = p.kernel_h * p.kernel_w
-    reduce_needed = R > 1
-    cast_needed = (not reduce_needed) and p.partials != p.dtype
-    need_partials = reduce_needed or cast_needed
-    finishing = need_partials or plan.bias
-
-    # ---- serial slices of each tile's out-chans: ks[t, j] .. ks[t, j+1]
-    n_grains = -(-geo.K // og)
-    ks = np.minimum((np.arange(S + 1)[None, :] * n_grains[:, None]) // S * og, geo.K[:, None])
-    Kj = np.diff(ks, axis=1)                                    # (T, S)
-    plane = geo.B * geo.G                                       # per tile
-    out_j = plane[:, None] * Kj * (geo.OR * geo.OC)[:, None]    # (T, S) outputs per slice
-    wj_elems = geo.G[:, None] * Kj * (geo.C * kk)[:, None]      # (T, S) weights per slice
-    chunk_lo = (np.arange(R)[None, None, :] * out_j[:, :, None]) // R   # (T, S, R)
-    chunk_hi = ((np.arange(R) + 1)[None, None, :] * out_j[:, :, None]) // R
-    chunk_stride = (-(-out_j.max(axis=1) // R)) if T else np.zeros(0, np.int64)  # per tile
-
-    # ---- allocations (arrays over all machine tiles; unused tiles get 0 bytes)
-    def per_tile(v: np.ndarray) -> np.ndarray:
-        full = np.zeros(NT, dtype=np.int64)
-        full[:T] = v
-        return full
-
-    win_off = dev.alloc("conv.window", per_tile(geo.window_elems() * isz), "inputs")
-    w_off = dev.alloc("conv.weights", per_tile(wj_elems.max(axis=1) * isz), "weights")
-    M = plan.split.batch * plan.split.rows * plan.split.cols
-    Os = plan.split.out_chans
-    group_leader = np.arange(T) - (((geo.bi * plan.split.rows + geo.hi) * plan.split.cols + geo.wi) * Os)
-    member = (np.arange(T) - group_leader) // Os                # (b,h,w) index within its group
-    if S > 1:
-        n_store = np.array([len(range(int(mm), S, M)) for mm in range(M)], dtype=np.int64)[member]
-        store_off = dev.alloc("conv.weight_store", per_tile(n_store * wj_elems.max(axis=1) * isz), "weights")
-    if need_partials:
-        n_bufs = 2 if S > 1 else 1
-        part_stride = out_j.max(axis=1)
-        part_off = dev.alloc("conv.partials", per_tile(n_bufs * part_stride * psz), "partials")
-    if reduce_needed:
-        out_stride = chunk_stride
-        out_bytes = S * chunk_stride * osz
-    else:
-        out_starts = np.concatenate([np.zeros((T, 1), np.int64), np.cumsum(out_j, axis=1)], axis=1)
-        out_bytes = out_starts[:, -1] * osz
-    out_off = dev.alloc("conv.output", per_tile(out_bytes), "outputs")
-    if reduce_needed:
-        recv_off = dev.alloc("conv.partials_in", per_tile((R - 1) * chunk_stride * psz), "exchange")
-    if plan.bias:
-        bias_off = dev.alloc("conv.bias", per_tile(geo.G * geo.K * osz), "weights")
-
-    # ---- tensors: input (in the windows), weights (owners), output, bias
-    def input_tensor():
-        it, istart, icount, ioff, scatter = owned_input_intervals(geo, win_off, isz)
-        n_, c_, h_, w_ = p.input_shape
-        return dev.add_tensor_view("x", (n_, h_, c_, w_), p.dtype, it, istart, icount, ioff), scatter
-
-    builders = {
-        "x": input_tensor,
-        "w": lambda: _weight_tensor(dev, plan, geo, ks, Kj, w_off, store_off if S > 1 else None,
-                                    group_leader, M, Os, isz),
-        "y": lambda: _output_tensor(dev, plan, geo, ks, Kj, out_j, chunk_lo, chunk_hi, out_off,
-                                    out_stride if reduce_needed else None,
-                                    out_starts if not reduce_needed else None, osz),
-    }
-    if plan.bias:
-        builders["b"] = lambda: _bias_tensor(dev, plan, geo, bias_off, osz)
-        bias_copies = _bias_copies(plan, geo, bias_off, osz)
-
-    # ---- exchanges
-    win_table = window_copies(geo, win_off, isz)
-
-    def weight_copies(j: int) -> CopyTable:
-        st = group_leader + (j % M) * Os                      # tile storing slice j
-        src = (store_off[st] + (j // M) * wj_elems.max(axis=1)[st] * isz) if S > 1 else w_off[st]
-        nb = wj_elems[:, j] * isz
-        keep = (nb > 0) & ((np.arange(T) != st) | (S > 1))
-        t = np.flatnonzero(keep)
-        return CopyTable(st[t], src[t], t, w_off[t], nb[t])
-
-    i_stride = M * Os                                          # tile-index distance between in-chan blocks
-
-    def partial_copies(j: int) -> CopyTable:
-        buf = (j % 2) if S > 1 else 0
-        tabs = []
-        for r in range(R):
-            src_r = geo.ii                                     # source's in-chan index
-            send = (src_r != r) & (chunk_hi[:, j, r] > chunk_lo[:, j, r])
-            t = np.flatnonzero(send)
-            dst = t + (r - src_r[t]) * i_stride
-            slot = np.where(src_r[t] < r, src_r[t], src_r[t] - 1)
-            tabs.append(CopyTable(
-                t, part_off[t] + (buf * part_stride[t] + chunk_lo[t, j, r]) * psz,
-                dst, recv_off[dst] + slot * chunk_stride[dst] * psz,
-                (chunk_hi[t, j, r] - chunk_lo[t, j, r]) * psz))
-        return CopyTable.concat(tabs)
-
-    # ---- compute sets
-    conv_out_dtype = p.partials if need_partials else p.dtype
-    conv_codelet = ConvCodelet((p.kernel_h, p.kernel_w), p.stride, p.dilation, p.dtype,
-                               conv_out_dtype, name=f"conv<{p.dtype}->{conv_out_dtype}>")
+    finishing = buf.need_partials or plan.bias
     if vertex is not None:
-        _check_custom_vertex(plan, geo, conv_out_dtype)
+        _check_custom_vertex(plan, geo, buf.conv_out_dtype)
+    codelet = ConvCodelet((p.kernel_h, p.kernel_w), p.stride, p.dilation, p.dtype,
+                          buf.conv_out_dtype, name=f"conv<{p.dtype}->{buf.conv_out_dtype}>")
 
-    def conv_batch(j: int) -> VertexBatch:
-        t = np.flatnonzero(Kj[:, j] > 0)
-        if need_partials:
-            dst = part_off[t] + ((j % 2) if S > 1 else 0) * part_stride[t] * psz
-        else:
-            dst = out_off[t] + out_starts[t, j] * osz
-        dims = np.stack([geo.B[t], geo.G[t], geo.C[t], Kj[t, j], geo.WR[t], geo.WC[t],
-                         geo.OR[t], geo.OC[t], geo.row_org[t], geo.col_org[t]], axis=1)
-        if vertex is not None:
-            from ..graph.tilefn import ArgViews
-            views = [ArgViews("a", "float32", w_off[t], np.stack([Kj[t, j], geo.C[t]], axis=1)),
-                     ArgViews("b", "float32", win_off[t], np.stack([geo.C[t], geo.WC[t]], axis=1)),
-                     ArgViews("c", "float32", dst, np.stack([Kj[t, j], geo.OC[t]], axis=1))]
-            return vertex.vertex_batch(m, t, views, name=f"{vertex.name} (user vertex)")
-        cycles, why = _conv_cycles(plan, geo, t, Kj[t, j])
-        return VertexBatch(conv_codelet, t,
-                           {"win": win_off[t], "w": w_off[t], "out": dst,
-                            "dims": np.ascontiguousarray(dims, dtype=np.int64)},
-                           cycles,
-                           regions=[(win_off[t], geo.window_elems()[t] * isz),
-                                    (w_off[t], wj_elems[t, j] * isz),
-                                    (dst, out_j[t, j] * DTYPES[conv_out_dtype].itemsize)],
-                           why=why)
-
-    def finish_batches(j: int) -> list[VertexBatch]:
-        out = []
-        if reduce_needed:
-            buf = (j % 2) if S > 1 else 0
-            t = np.flatnonzero(chunk_hi[np.arange(T), j, geo.ii] > chunk_lo[np.arange(T), j, geo.ii])
-            r = geo.ii[t]
-            lo, hi = chunk_lo[t, j, r], chunk_hi[t, j, r]
-            srcs = []
-            for i2 in range(R):
-                own = part_off[t] + (buf * part_stride[t] + lo) * psz
-                slot = np.where(i2 < r, i2, i2 - 1)
-                srcs.append(np.where(i2 == r, own, recv_off[t] + slot * chunk_stride[t] * psz))
-            dst = out_off[t] + j * out_stride[t] * osz
-            out.append(sum_rows(m, t, dst, srcs, hi - lo, p.partials, p.dtype,
-                                why=f"reduce {R} partials of {int((hi - lo).max())} outputs "
-                                    f"{p.partials}->{p.dtype}"))
-            e0, n_el = lo, hi - lo
-        elif cast_needed:
-            t = np.flatnonzero(out_j[:, j] > 0)
-            src = part_off[t] + ((j % 2) if S > 1 else 0) * part_stride[t] * psz
-            dst = out_off[t] + out_starts[t, j] * osz
-            out.append(sum_rows(m, t, dst, [src], out_j[t, j], p.partials, p.dtype,
-                                why=f"cast {int(out_j[t, j].max())} partials {p.partials}->{p.dtype}"))
-            e0, n_el = np.zeros(t.size, np.int64), out_j[t, j]
-        else:
-            t = np.flatnonzero(out_j[:, j] > 0)
-            dst = out_off[t] + out_starts[t, j] * osz
-            e0, n_el = np.zeros(t.size, np.int64), out_j[t, j]
-        if plan.bias:
-            params = np.stack([e0, n_el, geo.OR[t] * geo.OC[t], Kj[t, j], geo.G[t], geo.K[t],
-                               ks[t, j]], axis=1).astype(np.int64)
-            from ..core.cost import elementwise_cycles_array
-            out.append(VertexBatch(_BiasCodelet(p.dtype), t,
-                                   {"out": dst, "bias": bias_off[t], "params": params},
-                                   elementwise_cycles_array(m, n_el, p.dtype, 2),
-                                   regions=[(dst, n_el * osz), (bias_off[t], geo.G[t] * geo.K[t] * osz)],
-                                   why=f"add bias to {int(n_el.max())} outputs"))
-        return out
-
-    steps = []
-    first = [win_table, weight_copies(0)]
+    first = [window_copies(geo, buf.win_off, buf.isz), _weight_copies(buf, 0)]
     if plan.bias:
-        first.append(bias_copies)
-    steps.append(Superstep("exchange inputs and weights",
-                           exchange=_exchange(dev, CopyTable.concat(first), "inputs+weights"),
-                           category="exchange"))
+        first.append(_bias_copies(buf))
+    steps = [Superstep("exchange inputs and weights", category="exchange",
+                       exchange=_exchange(dev, CopyTable.concat(first), "inputs+weights"))]
     for j in range(S):
-        batches = [conv_batch(j)]
+        batches = [_conv_batch(buf, j, codelet, vertex)]
         if j >= 1 and finishing:
-            batches += finish_batches(j - 1)
-        tabs = []
-        if j + 1 < S:
-            tabs.append(weight_copies(j + 1))
-        if reduce_needed:
-            tabs.append(partial_copies(j))
-        xch = _exchange(dev, CopyTable.concat(tabs), "weights+partials" if S > 1 else "partials") if tabs else None
+            batches += _finish_batches(buf, j - 1)
+        tabs = ([_weight_copies(buf, j + 1)] if j + 1 < S else []) + (
+            [_partial_copies(buf, j)] if buf.reduce_needed else [])
+        xch = (_exchange(dev, CopyTable.concat(tabs), "weights+partials" if S > 1 else "partials")
+               if tabs else None)
         name = f"conv slice {j}" if S > 1 else "conv"
         steps.append(Superstep(name, compute=dev.compute_set(batches, name=name), exchange=xch,
                                category="compute"))
     if finishing:
-        name = "reduce" if reduce_needed else ("cast" if cast_needed else "bias")
-        steps.append(Superstep(name, compute=dev.compute_set(finish_batches(S - 1), name=name),
-                               category="reduction" if reduce_needed else "cast"))
+        name = "reduce" if buf.reduce_needed else ("cast" if buf.cast_needed else "bias")
+        steps.append(Superstep(name, compute=dev.compute_set(_finish_batches(buf, S - 1), name=name),
+                               category="reduction" if buf.reduce_needed else "cast"))
     program = dev.program(steps, label=p.describe())
+    builders = {"x": lambda: _input_tensor(dev, buf), "w": lambda: _weight_tensor(dev, buf),
+                "y": lambda: _output_tensor(dev, buf)}
+    if plan.bias:
+        builders["b"] = lambda: _bias_tensor(dev, buf)
     return ConvProgram(plan, dev, program, geo, builders)
+
+
+# --------------------------------------------------------------------------- exchanges
+def _weight_copies(buf: _ConvBuffers, j: int) -> CopyTable:
+    """Slice j's weights from the tile storing them to every tile of its group."""
+    T, S = buf.geo.n_tiles, buf.S
+    st = buf.group_leader + (j % buf.M) * buf.Os               # tile storing slice j
+    if S > 1:
+        src = buf.store_off[st] + (j // buf.M) * buf.wj_elems.max(axis=1)[st] * buf.isz
+    else:
+        src = buf.w_off[st]
+    nb = buf.wj_elems[:, j] * buf.isz
+    keep = (nb > 0) & ((np.arange(T) != st) | (S > 1))
+    t = np.flatnonzero(keep)
+    return CopyTable(st[t], src[t], t, buf.w_off[t], nb[t])
+
+
+def _partial_copies(buf: _ConvBuffers, j: int) -> CopyTable:
+    """Reduce-scatter of slice j's partials: chunk r of every tile goes to its in-chan-r
+    peer, into the receive slot of the sender's in-chan index (skipping the peer's own)."""
+    geo, psz = buf.geo, buf.psz
+    i_stride = buf.M * buf.Os            # tile-index distance between in-chan blocks
+    tabs = []
+    for r in range(buf.R):
+        src_r = geo.ii                                         # source's in-chan index
+        send = (src_r != r) & (buf.chunk_hi[:, j, r] > buf.chunk_lo[:, j, r])
+        t = np.flatnonzero(send)
+        dst = t + (r - src_r[t]) * i_stride
+        slot = np.where(src_r[t] < r, src_r[t], src_r[t] - 1)
+        tabs.append(CopyTable(
+            t, buf.part_buf(j, t) + buf.chunk_lo[t, j, r] * psz,
+            dst, buf.recv_off[dst] + slot * buf.chunk_stride[dst] * psz,
+            (buf.chunk_hi[t, j, r] - buf.chunk_lo[t, j, r]) * psz))
+    return CopyTable.concat(tabs)
+
+
+def _bias_owner(buf: _ConvBuffers) -> np.ndarray:
+    """The (in-chan 0, first batch/row/col) tile of each (group, out-chan) block."""
+    s, geo = buf.plan.split, buf.geo
+    return ((geo.gi * s.in_chans) * s.batch * s.rows * s.cols) * s.out_chans + geo.oi
+
+
+def _bias_copies(buf: _ConvBuffers) -> CopyTable:
+    """The owner's bias block copied to every other tile of its (group, out-chan) block."""
+    geo = buf.geo
+    owner = _bias_owner(buf)
+    t = np.flatnonzero(owner != np.arange(geo.n_tiles))
+    return CopyTable(owner[t], buf.bias_off[owner[t]], t, buf.bias_off[t],
+                     geo.G[t] * geo.K[t] * buf.isz)
+
+
+def _exchange(dev: Device, table: CopyTable, name: str):
+    return dev.exchange(table.src_tile, table.src_off, table.dst_tile, table.dst_off,
+                        table.nbytes, name=name)
+
+
+# --------------------------------------------------------------------------- vertices
+def _conv_dst(buf: _ConvBuffers, j: int, t: np.ndarray) -> np.ndarray:
+    """Where slice j's conv vertex writes: the partials buffer, or the output itself."""
+    if buf.need_partials:
+        return buf.part_buf(j, t)
+    return buf.out_off[t] + buf.out_starts[t, j] * buf.isz
+
+
+def _conv_batch(buf: _ConvBuffers, j: int, codelet: ConvCodelet, vertex: Any) -> VertexBatch:
+    """Slice j's conv vertex on every tile with out-chans in it (or the user's vertex)."""
+    geo, m = buf.geo, buf.plan.machine
+    Kj = buf.Kj[:, j]
+    t = np.flatnonzero(Kj > 0)
+    dst = _conv_dst(buf, j, t)
+    if vertex is not None:
+        from ..graph.tilefn import ArgViews  # only for the custom-vertex hook
+        views = [ArgViews("a", "float32", buf.w_off[t], np.stack([Kj[t], geo.C[t]], axis=1)),
+                 ArgViews("b", "float32", buf.win_off[t], np.stack([geo.C[t], geo.WC[t]], axis=1)),
+                 ArgViews("c", "float32", dst, np.stack([Kj[t], geo.OC[t]], axis=1))]
+        return vertex.vertex_batch(m, t, views, name=f"{vertex.name} (user vertex)")
+    dims = np.stack([geo.B[t], geo.G[t], geo.C[t], Kj[t], geo.WR[t], geo.WC[t],
+                     geo.OR[t], geo.OC[t], geo.row_org[t], geo.col_org[t]], axis=1)
+    cycles, why = _conv_cycles(buf.plan, geo, t, Kj[t])
+    out_sz = DTYPES[buf.conv_out_dtype].itemsize
+    return VertexBatch(codelet, t,
+                       {"win": buf.win_off[t], "w": buf.w_off[t], "out": dst,
+                        "dims": np.ascontiguousarray(dims, dtype=np.int64)},
+                       cycles,
+                       regions=[(buf.win_off[t], geo.window_elems()[t] * buf.isz),
+                                (buf.w_off[t], buf.wj_elems[t, j] * buf.isz),
+                                (dst, buf.out_j[t, j] * out_sz)],
+                       why=why)
+
+
+def _finish_batches(buf: _ConvBuffers, j: int) -> list[VertexBatch]:
+    """Slice j's finishing: reduce (or cast) its partials into the output, then the bias."""
+    p, m, geo = buf.plan.params, buf.plan.machine, buf.geo
+    out = []
+    if buf.reduce_needed:
+        T, R, psz = geo.n_tiles, buf.R, buf.psz
+        own_lo, own_hi = buf.chunk_lo[np.arange(T), j, geo.ii], buf.chunk_hi[np.arange(T), j, geo.ii]
+        t = np.flatnonzero(own_hi > own_lo)
+        r = geo.ii[t]
+        lo, hi = buf.chunk_lo[t, j, r], buf.chunk_hi[t, j, r]
+        own = buf.part_buf(j, t) + lo * psz
+        srcs = [np.where(i2 == r, own,
+                         buf.recv_off[t] + np.where(i2 < r, i2, i2 - 1) * buf.chunk_stride[t] * psz)
+                for i2 in range(R)]
+        dst = buf.out_off[t] + j * buf.chunk_stride[t] * buf.isz
+        out.append(sum_rows(m, t, dst, srcs, hi - lo, p.partials, p.dtype,
+                            why=f"reduce {R} partials of {int((hi - lo).max())} outputs "
+                                f"{p.partials}->{p.dtype}"))
+        e0, n_el = lo, hi - lo
+    else:
+        t = np.flatnonzero(buf.out_j[:, j] > 0)
+        dst = buf.out_off[t] + buf.out_starts[t, j] * buf.isz
+        e0, n_el = np.zeros(t.size, np.int64), buf.out_j[t, j]
+        if buf.cast_needed:
+            out.append(sum_rows(m, t, dst, [buf.part_buf(j, t)], n_el, p.partials, p.dtype,
+                                why=f"cast {int(n_el.max())} partials {p.partials}->{p.dtype}"))
+    if buf.plan.bias:
+        out.append(_bias_batch(buf, j, t, dst, e0, n_el))
+    return out
+
+
+def _bias_batch(buf: _ConvBuffers, j: int, t: np.ndarray, dst: np.ndarray, e0: np.ndarray,
+                n_el: np.ndarray) -> VertexBatch:
+    """Add the bias to outputs [e0, e0 + n_el) of slice j's block on tiles t (at dst)."""
+    p, geo = buf.plan.params, buf.geo
+    params = np.stack([e0, n_el, geo.OR[t] * geo.OC[t], buf.Kj[t, j], geo.G[t], geo.K[t],
+                       buf.ks[t, j]], axis=1).astype(np.int64)
+    return VertexBatch(_BiasCodelet(p.dtype), t,
+                       {"out": dst, "bias": buf.bias_off[t], "params": params},
+                       elementwise_cycles_array(buf.plan.machine, n_el, p.dtype, 2),
+                       regions=[(dst, n_el * buf.isz),
+                                (buf.bias_off[t], geo.G[t] * geo.K[t] * buf.isz)],
+                       why=f"add bias to {int(n_el.max())} outputs")
 
 
 def _check_custom_vertex(plan: ConvPlan, geo: TileGeometry, out_dtype: str) -> None:
@@ -344,19 +435,11 @@ def _check_custom_vertex(plan: ConvPlan, geo: TileGeometry, out_dtype: str) -> N
                          f"{int(geo.G.max())} groups on a tile ({plan.describe()})")
 
 
-def _exchange(dev: Device, table: CopyTable, name: str):
-    return dev.exchange(table.src_tile, table.src_off, table.dst_tile, table.dst_off,
-                        table.nbytes, name=name)
-
-
 def _conv_cycles(plan: ConvPlan, geo: TileGeometry, t: np.ndarray, K: np.ndarray):
     """Per-vertex cycles (vectorised) and the explanation for the busiest vertex."""
     p = plan.params
     m = plan.machine
-    kk = p.kernel_h * p.kernel_w
-    flat = kk == 1 and p.stride == (1, 1) and p.padding == (0, 0)
-    B, OR, OC = geo.B[t], geo.OR[t], geo.OC[t]
-    vb, vh, vw = (np.ones_like(B), np.ones_like(OR), B * OR * OC) if flat else (B, OR, OC)
+    vb, vh, vw = vertex_field(p, geo.B[t], geo.OR[t], geo.OC[t])
     cyc = estimators.conv_vertex_cycles_array(m, plan.method, conv_groups=geo.G[t],
                                             in_chans=geo.C[t], out_chans=K, batch=vb,
                                             out_h=vh, out_w=vw, kernel_h=p.kernel_h,
@@ -369,23 +452,34 @@ def _conv_cycles(plan: ConvPlan, geo: TileGeometry, t: np.ndarray, K: np.ndarray
     return cyc, f"{plan.method.label()}: {vc.why}"
 
 
-def _weight_tensor(dev, plan, geo, ks, Kj, w_off, store_off, group_leader, M, Os, isz):
+# --------------------------------------------------------------------------- tensors
+def _input_tensor(dev: Device, buf: _ConvBuffers) -> tuple[TileTensor, StridedCopies]:
+    """The input (NHCW) as the windows' owned cores hold it, and its strided host scatter."""
+    p = buf.plan.params
+    it, istart, icount, ioff, scatter = owned_input_intervals(buf.geo, buf.win_off, buf.isz)
+    n_, c_, h_, w_ = p.input_shape
+    return dev.add_tensor_view("x", (n_, h_, c_, w_), p.dtype, it, istart, icount, ioff), scatter
+
+
+def _weight_tensor(dev: Device, buf: _ConvBuffers) -> TileTensor:
     """The weight tensor's mapping: slice j of each group lives on member j % M (in the
     store when serial, else in the leader's working buffer)."""
+    plan, geo, isz = buf.plan, buf.geo, buf.isz
+    ks, Kj, M, Os = buf.ks, buf.Kj, buf.M, buf.Os
     p = plan.params
     S = plan.serial
     kk = p.kernel_h * p.kernel_w
-    leaders = np.flatnonzero(group_leader == np.arange(geo.n_tiles))
+    leaders = np.flatnonzero(buf.group_leader == np.arange(geo.n_tiles))
     tiles, starts, counts, offs = [], [], [], []
     slice_stride = (geo.G[:, None] * Kj * (geo.C * kk)[:, None]).max(axis=1) * isz
     for j in range(S):
         st = leaders + (j % M) * Os
-        base = store_off[st] + (j // M) * slice_stride[st] if S > 1 else w_off[st]
+        base = buf.store_off[st] + (j // M) * slice_stride[st] if S > 1 else buf.w_off[st]
         # one run per (group, out-chan); when the tile holds every input channel of a
         # group, a group's out-chans are contiguous in both layouts: one run per group
         whole = geo.C[leaders] == p.in_per_group
         per_g = np.where(whole, 1, Kj[leaders, j])
-        li, pos = _rep(geo.G[leaders] * per_g)
+        li, pos = expand(geo.G[leaders] * per_g)
         L = leaders[li]
         K_ = np.maximum(Kj[L, j], 1)
         g_l = pos // per_g[li]
@@ -396,15 +490,15 @@ def _weight_tensor(dev, plan, geo, ks, Kj, w_off, store_off, group_leader, M, Os
         starts.append((co * p.in_per_group + geo.c0[L]) * kk)
         counts.append(np.where(whole[li], K_ * run, run))
         offs.append(base[li] + (g_l * K_ + k_l) * run * isz)
-    cat = lambda v: np.concatenate(v) if v else np.zeros(0, np.int64)
-    return dev.add_tensor_view("w", p.weight_shape, p.dtype, cat(tiles), cat(starts), cat(counts),
-                               cat(offs))
+    return dev.add_tensor_view("w", p.weight_shape, p.dtype, _cat(tiles), _cat(starts),
+                               _cat(counts), _cat(offs))
 
 
-def _output_tensor(dev, plan, geo, ks, Kj, out_j, chunk_lo, chunk_hi, out_off, out_stride,
-                   out_starts, osz):
+def _output_tensor(dev: Device, buf: _ConvBuffers) -> TileTensor:
     """The output tensor's mapping: every slice's [B][G][K_j][OR][OC] block, by rows (or
     whole channel planes when a tile holds full-width rows), cut into chunks when reduced."""
+    plan, geo, osz = buf.plan, buf.geo, buf.isz
+    ks, Kj, chunk_lo, chunk_hi, out_off = buf.ks, buf.Kj, buf.chunk_lo, buf.chunk_hi, buf.out_off
     p = plan.params
     T = geo.n_tiles
     R = plan.split.in_chans
@@ -420,7 +514,7 @@ def _output_tensor(dev, plan, geo, ks, Kj, out_j, chunk_lo, chunk_hi, out_off, o
         runs_per_plane = np.where(full_rows, 1, geo.OR)
         k_runs = np.where(full_planes, 1, Kj[:, j])             # runs per (b, g) over k
         n_runs = np.where(describe, geo.B * geo.G * k_runs * runs_per_plane, 0)
-        ti, pos = _rep(n_runs)
+        ti, pos = expand(n_runs)
         rpp = runs_per_plane[ti]
         y = np.where(full_rows[ti], 0, pos % rpp)
         q = pos // rpp
@@ -440,7 +534,7 @@ def _output_tensor(dev, plan, geo, ks, Kj, out_j, chunk_lo, chunk_hi, out_off, o
             tiles.append(ti)
             starts.append(start)
             counts.append(count)
-            offs.append(out_off[ti] + (out_starts[ti, j] + e0) * osz)
+            offs.append(out_off[ti] + (buf.out_starts[ti, j] + e0) * osz)
             continue
         # cut each run at the R chunk boundaries; chunk r lives on the in-chan-r tile
         lo = np.maximum(e0[:, None], chunk_lo[ti, j, :])
@@ -448,37 +542,27 @@ def _output_tensor(dev, plan, geo, ks, Kj, out_j, chunk_lo, chunk_hi, out_off, o
         rr, cc = np.nonzero(lo < hi)
         lo, hi = lo[rr, cc], hi[rr, cc]
         src_tile = ti[rr]
-        red_tile = src_tile + (cc - geo.ii[src_tile]) * (plan.split.batch * plan.split.rows
-                                                         * plan.split.cols * plan.split.out_chans)
+        red_tile = src_tile + (cc - geo.ii[src_tile]) * (buf.M * buf.Os)
         tiles.append(red_tile)
         starts.append(start[rr] + (lo - e0[rr]))
         counts.append(hi - lo)
-        offs.append(out_off[red_tile] + (j * out_stride[red_tile] + lo - chunk_lo[src_tile, j, cc]) * osz)
-    cat = lambda v: np.concatenate(v) if v else np.zeros(0, np.int64)
-    return dev.add_tensor_view("y", p.output_shape, p.dtype, cat(tiles), cat(starts), cat(counts),
-                               cat(offs))
+        offs.append(out_off[red_tile]
+                    + (j * buf.chunk_stride[red_tile] + lo - chunk_lo[src_tile, j, cc]) * osz)
+    return dev.add_tensor_view("y", p.output_shape, p.dtype, _cat(tiles), _cat(starts),
+                               _cat(counts), _cat(offs))
 
 
-def _bias_owner(plan, geo):
-    # the (in-chan 0, first batch/row/col) tile of each (group, out-chan) block
-    s = plan.split
-    return ((geo.gi * s.in_chans) * s.batch * s.rows * s.cols) * s.out_chans + geo.oi
-
-
-def _bias_tensor(dev, plan, geo, bias_off, osz):
+def _bias_tensor(dev: Device, buf: _ConvBuffers) -> TileTensor:
     """Bias [G][K] per tile, owned by one tile of each (group, out-chan) block."""
-    p = plan.params
-    owner = _bias_owner(plan, geo)
+    p, geo = buf.plan.params, buf.geo
+    owner = _bias_owner(buf)
     own = np.flatnonzero(owner == np.arange(geo.n_tiles))
-    li, g_l = _rep(geo.G[own])
+    li, g_l = expand(geo.G[own])
     L = own[li]
     start = (geo.g0[L] + g_l) * p.out_per_group + geo.k0[L]
-    off = bias_off[L] + g_l * geo.K[L] * osz
+    off = buf.bias_off[L] + g_l * geo.K[L] * buf.isz
     return dev.add_tensor_view("bias", (p.out_channels,), p.dtype, L, start, geo.K[L], off)
 
 
-def _bias_copies(plan, geo, bias_off, osz) -> CopyTable:
-    """The owner's bias block copied to every other tile of its (group, out-chan) block."""
-    owner = _bias_owner(plan, geo)
-    t = np.flatnonzero(owner != np.arange(geo.n_tiles))
-    return CopyTable(owner[t], bias_off[owner[t]], t, bias_off[t], geo.G[t] * geo.K[t] * osz)
+def _cat(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)

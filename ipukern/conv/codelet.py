@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..dtypes import DTYPE_CODE, DTYPES
+
 __all__ = ["ConvKernelError", "DIMS_FIELDS", "ConvCodelet", "conv_tiles_checked",
            "conv_scratch_floats", "operand_nbytes", "available_isas", "best_isa"]
 
 DIMS_FIELDS = ("B", "G", "C", "K", "WR", "WC", "OR", "OC", "row_org", "col_org")
-_DT = {"float32": 0, "float16": 1, 0: 0, 1: 1}
-NP_DTYPES = {0: np.float32, 1: np.float16}
+_DT = {**DTYPE_CODE, **{c: c for c in DTYPE_CODE.values()}}   # names and codes accepted
+NP_DTYPES = {code: DTYPES[name].type for name, code in DTYPE_CODE.items()}
 _MAX_PARAM = 64   # IPK_CONV_MAX_K in ipk_conv.h
 
 

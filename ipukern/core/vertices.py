@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import cost
+from ..dtypes import DTYPE_CODE
 from ..machine import MachineSpec
 from .program import VertexBatch
 from .tensor import TileTensor
@@ -19,7 +20,6 @@ from .tensor import TileTensor
 __all__ = ["KernelCodelet", "DTYPE_CODE", "BINARY_OPS", "binary_op", "scale", "fill", "sum_rows", "sum_elems",
            "same_layout"]
 
-DTYPE_CODE = {"float32": 0, "float16": 1}
 BINARY_OPS = {"add": 0, "sub": 1, "mul": 2, "max": 3, "min": 4}
 
 
