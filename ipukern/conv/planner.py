@@ -18,6 +18,22 @@ iteration exchanges one slice of the weights, computes that slice of the outputs
 reduces it. If even the largest serial split does not fit, :func:`plan_conv` raises
 :class:`~ipukern.memory.TileMemoryError` with the smallest requirement it found.
 
+Names in the scoring code (one row per candidate split vector, for its busiest tile):
+
+========  ==========================================================================
+gs, is_,  splits of conv groups, input channels, output channels (tiles per axis)
+os_
+bs, hs,   splits of batch, output rows, output columns
+ws
+G_t, C_t  conv groups, input channels per group on the tile
+K_t, K_s  output channels per group on the tile; in one serial slice
+B_t       batch images on the tile
+OR, OC    output rows / columns on the tile; WR, WC the input window they need
+M         tiles sharing one weight block (bs x hs x ws)
+R         reduction depth (= is_): partials summed per output
+T         tiles on the machine
+========  ==========================================================================
+
 Modelled and documented simplifications: kernel dimensions are never split across tiles;
 input-channel splits are capped at ``MAX_REDUCTION_DEPTH`` and reduced in one
 reduce-scatter stage; only output channels are split serially.
@@ -25,16 +41,17 @@ reduce-scatter stage; only output channels are split serially.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..core.cost import cast_cycles_array, ceil_div, elementwise_cycles_array, reduce_cycles_array
-from .estimators import VertexMethod, candidate_methods, conv_vertex_cycles_array
-from .layout import MAX_INPUT_OWNERS, Split
+from ..core.cost import (cast_cycles_array, ceil_div, elementwise_cycles_array, exchange_cycles,
+                         reduce_cycles_array)
+from ..core.memory import TileMemoryError
 from ..dtypes import DTYPES
 from ..machine import MachineSpec
-from ..core.memory import TileMemoryError
+from .estimators import VertexMethod, candidate_methods, conv_vertex_cycles_array, vertex_field
+from .layout import MAX_INPUT_OWNERS, Split
 from .params import ConvParams
 
 __all__ = ["ConvPlan", "plan_conv", "split_candidates", "MAX_REDUCTION_DEPTH"]
@@ -176,48 +193,46 @@ def plan_conv(params: ConvParams, machine: MachineSpec, *, bias: bool = False,
         If ``method`` names no valid candidate for this conv.
     """
     p = params
-    m_ = machine
-    cands = candidate_methods(m_, p.dtype, p.partials, p.in_per_group, p.out_per_group,
+    cands = candidate_methods(machine, p.dtype, p.partials, p.in_per_group, p.out_per_group,
                               p.kernel_w, p.stride[1], n_groups=p.groups)
     if method is not None:
         cands = [c for c in cands if c.method == method.upper()]
         if not cands:
             raise ValueError(f"no {method!r} vertex candidate for {p.describe()}")
-    fg = _field_grid(p, m_.n_tiles)
+    fg = _field_grid(p, machine.n_tiles)
     serials = _serial_candidates(p)
     smallest: tuple[int, VertexMethod, int] | None = None
-    best = None
+    best: tuple[tuple, VertexMethod, _Scored] | None = None
     n_scored = 0
     for cand in cands:
         # a method whose rate cannot beat the best plan even on a perfect split is skipped
-        if best is not None and p.macs / (m_.n_tiles * cand.macs_per_cycle_bound(m_)) >= best[0]:
+        if (best is not None and p.macs / (machine.n_tiles * cand.macs_per_cycle_bound(machine))
+                >= best[2].cycles):
             continue
-        res = _score_method(p, m_, cand, bias, serials, best[0] if best else None, fg)
+        res = _score_method(p, machine, cand, bias, serials, best[2].cycles if best else None, fg)
         if res is None:
             continue
-        n_scored += res["n"]
-        if res["min_bytes"] is not None and (smallest is None or res["min_bytes"][0] < smallest[0]):
-            smallest = (res["min_bytes"][0], cand, res["min_bytes"][1])
-        if res["best"] is not None:
-            cyc, nbytes, split, serial, breakdown = res["best"]
+        n_scored += res.n_scored
+        if res.smallest is not None and (smallest is None or res.smallest[0] < smallest[0]):
+            smallest = (res.smallest[0], cand, res.smallest[1])
+        if res.best is not None:
             # fewer serial slices first (PopLibs plans parallel splits before serial ones)
-            key = (serial > 1, cyc, nbytes)
-            if best is None or key < best[5]:
-                best = (cyc, nbytes, cand, split, serial, key, breakdown)
+            key = (res.best.serial > 1, res.best.cycles, res.best.nbytes)
+            if best is None or key < best[0]:
+                best = (key, cand, res.best)
     if best is not None:
-        cyc, nbytes, cand, split, serial, _, breakdown = best
-        return ConvPlan(params=p, machine=m_, method=cand, split=split, serial=serial,
-                        bias=bias, estimated_cycles=int(cyc),
-                        estimated_bytes_per_tile=int(nbytes), breakdown=breakdown,
-                        n_candidates=n_scored)
+        _, cand, b = best
+        return ConvPlan(params=p, machine=machine, method=cand, split=b.split, serial=b.serial,
+                        bias=bias, estimated_cycles=b.cycles, estimated_bytes_per_tile=b.nbytes,
+                        breakdown=b.breakdown, n_candidates=n_scored)
     need, cand, serial = smallest if smallest else (0, None, 1)
     raise TileMemoryError(
-        f"no plan for {p.describe()} fits {m_.name}'s tiles, even with serial splits: the "
+        f"no plan for {p.describe()} fits {machine.name}'s tiles, even with serial splits: the "
         f"smallest busiest-tile requirement found is {need} B "
         f"({cand.label() if cand else '-'}, {serial} serial slices) but the budget is "
-        f"{m_.tile_budget_bytes} B per tile ({m_.tile_bytes} B minus "
-        f"{m_.reserved_bytes_per_tile} B reserved)",
-        tile=-1, requested=int(need), used=0, budget=m_.tile_budget_bytes)
+        f"{machine.tile_budget_bytes} B per tile ({machine.tile_bytes} B minus "
+        f"{machine.reserved_bytes_per_tile} B reserved)",
+        tile=-1, requested=int(need), used=0, budget=machine.tile_budget_bytes)
 
 
 def _serial_candidates(p: ConvParams) -> np.ndarray:
@@ -272,11 +287,88 @@ def _channel_axes(p: ConvParams, cand: VertexMethod, T: int):
     return g_ax, i_ax, o_ax
 
 
-def _score_method(p: ConvParams, m_: MachineSpec, cand: VertexMethod, bias: bool,
-                  serials: np.ndarray, bound: int | None, fg: dict[str, np.ndarray]) -> dict | None:
+class _Table(dict):
+    """Candidate split vectors as equal-length int64 columns (one row per candidate);
+    columns read as attributes, ``take`` keeps a subset of rows."""
+
+    __getattr__ = dict.__getitem__
+
+    def take(self, sel: np.ndarray) -> "_Table":
+        return _Table({k: v[sel] for k, v in self.items()})
+
+
+class _Scored(NamedTuple):
+    """The best split vector of one vertex method."""
+
+    cycles: int
+    nbytes: int
+    split: Split
+    serial: int
+    breakdown: dict
+
+
+class _MethodScore(NamedTuple):
+    """What scoring one vertex method found: how many split vectors it considered, the
+    best one that fits (or None), and the smallest busiest-tile requirement it saw as
+    ``(bytes, serial slices)`` (or None when it found no candidate at all)."""
+
+    n_scored: int
+    best: _Scored | None
+    smallest: tuple[int, int] | None
+
+
+def _score_method(p: ConvParams, machine: MachineSpec, cand: VertexMethod, bias: bool,
+                  serials: np.ndarray, bound: int | None,
+                  fg: dict[str, np.ndarray]) -> _MethodScore | None:
     """Score every split vector of one vertex method, each with the fewest serial
-    out-chan slices (from ``serials``) that make its busiest tile fit."""
-    T = m_.n_tiles
+    out-chan slices (from ``serials``) that make its busiest tile fit.
+
+    Phases: enumerate the split vectors, prune by the compute lower bound, size the
+    busiest tile's buffers and choose the serial slices, then cost compute, exchange,
+    reduction and syncs, and pick the fastest (near ties broken towards simpler plans).
+    """
+    c = _split_vectors(p, machine, cand, fg)
+    if c is None:
+        return None
+    n_all = len(c.gs)
+    c = _lower_bound_prune(p, machine, cand, c, bound)
+    if c is None:
+        return _MethodScore(n_all, None, None)
+    c = _with_windows(p, c)
+    og = _method_grains(p, cand)[2]
+    serial, smallest = _fewest_serial_slices(p, machine, og, c, serials, bias)
+    fits = serial > 0
+    if cand.method == "VMAC":
+        fits &= serial == 1
+    if not fits.any():
+        return _MethodScore(n_all, None, smallest)
+    c = c.take(np.flatnonzero(fits))
+    c["serial"] = serial[fits]
+    c.update(_tile_bytes(p, og, c, c.serial, bias))
+    try:
+        costs = _costs(p, machine, cand, c, bias)
+    except ValueError:
+        return None
+    j = _pick_near_tie(c, costs["total"])
+    gg, ig, og = _method_grains(p, cand)
+    split = Split(groups=int(c.gs[j]), in_chans=int(c.is_[j]), batch=int(c.bs[j]),
+                  rows=int(c.hs[j]), cols=int(c.ws[j]), out_chans=int(c.os_[j]),
+                  group_grain=gg, in_grain=ig, out_grain=og)
+    k = int(c.serial[j])
+    breakdown = {"exchange": int(costs["ex_in"][j] + (k - 1) * costs["ex_w"][j]
+                                 + k * costs["red_x"][j]),
+                 "compute": int(k * costs["conv"][j]), "reduction": int(k * costs["red_c"][j]),
+                 "cast": int(k * costs["cast_c"][j]), "bias": int(k * costs["bias_c"][j]),
+                 "sync": int(costs["sync"][j])}
+    return _MethodScore(n_all, _Scored(int(costs["total"][j]), int(c.mem[j]), split, k,
+                                       breakdown), smallest)
+
+
+def _split_vectors(p: ConvParams, machine: MachineSpec, cand: VertexMethod,
+                   fg: dict[str, np.ndarray]) -> _Table | None:
+    """Every (channel split x field split) vector that fits the machine, with the busiest
+    tile's sizes (G_t, C_t, K_t, B_t, OR, OC)."""
+    T = machine.n_tiles
     gg, ig, og = _method_grains(p, cand)
     axes = _channel_axes(p, cand, T)
     if axes is None:
@@ -294,133 +386,137 @@ def _score_method(p: ConvParams, m_: MachineSpec, cand: VertexMethod, bias: bool
         return None
     u_max = used[fits].max()
     fi, chi = np.nonzero(fits & (2 * used > u_max))
-    gs, is_, os_ = cg[chi], ci[chi], co[chi]
-    bs, hs, ws = fg["bs"][fi], fg["hs"][fi], fg["ws"][fi]
-    G_t = _axis_sizes(p.groups, gg, gs)
-    C_t = _axis_sizes(p.in_per_group, ig, is_)
-    K_t = _axis_sizes(p.out_per_group, og, os_)
-    B_t, OR, OC = fg["B_t"][fi], fg["OR"][fi], fg["OC"][fi]
-    if cand.method == "VMAC" and K_t.max() > 1:
+    c = _Table(gs=cg[chi], is_=ci[chi], os_=co[chi], bs=fg["bs"][fi], hs=fg["hs"][fi],
+               ws=fg["ws"][fi], B_t=fg["B_t"][fi], OR=fg["OR"][fi], OC=fg["OC"][fi])
+    c["G_t"] = _axis_sizes(p.groups, gg, c.gs)
+    c["C_t"] = _axis_sizes(p.in_per_group, ig, c.is_)
+    c["K_t"] = _axis_sizes(p.out_per_group, og, c.os_)
+    if cand.method == "VMAC" and c.K_t.max() > 1:
         return None
-    n_all = int(gs.size)
-    # --- lower bound: the busiest tile's useful MACs at the method's peak rate
+    return c
+
+
+def _lower_bound_prune(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: _Table,
+                       bound: int | None) -> _Table | None:
+    """Keep the split vectors whose busiest tile's useful MACs, at the method's peak rate,
+    could beat ``bound`` (the best plan so far). Without a plan to beat yet, look near the
+    best lower bound first: the winner uses the machine well, and its cost then prunes
+    every other method's candidates."""
     kk = p.kernel_h * p.kernel_w
-    lb = (G_t * C_t * K_t * B_t * OR * OC * kk) / cand.macs_per_cycle_bound(m_)
-    # without a plan to beat yet, first look near the best lower bound: the winner uses
-    # the machine well, and its cost then prunes every other method's candidates
+    lb = (c.G_t * c.C_t * c.K_t * c.B_t * c.OR * c.OC * kk) / cand.macs_per_cycle_bound(machine)
     cut = bound if bound is not None else LB_SLACK * lb.min()
     sel = np.flatnonzero(lb <= cut)
-    if sel.size == 0:
-        return {"n": n_all, "best": None, "min_bytes": None}
-    gs, is_, os_, bs, hs, ws, G_t, C_t, K_t, B_t, OR, OC = (
-        a[sel] for a in (gs, is_, os_, bs, hs, ws, G_t, C_t, K_t, B_t, OR, OC))
-    # --- memory of the busiest tile
+    return c.take(sel) if sel.size else None
+
+
+def _with_windows(p: ConvParams, c: _Table) -> _Table:
+    """Add the input window (WR x WC, bytes), the weight-sharing group size M, the
+    reduction depth R and what finishes each slice (reduce or cast)."""
     isz = DTYPES[p.dtype].itemsize
-    psz = DTYPES[p.partials].itemsize
-    osz = isz
-    WR = _window_extent(OR, p.kernel_h, p.stride[0], p.dilation[0], p.in_h)
-    WC = _window_extent(OC, p.kernel_w, p.stride[1], p.dilation[1], p.in_w)
+    WR = _window_extent(c.OR, p.kernel_h, p.stride[0], p.dilation[0], p.in_h)
+    WC = _window_extent(c.OC, p.kernel_w, p.stride[1], p.dilation[1], p.in_w)
     # a window also holds its block's core, which is longer than the taps need when the
     # stride exceeds the kernel span
-    WR = np.maximum(WR, np.minimum(ceil_div(p.in_h, hs) + p.stride[0], p.in_h))
-    WC = np.maximum(WC, np.minimum(ceil_div(p.in_w, ws) + p.stride[1], p.in_w))
-    win_b = B_t * WR * G_t * C_t * WC * isz
-    M = bs * hs * ws                                          # tiles sharing a weight block
-    R = is_
-    reduce_needed = R > 1
-    cast_needed = (~reduce_needed) & (p.partials != p.dtype)
+    c["WR"] = np.maximum(WR, np.minimum(ceil_div(p.in_h, c.hs) + p.stride[0], p.in_h))
+    c["WC"] = np.maximum(WC, np.minimum(ceil_div(p.in_w, c.ws) + p.stride[1], p.in_w))
+    c["win_b"] = c.B_t * c.WR * c.G_t * c.C_t * c.WC * isz
+    c["M"] = c.bs * c.hs * c.ws
+    c["R"] = c.is_
+    c["reduce_needed"] = c.R > 1
+    c["cast_needed"] = (~c.reduce_needed) & (p.partials != p.dtype)
+    return c
 
-    def memory(serial: np.ndarray) -> tuple[np.ndarray, ...]:
-        K_s = np.minimum(ceil_div(ceil_div(K_t, og), serial) * og, K_t)  # out-chans per slice
-        w_b = G_t * K_s * C_t * kk * isz                           # one slice of weights
-        w_store = np.where(serial > 1, ceil_div(serial, M) * w_b, 0)  # owned slices
-        out_s = B_t * G_t * K_s * OR * OC                          # outputs of one slice
-        chunk = ceil_div(out_s, R)
-        n_part_bufs = np.where(serial > 1, 2, 1)                   # double-buffered if serial
-        part_b = np.where(reduce_needed | cast_needed, n_part_bufs * out_s * psz, 0)
-        out_b = serial * np.where(reduce_needed, chunk, out_s) * osz
-        recv_b = np.where(reduce_needed, (R - 1) * chunk * psz, 0)
-        bias_b = G_t * K_t * osz if bias else 0
-        mem = sum(_aligned(x) for x in (win_b, w_b, w_store, part_b, out_b, recv_b, bias_b))
-        return mem, K_s, w_b, out_s, chunk
 
-    # the fewest serial slices that fit (each tile needs a grain per slice)
-    k_grains = ceil_div(K_t, og)
-    serial = np.zeros_like(K_t)
-    min_mem = None
+def _tile_bytes(p: ConvParams, og: int, c: _Table, serial: np.ndarray,
+                bias: bool) -> dict[str, np.ndarray]:
+    """The busiest tile's bytes (``mem``) with ``serial`` out-chan slices, and the slice
+    sizes: out-chans K_s, weight bytes w_b, outputs out_s and reduction chunk."""
+    isz, psz = DTYPES[p.dtype].itemsize, DTYPES[p.partials].itemsize
+    kk = p.kernel_h * p.kernel_w
+    K_s = np.minimum(ceil_div(ceil_div(c.K_t, og), serial) * og, c.K_t)  # out-chans per slice
+    w_b = c.G_t * K_s * c.C_t * kk * isz                           # one slice of weights
+    w_store = np.where(serial > 1, ceil_div(serial, c.M) * w_b, 0)   # owned slices
+    out_s = c.B_t * c.G_t * K_s * c.OR * c.OC                      # outputs of one slice
+    chunk = ceil_div(out_s, c.R)
+    n_part_bufs = np.where(serial > 1, 2, 1)                       # double-buffered if serial
+    part_b = np.where(c.reduce_needed | c.cast_needed, n_part_bufs * out_s * psz, 0)
+    out_b = serial * np.where(c.reduce_needed, chunk, out_s) * isz
+    recv_b = np.where(c.reduce_needed, (c.R - 1) * chunk * psz, 0)
+    bias_b = c.G_t * c.K_t * isz if bias else 0
+    mem = sum(_aligned(x) for x in (c.win_b, w_b, w_store, part_b, out_b, recv_b, bias_b))
+    return {"mem": mem, "K_s": K_s, "w_b": w_b, "out_s": out_s, "chunk": chunk}
+
+
+def _fewest_serial_slices(p: ConvParams, machine: MachineSpec, og: int, c: _Table,
+                          serials: np.ndarray, bias: bool
+                          ) -> tuple[np.ndarray, tuple[int, int] | None]:
+    """Per split vector, the fewest serial slices whose busiest tile fits the budget (0 if
+    none does; each tile needs a grain per slice), and the smallest (bytes, slices) seen."""
+    k_grains = ceil_div(c.K_t, og)
+    serial = np.zeros_like(c.K_t)
+    smallest = None
     for k in serials:
         todo = (serial == 0) & (k_grains >= k)
         if not todo.any():
             continue
-        mem_k = memory(np.full_like(K_t, k))[0]
-        serial = np.where(todo & (mem_k <= m_.tile_budget_bytes), k, serial)
+        mem_k = _tile_bytes(p, og, c, np.full_like(c.K_t, k), bias)["mem"]
+        serial = np.where(todo & (mem_k <= machine.tile_budget_bytes), k, serial)
         cand_min = int(mem_k[todo].min())
-        if min_mem is None or cand_min < min_mem[0]:
-            min_mem = (cand_min, int(k))
+        if smallest is None or cand_min < smallest[0]:
+            smallest = (cand_min, int(k))
         if (serial > 0).all():
             break
-    fits = serial > 0
-    if cand.method == "VMAC":
-        fits &= serial == 1
-    if not fits.any():
-        return {"n": n_all, "best": None, "min_bytes": min_mem}
-    sel = np.flatnonzero(fits)
-    (gs, is_, os_, bs, hs, ws, G_t, C_t, K_t, B_t, OR, OC, WR, WC, win_b, M, R, reduce_needed,
-     cast_needed, serial) = (a[sel] for a in (
-        gs, is_, os_, bs, hs, ws, G_t, C_t, K_t, B_t, OR, OC, WR, WC, win_b, M, R,
-        reduce_needed, cast_needed, serial))
-    mem, K_s, w_b, out_s, chunk = memory(serial)
-    # --- compute: the vertex on the busiest tile for one slice; 1x1 stride-1 unpadded
-    # convs flatten the field into one row so the AMP 1x1 vertex applies (PopLibs'
-    # flatten transform)
-    flat = kk == 1 and p.stride == (1, 1) and p.padding == (0, 0)
-    vb, vh, vw = (np.ones_like(B_t), np.ones_like(OR), B_t * OR * OC) if flat else (B_t, OR, OC)
-    try:
-        conv = conv_vertex_cycles_array(m_, cand, conv_groups=G_t, in_chans=C_t, out_chans=K_s,
-                                        batch=vb, out_h=vh, out_w=vw, kernel_h=p.kernel_h,
-                                        kernel_w=p.kernel_w, stride=p.stride)
-    except ValueError:
-        return None
-    # --- exchange: the busiest receiver; bus pairs receiving the same data count once.
-    # The tile owns 1/Os of its block's core; the rest of its window arrives from owners.
-    CR = np.minimum(ceil_div(p.in_h, hs), WR)
-    CC = np.minimum(ceil_div(p.in_w, ws), WC)
-    core_b = B_t * CR * G_t * C_t * CC * isz
-    # the busiest tile owns 1/Os of its core, or nothing when only the first few of the
-    # Os tiles own shares (convlayout.MAX_INPUT_OWNERS)
-    in_recv = win_b - np.where(os_ <= MAX_INPUT_OWNERS, core_b // os_, 0)
-    in_eff = np.where(os_ >= 2, in_recv // 2, in_recv)
-    w_recv = np.where((M > 1) | (serial > 1), w_b, 0)
-    w_eff = np.where((os_ == 1) & (M > 1), w_recv // 2, w_recv)
-    bpc16 = max(1, int(round(16 * m_.exchange_bytes_per_cycle)))
-    def xch(nb):
-        return np.where(nb > 0, -(-(16 * nb) // bpc16) + m_.exchange_overhead_cycles, 0)
-    ex_in = xch(in_eff + w_eff)
-    ex_w = xch(w_eff)                                          # each later slice's weights
-    red_x = xch(np.where(reduce_needed, (R - 1) * chunk * psz, 0))
-    red_c = np.where(reduce_needed, reduce_cycles_array(m_, chunk, R, p.partials, p.dtype), 0)
-    cast_c = np.where(cast_needed, cast_cycles_array(m_, out_s, p.partials, p.dtype), 0)
-    n_bias = np.where(reduce_needed, chunk, out_s)
-    bias_c = elementwise_cycles_array(m_, n_bias, p.dtype) if bias else np.zeros_like(conv)
+    return serial, smallest
+
+
+def _costs(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: _Table,
+           bias: bool) -> dict[str, np.ndarray]:
+    """Cycles of each split vector: the busiest tile's vertex per slice, its exchanges
+    (inputs + weights, later slices' weights, partials), reduction or cast, bias, syncs.
+
+    Raises ValueError when the method cannot run some tile (caught by the caller)."""
+    isz, psz = DTYPES[p.dtype].itemsize, DTYPES[p.partials].itemsize
+    vb, vh, vw = vertex_field(p, c.B_t, c.OR, c.OC)
+    conv = conv_vertex_cycles_array(machine, cand, conv_groups=c.G_t, in_chans=c.C_t,
+                                    out_chans=c.K_s, batch=vb, out_h=vh, out_w=vw,
+                                    kernel_h=p.kernel_h, kernel_w=p.kernel_w, stride=p.stride)
+    # exchange: the busiest receiver; bus pairs receiving the same data count once. The
+    # tile owns 1/Os of its block's core (or nothing when only the first few of the Os
+    # tiles own shares, layout.MAX_INPUT_OWNERS); the rest of its window arrives.
+    CR = np.minimum(ceil_div(p.in_h, c.hs), c.WR)
+    CC = np.minimum(ceil_div(p.in_w, c.ws), c.WC)
+    core_b = c.B_t * CR * c.G_t * c.C_t * CC * isz
+    in_recv = c.win_b - np.where(c.os_ <= MAX_INPUT_OWNERS, core_b // c.os_, 0)
+    in_eff = np.where(c.os_ >= 2, in_recv // 2, in_recv)
+    w_recv = np.where((c.M > 1) | (c.serial > 1), c.w_b, 0)
+    w_eff = np.where((c.os_ == 1) & (c.M > 1), w_recv // 2, w_recv)
+    out = {"conv": conv}
+    out["ex_in"] = exchange_cycles(in_eff + w_eff, machine, with_overhead=True)
+    out["ex_w"] = exchange_cycles(w_eff, machine, with_overhead=True)   # later slices' weights
+    red_bytes = np.where(c.reduce_needed, (c.R - 1) * c.chunk * psz, 0)
+    out["red_x"] = exchange_cycles(red_bytes, machine, with_overhead=True)
+    out["red_c"] = np.where(c.reduce_needed,
+                            reduce_cycles_array(machine, c.chunk, c.R, p.partials, p.dtype), 0)
+    out["cast_c"] = np.where(c.cast_needed,
+                             cast_cycles_array(machine, c.out_s, p.partials, p.dtype), 0)
+    n_bias = np.where(c.reduce_needed, c.chunk, c.out_s)
+    out["bias_c"] = (elementwise_cycles_array(machine, n_bias, p.dtype) if bias
+                     else np.zeros_like(conv))
     # supersteps: exchange-in, one per slice (conv; plus the previous slice's reduce/cast
     # and bias), and a final one for the last slice's reduce/cast/bias
-    finishing = reduce_needed | cast_needed | bias
-    n_steps = 1 + serial + finishing.astype(np.int64)
-    sync = n_steps * m_.sync_cycles
-    total = (ex_in + serial * conv + (serial - 1) * ex_w + serial * (red_x + red_c + cast_c + bias_c)
-             + sync)
-    # Among plans within NEAR_TIE of the fastest, prefer no serial slices, then no column
-    # split: the cycle model has no per-message exchange cost, but column halos are one
-    # message per row and channel, so a near-tie should not pay for them.
+    finishing = c.reduce_needed | c.cast_needed | bias
+    out["sync"] = (1 + c.serial + finishing.astype(np.int64)) * machine.sync_cycles
+    out["total"] = (out["ex_in"] + c.serial * conv + (c.serial - 1) * out["ex_w"]
+                    + c.serial * (out["red_x"] + out["red_c"] + out["cast_c"] + out["bias_c"])
+                    + out["sync"])
+    return out
+
+
+def _pick_near_tie(c: _Table, total: np.ndarray) -> int:
+    """Among plans within NEAR_TIE of the fastest, prefer no serial slices, then no column
+    split, then fewer cycles and bytes: the cycle model has no per-message exchange cost,
+    but column halos are one message per row and channel, so a near tie should not pay
+    for them."""
     near = total <= total.min() * (1 + NEAR_TIE)
-    order = np.lexsort((mem, total, ws > 1, serial > 1))
-    j = int(order[near[order]][0])
-    split = Split(groups=int(gs[j]), in_chans=int(is_[j]), batch=int(bs[j]), rows=int(hs[j]),
-                  cols=int(ws[j]), out_chans=int(os_[j]), group_grain=gg, in_grain=ig,
-                  out_grain=og)
-    k = int(serial[j])
-    breakdown = {"exchange": int(ex_in[j] + (k - 1) * ex_w[j] + k * red_x[j]),
-                 "compute": int(k * conv[j]), "reduction": int(k * red_c[j]),
-                 "cast": int(k * cast_c[j]), "bias": int(k * bias_c[j]), "sync": int(sync[j])}
-    return {"n": n_all, "best": (int(total[j]), int(mem[j]), split, k, breakdown),
-            "min_bytes": min_mem}
+    order = np.lexsort((c.mem, total, c.ws > 1, c.serial > 1))
+    return int(order[near[order]][0])

@@ -30,12 +30,33 @@ def _bpc16(machine: MachineSpec) -> int:
     return max(1, int(round(16 * machine.exchange_bytes_per_cycle)))
 
 
-def exchange_cycles(nbytes: int, machine: MachineSpec) -> int:
+def exchange_cycles(nbytes: Any, machine: MachineSpec, *, with_overhead: bool = False) -> Any:
     """Cycles for one tile to receive ``nbytes`` at the machine's exchange rate:
-    ``ceil(16 * nbytes / round(16 * bytes_per_cycle))`` (no fixed overhead)."""
+    ``ceil(16 * nbytes / round(16 * bytes_per_cycle))``.
+
+    Parameters
+    ----------
+    nbytes : int or ndarray of int
+        Bytes received (an array gives one answer per element, e.g. per planner candidate).
+    machine : MachineSpec
+    with_overhead : bool
+        Add the machine's fixed ``exchange_overhead_cycles`` wherever ``nbytes > 0`` (an
+        exchange that moves nothing is not run).
+
+    Returns
+    -------
+    int or ndarray of int64
+    """
+    if isinstance(nbytes, np.ndarray):
+        nb = nbytes.astype(np.int64)
+        if nb.size and nb.min() < 0:
+            raise ValueError("nbytes must be >= 0")
+        cyc = -(-16 * nb // _bpc16(machine))
+        return np.where(nb > 0, cyc + machine.exchange_overhead_cycles, 0) if with_overhead else cyc
     if nbytes < 0:
         raise ValueError(f"nbytes must be >= 0, got {nbytes}")
-    return -(-16 * int(nbytes) // _bpc16(machine))
+    cyc = -(-16 * int(nbytes) // _bpc16(machine))
+    return cyc + machine.exchange_overhead_cycles if (with_overhead and nbytes > 0) else cyc
 
 
 def exchange_loads(src_tile: np.ndarray, src_off: np.ndarray, dst_tile: np.ndarray,
