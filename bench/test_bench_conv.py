@@ -2,7 +2,7 @@
 PyTorch's CPU conv and NumPy on the same input in the same run; simulated metrics in
 extra_info.
 
-Targets (issue 3): >= 1.0x torch GFLOP/s for <= 8 channels per group, >= 0.5x for dense;
+Targets: >= 1.0x torch GFLOP/s for <= 8 channels per group, >= 0.5x for dense;
 estimate_conv2d <= 20 ms per layer (see bench/test_bench_planner.py).
 """
 import numpy as np

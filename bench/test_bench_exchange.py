@@ -1,6 +1,6 @@
 """Exchange throughput vs a contiguous memcpy of the same bytes; empty-superstep overhead.
 
-Targets (issue 2): exchange >= 0.75x the memcpy baseline's GB/s; empty superstep <= 50 us.
+Targets: exchange >= 0.75x the memcpy baseline's GB/s; empty superstep <= 50 us.
 """
 import numpy as np
 import pytest
@@ -62,7 +62,7 @@ def test_exchange_1472_tiles_16k(benchmark, ring):
         baseline_gbps=total / base / 1e9,
         gbps=(total / t / 1e9) if t else None,
         ratio_vs_baseline=(base / t) if t else None)
-    # 16 KiB per tile at the brief's 24.35 B/cycle: ceil(16*16384/390) + 100
+    # 16 KiB per tile at the default 24.35 B/cycle: ceil(16*16384/390) + 100
     assert x.cycles == -(-16 * PER_TILE // 390) + 100
 
 

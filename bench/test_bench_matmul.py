@@ -1,5 +1,5 @@
 """Host throughput of matmul (execute mode) against numpy.matmul in the same run, and the
-cost of estimate mode. Targets (issue 4): >= 0.5x NumPy's GFLOP/s at 2048^3 (fp32);
+cost of estimate mode. Targets: >= 0.5x NumPy's GFLOP/s at 2048^3 (fp32);
 estimate_matmul <= 20 ms per shape."""
 import numpy as np
 import pytest

@@ -1,7 +1,7 @@
 """Host time of ``estimate_conv2d``: cold (plan + build the exact program + cost it) and warm
 (plan cached), for the layers the scaling sweep is made of.
 
-Target (issue 5): a cold estimate <= 20 ms per layer, so a sweep of ~70 points stays well
+Target: a cold estimate <= 20 ms per layer, so a sweep of ~70 points stays well
 under the 60 s budget on a 2-core machine.
 
 Same-run baseline: the *planner alone* (``plan_conv``: enumerate methods and split

@@ -1,6 +1,6 @@
 """Tile functions: the stencil example's host throughput vs vectorised NumPy; JIT costs.
 
-Target (issue 6): a 3x3 blur of a 4096 x 4096 fp32 image over all 1472 GC200 tiles
+Target: a 3x3 blur of a 4096 x 4096 fp32 image over all 1472 GC200 tiles
 (46 x 32 grid, halo exchange + compute per iteration) updates cells at >= 0.5x the rate of
 a single vectorised NumPy stencil on the same image, measured in the same run.
 """

@@ -3,7 +3,7 @@
 A :class:`MachineSpec` is frozen data. The cost model, the planner and the engine read
 constants only from here, so a what-if study is one line::
 
-    slow = ipukern.GC200.replace(exchange_bandwidth=8e12)   # datasheet IPU-Exchange figure
+    slow = ipukern.GC200.with_datasheet_exchange()   # the 8 TB/s IPU-Exchange figure [S6]
 
 Source tags used in the comments below (full list in ``../shared/reference/ipu-hardware.md``
 and in README "Sources"):
@@ -31,7 +31,16 @@ from typing import Any, Mapping
 
 from .dtypes import DTYPES, canonical_dtype
 
-__all__ = ["MachineSpec", "GC2", "GC200", "BOW", "PRESETS", "get_machine"]
+__all__ = ["MachineSpec", "GC2", "GC200", "BOW", "PRESETS", "get_machine",
+           "DATASHEET_EXCHANGE", "with_exchange_bandwidth"]
+
+#: Graphcore's published IPU-Exchange bandwidth of the GC200, 8 TB/s aggregate [S6]. It is
+#: an aggregate figure: applied to a machine it becomes 8e12 / (n_tiles x clock) B/cycle per
+#: tile (4.10 on the GC200). PopLibs' ExchangeEstimator rounds the same rate to 4 B/cycle
+#: [S16]; the datasheet figure is the one ipukern uses, in every spelling:
+#: ``spec.with_datasheet_exchange()``, ``with_exchange_bandwidth(spec, DATASHEET_EXCHANGE)``
+#: and ``spec.replace(exchange_bandwidth=8e12)`` give the same rate.
+DATASHEET_EXCHANGE = 8e12
 
 
 def _frozen_map(d: Mapping[tuple[str, str], int]) -> tuple[tuple[str, str, int], ...]:
@@ -140,9 +149,11 @@ class MachineSpec:
         return dataclasses.replace(self, **changes)
 
     def with_datasheet_exchange(self) -> "MachineSpec":
-        """This machine with the vendor's published IPU-Exchange rate (8 TB/s on GC200,
-        ~4 B/cycle/tile) instead of the brief's 47.5 TB/s default. See README."""
-        return self.replace(exchange_bytes_per_cycle=4.0, name=self.name + "-xch4")
+        """This machine with the published IPU-Exchange bandwidth, :data:`DATASHEET_EXCHANGE`
+        (8 TB/s aggregate on the GC200, 4.10 B/cycle/tile), instead of the default
+        47.5 TB/s local-SRAM figure; named e.g. ``"GC200-xch8TB"``. Same as
+        ``with_exchange_bandwidth(self, DATASHEET_EXCHANGE)``."""
+        return with_exchange_bandwidth(self, DATASHEET_EXCHANGE)
 
     # ------------------------------------------------------------------ AMP rates
     def amp_units(self, in_dtype: str, partials_dtype: str) -> int:
@@ -234,11 +245,12 @@ class MachineSpec:
 
 
 # --------------------------------------------------------------------------- presets
-# The brief models on-chip exchange at 47.5 TB/s aggregate on the GC200. That figure is
-# Graphcore's In-Processor-Memory bandwidth [S6] (1472 x 24 B/cycle x 1.345 GHz); the
-# published IPU-Exchange rate is 8 TB/s (~4 B/cycle/tile). We keep the brief's default and
-# make the datasheet figure one call away: ``GC200.with_datasheet_exchange()``.
-_BRIEF_EXCHANGE_BPC = 47.5e12 / (1472 * 1.325e9)  # = 24.35 B/cycle/tile
+# The project's default models on-chip exchange at 47.5 TB/s aggregate on the GC200. That
+# figure is Graphcore's In-Processor-Memory bandwidth [S6] (1472 x 24 B/cycle x 1.345 GHz);
+# the published IPU-Exchange rate is 8 TB/s (DATASHEET_EXCHANGE, 4.10 B/cycle/tile). We
+# keep the 47.5 TB/s default and make the datasheet figure one call away:
+# ``GC200.with_datasheet_exchange()``.
+_DEFAULT_EXCHANGE_BPC = 47.5e12 / (1472 * 1.325e9)  # = 24.35 B/cycle/tile
 
 GC2 = MachineSpec(
     name="GC2",
@@ -249,7 +261,7 @@ GC2 = MachineSpec(
     # Mk1: 8 conv units for every pair -> 32 / 32 / 8 MAC/cycle [S4][S16]
     amp_conv_units={("float16", "float16"): 8, ("float16", "float32"): 8,
                     ("float32", "float32"): 8},
-    # the brief's figure per tile-cycle, applied to Mk1's 45 TB/s headline [S1]
+    # the default's figure per tile-cycle, applied to Mk1's 45 TB/s headline [S1]
     exchange_bytes_per_cycle=45e12 / (1216 * 1.6e9),
     reserved_bytes_per_tile=32 * 1024,
     sources=(("tiles/memory", "Hanlon 2019; Jia et al. arXiv:1912.03413"),
@@ -267,10 +279,11 @@ GC200 = MachineSpec(
     # 62.5 TFLOPS FP32 [S7])
     amp_conv_units={("float16", "float16"): 16, ("float16", "float32"): 8,
                     ("float32", "float32"): 16},
-    exchange_bytes_per_cycle=_BRIEF_EXCHANGE_BPC,
+    exchange_bytes_per_cycle=_DEFAULT_EXCHANGE_BPC,
     sources=(("tiles/memory", "Graphcore GC200 product page; JAX-on-IPU test asserts 638976 B/tile"),
              ("clock", "IPU-M2000 datasheet: 1.325 GHz"),
-             ("exchange", "brief: 47.5 TB/s aggregate (datasheet IPU-Exchange: 8 TB/s)"),
+             ("exchange", "default: 47.5 TB/s aggregate, the local-SRAM figure "
+                          "(datasheet IPU-Exchange: 8 TB/s)"),
              ("AMP", "PopLibs PerformanceEstimation.hpp / ConvVertexType.cpp")),
 )
 
@@ -279,7 +292,7 @@ BOW = GC200.replace(
     clock_hz=1.85e9,                    # Bow-2000 datasheet [S8]
     sources=(("tiles/memory", "as GC200 (same Mk2 tile)"),
              ("clock", "Bow-2000 datasheet: 1.85 GHz, 1.394 PFLOPS FP16.16 per 4 IPUs"),
-             ("exchange", "brief's per-tile-cycle rate at 1.85 GHz")),
+             ("exchange", "the GC200 default's per-tile-cycle rate at 1.85 GHz")),
 )
 
 PRESETS: dict[str, MachineSpec] = {"GC2": GC2, "GC200": GC200, "BOW": BOW}
@@ -297,3 +310,25 @@ def get_machine(machine: "MachineSpec | str | None") -> MachineSpec:
             return PRESETS[key]
         raise ValueError(f"unknown machine {machine!r}; presets are {sorted(PRESETS)}")
     raise TypeError(f"machine must be a MachineSpec or a preset name, got {type(machine).__name__}")
+
+
+def with_exchange_bandwidth(machine: MachineSpec | str, bandwidth: float) -> MachineSpec:
+    """``machine`` with an aggregate exchange bandwidth in B/s, named for it.
+
+    The machine is returned unchanged (same name) when it already has that bandwidth, so
+    the default GC200 stays ``"GC200"``; otherwise the name gets a suffix such as
+    ``"GC200-xch8TB"`` (8 TB/s is :data:`DATASHEET_EXCHANGE`, the IPU-Exchange figure).
+
+    Raises
+    ------
+    ValueError
+        If ``bandwidth`` is not a positive finite number.
+    """
+    spec = get_machine(machine)
+    bandwidth = float(bandwidth)
+    if not (math.isfinite(bandwidth) and bandwidth > 0):
+        raise ValueError(f"exchange bandwidth must be a positive number of B/s, got {bandwidth!r}")
+    if math.isclose(spec.exchange_bandwidth, bandwidth, rel_tol=1e-6):
+        return spec
+    return spec.replace(exchange_bandwidth=bandwidth,
+                        name=f"{spec.name}-xch{bandwidth / 1e12:g}TB")

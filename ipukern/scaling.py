@@ -55,7 +55,6 @@ import csv
 import dataclasses
 import io
 import json
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,7 +62,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from .dtypes import canonical_dtype, partials_dtype
 from .gpu import A100_40GB, GPUSpec, estimate_conv, get_efficiency_curve, get_gpu
-from .machine import GC200, MachineSpec, get_machine
+from .machine import GC200, MachineSpec, get_machine, with_exchange_bandwidth
 from .ops.conv import estimate_conv2d
 from .conv.params import ConvParams
 
@@ -190,24 +189,7 @@ def get_layer(name: str) -> ConvLayer:
         if layer.name.lower() == name.lower():
             return layer
     raise ValueError(f"unknown layer {name!r}; default layers are "
-                     f"{[l.name for l in DEFAULT_LAYERS]}")
-
-
-def with_exchange_bandwidth(machine: MachineSpec | str, bandwidth: float) -> MachineSpec:
-    """``machine`` with an aggregate exchange bandwidth in B/s, named for it.
-
-    The machine is returned unchanged (same name) when it already has that bandwidth, so
-    the brief's default GC200 stays ``"GC200"``; otherwise the name gets a suffix such as
-    ``"GC200-xch8TB"`` (8 TB/s is the datasheet IPU-Exchange figure).
-    """
-    spec = get_machine(machine)
-    bandwidth = float(bandwidth)
-    if not (math.isfinite(bandwidth) and bandwidth > 0):
-        raise ValueError(f"exchange bandwidth must be a positive number of B/s, got {bandwidth!r}")
-    if math.isclose(spec.exchange_bandwidth, bandwidth, rel_tol=1e-6):
-        return spec
-    return spec.replace(exchange_bandwidth=bandwidth,
-                        name=f"{spec.name}-xch{bandwidth / 1e12:g}TB")
+                     f"{[layer.name for layer in DEFAULT_LAYERS]}")
 
 
 # =========================================================================== rows
@@ -409,7 +391,7 @@ def grouped_conv_sweep(layer: ConvLayer | Sequence[ConvLayer] | str | None = Non
         Input channels per group; values that do not divide a layer's channels are skipped
         (listed in ``result.skipped``). Default ``(1, 2, 4, 8, 16, 32, 64, "dense")``.
     machines : MachineSpec(s) or preset name(s)
-        Simulated IPUs; default GC200 with the brief's 47.5 TB/s exchange (use
+        Simulated IPUs; default GC200 with the 47.5 TB/s default exchange (use
         :func:`with_exchange_bandwidth` for the 8 TB/s datasheet figure).
     gpus : GPUSpec(s) or preset name(s); default A100 40 GB.
     dtype : {"float16", "float32"}
@@ -623,7 +605,7 @@ def format_table(rows: Sequence[SweepRow], *, show_method: bool = True) -> str:
         header.append("IPU/GPU" if len(pairs) == 1 else f"{m}/{g}")
         align.append(">")
     body = []
-    for key, by_dev in points.items():
+    for by_dev in points.values():
         any_row = next(iter(by_dev.values()))
         cpg = f"{any_row.channels_per_group}" + ("*" if any_row.dense else "")
         line = [any_row.layer, str(any_row.batch), cpg, str(any_row.groups),

@@ -22,8 +22,8 @@ def _has_matplotlib():
 def test_scaling_writes_table_csv_json_png(tmp_path, capsys):
     assert main(["scaling", *TINY, "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "exchange 47.5 TB/s" in out and "8 TB/s" in out     # the brief's and the datasheet's
-    table = [l for l in out.splitlines() if l.startswith("custom")]
+    assert "exchange 47.5 TB/s" in out and "8 TB/s" in out     # the default and the datasheet's
+    table = [line for line in out.splitlines() if line.startswith("custom")]
     assert len(table) == 3                                     # cpg 1, 4, 16*; 3 is skipped
     assert "skipped" in out and "custom cpg 3" in out
     with open(tmp_path / "scaling.csv", newline="") as f:
@@ -186,7 +186,7 @@ def test_info(capsys):
     out = capsys.readouterr().out
     for name in ("GC2", "GC200", "BOW", "A100_40GB", "H100"):
         assert name in out
-    assert "8 TB/s instead of the brief's 47.5 TB/s" in out
+    assert "8 TB/s instead of the default 47.5 TB/s" in out
 
 
 # ----------------------------------------------------------------------------- progress

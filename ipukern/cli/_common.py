@@ -9,10 +9,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
-from ..machine import PRESETS, get_machine
-
-#: the datasheet IPU-Exchange figure (GC200 product page), shown next to the default
-DATASHEET_EXCHANGE = 8e12
+from ..machine import DATASHEET_EXCHANGE, PRESETS, get_machine, with_exchange_bandwidth
 
 
 class Progress:
@@ -105,7 +102,7 @@ def ints(text: str, *, n: int | tuple[int, ...] | None = None) -> list[int]:
     try:
         vals = [int(v) for v in text.replace("x", ",").split(",") if v.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
     allowed = (n,) if isinstance(n, int) else n
     if allowed is not None and len(vals) not in allowed:
         raise argparse.ArgumentTypeError(
@@ -135,7 +132,7 @@ def cpg_list(text: str) -> list[int | str]:
         try:
             c = int(v)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected integers or 'dense', got {v!r}")
+            raise argparse.ArgumentTypeError(f"expected integers or 'dense', got {v!r}") from None
         if c < 1:
             raise argparse.ArgumentTypeError(f"channels per group must be >= 1, got {c}")
         out.append(c)
@@ -148,7 +145,7 @@ def machine_list(text: str) -> list:
     try:
         return [get_machine(v.strip()) for v in text.split(",") if v.strip()]
     except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e))
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def gpu_list(text: str) -> list:
@@ -158,7 +155,7 @@ def gpu_list(text: str) -> list:
     try:
         return [get_gpu(v.strip()) for v in text.split(",") if v.strip()]
     except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e))
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def bandwidth_list(text: str) -> list[float | None]:
@@ -185,7 +182,7 @@ def bandwidth_list(text: str) -> list[float | None]:
                 bw = float(v) * scale
             except ValueError:
                 raise argparse.ArgumentTypeError(
-                    f"expected B/s (e.g. 8e12 or 8TB), 'default' or 'both', got {text!r}")
+                    f"expected B/s (e.g. 8e12 or 8TB), 'default' or 'both', got {text!r}") from None
             if not (math.isfinite(bw) and bw > 0):
                 raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
             out.append(bw)
@@ -195,7 +192,6 @@ def bandwidth_list(text: str) -> list[float | None]:
 
 
 def apply_bandwidths(machines: list, bandwidths: list[float | None]) -> list:
-    from ..scaling import with_exchange_bandwidth
     out = []
     for m in machines:
         for bw in bandwidths:
@@ -211,7 +207,7 @@ def exchange_note(machines: list) -> list[str]:
     for m in machines:
         bw = m.exchange_bandwidth / 1e12
         if PRESETS.get(m.name) == m:
-            lines.append(f"{m.name}: exchange {bw:.1f} TB/s (the brief's default; the GC200 "
+            lines.append(f"{m.name}: exchange {bw:.1f} TB/s (the default, local-SRAM figure; the GC200 "
                          f"datasheet IPU-Exchange is {DATASHEET_EXCHANGE / 1e12:.0f} TB/s: "
                          "--exchange-bandwidth 8e12, or both)")
         else:
@@ -249,8 +245,8 @@ def add_common(p: argparse.ArgumentParser, *, machine_default: str = "GC200") ->
     p.add_argument("--partials", choices=["float", "half"], default="float",
                    help="IPU accumulation dtype (default float: fp16->fp32 AMP, 125 TFLOP/s on GC200)")
     p.add_argument("--exchange-bandwidth", type=bandwidth_list, default=[None], metavar="B/s",
-                   help="aggregate on-chip exchange bandwidth: 'default' (the brief's 47.5e12 on "
-                        "GC200), a number such as 8e12 (the datasheet IPU-Exchange figure), or "
+                   help="aggregate on-chip exchange bandwidth: 'default' (47.5e12 on GC200, the "
+                        "local-SRAM figure), a number such as 8e12 (the datasheet IPU-Exchange figure), or "
                         "'both' (default and 8e12 side by side)")
     p.add_argument("--gpu-efficiency", choices=["cudnn", "optimized"], default="cudnn",
                    help="GPU software the GPU model stands for (default cudnn)")

@@ -13,7 +13,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
         print(spec.describe())
         print()
     print(f"datasheet exchange variant: GC200 with --exchange-bandwidth 8e12 "
-          f"({DATASHEET_EXCHANGE / 1e12:.0f} TB/s instead of the brief's "
+          f"({DATASHEET_EXCHANGE / 1e12:.0f} TB/s instead of the default "
           f"{PRESETS['GC200'].exchange_bandwidth / 1e12:.1f} TB/s)")
     print()
     if args.gpus:

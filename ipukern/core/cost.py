@@ -161,8 +161,20 @@ SUPERVISOR_OVERHEAD = 33           # supervisor launch of 6 workers (single-inpu
 ZERO_WORKER_OVERHEAD = 5           # zero-supervisor per-worker constant (§3.8)
 
 
-def _per_worker(n: int, machine: MachineSpec) -> int:
-    return -(-int(n) // machine.n_workers)
+def ceil_div(a: Any, b: Any) -> Any:
+    """Integer ceil(a / b) for non-negative a and positive b (ints or integer arrays)."""
+    return -(-a // b)
+
+
+# Each built-in vertex cost below is written once, on int64 arrays (one entry per tile or
+# per planner candidate); the scalar function validates its arguments and calls it.
+def elementwise_cycles_array(machine: MachineSpec, n_elems: np.ndarray, dtype: str,
+                             n_inputs: int = 2) -> np.ndarray:
+    """:func:`elementwise_cycles` for an array of sizes (0 where n_elems <= 0)."""
+    n = np.asarray(n_elems, dtype=np.int64)
+    vectors = ceil_div(ceil_div(n, machine.n_workers), machine.vector_elems(dtype))
+    worker = ELEMENTWISE_WORKER_OVERHEAD + vectors * max(1, n_inputs)
+    return np.where(n > 0, machine.n_workers * worker + SUPERVISOR_OVERHEAD, 0)
 
 
 def elementwise_cycles(machine: MachineSpec, n_elems: int, dtype: str, n_inputs: int = 2) -> int:
@@ -171,35 +183,15 @@ def elementwise_cycles(machine: MachineSpec, n_elems: int, dtype: str, n_inputs:
     Each worker streams ceil(n/6) elements in 64-bit vectors; one vector costs one cycle
     per input load (the store dual-issues), at least one.
     """
-    if n_elems <= 0:
-        return 0
-    vw = machine.vector_elems(dtype)
-    vectors = -(-_per_worker(n_elems, machine) // vw)
-    worker = ELEMENTWISE_WORKER_OVERHEAD + vectors * max(1, n_inputs)
-    return machine.n_workers * worker + SUPERVISOR_OVERHEAD
-
-
-def elementwise_cycles_array(machine: MachineSpec, n_elems: np.ndarray, dtype: str,
-                             n_inputs: int = 2) -> np.ndarray:
-    """:func:`elementwise_cycles` for an array of sizes (0 where n_elems <= 0)."""
-    n = np.asarray(n_elems, dtype=np.int64)
-    vw = machine.vector_elems(dtype)
-    vectors = -(-(-(-n // machine.n_workers)) // vw)
-    worker = ELEMENTWISE_WORKER_OVERHEAD + vectors * max(1, n_inputs)
-    return np.where(n > 0, machine.n_workers * worker + SUPERVISOR_OVERHEAD, 0)
+    return int(elementwise_cycles_array(machine, int(n_elems), dtype, n_inputs))
 
 
 def zero_cycles(machine: MachineSpec, n_elems: int, dtype: str) -> int:
     """Zero (or fill) ``n_elems``: per worker ceil(elems/vw) + 5, times 6 (§3.8)."""
     if n_elems <= 0:
         return 0
-    vw = machine.vector_elems(dtype)
-    return machine.n_workers * (-(-_per_worker(n_elems, machine) // vw) + ZERO_WORKER_OVERHEAD)
-
-
-def ceil_div(a: Any, b: Any) -> Any:
-    """Integer ceil(a / b) for non-negative a and positive b (ints or integer arrays)."""
-    return -(-a // b)
+    vectors = ceil_div(ceil_div(int(n_elems), machine.n_workers), machine.vector_elems(dtype))
+    return machine.n_workers * (vectors + ZERO_WORKER_OVERHEAD)
 
 
 # --------------------------------------------------------------------------- casts, reductions
@@ -228,6 +220,19 @@ def _positive_int(name: str, value) -> int:
     return int(value)
 
 
+def cast_cycles_array(machine: MachineSpec, n_elems: np.ndarray, in_dtype: str,
+                      out_dtype: str) -> np.ndarray:
+    """:func:`cast_cycles` for an array of sizes."""
+    n = np.asarray(n_elems, dtype=np.int64)
+    a, b = canonical_dtype(in_dtype), canonical_dtype(out_dtype)
+    if a == b:
+        return np.zeros(n.shape, dtype=np.int64)
+    per_worker = ceil_div(n, machine.n_workers)
+    vectors = np.maximum(ceil_div(per_worker, machine.vector_elems(a)),
+                         ceil_div(per_worker, machine.vector_elems(b)))
+    return np.where(n > 0, (vectors + CAST_WORKER_CYCLES) * machine.n_workers, 0)
+
+
 def cast_cycles(machine: MachineSpec, n_elems: int, in_dtype: str, out_dtype: str) -> int:
     """Tile cycles to cast ``n_elems`` elements on one tile (§3.8, estimateCastCycles).
 
@@ -248,28 +253,7 @@ def cast_cycles(machine: MachineSpec, n_elems: int, in_dtype: str, out_dtype: st
     """
     if isinstance(n_elems, bool) or not isinstance(n_elems, (int, np.integer)) or n_elems < 0:
         raise ValueError(f"n_elems must be a non-negative int, got {n_elems!r}")
-    a, b = canonical_dtype(in_dtype), canonical_dtype(out_dtype)
-    if n_elems == 0 or a == b:
-        return 0
-    nw = machine.n_workers
-    per_worker = ceil_div(int(n_elems), nw)
-    vectors = max(ceil_div(per_worker, machine.vector_elems(a)),
-                  ceil_div(per_worker, machine.vector_elems(b)))
-    return (vectors + CAST_WORKER_CYCLES) * nw
-
-
-
-
-def cast_cycles_array(machine: MachineSpec, n_elems: np.ndarray, in_dtype: str,
-                      out_dtype: str) -> np.ndarray:
-    """:func:`cast_cycles` for an array of sizes."""
-    n = np.asarray(n_elems, dtype=np.int64)
-    a, b = canonical_dtype(in_dtype), canonical_dtype(out_dtype)
-    if a == b:
-        return np.zeros(n.shape, dtype=np.int64)
-    per_worker = -(-n // machine.n_workers)
-    vectors = np.maximum(-(-per_worker // machine.vector_elems(a)), -(-per_worker // machine.vector_elems(b)))
-    return np.where(n > 0, (vectors + CAST_WORKER_CYCLES) * machine.n_workers, 0)
+    return int(cast_cycles_array(machine, int(n_elems), in_dtype, out_dtype))
 
 
 def reduce_cycles(machine: MachineSpec, n_outputs: int, depth: int, partials_dtype: str,
@@ -310,52 +294,19 @@ def reduce_cycles(machine: MachineSpec, n_outputs: int, depth: int, partials_dty
     _positive_int("depth", depth)
     if vertex not in ("auto", "multi", "single"):
         raise ValueError(f"vertex must be 'auto', 'multi' or 'single', got {vertex!r}")
-    pt, ot = canonical_dtype(partials_dtype), canonical_dtype(out_dtype)
-    if depth == 1:
-        return cast_cycles(machine, n_outputs, pt, ot)
-    nw = machine.n_workers
-    float_partials = pt == "float32"
-    float_out = ot == "float32"
-    item = DTYPES[pt].itemsize
-    acc = REDUCE_ACCUMULATOR_BITS // (8 * item)
-    per_load = machine.vector_elems(pt)
-    aligned = n_outputs % acc == 0
-    if vertex == "auto":
-        small = ((depth - 1) * n_outputs * item
-                 < machine.tile_bytes // REDUCE_SINGLE_INPUT_MEMORY_FRACTION)
-        single = aligned and (fast_reduce or small)
-    else:
-        single = vertex == "single"
-        if single and not aligned:
-            raise ValueError(f"the single-input reduce needs n_outputs a multiple of {acc}")
-    if single:
-        cycles_per_partial = acc // min(acc, per_load * (2 if fast_reduce else 1))
-        loops_per_worker = ceil_div(n_outputs // acc, nw)
-        overhead = REDUCE_SINGLE_LOOP_CYCLES[float_partials, float_out]
-        worker = (REDUCE_SINGLE_WORKER_CYCLES
-                  + (cycles_per_partial * (depth - 1) + overhead) * loops_per_worker)
-        return worker * nw + REDUCE_SINGLE_SUPERVISOR_CYCLES
-    cycles_per_partial = acc // min(acc, per_load) + 1
-    # a remainder below the accumulator width runs as one short loop per set bit
-    loops = n_outputs // acc + bin(n_outputs % acc).count("1")
-    loops_per_worker = loops // nw
-    cycles = REDUCE_MULTI_CYCLES
-    if loops % nw:
-        if n_outputs % acc:
-            cycles += 2 * depth + REDUCE_REMAINDER_CYCLES[float_partials]
-        else:
-            loops_per_worker += 1
-    overhead = REDUCE_MULTI_LOOP_CYCLES[float_partials, float_out]
-    cycles += (cycles_per_partial * depth + overhead) * loops_per_worker
-    return cycles * nw
-
-
+    acc = REDUCE_ACCUMULATOR_BITS // (8 * DTYPES[canonical_dtype(partials_dtype)].itemsize)
+    if vertex == "single" and depth > 1 and n_outputs % acc:
+        raise ValueError(f"the single-input reduce needs n_outputs a multiple of {acc}")
+    return int(reduce_cycles_array(machine, int(n_outputs), int(depth), partials_dtype,
+                                   out_dtype, vertex=vertex, fast_reduce=fast_reduce))
 
 
 def reduce_cycles_array(machine: MachineSpec, n_outputs: np.ndarray, depth: np.ndarray,
-                        partials_dtype: str, out_dtype: str) -> np.ndarray:
-    """:func:`reduce_cycles` (``vertex="auto"``, no fast reduce) for arrays of sizes and
-    depths, equal element by element to the scalar function; 0 where n or depth < 1."""
+                        partials_dtype: str, out_dtype: str, *, vertex: str = "auto",
+                        fast_reduce: bool = False) -> np.ndarray:
+    """:func:`reduce_cycles` for arrays of sizes and depths, equal element by element to
+    the scalar function; 0 where n or depth < 1. ``vertex="single"`` assumes every
+    ``n_outputs`` is a multiple of the accumulator width (the scalar function checks)."""
     n = np.asarray(n_outputs, dtype=np.int64)
     d = np.asarray(depth, dtype=np.int64)
     n, d = np.broadcast_arrays(n, d)
@@ -365,13 +316,16 @@ def reduce_cycles_array(machine: MachineSpec, n_outputs: np.ndarray, depth: np.n
     item = DTYPES[pt].itemsize
     acc = REDUCE_ACCUMULATOR_BITS // (8 * item)
     per_load = machine.vector_elems(pt)
-    aligned = n % acc == 0
-    small = (d - 1) * n * item < machine.tile_bytes // REDUCE_SINGLE_INPUT_MEMORY_FRACTION
-    single = aligned & small
-    # single-input vertex
+    if vertex == "auto":
+        small = (d - 1) * n * item < machine.tile_bytes // REDUCE_SINGLE_INPUT_MEMORY_FRACTION
+        single = (n % acc == 0) & (small | fast_reduce)
+    else:
+        single = np.full(n.shape, vertex == "single")
+    # single-input vertex: the tile's own partial is the initial value
+    s_per_partial = acc // min(acc, per_load * (2 if fast_reduce else 1))
     s_worker = (REDUCE_SINGLE_WORKER_CYCLES
-                + ((acc // min(acc, per_load)) * (d - 1) + REDUCE_SINGLE_LOOP_CYCLES[fp, fo])
-                * (-(-(n // acc) // nw)))
+                + (s_per_partial * (d - 1) + REDUCE_SINGLE_LOOP_CYCLES[fp, fo])
+                * ceil_div(n // acc, nw))
     s_total = s_worker * nw + REDUCE_SINGLE_SUPERVISOR_CYCLES
     # multi-input vertex: the remainder runs one short loop per set bit (acc <= 8: 3 bits)
     rem = n % acc

@@ -19,12 +19,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..dtypes import canonical_dtype
-from ..machine import GC200, MachineSpec, get_machine
 from ..conv.params import ConvParams
 from ..conv.planner import ConvPlan
 from ..core.profile import Profile
-from .conv import _as_array, _profile_kw, _program
+from ..dtypes import canonical_dtype
+from ..machine import GC200, MachineSpec, get_machine
+from ._cache import as_array, cached_program, execute, profile_kw
 
 __all__ = ["MatmulRun", "matmul", "estimate_matmul", "matmul_conv_params"]
 
@@ -87,8 +87,7 @@ def matmul_conv_params(shape_a: Sequence[int], shape_b: Sequence[int], dtype: An
 
 
 def _profile(prog, lay: _Layout) -> dict[str, Any]:
-    kw = _profile_kw(prog)
-    kw["info"]["op"] = "matmul"
+    kw = profile_kw(prog, "matmul")
     kw["info"]["layer"] = f"G{lay.G} ({lay.M}x{lay.K}) @ ({lay.K}x{lay.N}) {prog.plan.params.dtype}"
     kw["info"]["mapping"] = "1x1 conv: groups=G, in-chans=K, out-chans=M, cols=N"
     return kw
@@ -110,7 +109,7 @@ def matmul(a: np.ndarray, b: np.ndarray, *, machine: MachineSpec | str = GC200,
     method : str, optional
         Force a vertex method ("AMP", "HMAC", ...).
     vertex : TileFunction, optional
-        A user tile function ``f(a, b, c)`` (see :mod:`ipukern.tilefn`) that replaces the
+        A user tile function ``f(a, b, c)`` (see :mod:`ipukern.graph.tilefn`) that replaces the
         built-in per-tile matmul vertex: on every tile it gets the tile's A block (m, k),
         B block (k, n) and its fp32 partials (m, n) to overwrite. The plan, exchanges and
         reductions stay the library's; the profile marks the compute as a user estimate.
@@ -121,8 +120,8 @@ def matmul(a: np.ndarray, b: np.ndarray, *, machine: MachineSpec | str = GC200,
     MatmulRun
         ``output`` of shape (..., M, N) in the input dtype, ``profile``, ``plan``.
     """
-    a = _as_array(a, "a")
-    b = _as_array(b, "b")
+    a = as_array(a, "a")
+    b = as_array(b, "b")
     dtype = canonical_dtype(a.dtype)
     if canonical_dtype(b.dtype) != dtype:
         raise TypeError(f"a is {a.dtype} but b is {b.dtype}: both must have the same dtype")
@@ -143,12 +142,8 @@ def matmul(a: np.ndarray, b: np.ndarray, *, machine: MachineSpec | str = GC200,
         bb = np.broadcast_to(b, batch + b.shape[-2:])
         w = np.ascontiguousarray(ab).reshape(lay.G * lay.M, lay.K, 1, 1)
         x = np.ascontiguousarray(bb).reshape(1, lay.G * lay.K, 1, lay.N)
-    prog = _program(params, get_machine(machine), False, method, vertex)
-    dev = prog.device
-    with dev.arena.lock:
-        prog.write_inputs(x, w)
-        profile = dev.run(prog.program, "execute", **_profile(prog, lay))
-        out = dev.read(prog.y)
+    prog = cached_program(params, get_machine(machine), False, method, vertex)
+    out, profile = execute(prog, x, w, None, _profile(prog, lay))
     if lay.mode == "fold_b":
         g = lay.N // b.shape[-1]
         out = out.reshape(lay.M, g, -1).transpose(1, 0, 2)
@@ -163,5 +158,5 @@ def estimate_matmul(shape_a: Sequence[int], shape_b: Sequence[int], *, dtype: An
     can hold, e.g. BERT-Large's (8192 x 1024) @ (1024 x 4096) feed-forward in fp16)."""
     lay = _layout(shape_a, shape_b)
     params = matmul_conv_params(shape_a, shape_b, canonical_dtype(dtype), partials)
-    prog = _program(params, get_machine(machine), False, method)
+    prog = cached_program(params, get_machine(machine), False, method)
     return prog.device.run(prog.program, "estimate", **_profile(prog, lay))
