@@ -34,7 +34,7 @@ def exchange_loads(src_tile, src_off, dst_tile, nbytes, n_tiles: int, tiles_per_
         recv[dt] += n
         regions.add((st, so, n))
         receivers.setdefault((dt // tiles_per_bus, st, so, n), set()).add(dt)
-    for st, so, n in regions:
+    for st, _so, n in regions:
         send[st] += n
     if tiles_per_bus > 1:
         for (_, _, _, n), tiles in receivers.items():

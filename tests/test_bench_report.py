@@ -70,7 +70,7 @@ def test_real_exchange_benchmark_run(report, tmp_path):
     text = report.report(report.load(out))
     assert text.startswith("group exchange: 3 benchmarks")
     assert "ratio_vs_baseline" in text.splitlines()[1]
-    row = next(l for l in text.splitlines() if l.startswith("test_exchange_1472_tiles_16k"))
+    row = next(line for line in text.splitlines() if line.startswith("test_exchange_1472_tiles_16k"))
     ratio = json.loads(out.read_text())["benchmarks"]
     want = next(b for b in ratio if b["name"] == "test_exchange_1472_tiles_16k")
     assert f"{want['extra_info']['ratio_vs_baseline']:.3g}" in row

@@ -59,7 +59,8 @@ def test_custom_vertex_swapped_into_builtin_matmul():
     runs = custom_matmul_vertex.swap_into_builtin(96, 64, 40, verbose=False)
     builtin, amp, vec = runs["built-in"], runs["matmul_amp"], runs["matmul_vector"]
     assert amp.plan == builtin.plan == vec.plan           # same plan, only the vertex differs
-    steps = lambda r: [s for s in r.profile.supersteps if s.name.startswith("conv")][0]
+    def steps(r):
+        return [s for s in r.profile.supersteps if s.name.startswith("conv")][0]
     assert not steps(builtin).user_estimate and steps(amp).user_estimate
     assert steps(vec).compute_cycles > steps(amp).compute_cycles
     # exchanges and reductions are the library's, identical in all three programs

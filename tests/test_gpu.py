@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from ipukern.gpu import (A100_40GB, A100_80GB, CUDNN_CURVE, EFFICIENCY_CURVES, GPU_PRESETS, H100,
-                         OPTIMIZED_CURVE, TITAN_RTX, V100, EfficiencyCurve, GPUEstimate, GPUSpec,
-                         estimate_conv, estimate_matmul, get_efficiency_curve, get_gpu)
+                         OPTIMIZED_CURVE, TITAN_RTX, V100, EfficiencyCurve, GPUEstimate, estimate_conv,
+                         estimate_matmul, get_efficiency_curve, get_gpu)
 from ipukern.conv.params import ConvParams
 
 

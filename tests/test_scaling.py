@@ -33,9 +33,9 @@ def small():
 
 # ----------------------------------------------------------------------------- layers
 def test_default_layers_cover_the_issue():
-    names = [l.name for l in DEFAULT_LAYERS]
+    names = [layer.name for layer in DEFAULT_LAYERS]
     assert names[0] == "resnext50_c128"                      # the README's default layer
-    by = {l.name: l for l in DEFAULT_LAYERS}
+    by = {layer.name: layer for layer in DEFAULT_LAYERS}
     assert (by["resnext50_c128"].channels, by["resnext50_c128"].height) == (128, 56)
     assert (by["resnext50_c256"].channels, by["resnext50_c256"].height) == (256, 28)
     assert {by["effnet_b0_dw3"].kernel, by["effnet_b0_dw5"].kernel} == {3, 5}
@@ -46,18 +46,18 @@ def test_default_layers_cover_the_issue():
 
 
 def test_conv_layer_defaults_and_params():
-    l = ConvLayer("x", channels=64, height=10, width=12, kernel=5, stride=2, batch=3)
-    assert (l.padding, l.out_channels) == (2, 64)
-    p = l.params(4, dtype="half", partials="float")
+    layer = ConvLayer("x", channels=64, height=10, width=12, kernel=5, stride=2, batch=3)
+    assert (layer.padding, layer.out_channels) == (2, 64)
+    p = layer.params(4, dtype="half", partials="float")
     assert p == ConvParams(batch=3, in_channels=64, out_channels=64, in_h=10, in_w=12,
                            kernel_h=5, kernel_w=5, stride=2, padding=2, groups=16,
                            dtype="float16", partials="float32")
-    assert l.params(4, batch=7).batch == 7
-    assert l.groups_for(3) is None and l.groups_for(64) == 1
+    assert layer.params(4, batch=7).batch == 7
+    assert layer.groups_for(3) is None and layer.groups_for(64) == 1
     # groups must divide the output channels too
     assert ConvLayer("y", channels=8, out_channels=12, height=4, width=4).groups_for(1) is None
     with pytest.raises(ValueError, match="3 channels per group does not divide 64"):
-        l.params(3)
+        layer.params(3)
 
 
 def test_conv_layer_rejects_impossible_shapes():
@@ -183,8 +183,8 @@ def test_exchange_bandwidth_variant_is_named_and_slower():
 
 
 def test_layer_batch_none_uses_the_layers_batch():
-    l = ConvLayer("b3", channels=8, height=8, width=8, batch=3)
-    rows = grouped_conv_sweep(l, channels_per_group=(8,), batch=None, gpus=())
+    layer = ConvLayer("b3", channels=8, height=8, width=8, batch=3)
+    rows = grouped_conv_sweep(layer, channels_per_group=(8,), batch=None, gpus=())
     assert [r.batch for r in rows] == [3]
 
 
@@ -245,11 +245,11 @@ def test_format_table_one_line_per_point(small):
     for col in ("layer", "cpg", "groups", "GC200 TF/s", "A100_40GB TF/s", "V100 TF/s",
                 "GC200/A100_40GB", "GC200/V100", "method"):
         assert col in header
-    body = [l for l in lines[2:] if l.startswith("small")]
+    body = [line for line in lines[2:] if line.startswith("small")]
     assert len(body) == 3                                  # cpg 1, 4, 32 (dense)
     assert body[-1].split()[2] == "32*"
     r = small.ipu()[0]
     assert f"{r.ratios['A100_40GB']:.2f}x" in body[0]
-    widths = {len(l) for l in lines[:2]}
+    widths = {len(line) for line in lines[:2]}
     assert len(widths) <= 2                                 # aligned header and rule
     assert "IPU/GPU = IPU TFLOP/s / GPU TFLOP/s" in text

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import Progress, add_common, add_run_options, add_views, apply_bandwidths, gpu_compare, progress_enabled, shape_arg, write_views
+from ._common import (Progress, add_common, add_run_options, add_views, apply_bandwidths, gpu_compare,
+                      progress_enabled, shape_arg, write_views)
 
 
 def _pair(v: list[int]) -> tuple[int, int]:

@@ -6,7 +6,8 @@ from pathlib import Path
 import sys
 from typing import Any
 
-from ._common import PRESETS, Progress, add_common, apply_bandwidths, cpg_list, exchange_note, gpu_list, int_list, machine_list, progress_enabled, shape_arg
+from ._common import (PRESETS, Progress, add_common, apply_bandwidths, cpg_list, exchange_note, gpu_list,
+                      int_list, machine_list, progress_enabled, shape_arg)
 
 
 def _cmd_scaling(args: argparse.Namespace) -> int:

@@ -6,12 +6,12 @@ The kernel (``ipukern._kernels._conv.conv_tiles``) computes, for every vertex v 
     out[b, g, k, y, x] = sum_{c, i, j} win[b, g, c, y*sh + i*dh + row_org, x*sw + j*dw + col_org]
                                        * wts[g, k, c, i, j]
 
-where ``win`` (stored [B][WR][G*C][WC]: rows outermost, input dtype) starts at byte ``win_off[v]`` of the tile's
-memory, ``wts`` ([G][K][C][kh][kw], input dtype) at ``w_off[v]`` and ``out`` ([B][G][K][OR][OC],
-output dtype) at ``out_off[v]``. Taps outside the window read +0.0 (zero padding, so an
-infinite weight against padding gives NaN, as with a zero-padded input in PyTorch). fp16
-inputs are widened to fp32, products and sums are fp32 and the sum is rounded once to the
-output dtype. Every output element is written.
+where ``win`` (stored [B][WR][G*C][WC]: rows outermost, input dtype) starts at byte
+``win_off[v]`` of the tile's memory, ``wts`` ([G][K][C][kh][kw], input dtype) at ``w_off[v]``
+and ``out`` ([B][G][K][OR][OC], output dtype) at ``out_off[v]``. Taps outside the window read
++0.0 (zero padding, so an infinite weight against padding gives NaN, as with a zero-padded
+input in PyTorch). fp16 inputs are widened to fp32, products and sums are fp32 and the sum
+is rounded once to the output dtype. Every output element is written.
 
 :func:`conv_tiles_checked` checks everything the planner could get wrong (dtypes, shapes,
 tiles, byte ranges, alignment, overlapping regions, scratch) with messages naming the

@@ -355,8 +355,7 @@ def _partial_pieces(geo, t, n, b, ra, rb, ca, cb, P, CR, win_off, itemsize, Os) 
     n_rows = rb - ra
     cnt = n_rows * P
     _, idx = expand(cnt)
-    rep = lambda v: np.repeat(v, cnt)
-    t_, n_, b_, ra_, ca_, cb_, P_, CR_ = (rep(v) for v in (t, n, b, ra, ca, cb, P, CR))
+    t_, n_, b_, ra_, ca_, cb_, P_, CR_ = (np.repeat(v, cnt) for v in (t, n, b, ra, ca, cb, P, CR))
     row = ra_ + idx // P_
     pl = idx % P_
     u = (b_ * CR_ + (row - geo.cr0[n_])) * P_ + pl

@@ -123,11 +123,13 @@ class ConvParams:
     # ------------------------------------------------------------------ derived sizes
     @property
     def out_h(self) -> int:
-        return (self.in_h + 2 * self.padding[0] - self.dilation[0] * (self.kernel_h - 1) - 1) // self.stride[0] + 1
+        span = self.dilation[0] * (self.kernel_h - 1) + 1
+        return (self.in_h + 2 * self.padding[0] - span) // self.stride[0] + 1
 
     @property
     def out_w(self) -> int:
-        return (self.in_w + 2 * self.padding[1] - self.dilation[1] * (self.kernel_w - 1) - 1) // self.stride[1] + 1
+        span = self.dilation[1] * (self.kernel_w - 1) + 1
+        return (self.in_w + 2 * self.padding[1] - span) // self.stride[1] + 1
 
     @property
     def in_per_group(self) -> int:
@@ -176,8 +178,15 @@ class ConvParams:
 
     def describe(self) -> str:
         """Compact one-line description, e.g. ``N8 C128->128 56x56 k3x3 s1 p1 g32 float16``."""
-        s = "" if self.stride == (1, 1) else f" s{self.stride[0]}" if self.stride[0] == self.stride[1] else f" s{self.stride}"
-        p = "" if self.padding == (0, 0) else f" p{self.padding[0]}" if self.padding[0] == self.padding[1] else f" p{self.padding}"
-        d = "" if self.dilation == (1, 1) else f" d{self.dilation[0]}" if self.dilation[0] == self.dilation[1] else f" d{self.dilation}"
+        s = _pair_tag("s", self.stride, (1, 1))
+        p = _pair_tag("p", self.padding, (0, 0))
+        d = _pair_tag("d", self.dilation, (1, 1))
         return (f"N{self.batch} C{self.in_channels}->{self.out_channels} {self.in_h}x{self.in_w} "
                 f"k{self.kernel_h}x{self.kernel_w}{s}{p}{d} g{self.groups} {self.dtype}")
+
+
+def _pair_tag(letter: str, pair: tuple[int, int], default: tuple[int, int]) -> str:
+    """`` s2`` for (2, 2), `` s(1, 2)`` for unequal pairs, nothing for the default."""
+    if pair == default:
+        return ""
+    return f" {letter}{pair[0]}" if pair[0] == pair[1] else f" {letter}{pair}"

@@ -25,7 +25,8 @@ from ..machine import MachineSpec
 from .memory import TileMemory
 from .profile import SuperstepRecord
 
-__all__ = ["balanced_bounds", "ExchangeError", "Exchange", "Codelet", "VertexBatch", "ComputeSet", "Superstep",
+__all__ = ["balanced_bounds", "ExchangeError", "Exchange", "Codelet", "VertexBatch", "ComputeSet",
+           "Superstep",
            "Program"]
 
 # large copies are split into pieces of this size on the host so threads share the work

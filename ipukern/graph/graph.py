@@ -245,7 +245,8 @@ class Graph:
 
     # ------------------------------------------------------------------ tensors
     def _tiles_arg(self, tiles: Any) -> np.ndarray:
-        t = np.arange(self.n_tiles, dtype=np.int64) if tiles is None else np.asarray(tiles, dtype=np.int64).reshape(-1)
+        t = (np.arange(self.n_tiles, dtype=np.int64) if tiles is None
+             else np.asarray(tiles, dtype=np.int64).reshape(-1))
         if t.size == 0:
             raise ValueError("need at least one tile")
         if t.min() < 0 or t.max() >= self.n_tiles:
@@ -462,8 +463,9 @@ class Graph:
                         runs_n.append(h)
         n = np.asarray(runs_n, dtype=np.int64)
         host = np.full((1, int(n.max()) if n.size else 1), t.pad_value, dtype=DTYPES[t.dtype]).view(np.uint8)
-        self.device._copy(self.device.arena.data, host, np.zeros(n.size, np.int32), np.zeros(n.size, np.int64),
-                          np.asarray(runs_tile), np.asarray(runs_off, dtype=np.int64), n * isz)
+        self.device._copy(self.device.arena.data, host, np.zeros(n.size, np.int32),
+                          np.zeros(n.size, np.int64), np.asarray(runs_tile),
+                          np.asarray(runs_off, dtype=np.int64), n * isz)
         t.boundary_set = True
 
     def read(self, t: GraphTensor) -> np.ndarray:
@@ -604,7 +606,8 @@ class Graph:
         """
         src, dst = self._as_tensor(src, "source"), self._as_tensor(dst, "destination")
         if src.dtype != dst.dtype:
-            raise ValueError(f"broadcast {src.name!r} ({src.dtype}) -> {dst.name!r} ({dst.dtype}): dtypes differ")
+            raise ValueError(f"broadcast {src.name!r} ({src.dtype}) -> {dst.name!r} ({dst.dtype}): "
+                             "dtypes differ")
         if from_tile is None:
             if src.tiles.size != 1:
                 raise ValueError(f"broadcast source {src.name!r} spans {src.tiles.size} tiles; "
@@ -659,7 +662,8 @@ class Graph:
         s_size = np.prod(src.tile_shape[st], axis=1)
         d_size = np.prod(dst.tile_shape[dt], axis=1)
         n = s_size - ss if n_elems is None else np.broadcast_to(np.asarray(n_elems, dtype=np.int64), st.shape)
-        for label, start, size, tiles, t in (("source", ss, s_size, st, src), ("destination", ds, d_size, dt, dst)):
+        for label, start, size, tiles, t in (("source", ss, s_size, st, src),
+                                             ("destination", ds, d_size, dt, dst)):
             bad = (start < 0) | (n < 0) | (start + n > size)
             if bad.any():
                 i = int(np.argmax(bad))

@@ -139,7 +139,8 @@ def cache_dir() -> str:
         if not os.access(d, os.W_OK):
             raise OSError(d)
     except OSError:
-        d = os.path.join(tempfile.gettempdir(), f"ipukern-tilefn-{os.getuid() if hasattr(os, 'getuid') else 0}")
+        uid = os.getuid() if hasattr(os, "getuid") else 0
+        d = os.path.join(tempfile.gettempdir(), f"ipukern-tilefn-{uid}")
         os.makedirs(d, exist_ok=True)
     return d
 
@@ -331,7 +332,8 @@ class TileFunction:
         self.__wrapped__ = py_func
 
     def __repr__(self) -> str:
-        est = "cycles=<formula>" if self.cycles is not None else f"per_element_cycles={self.per_element_cycles}"
+        est = ("cycles=<formula>" if self.cycles is not None
+               else f"per_element_cycles={self.per_element_cycles}")
         return f"TileFunction({self.name!r}, args={list(self.arg_names)}, {est})"
 
     def __call__(self, *arrays: np.ndarray) -> Any:

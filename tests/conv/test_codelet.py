@@ -46,7 +46,6 @@ class Batch:
         self.kernel, self.stride, self.dilation = kernel, stride, dilation
         self.in_dt, self.out_dt = in_dt, out_dt
         kh, kw = kernel
-        isz, osz = (2 if in_dt else 4), (2 if out_dt else 4)
         V = self.dims.shape[0]
         self.wins, self.wts = [], []
         for d in self.dims:
@@ -123,7 +122,8 @@ class Batch:
                                    f"off, worst err {err[bad].max()} vs bound {bound[bad].min()}")
             t, o = self.tiles[v], self.out_off[v]
             untouched[t, o:o + self.out_nbytes[v]] = False
-        assert np.array_equal(self.data[untouched], self.before[untouched]), "bytes outside the outputs changed"
+        assert np.array_equal(self.data[untouched], self.before[untouched]), \
+            "bytes outside the outputs changed"
 
 
 def random_dims(rng, n, kernel, stride, dilation, *, max_c=12, max_k=12, groups=(1, 4),
@@ -167,8 +167,10 @@ CONFIGS = [  # kernel, stride, dilation
 def test_reference_conv2d_matches_torch(rng):
     torch = pytest.importorskip("torch")
     F = torch.nn.functional
-    for (n, c, k, h, w, g, ks, s, p, d) in [(2, 8, 4, 9, 11, 2, 3, 2, 1, 1), (1, 6, 6, 7, 8, 6, 5, 1, 2, 2),
-                                            (3, 4, 8, 5, 5, 1, 1, 1, 0, 1), (1, 4, 4, 10, 7, 4, 3, 1, "same", 2),
+    for (n, c, k, h, w, g, ks, s, p, d) in [(2, 8, 4, 9, 11, 2, 3, 2, 1, 1),
+                                            (1, 6, 6, 7, 8, 6, 5, 1, 2, 2),
+                                            (3, 4, 8, 5, 5, 1, 1, 1, 0, 1),
+                                            (1, 4, 4, 10, 7, 4, 3, 1, "same", 2),
                                             (1, 3, 6, 9, 9, 3, 3, 2, "valid", 1)]:
         x = rng.standard_normal((n, c, h, w))
         wt = rng.standard_normal((k, c // g, ks, ks))
@@ -435,7 +437,8 @@ def test_reads_may_overlap_between_vertices(rng):
     ref = conv_tile_reference(win, wts, 4, 4, 0, 0, (3, 3))
     for off in (1024, 2048):
         got = data[1, off:off + 3 * 16 * 4].view(np.float32).reshape(ref.shape)
-        assert (np.abs(got - ref) <= 1e-5 * conv_tile_reference(np.abs(win), np.abs(wts), 4, 4, 0, 0, (3, 3))).all()
+        bound = 1e-5 * conv_tile_reference(np.abs(win), np.abs(wts), 4, 4, 0, 0, (3, 3))
+        assert (np.abs(got - ref) <= bound).all()
 
 
 def test_codelet_runs_a_batch_and_reuses_scratch(rng):

@@ -1,5 +1,4 @@
 """Conv planner: choices, the grouped-conv efficiency curve, memory limits, serial splits."""
-import numpy as np
 import pytest
 
 import ipukern as ik

@@ -76,7 +76,7 @@ def test_exchange_loads_wide_fields_use_the_stacked_path():
 
 def test_exchange_loads_broadcast_by_hand():
     # tile 0 sends one 100 B region to tiles 2 and 3 (one bus) and to tile 4 (another bus)
-    st = np.array([0, 0, 0]); so = np.array([8, 8, 8]); dt = np.array([2, 3, 4])
+    st, so, dt = np.array([0, 0, 0]), np.array([8, 8, 8]), np.array([2, 3, 4])
     nb = np.array([100, 100, 100])
     recv, paired, send = cost.exchange_loads(st, so, dt, nb, 6, 2)
     assert recv.tolist() == [0, 0, 100, 100, 100, 0]

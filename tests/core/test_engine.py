@@ -12,7 +12,8 @@ from ipukern.core.collectives import reduce_sum
 
 
 def make(dev, name, n, dtype="float32", tiles=None):
-    return dev.add_tensor(name, (n,), dtype, TileMapping.linear(n, dev.machine.n_tiles if tiles is None else tiles))
+    n_tiles = dev.machine.n_tiles if tiles is None else tiles
+    return dev.add_tensor(name, (n,), dtype, TileMapping.linear(n, n_tiles))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
@@ -26,7 +27,8 @@ def test_binary_ops_match_numpy(rng, op, dtype):
     av[3], bv[4] = np.nan, np.nan
     dev.write(a, av)
     dev.write(b, bv)
-    prog = dev.program([Superstep(op, compute=ComputeSet(dev.machine, [V.binary_op(dev.machine, op, out, a, b)]))])
+    batch = V.binary_op(dev.machine, op, out, a, b)
+    prog = dev.program([Superstep(op, compute=ComputeSet(dev.machine, [batch]))])
     dev.run(prog)
     ref = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum,
            "min": np.minimum}[op](av.astype(np.float32), bv.astype(np.float32)).astype(dtype)

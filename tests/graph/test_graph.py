@@ -82,7 +82,8 @@ def test_tensor_errors(m64):
     with pytest.raises(ValueError, match="grid 8x9 needs 72 tiles"):
         g.grid_tensor("big", (100, 100), grid=(8, 9))
     budget = m64.tile_budget_bytes
-    with pytest.raises(ik.TileMemoryError, match=r"tensor 'huge' does not fit: tile 0: allocating .* exceeds budget.*more tiles"):
+    with pytest.raises(ik.TileMemoryError,
+                       match=r"tensor 'huge' does not fit: tile 0: allocating .* exceeds budget.*more tiles"):
         g.grid_tensor("huge", (budget // 4 + 1, 2), grid=(1, 1))
     with pytest.raises(ValueError, match="2-D shape"):
         g.grid_tensor("cube", (2, 2, 2))
@@ -195,7 +196,8 @@ def test_broadcast_send_join(m64, rng):
         g.broadcast(w, rep, to_tiles=[1, 20])
     with pytest.raises(ValueError, match="spans 8 tiles; say which"):
         g.broadcast(rep, rep)
-    with pytest.raises(ValueError, match=r"destination elements \[4, 7\) fall outside 'rep'.s block of 6 elements on tile 1"):
+    with pytest.raises(ValueError, match=r"destination elements \[4, 7\) fall outside 'rep'.s block "
+                                         r"of 6 elements on tile 1"):
         g.send(rep, rep, 0, 1, src_start=0, dst_start=4, n_elems=3)
     with pytest.raises(ValueError, match="not mapped on tile 9"):
         g.send(rep, rep, 9, 1)
@@ -241,6 +243,7 @@ def test_all_reduce_half_and_errors(m64, rng):
     v = rng.standard_normal((8, 40)).astype(np.float16)
     g.write(x, v)
     g.run(g.program(g.all_reduce(x)))
-    np.testing.assert_allclose(g.read(x)[3].astype(np.float32), v.astype(np.float32).sum(0), rtol=3e-3, atol=3e-3)
+    np.testing.assert_allclose(g.read(x)[3].astype(np.float32), v.astype(np.float32).sum(0),
+                               rtol=3e-3, atol=3e-3)
     with pytest.raises(ValueError, match="same number of elements"):
         g.all_reduce(g.linear_tensor("uneven", 10, tiles=range(3)))

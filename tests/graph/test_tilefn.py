@@ -132,7 +132,8 @@ def test_grid_tensor_local_views_and_formula_shapes(small, rng):
     shapes = {tuple(s[0]) for s in SEEN_SHAPES}
     assert shapes == {(4, 5), (4, 6), (5, 5), (5, 6)} and len(SEEN_SHAPES) == 4
     assert cs.cycles == 6 * 1 * 6 + 7                 # 5 rows -> ceil(5/6) = 1 row per worker
-    assert isinstance(SEEN_SHAPES[0][0], ik.TileShape) and SEEN_SHAPES[0][0].size == SEEN_SHAPES[0][0][0] * SEEN_SHAPES[0][0][1]
+    shape = SEEN_SHAPES[0][0]
+    assert isinstance(shape, ik.TileShape) and shape.size == shape[0] * shape[1]
 
 
 def test_estimate_equals_execute_and_threads_do_not_matter(small, rng):
@@ -199,7 +200,8 @@ def test_argument_errors(small):
         g.compute(axpy2, np.zeros(3, np.float32), x)
     with pytest.raises(ik.TileFunctionError, match=r"'axpy2'.*'z'.*not mapped on tile 10 \(and 53 more\)"):
         g.compute(axpy2, x, z_few)
-    with pytest.raises(ik.TileFunctionError, match=r"'x' and 'y'.*mapped differently.*element 0 is on tile 0 in 'x' and on tile 63 in 'y'"):
+    with pytest.raises(ik.TileFunctionError, match=r"'x' and 'y'.*mapped differently.*element 0 is on "
+                                                   r"tile 0 in 'x' and on tile 63 in 'y'"):
         g.compute(axpy2, x, y_reversed)
     with pytest.raises(ik.TileFunctionError, match=r"float16.*no float16 arithmetic"):
         g.compute(add_one, h)
@@ -212,7 +214,8 @@ def test_reading_another_tiles_tensor_through_a_global(small):
     x = g.linear_tensor("x", 64)
     globals()["LEAKED"] = g.linear_tensor("leaked", 64)
     try:
-        with pytest.raises(ik.TileFunctionError, match=r"reads_a_global_tensor.*global GraphTensor 'LEAKED'.*own tile"):
+        with pytest.raises(ik.TileFunctionError,
+                           match=r"reads_a_global_tensor.*global GraphTensor 'LEAKED'.*own tile"):
             g.compute(reads_a_global_tensor, x)
     finally:
         del globals()["LEAKED"]
@@ -242,7 +245,8 @@ def test_disable_jit_runs_the_same_program_in_python(tmp_path):
     script = (
         "import sys, numpy as np; sys.path.insert(0, 'examples')\n"
         "import stencil\n"
-        "r = stencil.main((12, 10), 2, machine=__import__('ipukern').GC200.replace(n_tiles=6), verbose=False)\n"
+        "r = stencil.main((12, 10), 2, machine=__import__('ipukern').GC200.replace(n_tiles=6), "
+        "verbose=False)\n"
         "assert r['exact']\n"
         "print('cycles', r['profile'].total_cycles)\n")
     env = dict(os.environ, NUMBA_DISABLE_JIT="1", PYTHONPATH=str(ROOT))
