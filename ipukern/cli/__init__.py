@@ -8,6 +8,8 @@ Subcommands
                      optional memory heat map / superstep timeline PNGs.
 ``ipukern matmul``   the same for a matmul (needs ``ipukern.estimate_matmul``).
 ``ipukern info``     machine presets (and the GPU models) with their sources.
+``ipukern validate`` the model next to published measurements of real IPUs: ratio per point,
+                     MAPE / correlation per group; validation.csv, .json and .png.
 
 Exit codes: 0 success; 2 usage errors (argparse: bad option, unparsable number, unknown
 preset); 1 model errors and unwritable outputs, reported in one line (an impossible layer,
@@ -24,13 +26,13 @@ import sys
 from typing import Sequence
 
 from ..core.memory import TileMemoryError
-from . import info, layer, scaling
+from . import info, layer, scaling, validate
 from ._common import Progress
 
 __all__ = ["main", "build_parser", "Progress"]
 
 #: subcommand modules, each with ``register(subparsers)``; parser order = help order
-COMMANDS = (scaling, layer, info)
+COMMANDS = (scaling, layer, info, validate)
 
 
 def build_parser() -> argparse.ArgumentParser:
