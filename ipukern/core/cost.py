@@ -60,8 +60,8 @@ def exchange_cycles(nbytes: Any, machine: MachineSpec, *, with_overhead: bool = 
 
 
 def exchange_loads(src_tile: np.ndarray, src_off: np.ndarray, dst_tile: np.ndarray,
-                   nbytes: np.ndarray, n_tiles: int, tiles_per_bus: int
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                   nbytes: np.ndarray, n_tiles: int, tiles_per_bus: int,
+                   shared_bus: Any = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-tile exchange load of a copy table.
 
     Returns ``(recv_bytes, paired_bytes, send_bytes)``, int64 arrays of length n_tiles:
@@ -72,7 +72,21 @@ def exchange_loads(src_tile: np.ndarray, src_off: np.ndarray, dst_tile: np.ndarr
       (b = ``tiles_per_bus``); such data crosses the bus once for both, so each tile is
       charged half of it (PopLibs: 2x rate for super-tile broadcast [S16]);
     - send_bytes: distinct bytes each tile transmits (a broadcast is sent once).
+
+    ``shared_bus`` (a bool, or one bool per copy) says which copies may use the shared-bus
+    rate at all: PopLibs grants it to a conv's inputs only, and only when the out-channel
+    split is even (``ExchangeEstimator.hpp``). Copies outside it are never paired.
     """
+    mask = np.broadcast_to(np.asarray(shared_bus, dtype=bool), np.shape(nbytes))
+    if not mask.all():
+        recv, _, send = exchange_loads(src_tile, src_off, dst_tile, nbytes, n_tiles, 1)
+        if mask.any():
+            paired = exchange_loads(np.asarray(src_tile)[mask], np.asarray(src_off)[mask],
+                                    np.asarray(dst_tile)[mask], np.asarray(nbytes)[mask],
+                                    n_tiles, tiles_per_bus)[1]
+        else:
+            paired = np.zeros(n_tiles, dtype=np.int64)
+        return recv, paired, send
     recv = np.bincount(dst_tile, weights=nbytes, minlength=n_tiles).astype(np.int64)
     paired = np.zeros(n_tiles, dtype=np.int64)
     send = np.zeros(n_tiles, dtype=np.int64)

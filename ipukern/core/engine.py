@@ -189,10 +189,11 @@ class Device:
         return max(self.machine.tile_bytes, self.memory.high_water)
 
     def exchange(self, src_tile: Any, src_offset: Any, dst_tile: Any, dst_offset: Any,
-                 nbytes: Any, *, name: str = "exchange") -> Exchange:
-        """An :class:`~ipukern.program.Exchange` validated against this device's memory."""
+                 nbytes: Any, *, name: str = "exchange", shared_bus: Any = True) -> Exchange:
+        """An :class:`~ipukern.program.Exchange` validated against this device's memory
+        (``shared_bus``: which copies may use the shared-bus 2x rate, see Exchange)."""
         return Exchange(self.machine, src_tile, src_offset, dst_tile, dst_offset, nbytes,
-                        name=name, row_bytes=self.row_limit)
+                        name=name, row_bytes=self.row_limit, shared_bus=shared_bus)
 
     def compute_set(self, batches: Sequence[VertexBatch], *, name: str = "compute") -> ComputeSet:
         """A :class:`~ipukern.program.ComputeSet` validated against this device's memory."""

@@ -12,7 +12,11 @@ from typing import Any
 from ..machine import MachineSpec
 from .memory import MemoryReport
 
-__all__ = ["SuperstepRecord", "Profile"]
+__all__ = ["SuperstepRecord", "Profile", "ADDITION_CATEGORIES"]
+
+#: cost categories ipukern adds to PopLibs' planner model, which charges neither a BSP sync
+#: nor a fixed cost per exchange (reference/poplibs-planner.md §4.1-4.2)
+ADDITION_CATEGORIES = ("sync", "exchange overhead")
 
 
 @dataclass(frozen=True)
@@ -25,6 +29,7 @@ class SuperstepRecord:
     category: str
     compute_cycles: int
     sync_cycles: int
+    #: exchange cycles, including ``exchange_overhead_cycles``
     exchange_cycles: int
     #: tile that set the compute time (-1: no compute)
     compute_tile: int = -1
@@ -38,6 +43,8 @@ class SuperstepRecord:
     exchange_why: str = ""
     #: True when the compute estimate came from a user-supplied formula
     user_estimate: bool = False
+    #: the fixed per-exchange cost inside ``exchange_cycles`` (ipukern's addition to PopLibs)
+    exchange_overhead_cycles: int = 0
 
     @property
     def total_cycles(self) -> int:
@@ -125,6 +132,35 @@ class Profile:
             row["total"] += s.total_cycles
         return out
 
+    def breakdown(self) -> dict[str, int]:
+        """Cycles per cost category, PopLibs' way; the values sum to ``total_cycles``.
+
+        Every exchange transfer (inputs, weights, partials) is "exchange", as in PopLibs'
+        ``DetailedPlanCosts``; compute cycles go to their superstep's category ("compute",
+        "reduction", "cast", ...). ipukern's additions are categories of their own:
+        "sync" (one BSP sync per superstep) and "exchange overhead" (the fixed cost of each
+        exchange phase), listed in :data:`ADDITION_CATEGORIES`.
+        """
+        out: dict[str, int] = {}
+        for s in self.supersteps:
+            if s.compute_cycles:
+                out[s.category] = out.get(s.category, 0) + s.compute_cycles
+            transfer = s.exchange_cycles - s.exchange_overhead_cycles
+            if transfer:
+                out["exchange"] = out.get("exchange", 0) + transfer
+        for cat, v in (("sync", self.sync_cycles),
+                       ("exchange overhead", sum(s.exchange_overhead_cycles for s in self.supersteps))):
+            if v:
+                out[cat] = out.get(cat, 0) + v
+        return out
+
+    @property
+    def poplibs_equivalent_cycles(self) -> int:
+        """Total minus ipukern's additions (sync, exchange overheads): the terms PopLibs'
+        planner model also has."""
+        b = self.breakdown()
+        return self.total_cycles - sum(b.get(c, 0) for c in ADDITION_CATEGORIES)
+
     # ------------------------------------------------------------------ views
     def summary(self, *, max_rows: int = 40) -> str:
         """Readable text: totals, then one row per superstep with the reasons."""
@@ -139,6 +175,11 @@ class Profile:
             head.append(f"  {self.flops / 1e9:.3f} GFLOP -> {self.tflops:.2f} TFLOP/s, "
                         f"utilisation {100 * self.utilisation:.1f}% of "
                         f"{self.peak_flops / 1e12:.1f} TFLOP/s peak")
+        b = self.breakdown()
+        terms = ", ".join(f"{k} {v:,}" for k, v in b.items() if k not in ADDITION_CATEGORIES)
+        adds = ", ".join(f"{k} {b[k]:,}" for k in ADDITION_CATEGORIES if k in b)
+        head.append(f"  PopLibs-equivalent terms {self.poplibs_equivalent_cycles:,} ({terms})"
+                    + (f" + ipukern additions: {adds}" if adds else ""))
         for k, v in self.info.items():
             head.append(f"  {k}: {v}")
         rows = [f"  {'#':>3} {'category':<10} {'compute':>10} {'sync':>5} {'exchange':>9} "
@@ -179,6 +220,8 @@ class Profile:
             "peak_flops": self.peak_flops,
             "utilisation": self.utilisation,
             "by_category": self.by_category(),
+            "breakdown": self.breakdown(),
+            "poplibs_equivalent_cycles": self.poplibs_equivalent_cycles,
             "info": {k: (v if isinstance(v, (int, float, str, bool, type(None), list, dict)) else str(v))
                      for k, v in self.info.items()},
             "supersteps": [dict(asdict(s), total_cycles=s.total_cycles) for s in self.supersteps],

@@ -80,6 +80,10 @@ class Exchange:
         Shown in profiles.
     row_bytes : int, optional
         Highest valid offset + 1 (default: the machine's tile size).
+    shared_bus : bool or array-like of bool, optional
+        Which copies may arrive at the shared-bus 2x rate when both tiles of a bus receive
+        them (default: all). One bool, or one per copy. PopLibs' conv planner grants the 2x
+        rate to inputs only, and only when the out-channel split is even.
 
     Raises
     ------
@@ -91,7 +95,7 @@ class Exchange:
 
     def __init__(self, machine: MachineSpec, src_tile: Any, src_offset: Any, dst_tile: Any,
                  dst_offset: Any, nbytes: Any, *, name: str = "exchange",
-                 row_bytes: int | None = None):
+                 row_bytes: int | None = None, shared_bus: Any = True):
         self.machine = machine
         self.name = name
         st = _as_int_array("src_tile", src_tile, np.int64)
@@ -105,8 +109,13 @@ class Exchange:
                                 f"({st.size}, {so.size}, {dt.size}, {do.size}, {n})")
         row = machine.tile_bytes if row_bytes is None else int(row_bytes)
         self._validate(st, so, dt, do, nb, row)
+        try:
+            bus = np.broadcast_to(np.asarray(shared_bus, dtype=bool), (n,))
+        except ValueError:
+            raise ExchangeError(f"{name}: shared_bus must be one bool or one per copy ({n}), "
+                                f"got shape {np.shape(shared_bus)}") from None
         keep = nb > 0
-        st, so, dt, do, nb = st[keep], so[keep], dt[keep], do[keep], nb[keep]
+        st, so, dt, do, nb, bus = st[keep], so[keep], dt[keep], do[keep], nb[keep], bus[keep]
         order = np.lexsort((do, dt))  # destination order: locality of writes on the host
         self.src_tile = st[order].astype(np.int32)
         self.src_offset = so[order]
@@ -114,6 +123,7 @@ class Exchange:
         self.dst_offset = do[order]
         self.nbytes = nb[order]
         self.row_bytes = row
+        self.shared_bus = bus[order]
         self._cost()
         self._host_plan: tuple[np.ndarray, ...] | None = None
         self._bounds: dict[int, np.ndarray] = {}
@@ -169,17 +179,23 @@ class Exchange:
     def _cost(self) -> None:
         m = self.machine
         recv, paired, send = cost.exchange_loads(self.src_tile, self.src_offset, self.dst_tile,
-                                                 self.nbytes, m.n_tiles, m.tiles_per_exchange_bus)
+                                                 self.nbytes, m.n_tiles, m.tiles_per_exchange_bus,
+                                                 self.shared_bus)
         per_tile = cost.tile_exchange_cycles(recv, paired, send, m)
         self.recv_bytes, self.paired_bytes, self.send_bytes = recv, paired, send
         self.tile_cycles = per_tile
         if self.nbytes.size == 0:
             self.cycles, self.busiest_tile = 0, -1
+            self.transfer_cycles = self.overhead_cycles = 0
             self.why = ""
             return
         t = int(np.argmax(per_tile))
         self.busiest_tile = t
-        self.cycles = int(per_tile[t]) + m.exchange_overhead_cycles
+        # the transfer is PopLibs' term; the fixed overhead is ipukern's addition (a
+        # profile category of its own)
+        self.transfer_cycles = int(per_tile[t])
+        self.overhead_cycles = m.exchange_overhead_cycles
+        self.cycles = self.transfer_cycles + self.overhead_cycles
         r, p, s = int(recv[t]), int(paired[t]), int(send[t])
         paired_txt = f" ({p} B paired on a shared bus at 2x)" if p else ""
         direction = f"receives {r} B{paired_txt}" if 2 * r - p >= 2 * s else f"sends {s} B"
@@ -344,6 +360,7 @@ class Superstep:
             compute_cycles=c.cycles if c else 0,
             sync_cycles=machine.sync_cycles,
             exchange_cycles=x.cycles if x else 0,
+            exchange_overhead_cycles=x.overhead_cycles if x else 0,
             compute_tile=c.busiest_tile if c else -1,
             exchange_tile=x.busiest_tile if x else -1,
             bytes_exchanged=x.total_bytes if x else 0,

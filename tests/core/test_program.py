@@ -134,3 +134,48 @@ def test_empty_exchange_costs_nothing():
     assert x.cycles == 0 and x.busiest_tile == -1
     z = Exchange(ik.GC200, [0], [0], [1], [0], [0])   # zero-byte copies are dropped
     assert z.cycles == 0 and z.n_copies == 0
+
+
+def test_shared_bus_rate_only_for_eligible_copies_hand_computed():
+    """PopLibs grants the 2x shared-bus rate to a conv's inputs only (ExchangeEstimator.hpp):
+    ``shared_bus`` selects the copies that may use it."""
+    m = ik.GC200.replace(exchange_bytes_per_cycle=4.0, exchange_overhead_cycles=100)
+    # tiles 2 and 3 share a bus; both receive an 800 B "input" region from tile 0 and a
+    # 400 B "weight" region from tile 1
+    args = ([0, 0, 1, 1], [0, 0, 0, 0], [2, 3, 2, 3], [0, 0, 800, 800], [800, 800, 400, 400])
+    both = Exchange(m, *args)                                   # default: every copy eligible
+    assert int(both.tile_cycles[2]) == (400 + 200) // 4         # 600 B charged -> 150
+    inputs_only = Exchange(m, *args, shared_bus=[True, True, False, False])
+    assert int(inputs_only.tile_cycles[2]) == (400 + 400) // 4  # 800 B -> 200
+    assert int(inputs_only.paired_bytes[2]) == 800
+    none = Exchange(m, *args, shared_bus=False)                 # e.g. an odd out-channel split
+    assert int(none.tile_cycles[2]) == 1200 // 4 and int(none.paired_bytes.sum()) == 0
+    # senders: tile 0 sends its 800 B region once (200 cycles), below the receivers' 300
+    assert int(none.tile_cycles[0]) == 800 // 4 and none.cycles == 300 + 100
+    assert none.transfer_cycles == none.cycles - 100 and none.overhead_cycles == 100
+    with pytest.raises(ExchangeError, match="shared_bus"):
+        Exchange(m, *args, shared_bus=[True, False])
+
+
+def test_profile_categories_sum_to_total():
+    """PopLibs-equivalent categories plus ipukern's additions (sync, exchange overhead) add up
+    to the total, for a conv, a reduced matmul and a hand-built program."""
+    from ipukern.core.profile import ADDITION_CATEGORIES
+    profiles = [ik.estimate_conv2d((2, 64, 14, 14), (64, 4, 3, 3), padding=1, groups=16),
+                ik.estimate_matmul((64, 16384), (16384, 64))]
+    m = ik.GC200.replace(exchange_bytes_per_cycle=4.0, exchange_overhead_cycles=100)
+    dev = ik.Device(m)
+    tiles = np.arange(m.n_tiles)
+    src = dev.alloc("src", np.where(tiles == 0, 256, 0))
+    dst = dev.alloc("dst", np.where(tiles == 5, 256, 0))
+    x = dev.exchange([0], [src[0]], [5], [dst[5]], [256], name="x")
+    profiles.append(dev.run(dev.program([ik.Superstep("s", exchange=x)]), "estimate"))
+    for p in profiles:
+        b = p.breakdown()
+        assert sum(b.values()) == p.total_cycles
+        assert b["sync"] == p.sync_cycles == len(p.supersteps) * p.machine.sync_cycles
+        n_xch = sum(1 for s in p.supersteps if s.exchange_cycles)
+        assert b["exchange overhead"] == n_xch * p.machine.exchange_overhead_cycles
+        assert p.poplibs_equivalent_cycles == p.total_cycles - sum(b[c] for c in ADDITION_CATEGORIES)
+        assert "PopLibs-equivalent terms" in p.summary()
+    assert profiles[2].breakdown() == {"exchange": 64, "sync": m.sync_cycles, "exchange overhead": 100}
