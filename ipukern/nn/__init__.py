@@ -1,0 +1,48 @@
+"""Whole networks on one simulated IPU: layers, tile-resident tensors, liveness, profiles.
+
+Pipeline::
+
+    Network (named layers, shapes inferred)
+      -> compile_network(net, batch, PlanContext(machine, dtype, partials))   [compile.py]
+           one Step per layer: rearrangements into the layouts its OpPlan wants + the plan
+      -> estimate: NetworkProfile (cycles per layer, liveness memory)          [api.py]
+      -> execute:  Step.plan.run on Resident tensors (bytes per tile)          [ops.py, convops.py]
+
+Extension point for the training passes (``ipukern.nn.training``)
+----------------------------------------------------------------
+Each pass of each layer is an :class:`~ipukern.nn.ops.OpPlan`: ``op``, ``pass_``
+("fwd" / "bwd" / "wu"), ``method``, wanted ``inputs`` layouts, ``output`` layout, cost
+``records`` (SuperstepRecords: exchange, compute, reduction ...), ``flops``,
+``total_bytes`` / ``weight_bytes`` per tile and ``run(srcs, rearrangements, params)``.
+
+- :meth:`Layer.backward(ctx, fwd_plan, layouts, shapes) <ipukern.nn.layers.Layer.backward>`
+  returns the layer's backward-data and weight-update OpPlans (pass_ "bwd" / "wu"); the
+  forward-only build raises NotImplementedError. Conv and matmul backward passes are
+  planned as their own convs with :func:`ipukern.nn.convops.conv_program` (cached by
+  ConvParams) and wrapped like :func:`~ipukern.nn.convops.conv_plan` does.
+- :class:`~ipukern.nn.compile.NetworkProgram` exposes ``steps`` (forward Steps in program
+  order, each with ``plan``, ``srcs``, ``rearrs``, ``in_shapes``, ``out_shape``),
+  ``layouts`` (every tensor's Layout) and ``liveness()``; a training program appends the
+  backward steps and extends the liveness with stashed activations and optimizer state.
+- ``estimate_network(..., training=True, recompute=..., optimizer=...)`` calls
+  ``ipukern.nn.training.estimate_training(net, batch, ctx, recompute=, optimizer=,
+  allow_overflow=, **kw)`` which returns a :class:`~ipukern.nn.profile.NetworkProfile`
+  (build it with ``pass`` "bwd"/"wu" rows; the constructor takes the per-step rows, the
+  records, the per-step live bytes and the weights).
+- Rearrangements between any two layouts: :class:`~ipukern.nn.layout.Rearrangement`.
+"""
+from . import layers
+from .api import NetworkRun, estimate_network, run_network
+from .compile import NetworkProgram, clear_network_caches, compile_network
+from .layers import *
+from .layout import Layout, Rearrangement, Resident
+from .network import Network
+from .ops import OpPlan
+from .profile import NetworkProfile
+
+__all__ = [
+    "Network", "NetworkProfile", "NetworkRun", "NetworkProgram", "estimate_network",
+    "run_network", "compile_network", "clear_network_caches", "OpPlan",
+    "Layout", "Rearrangement", "Resident",
+]
+__all__ += layers.__all__

@@ -1,0 +1,235 @@
+"""estimate_network / run_network: the public entry points for whole networks."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..core.memory import TileMemoryError
+from ..dtypes import canonical_dtype, partials_dtype
+from ..machine import GC200, MachineSpec, get_machine
+from .compile import NetworkProgram, compile_network
+from .layers import PlanContext
+from .network import Network
+from .profile import NetworkProfile
+
+__all__ = ["NetworkRun", "estimate_network", "network_profile", "run_network"]
+
+#: the max-batch search stops here (reported as this value when even it fits)
+MAX_BATCH_SEARCH = 4096
+
+
+@dataclass
+class NetworkRun:
+    """Result of :func:`run_network`: ``output`` (the first network output as a host
+    array), ``outputs`` (every output by name) and ``profile`` (same cycles as
+    :func:`estimate_network`)."""
+
+    output: np.ndarray
+    outputs: dict[str, np.ndarray]
+    profile: NetworkProfile
+
+
+def _context(dtype: Any, partials: Any, machine: MachineSpec | str) -> PlanContext:
+    dt = canonical_dtype(dtype)
+    if partials in ("half", "float16", "fp16") and dt == "float32":
+        partials = "float"
+    return PlanContext(get_machine(machine), dt, partials_dtype(partials, dt))
+
+
+def _check_batch(batch: Any) -> int:
+    if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
+        raise ValueError(f"batch must be a positive int, got {batch!r}")
+    return int(batch)
+
+
+def _check_net(net: Any) -> Network:
+    if not isinstance(net, Network):
+        raise TypeError(f"expected an ipukern Network, got {type(net).__name__}")
+    if not net.outputs:
+        raise ValueError(f"network {net.name!r} has no outputs; call net.output(...)")
+    return net
+
+
+def _fits(net: Network, batch: int, ctx: PlanContext, fold_bn: bool) -> bool:
+    try:
+        prog = compile_network(net, batch, ctx, fold_bn=fold_bn)
+    except MemoryError:
+        return False
+    live, _ = prog.liveness()
+    return int(live.max()) + ctx.machine.reserved_bytes_per_tile <= ctx.machine.tile_bytes
+
+
+def max_batch(net: Network, ctx: PlanContext, fold_bn: bool = True, start: int = 1) -> int:
+    """Largest batch whose program fits the tiles (0 if batch 1 does not), found by
+    doubling then bisection with the real planner and liveness."""
+    lo, hi = 0, None
+    b = max(1, start)
+    if _fits(net, b, ctx, fold_bn):
+        lo = b
+        while hi is None and lo < MAX_BATCH_SEARCH:
+            b = lo * 2
+            if _fits(net, b, ctx, fold_bn):
+                lo = b
+            else:
+                hi = b
+        if hi is None:
+            return lo
+    else:
+        hi = b
+        while lo == 0 and hi > 1:
+            b = hi // 2
+            if _fits(net, b, ctx, fold_bn):
+                lo = b
+            else:
+                hi = b
+        if lo == 0:
+            return 0
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if _fits(net, mid, ctx, fold_bn):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def network_profile(prog: NetworkProgram, *, allow_overflow: bool = False,
+                    label: str | None = None) -> NetworkProfile:
+    """The profile of a compiled forward program (raises TileMemoryError unless it fits
+    or ``allow_overflow``)."""
+    m = prog.machine
+    live, weights = prog.liveness()
+    steps = []
+    for s in prog.steps:
+        op_x = sum(r.exchange_cycles for r in s.plan.records)
+        steps.append({"name": s.name, "op": s.op, "in_shapes": s.in_shapes, "out_shape": s.out_shape,
+                      "pass": s.plan.pass_, "method": s.plan.method, "cycles": s.cycles,
+                      "exchange": s.rearrange_cycles + op_x, "rearrange": s.rearrange_cycles,
+                      "flops": s.plan.flops})
+    ctx = prog.ctx
+    prof = NetworkProfile(machine=m, batch=prog.batch, dtype=ctx.dtype, partials=ctx.partials,
+                          steps=steps, records=prog.records(), live=live, weights=weights,
+                          flops=prog.flops, label=label or prog.net.name,
+                          max_batch_fn=lambda: max_batch(prog.net, ctx, prog.fold_bn, prog.batch))
+    mem = prof._memory
+    if not mem["fits"] and not allow_overflow:
+        t, i = mem["busiest_tile"], mem["busiest_step"]
+        raise TileMemoryError(
+            f"network {prog.net.name!r} (batch {prog.batch}) does not fit: at layer "
+            f"{mem['busiest_layer']!r} (step {i}) tile {t} needs {mem['peak_bytes']:,} B "
+            f"> budget {mem['budget_bytes']:,} B (incl. {mem['reserve_bytes']:,} B reserved); "
+            "pass allow_overflow=True to get the report", tile=t, requested=mem["peak_bytes"],
+            used=mem["peak_bytes"], budget=mem["budget_bytes"])
+    return prof
+
+
+def estimate_network(net: Network, batch: int = 16, dtype: Any = "float16", partials: Any = "half",
+                     machine: MachineSpec | str = GC200, training: bool = False,
+                     recompute: Any = None, optimizer: str = "sgd_momentum", *,
+                     fold_bn: bool | None = None, allow_overflow: bool = False,
+                     **training_kw: Any) -> NetworkProfile:
+    """Cycles, throughput and memory of ``net`` on one IPU, without touching data.
+
+    Parameters
+    ----------
+    net : Network
+    batch : int
+        Samples per step.
+    dtype : {"float16", "float32"}
+    partials : {"half", "float"}
+        Accumulation type of convs/matmuls (fp32 networks always accumulate in float).
+    machine : MachineSpec or preset name
+    training : bool
+        False: the inference forward pass. True: forward, backward and optimizer update
+        (provided by :mod:`ipukern.nn.training`).
+    recompute, optimizer
+        Training options (see :mod:`ipukern.nn.training`).
+    fold_bn : bool, optional
+        Fold inference batch norms into the preceding conv (default: True for inference).
+    allow_overflow : bool
+        Report a network that does not fit instead of raising :class:`TileMemoryError`.
+
+    Returns
+    -------
+    NetworkProfile
+    """
+    net = _check_net(net)
+    batch = _check_batch(batch)
+    ctx = _context(dtype, partials, machine)
+    if training:
+        try:
+            from . import training as _training
+        except ImportError:
+            raise NotImplementedError("training=True needs ipukern.nn.training (the training "
+                                      "passes), which is not available in this build") from None
+        return _training.estimate_training(net, batch, ctx, recompute=recompute, optimizer=optimizer,
+                                           allow_overflow=allow_overflow, **training_kw)
+    if recompute is not None:
+        raise ValueError("recompute= applies to training=True only")
+    if training_kw:
+        raise TypeError(f"unexpected arguments {sorted(training_kw)}")
+    prog = compile_network(net, batch, ctx, fold_bn=True if fold_bn is None else fold_bn)
+    return network_profile(prog, allow_overflow=allow_overflow)
+
+
+def run_network(net: Network, x: Any, params: dict[str, Any] | None = None, *,
+                dtype: Any = "float32", partials: Any = "float", machine: MachineSpec | str = GC200,
+                fold_bn: bool = True, allow_overflow: bool = False) -> NetworkRun:
+    """Execute the forward pass on real data, tile by tile; same cycles as the estimate.
+
+    Parameters
+    ----------
+    net : Network
+    x : ndarray or dict of str -> ndarray
+        The input (batch first), or one array per network input by name (integer inputs
+        such as token ids or labels stay host data).
+    params : dict, optional
+        ``"<layer>.<param>" -> array``; None uses the weights the network carries
+        (``from_torch``) or ``net.init_params(seed=0)``.
+    dtype, partials, machine, fold_bn, allow_overflow
+        As :func:`estimate_network` (default float32 here: results comparable with a
+        float32 framework).
+
+    Returns
+    -------
+    NetworkRun
+    """
+    net = _check_net(net)
+    feeds = x if isinstance(x, dict) else {net.inputs[0]: x} if len(net.inputs) == 1 else None
+    if feeds is None:
+        raise ValueError(f"network {net.name!r} has inputs {net.inputs}: pass a dict of arrays")
+    unknown = set(feeds) - set(net.inputs)
+    if unknown:
+        raise ValueError(f"unknown network inputs {sorted(unknown)}; inputs are {net.inputs}")
+    batch = None
+    arrays = {}
+    for name in net.inputs:
+        if name not in feeds:
+            raise ValueError(f"missing network input {name!r}")
+        a = np.asarray(feeds[name])
+        node = net.nodes[name]
+        want = node.sample_shape
+        if a.ndim != len(want) + 1 or tuple(a.shape[1:]) != want:
+            raise ValueError(f"input {name!r} must have shape (batch, {', '.join(map(str, want))}), "
+                             f"got {tuple(a.shape)}")
+        if batch is None:
+            batch = a.shape[0]
+        elif a.shape[0] != batch:
+            raise ValueError(f"input {name!r} has batch {a.shape[0]} but another input has {batch}")
+        if node.kind == "int":
+            if not np.issubdtype(a.dtype, np.integer):
+                raise TypeError(f"input {name!r} holds integer ids/labels, got {a.dtype}")
+        elif not np.issubdtype(a.dtype, np.floating):
+            raise TypeError(f"input {name!r} must be floating point, got {a.dtype}")
+        arrays[name] = a
+    batch = _check_batch(int(batch))
+    if params is None:
+        params = net.params if net.params is not None else net.init_params(seed=0)
+    net.check_params(params)
+    ctx = _context(dtype, partials, machine)
+    prog = compile_network(net, batch, ctx, fold_bn=fold_bn)
+    prof = network_profile(prog, allow_overflow=allow_overflow)
+    outs = prog.execute(arrays, params)
+    return NetworkRun(output=outs[net.outputs[0]], outputs=outs, profile=prof)

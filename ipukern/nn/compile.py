@@ -1,0 +1,261 @@
+"""Compile a network for one batch size, dtype and machine into a program of op steps.
+
+Each layer becomes one :class:`Step`: the rearrangement exchanges that bring its inputs
+into the layouts its plan wants, then the plan's supersteps. Plans are cached by layer
+signature and shapes (layers of equal shape share one), rearrangements by layout pair,
+and whole compiled programs by (network version, batch, context), so estimating the same
+network twice costs a dictionary lookup.
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..core.profile import SuperstepRecord
+from .layers import BatchNorm2d, Conv2d, PlanContext
+from .layout import Layout, Rearrangement, Resident, linear_layout
+from .network import Network
+from .ops import OpPlan
+
+__all__ = ["NetworkProgram", "Step", "clear_network_caches", "compile_network"]
+
+_LOCK = threading.RLock()
+_PLANS: dict[tuple, OpPlan] = {}
+_REARR: dict[tuple, tuple] = {}
+_INPUT_LAYOUTS: dict[tuple, Layout] = {}
+_PROGRAMS: OrderedDict[tuple, NetworkProgram] = OrderedDict()
+PROGRAM_CACHE_SIZE = 16
+
+
+def clear_network_caches() -> None:
+    """Forget cached op plans, rearrangements and compiled networks (and conv programs)."""
+    from .convops import clear_program_cache
+    with _LOCK:
+        _PLANS.clear()
+        _REARR.clear()
+        _INPUT_LAYOUTS.clear()
+        _PROGRAMS.clear()
+    clear_program_cache()
+
+
+@dataclass
+class Step:
+    """One layer (or a conv with its folded batch norm) in program order."""
+
+    name: str
+    node: str
+    layers: tuple[str, ...]
+    op: str
+    plan: OpPlan
+    srcs: tuple[str, ...]
+    rearrs: list[Rearrangement | None]
+    in_shapes: tuple[tuple[int, ...], ...]
+    out_shape: tuple[int, ...]
+    folded_bn: Any = None
+    layer: Any = None
+
+    @property
+    def rearrange_cycles(self) -> int:
+        return sum(r.cycles + (r.machine.sync_cycles if not r.identity else 0)
+                   for r in self.rearrs if r is not None)
+
+    @property
+    def cycles(self) -> int:
+        return self.rearrange_cycles + self.plan.cycles
+
+    def records(self) -> list[SuperstepRecord]:
+        out = [r.record() for r in self.rearrs if r is not None and not r.identity]
+        return out + list(self.plan.records)
+
+    def params(self, net_params: dict[str, np.ndarray]) -> dict[str, Any]:
+        """This step's parameters by local name (a folded batch norm scales the conv)."""
+        conv = self.layers[0]
+        p = {k[len(conv) + 1:]: v for k, v in net_params.items() if k.startswith(conv + ".")}
+        if self.folded_bn is not None:
+            bn_name, bn = self.folded_bn
+            bnp = {k[len(bn_name) + 1:]: v for k, v in net_params.items() if k.startswith(bn_name + ".")}
+            s, shift = bn.scale_shift(bnp)
+            w = np.asarray(p["weight"], np.float64) * s[:, None, None, None]
+            b = shift + (s * np.asarray(p["bias"], np.float64) if "bias" in p else 0.0)
+            return {"weight": w.astype(np.float32), "bias": b.astype(np.float32)}
+        return self.layer.op_params(p) if self.layer is not None else p
+
+
+def _plan(layer, ctx: PlanContext, layouts, shapes, extra: tuple = ()) -> OpPlan:
+    lkey = tuple(id(lay) for lay in layouts) if layer.layout_sensitive else ()
+    key = (layer.key(), ctx, tuple(shapes), lkey, extra)
+    with _LOCK:
+        plan = _PLANS.get(key)
+    if plan is None:
+        if extra:
+            plan = layer.forward(ctx, layouts, shapes, bias=True)
+        else:
+            plan = layer.forward(ctx, layouts, shapes)
+        with _LOCK:
+            plan = _PLANS.setdefault(key, plan)
+    return plan
+
+
+def _rearrangement(machine, src: Layout, dst: Layout, name: str) -> Rearrangement:
+    key = (id(src), id(dst))
+    with _LOCK:
+        hit = _REARR.get(key)
+    if hit is None:
+        hit = (src, dst, Rearrangement(machine, src, dst, name=name))
+        with _LOCK:
+            hit = _REARR.setdefault(key, hit)
+    return hit[2]
+
+
+def _input_layout(shape, dtype, machine) -> Layout:
+    key = (tuple(shape), dtype, machine)
+    with _LOCK:
+        lay = _INPUT_LAYOUTS.get(key)
+        if lay is None:
+            lay = _INPUT_LAYOUTS[key] = linear_layout(shape, dtype, machine.n_tiles)
+    return lay
+
+
+class NetworkProgram:
+    """A network compiled for one batch size, dtype, partials and machine."""
+
+    def __init__(self, net: Network, batch: int, ctx: PlanContext, fold_bn: bool):
+        self.net, self.batch, self.ctx, self.fold_bn = net, batch, ctx, fold_bn
+        self.machine = ctx.machine
+        shapes = net.shapes(batch)
+        self.shapes = shapes
+        layouts: dict[str, Layout | None] = {}
+        self.input_layouts: dict[str, Layout | None] = {}
+        for name in net.inputs:
+            node = net.nodes[name]
+            lay = _input_layout(shapes[name], ctx.dtype, ctx.machine) if node.kind == "float" else None
+            layouts[name] = self.input_layouts[name] = lay
+        consumers = net.consumers()
+        fold_into = {}
+        if fold_bn:
+            for name, node in net.nodes.items():
+                if isinstance(node.layer, BatchNorm2d):
+                    src = node.inputs[0]
+                    sn = net.nodes[src]
+                    if (isinstance(sn.layer, Conv2d) and consumers[src] == [name]
+                            and src not in net.outputs):
+                        fold_into[src] = name
+        skip = set(fold_into.values())
+        self.steps: list[Step] = []
+        for name, node in net.nodes.items():
+            if node.layer is None or name in skip:
+                continue
+            ins = [layouts[i] for i in node.inputs]
+            in_shapes = tuple(shapes[i] for i in node.inputs)
+            try:
+                if name in fold_into:
+                    plan = _plan(node.layer, ctx, ins, in_shapes, ("bias",))
+                else:
+                    plan = _plan(node.layer, ctx, ins, in_shapes)
+            except MemoryError as e:
+                raise type(e)(f"layer {name!r}: {e}") from None
+            out_node = fold_into.get(name, name)
+            rearrs = []
+            for k, (src_name, want) in enumerate(zip(node.inputs, plan.inputs)):
+                src = layouts[src_name]
+                if want is None or src is None:
+                    rearrs.append(None)
+                else:
+                    rearrs.append(_rearrangement(ctx.machine, src, want, f"{name}: {src_name} -> input {k}"))
+            bn = (fold_into[name], net.nodes[fold_into[name]].layer) if name in fold_into else None
+            step_name = f"{name}+{fold_into[name]}" if name in fold_into else name
+            layers = (name, fold_into[name]) if name in fold_into else (name,)
+            op = node.layer.op + ("+bn" if bn else "")
+            self.steps.append(Step(step_name, out_node, layers, op, plan, node.inputs, rearrs,
+                                   in_shapes, shapes[out_node], bn, node.layer))
+            layouts[out_node] = plan.output
+        self.layouts = layouts
+
+    # ------------------------------------------------------------------ costs
+    @property
+    def total_cycles(self) -> int:
+        return sum(s.cycles for s in self.steps)
+
+    @property
+    def flops(self) -> int:
+        return sum(s.plan.flops for s in self.steps)
+
+    def records(self) -> list[SuperstepRecord]:
+        out = []
+        for s in self.steps:
+            out += s.records()
+        return out
+
+    def liveness(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per-step, per-tile live bytes (reserve excluded) and per-tile resident weights.
+
+        At step i a tile holds: every layer's resident weights; every activation produced
+        before step i and used at or after it (network inputs from the start, outputs to
+        the end); and step i's own buffers (wanted-input copies, working memory, its output).
+        """
+        nt = self.machine.n_tiles
+        S = len(self.steps)
+        index = {s.node: i for i, s in enumerate(self.steps)}
+        last = {n: -1 for n in self.layouts}
+        for i, s in enumerate(self.steps):
+            for src in s.srcs:
+                last[src] = max(last[src], i)
+        for o in self.net.outputs:
+            last[o] = S - 1
+        diff = np.zeros((S + 1, nt), dtype=np.int64)
+        for n, lay in self.layouts.items():
+            if lay is None:
+                continue
+            p = index.get(n, -1)
+            if last[n] > p:
+                diff[p + 1] += lay.bytes_per_tile(nt)
+                diff[last[n] + 1] -= lay.bytes_per_tile(nt)
+        acts = np.cumsum(diff, axis=0)[:S]
+        weights = np.zeros(nt, dtype=np.int64)
+        own = np.zeros((S, nt), dtype=np.int64)
+        for i, s in enumerate(self.steps):
+            weights += s.plan.weight_bytes
+            own[i] = s.plan.total_bytes - s.plan.weight_bytes
+        return acts + own + weights[None, :], weights
+
+    # ------------------------------------------------------------------ execution
+    def execute(self, feeds: dict[str, np.ndarray], params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run every step on real data; returns the network outputs as host arrays."""
+        nt = self.machine.n_tiles
+        live: dict[str, Any] = {}
+        for name in self.net.inputs:
+            lay = self.input_layouts[name]
+            live[name] = np.asarray(feeds[name]) if lay is None else Resident.from_host(lay, nt, feeds[name])
+        remaining: dict[str, int] = {}
+        for s in self.steps:
+            for src in s.srcs:
+                remaining[src] = remaining.get(src, 0) + 1
+        for s in self.steps:
+            srcs = [live[n] for n in s.srcs]
+            live[s.node] = s.plan.run(srcs, s.rearrs, s.params(params))
+            for n in s.srcs:
+                remaining[n] -= 1
+                if remaining[n] == 0 and n not in self.net.outputs:
+                    del live[n]
+        return {o: (live[o].to_host() if isinstance(live[o], Resident) else live[o])
+                for o in self.net.outputs}
+
+
+def compile_network(net: Network, batch: int, ctx: PlanContext, *, fold_bn: bool = True) -> NetworkProgram:
+    """The compiled program (cached by network version, batch, context and folding)."""
+    key = (id(net), net._version, batch, ctx, fold_bn)
+    with _LOCK:
+        prog = _PROGRAMS.get(key)
+        if prog is not None and prog.net is net:
+            _PROGRAMS.move_to_end(key)
+            return prog
+    prog = NetworkProgram(net, batch, ctx, fold_bn)
+    with _LOCK:
+        _PROGRAMS[key] = prog
+        while len(_PROGRAMS) > PROGRAM_CACHE_SIZE:
+            _PROGRAMS.popitem(last=False)
+    return prog

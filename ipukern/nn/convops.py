@@ -1,0 +1,157 @@
+"""Convolutions and matmuls of a network: the conv planner's programs as network ops.
+
+Each conv or matmul of a network is planned by :func:`ipukern.conv.planner.plan_conv` and
+built by :func:`ipukern.conv.build.build_conv_program` exactly as :func:`ipukern.conv2d`
+does; the op's wanted input layout is the planner's own (the conv input tensor inside the
+tiles' windows, NHCW order), so the producer's output is rearranged straight into it and
+the conv's first exchange adds the halos. Programs are cached per shape: layers of equal
+shape share one plan and one program.
+
+Execute mode: the input arrives by a tile-to-tile rearrangement into the program's
+memory, the layer's weights are placed into their home tiles (the model keeps them
+resident; the simulator re-places them because layers of equal shape share one built
+program), the program runs, and the output is kept as a :class:`Resident` in its mapping.
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..conv.build import ConvProgram, build_conv_program
+from ..conv.params import ConvParams
+from ..conv.planner import plan_conv
+from ..core.engine import run_program
+from ..dtypes import DTYPES
+from ..machine import MachineSpec
+from .layout import Layout, Resident, _copy
+from .ops import OpPlan, affine_plan
+
+__all__ = ["clear_program_cache", "conv_plan", "conv_program", "matmul_plan"]
+
+_PROGRAMS: dict[tuple, ConvProgram] = {}
+_LOCK = threading.Lock()
+
+
+def clear_program_cache() -> None:
+    """Forget every cached network conv/matmul program."""
+    with _LOCK:
+        _PROGRAMS.clear()
+
+
+def conv_program(params: ConvParams, machine: MachineSpec, bias: bool) -> ConvProgram:
+    """The planned and built program for these conv parameters (cached)."""
+    key = (params, machine, bias)
+    with _LOCK:
+        prog = _PROGRAMS.get(key)
+    if prog is None:
+        prog = build_conv_program(plan_conv(params, machine, bias=bias))
+        with _LOCK:
+            prog = _PROGRAMS.setdefault(key, prog)
+    return prog
+
+
+def _read_output(prog: ConvProgram, out: Layout, nt: int) -> Resident:
+    y = prog.y
+    res = Resident(out, nt)
+    nb = y.mapping.count * y.itemsize
+    _copy(res.data, prog.device.arena.data, y.mapping.tile, y.offset, y.mapping.tile,
+          out.packed_offsets, nb)
+    return res
+
+
+def _home_bytes(t, nt: int) -> np.ndarray:
+    return t.mapping.elems_per_tile(nt) * t.itemsize
+
+
+def conv_plan(machine: MachineSpec, in_shape: Sequence[int], weight_shape: Sequence[int], *,
+              stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1,
+              dtype: str = "float16", partials: str = "float32", bias: bool = False) -> OpPlan:
+    """A conv2d layer pass (PyTorch semantics) as a network op."""
+    params = ConvParams.from_shapes(in_shape, weight_shape, stride=stride, padding=padding,
+                                    dilation=dilation, groups=groups, dtype=dtype,
+                                    partials=partials)
+    prog = conv_program(params, machine, bias)
+    nt = machine.n_tiles
+    x = prog.x
+    want = Layout(tuple(in_shape), dtype, x.mapping, perm=(0, 2, 1, 3), offsets=x.offset)
+    out = Layout(params.output_shape, dtype, prog.y.mapping)
+    wbytes = _home_bytes(prog.w, nt) + (_home_bytes(prog.b, nt) if bias else 0)
+    dev = prog.device
+    wdt = DTYPES[dtype]
+
+    def run(srcs, rearrs, prm):
+        with dev.arena.lock:
+            rearrs[0].run(srcs[0], dev.arena.data)
+            dev.write(prog.w, np.asarray(prm["weight"], dtype=wdt))
+            if bias:
+                dev.write(prog.b, np.asarray(prm["bias"], dtype=wdt))
+            run_program(prog.program, "execute", device=dev)
+            return _read_output(prog, out, nt)
+
+    plan = prog.plan
+    return OpPlan("conv2d", "fwd", plan.method.label(), [want], out, list(prog.program.records),
+                  params.flops, dev.memory.used.copy(), wbytes, run, (False,),
+                  info={"plan": plan.describe(), "layer": params.describe()})
+
+
+def matmul_plan(machine: MachineSpec, a_shape: Sequence[int], b_shape: Sequence[int], *,
+                dtype: str = "float16", partials: str = "float32", b_param: bool = False,
+                bias: bool = False, out_shape: Sequence[int] | None = None) -> OpPlan:
+    """``a @ b`` for a (G, M, K) and b (G, K, N) (2-D shapes mean G = 1), planned as a 1x1
+    grouped conv like :func:`ipukern.matmul`: ``a`` is the conv's weights (rows of K
+    contiguous, the natural layout of activations (tokens, features)), ``b`` its input.
+
+    ``b_param``: ``b`` is a parameter (a Linear layer's transposed weight, param
+    ``"weight"`` of shape (N, K) as in PyTorch); ``bias`` adds param ``"bias"`` (N,).
+    """
+    a3 = tuple(a_shape) if len(a_shape) == 3 else (1,) + tuple(a_shape)
+    b3 = tuple(b_shape) if len(b_shape) == 3 else (1,) + tuple(b_shape)
+    G, M, K = a3
+    if b3[0] != G or b3[1] != K:
+        raise ValueError(f"matmul shapes {tuple(a_shape)} @ {tuple(b_shape)} do not match")
+    N = b3[2]
+    params = ConvParams(batch=1, in_channels=G * K, out_channels=G * M, in_h=1, in_w=N,
+                        kernel_h=1, kernel_w=1, groups=G, dtype=dtype, partials=partials)
+    prog = conv_program(params, machine, False)
+    nt = machine.n_tiles
+    w, x = prog.w, prog.x
+    a_want = Layout(tuple(a_shape), dtype, w.mapping, offsets=w.offset)
+    b_want = Layout(tuple(b_shape), dtype, x.mapping, offsets=x.offset)
+    if out_shape is None:
+        out_shape = (M, N) if len(a_shape) == 2 else (G, M, N)
+    out = Layout(tuple(out_shape), dtype, prog.y.mapping)
+    dev = prog.device
+    wdt = DTYPES[dtype]
+    bias_plan = affine_plan(machine, out, N, 1, scale=False, shift=True, name="bias") if bias else None
+    wbytes = _home_bytes(x, nt) if b_param else np.zeros(nt, np.int64)
+    records = list(prog.program.records)
+    total = dev.memory.used.copy()
+    if bias_plan is not None:
+        records += bias_plan.records
+        wbytes = wbytes + bias_plan.weight_bytes
+        total = np.maximum(total, bias_plan.total_bytes + out.bytes_per_tile(nt))
+
+    def run(srcs, rearrs, prm):
+        with dev.arena.lock:
+            rearrs[0].run(srcs[0], dev.arena.data)
+            if b_param:
+                wt = np.asarray(prm["weight"], dtype=wdt)
+                dev.write(x, np.ascontiguousarray(wt.T).reshape(x.shape))
+            else:
+                rearrs[1].run(srcs[1], dev.arena.data)
+            run_program(prog.program, "execute", device=dev)
+            y = _read_output(prog, out, nt)
+        if bias_plan is not None:
+            from .layout import Rearrangement
+            ident = Rearrangement(machine, out, out)
+            y = bias_plan.run([y], [ident], {"shift": prm["bias"]})
+        return y
+
+    inputs = [a_want] if b_param else [a_want, b_want]
+    return OpPlan("matmul", "fwd", prog.plan.method.label(), inputs, out, records,
+                  params.flops + (N * M * G if bias else 0), total, wbytes, run,
+                  tuple(False for _ in inputs),
+                  info={"plan": prog.plan.describe(), "layer": f"G{G} ({M}x{K}) @ ({K}x{N})"})

@@ -1,0 +1,128 @@
+"""Cycle models of the non-conv network vertices, from the PopLibs estimators.
+
+Sources (graphcore/poplibs, public on GitHub):
+
+- [NL] ``lib/popnn/popnnCycleEstimators.cpp`` (NonLinearity1D estimator) with the per-vector
+  op cycles of ``lib/popnn/PerformanceEstimation.hpp`` (``getNonLinearityOpCycles``);
+- [POOL] ``lib/popnn/PerformanceEstimation.hpp`` ``getPoolingCycles`` (row loop 13, work
+  loop 20, inner rpt loop ``4 + 3n`` max / ``5 + 3n`` sum per channel group, supervisor 7+6);
+- [UN] ``lib/popops/popopsCycleEstimators.cpp`` ``UnaryOp1D`` (worker 17 cycles, 33 for exp,
+  then the inner loop of ``unaryOpPerfInfo`` in ``popopsCycleEstimators.hpp``: cycles per
+  loop and elements per loop, e.g. EXPONENT float 6 cycles / 2 elements);
+- [LOSS] ``lib/popnn/PerformanceEstimation.hpp`` ``getLossTransformCycles`` (softmax
+  cross-entropy transform, 9 cycles per float element);
+- element-wise binary ops and reductions reuse :mod:`ipukern.core.cost` (popops
+  BinaryOp1D and the reduce vertices).
+
+Every function returns integer tile cycles for one tile doing ``n`` elements (0 for
+n = 0) and accepts NumPy arrays of sizes (vectorised over tiles).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..core import cost
+from ..machine import MachineSpec
+
+__all__ = [
+    "NONLINEARITIES",
+    "binary_cycles",
+    "copy_cycles",
+    "loss_cycles",
+    "nonlinearity_cycles",
+    "pool_cycles",
+    "reduce_rows_cycles",
+    "unary_cycles",
+]
+
+#: getNonLinearityOpCycles [NL]: (scalar float, vector float, scalar half, vector half).
+#: ReLU6 is a clamp (two min/max instructions: ReLU's cost twice, stated, not in PopLibs).
+_NL_OP = {"relu": (1, 1, 1, 1), "relu6": (2, 2, 2, 2), "sigmoid": (5, 10, 2, 4),
+          "tanh": (5, 10, 1, 2), "gelu": (10, 10, 5, 5), "silu": (6, 11, 3, 5)}
+NONLINEARITIES = tuple(_NL_OP)
+#: NonLinearity1D worker overhead [NL]: 3 load + 5 divide + 2 id + 2 align + 5 setup + 3
+_NL_WORKER_OVERHEAD = 20
+_NL_SUPERVISOR = 9
+#: unaryOpPerfInfo [UN]: (cycles per loop, elements per loop) per (op, dtype)
+_UNARY = {("exp", "float32"): (6, 2), ("exp", "float16"): (4, 4),
+          ("rsqrt", "float32"): (8, 2), ("rsqrt", "float16"): (19, 4),
+          ("inverse", "float32"): (6, 2), ("inverse", "float16"): (15, 4)}
+
+
+def _arr(n) -> np.ndarray:
+    return np.asarray(n, dtype=np.int64)
+
+
+def nonlinearity_cycles(machine: MachineSpec, n, kind: str, dtype: str) -> np.ndarray:
+    """popnn NonLinearity1D over ``n`` elements of one tile [NL]."""
+    if kind not in _NL_OP:
+        raise ValueError(f"unknown non-linearity {kind!r}; choose from {NONLINEARITIES}")
+    n = _arr(n)
+    f = dtype == "float32"
+    op_s, op_v = _NL_OP[kind][0:2] if f else _NL_OP[kind][2:4]
+    vw = machine.vector_elems(dtype)
+    vectors = n // vw
+    rem = n % vw
+    vpw = -(-vectors // machine.n_workers)
+    work = _NL_WORKER_OVERHEAD + np.where(vpw > 0, 2 + op_s + (vpw - 1) * op_v + 1 + op_s, 0)
+    work = work + 3 + np.where(rem > 0, 2 + op_s, 0)
+    return np.where(n > 0, _NL_SUPERVISOR + machine.n_workers * work, 0).astype(np.int64)
+
+
+def unary_cycles(machine: MachineSpec, n, op: str, dtype: str) -> np.ndarray:
+    """popops UnaryOp1D (exp, rsqrt, inverse) over ``n`` elements of one tile [UN]."""
+    n = _arr(n)
+    per_loop, elems = _UNARY[op, dtype]
+    per_worker = -(-n // machine.n_workers)
+    worker = (33 if op == "exp" else 17) + (-(-per_worker // elems)) * per_loop
+    return np.where(n > 0, worker * machine.n_workers + 9 + cost.SUPERVISOR_OVERHEAD, 0).astype(np.int64)
+
+
+def binary_cycles(machine: MachineSpec, n, dtype: str, n_inputs: int = 2) -> np.ndarray:
+    """popops BinaryOp1D (add, mul, ...) over ``n`` elements (ipukern.core.cost)."""
+    return cost.elementwise_cycles_array(machine, _arr(n), dtype, n_inputs)
+
+
+def copy_cycles(machine: MachineSpec, n, dtype: str) -> np.ndarray:
+    """An on-tile copy streams like a one-input element-wise op."""
+    return cost.elementwise_cycles_array(machine, _arr(n), dtype, 1)
+
+
+def reduce_rows_cycles(machine: MachineSpec, rows, row_len: int, dtype: str,
+                       out_dtype: str = "float32") -> np.ndarray:
+    """Reduce ``rows`` rows of ``row_len`` elements each to one value per row on one tile:
+    the popops reduce vertex with the row as the partials (``reduce_cycles``, depth =
+    row length, one output per row), one vertex per row batch."""
+    rows = _arr(rows)
+    if row_len <= 1:
+        return cost.cast_cycles_array(machine, rows, dtype, out_dtype)
+    one = cost.reduce_cycles(machine, 1, int(row_len), dtype, out_dtype)
+    return np.where(rows > 0, rows * one, 0).astype(np.int64)
+
+
+def pool_cycles(machine: MachineSpec, planes, out_h: int, out_w: int, kh: int, kw: int,
+                max_pool: bool) -> np.ndarray:
+    """popnn pooling vertex for ``planes`` channel planes on one tile [POOL].
+
+    Work is split over the workers by output rows; each output row runs one work-list
+    entry per kernel tap (``kh * kw``), each an rpt loop over the ``out_w`` outputs with
+    one channel per group (the planes layout has no channel grouping).
+    """
+    planes = _arr(planes)
+    rows = planes * out_h
+    rows_pw = -(-rows // machine.n_workers)
+    inner = (4 if max_pool else 5) + 3 * out_w
+    per_row = 13 + kh * kw * (20 + 1 + 2 + inner + 1 + 1 + 3) + 2
+    worker = 4 + 2 + 2 + 7 + 2 + 2 + 5 + 1 + 2 + 2 + (1 if max_pool else 2) + 3 + 6 + 1 + rows_pw * per_row + 1
+    return np.where(planes > 0, 7 + worker * machine.n_workers + 6, 0).astype(np.int64)
+
+
+def loss_cycles(machine: MachineSpec, rows, classes: int, dtype: str) -> np.ndarray:
+    """Softmax cross-entropy transform over ``rows`` rows of ``classes`` logits [LOSS]:
+    one LossTransform vertex per row, on the worker contexts in turn."""
+    rows = _arr(rows)
+    f = dtype == "float32"
+    size = int(classes)
+    one = (5 + 6 + 5 + (0 if f else 1) + 2 + 1 + 9 * (size if f else size // 2)
+           + (0 if f else (2 + (11 if size & 1 else 0))) + 1)
+    return np.where(rows > 0, -(-rows // machine.n_workers) * one * machine.n_workers, 0).astype(np.int64)

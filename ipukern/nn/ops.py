@@ -1,0 +1,486 @@
+"""Planned network ops: what one layer pass costs, where its tensors live, how it runs.
+
+An :class:`OpPlan` is the unit the network program is made of. It states the layout it
+wants for each input (the network inserts a :class:`~ipukern.nn.layout.Rearrangement`
+where the producer's layout differs), the layout of its output, its supersteps' cost
+records, its FLOPs, its per-tile memory, and a ``run`` that executes it on
+:class:`~ipukern.nn.layout.Resident` tensors. Plans are pure functions of shapes, so
+layers of equal shape share one plan (the network caches them).
+
+This module holds the vector ops (activations, per-channel affine, residual add,
+pooling, softmax, layer norm, gather, loss) computed on the tiles' rows: every tile's
+elements are one row of a (n_tiles, elements) array and one NumPy expression updates
+all tiles at once. Convolutions and matmuls are in :mod:`ipukern.nn.convops`.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..core.profile import SuperstepRecord
+from ..dtypes import DTYPES
+from ..machine import MachineSpec
+from . import cycles
+from .layout import Layout, Resident, linear_layout
+
+__all__ = [
+    "OpPlan",
+    "act_fn",
+    "activation_plan",
+    "add_plan",
+    "affine_plan",
+    "channel_scale_plan",
+    "channel_table",
+    "compute_record",
+    "gather_plan",
+    "layernorm_plan",
+    "loss_plan",
+    "permute_plan",
+    "pool_plan",
+    "reshape_plan",
+    "softmax_plan",
+]
+
+
+@dataclass
+class OpPlan:
+    """One planned pass of one layer.
+
+    Attributes
+    ----------
+    op, pass_, method : str
+        Op name, pass ("fwd", "bwd", "wu") and the vertex/method that does the work.
+    inputs : list of Layout
+        Wanted layout of each input (None: the input is host data, e.g. token ids).
+    output : Layout
+        Layout the output is produced in (packed, logical order).
+    records : list of SuperstepRecord
+        The op's supersteps (its own exchanges included).
+    flops : int
+    total_bytes : ndarray (n_tiles,)
+        Per-tile bytes while the op runs: its wanted-input buffers (unless they alias the
+        producer's), working buffers, its parameters and its output.
+    weight_bytes : ndarray (n_tiles,)
+        Per-tile bytes of the parameters' home copy (resident for the whole program).
+    alias_inputs : tuple of bool
+        Inputs read in place from the producer's buffer (no memory of their own).
+    run : callable
+        ``run(srcs, rearrangements, params) -> Resident``: executes the op. ``srcs`` are the
+        producers' residents (or host arrays), ``rearrangements`` move each into the wanted
+        layout (identity ones cost nothing), ``params`` is the layer's parameter dict.
+    """
+
+    op: str
+    pass_: str
+    method: str
+    inputs: list[Layout | None]
+    output: Layout
+    records: list[SuperstepRecord]
+    flops: int
+    total_bytes: np.ndarray
+    weight_bytes: np.ndarray
+    run: Callable[..., Resident]
+    alias_inputs: tuple[bool, ...] = ()
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def cycles(self) -> int:
+        return sum(r.total_cycles for r in self.records)
+
+
+def compute_record(machine: MachineSpec, name: str, tile_cycles: np.ndarray, why: str,
+                   category: str = "compute") -> SuperstepRecord:
+    """A compute superstep record from per-tile cycles (slowest tile sets the pace)."""
+    tc = np.asarray(tile_cycles, dtype=np.int64)
+    t = int(np.argmax(tc)) if tc.size else -1
+    c = int(tc[t]) if tc.size else 0
+    return SuperstepRecord(index=0, name=name, category=category, compute_cycles=c,
+                           sync_cycles=machine.sync_cycles, exchange_cycles=0,
+                           compute_tile=t if c else -1, tiles_computing=int((tc > 0).sum()),
+                           compute_why=why)
+
+
+def _zeros(machine: MachineSpec) -> np.ndarray:
+    return np.zeros(machine.n_tiles, dtype=np.int64)
+
+
+# --------------------------------------------------------------------------- math
+def act_fn(kind: str, x: np.ndarray) -> np.ndarray:
+    """The non-linearities, computed in float32 (GELU: the tanh form popnn implements)."""
+    if kind == "relu":
+        return np.maximum(x, 0)
+    if kind == "relu6":
+        return np.clip(x, 0, 6)
+    if kind == "sigmoid":
+        return 1.0 / (1.0 + np.exp(-x))
+    if kind == "silu":
+        return x / (1.0 + np.exp(-x))
+    if kind == "tanh":
+        return np.tanh(x)
+    if kind == "gelu":
+        return 0.5 * x * (1.0 + np.tanh(np.float32(np.sqrt(2 / np.pi)) * (x + np.float32(0.044715) * x * x * x)))
+    raise ValueError(f"unknown activation {kind!r}; choose from {cycles.NONLINEARITIES}")
+
+
+def _f32(a: np.ndarray) -> np.ndarray:
+    return a if a.dtype == np.float32 else a.astype(np.float32)
+
+
+def _store(out: Resident, values: np.ndarray) -> Resident:
+    with np.errstate(all="ignore"):
+        out.view()[...] = values
+    return out
+
+
+def _in(srcs, rearrs, k: int) -> Resident:
+    return rearrs[k].run(srcs[k])
+
+
+# --------------------------------------------------------------------------- element-wise
+def activation_plan(machine: MachineSpec, src: Layout, kind: str) -> OpPlan:
+    """Non-linearity in the producer's layout (popnn NonLinearity1D, in place)."""
+    n = src.elems_per_tile(machine.n_tiles)
+    cyc = cycles.nonlinearity_cycles(machine, n, kind, src.dtype)
+    out = Layout(src.shape, src.dtype, src.mapping)
+
+    def run(srcs, rearrs, params):
+        x = _in(srcs, rearrs, 0)
+        with np.errstate(all="ignore"):
+            y = act_fn(kind, _f32(x.view()))
+        return _store(Resident(out, machine.n_tiles), y)
+
+    rec = compute_record(machine, kind, cyc, f"popnn NonLinearity1D {kind}<{src.dtype}>: "
+                         f"{int(n.max())} elements on the busiest tile")
+    return OpPlan(kind, "fwd", "NonLinearity1D", [src], out, [rec], int(src.n_elems),
+                  out.bytes_per_tile(machine.n_tiles), _zeros(machine), run, (True,))
+
+
+def channel_table(layout: Layout, n_tiles: int, channels: int, inner: int) -> np.ndarray:
+    """(n_tiles, slot) int32: the channel ``(flat // inner) % channels`` of each element a
+    tile holds (0 in the padding)."""
+    m = layout.mapping
+    slot = int(layout.elems_per_tile(n_tiles).max())
+    table = np.zeros((n_tiles, max(slot, 1)), dtype=np.int32)
+    pos0 = layout.packed_offsets // layout.itemsize
+    rep = np.repeat(np.arange(m.count.size), m.count)
+    k = np.arange(rep.size) - np.repeat(np.cumsum(m.count) - m.count, m.count)
+    table[m.tile[rep], pos0[rep] + k] = ((m.start[rep] + k) // inner) % channels
+    return table
+
+
+def affine_plan(machine: MachineSpec, src: Layout, channels: int, inner: int, *,
+                scale: bool, shift: bool, name: str, act: str | None = None) -> OpPlan:
+    """``y = x * scale[c] + shift[c]`` with ``c = (flat // inner) % channels`` in the
+    producer's layout: batch-norm inference (popnn batchNormalise: channelMul then
+    addToChannel, two broadcast binary passes), bias add, position-embedding add, SE scale.
+    Parameters are broadcast to every tile holding data (their bytes are counted there)."""
+    nt = machine.n_tiles
+    n = src.elems_per_tile(nt)
+    passes = int(scale) + int(shift)
+    cyc = passes * cycles.binary_cycles(machine, n, src.dtype, 2)
+    if act is not None:
+        cyc = cyc + cycles.nonlinearity_cycles(machine, n, act, src.dtype)
+    out = Layout(src.shape, src.dtype, src.mapping)
+    pbytes = np.where(n > 0, passes * channels * src.itemsize, 0)
+    table_cache: list[np.ndarray] = []
+
+    def run(srcs, rearrs, params):
+        x = _in(srcs, rearrs, 0)
+        if not table_cache:
+            table_cache.append(channel_table(src, nt, channels, inner))
+        idx = table_cache[0]
+        y = _f32(x.view())
+        if scale:
+            y = y * np.asarray(params["scale"], np.float32).reshape(-1)[idx]
+        if shift:
+            y = y + np.asarray(params["shift"], np.float32).reshape(-1)[idx]
+        if act is not None:
+            with np.errstate(all="ignore"):
+                y = act_fn(act, y)
+        return _store(Resident(out, nt), y)
+
+    rec = compute_record(machine, name, cyc, f"popops broadcast {'mul+add' if passes == 2 else 'op'} "
+                         f"over {int(n.max())} elements per tile ({channels} channels)")
+    return OpPlan(name, "fwd", "BroadcastVectorOuter", [src], out, [rec], passes * src.n_elems,
+                  out.bytes_per_tile(nt) + pbytes, pbytes, run, (True,))
+
+
+def add_plan(machine: MachineSpec, a: Layout, b_shape: Sequence[int], act: str | None = None) -> OpPlan:
+    """Residual add in the first operand's layout; the second is rearranged to it."""
+    nt = machine.n_tiles
+    b_want = Layout(tuple(b_shape), a.dtype, a.mapping)
+    n = a.elems_per_tile(nt)
+    cyc = cycles.binary_cycles(machine, n, a.dtype, 2)
+    if act is not None:
+        cyc = cyc + cycles.nonlinearity_cycles(machine, n, act, a.dtype)
+    out = Layout(a.shape, a.dtype, a.mapping)
+
+    def run(srcs, rearrs, params):
+        x, y = _in(srcs, rearrs, 0), _in(srcs, rearrs, 1)
+        s = _f32(x.view()) + _f32(y.view())
+        if act is not None:
+            s = act_fn(act, s)
+        return _store(Resident(out, nt), s)
+
+    rec = compute_record(machine, "add", cyc, f"popops add<{a.dtype}>: {int(n.max())} elements per tile")
+    return OpPlan("add", "fwd", "BinaryOp1D", [a, b_want], out, [rec], a.n_elems,
+                  2 * out.bytes_per_tile(nt), _zeros(machine), run, (True, False))
+
+
+def reshape_plan(machine: MachineSpec, src: Layout, shape: Sequence[int]) -> OpPlan:
+    """A view: same elements, same tiles, new logical shape (no cycles, no memory)."""
+    out = Layout(tuple(shape), src.dtype, src.mapping)
+
+    def run(srcs, rearrs, params):
+        return Resident(out, machine.n_tiles, _in(srcs, rearrs, 0).data)
+
+    return OpPlan("reshape", "fwd", "view", [src], out, [], 0, _zeros(machine), _zeros(machine), run, (True,))
+
+
+def permute_plan(machine: MachineSpec, src_shape: Sequence[int], dtype: str, perm: Sequence[int]) -> OpPlan:
+    """Transpose: the input is rearranged straight into the new order (the exchange is
+    the op; a linear mapping over the permuted order)."""
+    nt = machine.n_tiles
+    out_shape = tuple(src_shape[p] for p in perm)
+    want = linear_layout(src_shape, dtype, nt, perm=tuple(perm))
+    out = Layout(out_shape, dtype, want.mapping)
+
+    def run(srcs, rearrs, params):
+        r = _in(srcs, rearrs, 0)
+        return Resident(out, nt, r.data)
+
+    return OpPlan("permute", "fwd", "rearrange", [want], out, [], 0, out.bytes_per_tile(nt),
+                  _zeros(machine), run, (False,))
+
+
+# --------------------------------------------------------------------------- row ops
+def _rows(shape: Sequence[int], row: int, dtype: str, nt: int) -> Layout:
+    return linear_layout(shape, dtype, nt, grain=row)
+
+
+def pool_plan(machine: MachineSpec, shape: Sequence[int], dtype: str, kind: str, kernel, stride,
+              padding) -> OpPlan:
+    """Max / average pooling (count_include_pad, as torch) on whole channel planes per tile.
+
+    ``kernel=None`` is global average pooling. The planes layout is a stated
+    simplification of popnn, which plans pooling like a convolution.
+    """
+    nt = machine.n_tiles
+    N, C, H, W = shape
+    if kernel is None:
+        kh, kw, sh, sw, ph, pw = H, W, 1, 1, 0, 0
+    else:
+        (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
+    Ho, Wo = (H + 2 * ph - kh) // sh + 1, (W + 2 * pw - kw) // sw + 1
+    want = _rows(shape, H * W, dtype, nt)
+    used = want.mapping.tiles_used.size
+    out = Layout((N, C, Ho, Wo), dtype, _linear_rows(N * C, Ho * Wo, used))
+    planes = want.elems_per_tile(nt) // (H * W)
+    cyc = cycles.pool_cycles(machine, planes, Ho, Wo, kh, kw, kind == "max")
+    mx = kind == "max"
+
+    def run(srcs, rearrs, params):
+        x = _in(srcs, rearrs, 0)
+        v = _f32(x.view()).reshape(nt, -1, H, W)
+        fill = -np.inf if mx else 0.0
+        if ph or pw:
+            v = np.pad(v, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=fill)
+        acc = None
+        for i in range(kh):
+            for j in range(kw):
+                win = v[:, :, i:i + sh * (Ho - 1) + 1:sh, j:j + sw * (Wo - 1) + 1:sw]
+                acc = win.copy() if acc is None else (np.maximum(acc, win) if mx else acc + win)
+        if not mx:
+            acc = acc * np.float32(1.0 / (kh * kw))
+        return _store(Resident(out, nt), acc.reshape(nt, -1))
+
+    label = "global-avg-pool" if kernel is None else f"{kind}-pool {kh}x{kw}/{sh}"
+    rec = compute_record(machine, label, cyc, f"popnn {'Max' if mx else 'Sum'}Pooling: "
+                         f"{int(planes.max())} planes of {Ho}x{Wo} outputs, {kh}x{kw} window")
+    return OpPlan("maxpool" if mx else "avgpool", "fwd", "MaxPooling" if mx else "SumPooling", [want],
+                  out, [rec], int(N * C * Ho * Wo * kh * kw), want.bytes_per_tile(nt) + out.bytes_per_tile(nt),
+                  _zeros(machine), run, (False,))
+
+
+def channel_scale_plan(machine: MachineSpec, shape: Sequence[int], dtype: str) -> OpPlan:
+    """``x * s`` with x (N, C, H, W) and s (N, C, 1, 1) (squeeze-excitation's scaling):
+    whole channel planes per tile, ``s`` rearranged to the same tiles (one value per
+    plane); popops broadcast multiply."""
+    nt = machine.n_tiles
+    N, C, H, W = shape
+    want = _rows(shape, H * W, dtype, nt)
+    used = want.mapping.tiles_used.size
+    s_want = Layout((N, C, 1, 1), dtype, _linear_rows(N * C, 1, used))
+    n = want.elems_per_tile(nt)
+    cyc = cycles.binary_cycles(machine, n, dtype, 2)
+    out = Layout(tuple(shape), dtype, want.mapping)
+
+    def run(srcs, rearrs, params):
+        x, s = _in(srcs, rearrs, 0), _in(srcs, rearrs, 1)
+        v = _f32(x.view()).reshape(nt, -1, H * W)
+        sc = _f32(s.view())[:, :v.shape[1], None]
+        return _store(Resident(out, nt), (v * sc).reshape(nt, -1))
+
+    rec = compute_record(machine, "scale channels", cyc, f"popops broadcast mul: {int(n.max())} elements per tile")
+    return OpPlan("scale_channels", "fwd", "BroadcastVectorOuter", [want, s_want], out, [rec], want.n_elems,
+                  2 * want.bytes_per_tile(nt) + s_want.bytes_per_tile(nt), _zeros(machine), run, (False, False))
+
+
+def _linear_rows(n_rows: int, row: int, used: int):
+    from ..core.tensor import TileMapping
+    return TileMapping.linear(n_rows * row, used, grain=row)
+
+
+def _row_op(machine: MachineSpec, shape: Sequence[int], dtype: str):
+    """Whole last-axis rows per tile: (n_tiles, row length, wanted layout, elements and
+    rows per tile)."""
+    nt = machine.n_tiles
+    L = int(shape[-1])
+    want = _rows(shape, L, dtype, nt)
+    n = want.elems_per_tile(nt)
+    return nt, L, want, n, n // L
+
+
+def softmax_plan(machine: MachineSpec, shape: Sequence[int], dtype: str, scale: float = 1.0) -> OpPlan:
+    """Softmax over the last axis (of ``scale * x``), whole rows per tile: max-reduce,
+    subtract+exp, sum-reduce, reciprocal and multiply (popops/popnn vertices)."""
+    nt, L, want, n, rows = _row_op(machine, shape, dtype)
+    cyc = (2 * cycles.reduce_rows_cycles(machine, rows, L, dtype)
+           + cycles.binary_cycles(machine, n, dtype, 1) + cycles.unary_cycles(machine, n, "exp", dtype)
+           + cycles.unary_cycles(machine, rows, "inverse", "float32")
+           + cycles.binary_cycles(machine, n, dtype, 2))
+    out = Layout(tuple(shape), dtype, want.mapping)
+
+    def run(srcs, rearrs, params):
+        x = _in(srcs, rearrs, 0)
+        v = _f32(x.view()).reshape(nt, -1, L) * np.float32(scale)
+        e = np.exp(v - v.max(axis=-1, keepdims=True))
+        s = e.sum(axis=-1, keepdims=True)
+        with np.errstate(all="ignore"):
+            y = e * (np.float32(1.0) / s)
+        return _store(Resident(out, nt), y.reshape(nt, -1))
+
+    rec = compute_record(machine, "softmax", cyc, f"softmax: {int(rows.max())} rows of {L} per tile")
+    return OpPlan("softmax", "fwd", "reduce+exp+mul", [want], out, [rec], 5 * want.n_elems,
+                  2 * want.bytes_per_tile(nt), _zeros(machine), run, (False,))
+
+
+def layernorm_plan(machine: MachineSpec, shape: Sequence[int], dtype: str, eps: float) -> OpPlan:
+    """Layer norm over the last axis with gain and bias, whole rows per tile: two
+    reductions (mean, mean of squares), rsqrt, then scale/shift passes."""
+    nt, L, want, n, rows = _row_op(machine, shape, dtype)
+    cyc = (2 * cycles.reduce_rows_cycles(machine, rows, L, dtype)
+           + cycles.binary_cycles(machine, n, dtype, 1)
+           + cycles.unary_cycles(machine, rows, "rsqrt", "float32")
+           + 3 * cycles.binary_cycles(machine, n, dtype, 2))
+    out = Layout(tuple(shape), dtype, want.mapping)
+    pbytes = np.where(n > 0, 2 * L * want.itemsize, 0)
+
+    def run(srcs, rearrs, params):
+        x = _in(srcs, rearrs, 0)
+        v = _f32(x.view()).reshape(nt, -1, L)
+        mu = v.mean(axis=-1, keepdims=True)
+        d = v - mu
+        var = (d * d).mean(axis=-1, keepdims=True)
+        y = d / np.sqrt(var + np.float32(eps))
+        y = y * np.asarray(params["weight"], np.float32) + np.asarray(params["bias"], np.float32)
+        return _store(Resident(out, nt), y.reshape(nt, -1))
+
+    rec = compute_record(machine, "layernorm", cyc, f"layer norm: {int(rows.max())} rows of {L} per tile")
+    return OpPlan("layernorm", "fwd", "reduce+rsqrt+mul", [want], out, [rec], 8 * want.n_elems,
+                  2 * want.bytes_per_tile(nt) + pbytes, pbytes, run, (False,))
+
+
+def gather_plan(machine: MachineSpec, ids_shape: Sequence[int], vocab: int, dim: int, dtype: str) -> OpPlan:
+    """Embedding lookup (popops multiSlice). The table's rows are spread over the tiles;
+    each output row is copied from the tile holding that table row to the tile holding
+    the output row. The cost assumes the rows are spread evenly (the exchange plan does
+    not depend on the ids): one exchange of the output bytes and one copy vertex."""
+    nt = machine.n_tiles
+    out_shape = tuple(ids_shape) + (dim,)
+    out = _rows(out_shape, dim, dtype, nt)
+    table = _rows((vocab, dim), dim, dtype, nt)
+    isz = DTYPES[dtype].itemsize
+    n = out.elems_per_tile(nt)
+    xcyc = -(-int(n.max()) * isz * 16 // max(1, round(16 * machine.exchange_bytes_per_cycle)))
+    xrec = SuperstepRecord(index=0, name="gather rows", category="exchange", compute_cycles=0,
+                           sync_cycles=machine.sync_cycles,
+                           exchange_cycles=xcyc + machine.exchange_overhead_cycles,
+                           bytes_exchanged=int(out.n_elems * isz),
+                           exchange_why=f"multiSlice: {int(n.max()) * isz} B of table rows per tile")
+    crec = compute_record(machine, "gather copy", cycles.copy_cycles(machine, n, dtype),
+                          "multiSlice copy vertex")
+    tpos = table.packed_offsets
+    tstart = table.mapping.start
+
+    def run(srcs, rearrs, params):
+        ids = np.asarray(srcs[0])
+        tab = Resident.from_host(table, nt, np.asarray(params["weight"], dtype=DTYPES[dtype]))
+        flat = ids.reshape(-1).astype(np.int64)
+        if flat.size and (flat.min() < 0 or flat.max() >= vocab):
+            raise ValueError(f"embedding ids must lie in [0, {vocab}), got {int(flat.min())}..{int(flat.max())}")
+        res = Resident(out, nt)
+        i = np.searchsorted(tstart, flat * dim, side="right") - 1
+        src_off = tpos[i] + (flat * dim - tstart[i]) * isz
+        o0, _, ot, oo = out.pieces()     # one piece per output row (grain = dim)
+        j = np.searchsorted(o0, np.arange(flat.size) * dim, side="right") - 1
+        from .layout import _copy
+        _copy(res.data, tab.data, table.mapping.tile[i], src_off, ot[j],
+              oo[j] + (np.arange(flat.size) * dim - o0[j]) * isz, np.full(flat.size, dim * isz))
+        return res
+
+    wb = table.bytes_per_tile(nt)
+    return OpPlan("embedding", "fwd", "multiSlice", [None], out, [xrec, crec], 0,
+                  out.bytes_per_tile(nt) + wb, wb, run, (True,))
+
+
+def loss_plan(machine: MachineSpec, shape: Sequence[int], dtype: str) -> OpPlan:
+    """Mean softmax cross-entropy of logits (N, classes) against integer labels (host
+    input). Rows on tiles: the popnn loss transform, a per-tile sum of the row losses,
+    then the partial sums gathered to tile 0 and reduced."""
+    nt = machine.n_tiles
+    N, K = int(shape[0]), int(shape[1])
+    want = _rows(shape, K, dtype, nt)
+    rows = want.elems_per_tile(nt) // K
+    used = int((rows > 0).sum())
+    cyc = (cycles.loss_cycles(machine, rows, K, dtype)
+           + cycles.reduce_rows_cycles(machine, rows, K, dtype))
+    out = Layout((), "float32", _linear_rows(1, 1, 1))
+    xcyc = -(-used * 4 * 16 // max(1, round(16 * machine.exchange_bytes_per_cycle)))
+    recs = [compute_record(machine, "loss transform", cyc, f"popnn LossTransform: {int(rows.max())} "
+                           f"rows of {K} per tile"),
+            SuperstepRecord(index=0, name="loss partials", category="exchange", compute_cycles=0,
+                            sync_cycles=machine.sync_cycles,
+                            exchange_cycles=int(xcyc) + machine.exchange_overhead_cycles,
+                            exchange_tile=0, bytes_exchanged=4 * used,
+                            exchange_why=f"{used} per-tile partial losses to tile 0"),
+            compute_record(machine, "loss reduce",
+                           np.r_[cycles.reduce_rows_cycles(machine, 1, max(used, 1), "float32"),
+                                 np.zeros(nt - 1, np.int64)], f"sum {used} partial losses")]
+
+    def run(srcs, rearrs, params):
+        x = _in(srcs, rearrs, 0)
+        labels = np.asarray(srcs[1]).reshape(-1).astype(np.int64)
+        if labels.shape != (N,) or (labels.size and (labels.min() < 0 or labels.max() >= K)):
+            raise ValueError(f"labels must be {N} integers in [0, {K}), got shape {np.shape(srcs[1])}")
+        v = _f32(x.view()).reshape(nt, -1, K)
+        m = v.max(axis=-1, keepdims=True)
+        lse = (np.log(np.exp(v - m).sum(axis=-1)) + m[..., 0])
+        # each tile's rows are consecutive rows of the logits
+        first = np.zeros(nt, np.int64)
+        first[want.mapping.tile] = want.mapping.start // K
+        r = first[:, None] + np.arange(v.shape[1])[None, :]
+        valid = np.arange(v.shape[1])[None, :] < rows[:, None]
+        lab = labels[np.minimum(r, N - 1)]
+        picked = np.take_along_axis(v, lab[..., None], axis=-1)[..., 0]
+        per_tile = np.where(valid, lse - picked, 0.0).sum(axis=1)
+        res = Resident(out, nt)
+        res.view()[0, 0] = np.float32(per_tile.sum(dtype=np.float64) / N)
+        return res
+
+    return OpPlan("softmax_cross_entropy", "fwd", "LossTransform+reduce", [want, None], out, recs,
+                  4 * want.n_elems, want.bytes_per_tile(nt) + np.r_[4, np.zeros(nt - 1, np.int64)],
+                  _zeros(machine), run, (False, True))
