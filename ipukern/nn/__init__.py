@@ -41,8 +41,17 @@ from .ops import OpPlan
 from .profile import NetworkProfile
 
 __all__ = [
-    "Network", "NetworkProfile", "NetworkRun", "NetworkProgram", "estimate_network",
-    "run_network", "compile_network", "clear_network_caches", "OpPlan",
-    "Layout", "Rearrangement", "Resident",
+    "Layout",
+    "Network",
+    "NetworkProfile",
+    "NetworkProgram",
+    "NetworkRun",
+    "OpPlan",
+    "Rearrangement",
+    "Resident",
+    "clear_network_caches",
+    "compile_network",
+    "estimate_network",
+    "run_network",
 ]
 __all__ += layers.__all__
