@@ -16,6 +16,7 @@ receive buffer for partial chunks, and the bias ``[G][K]``.
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +24,7 @@ import numpy as np
 
 from ..core.cost import elementwise_cycles_array
 from ..core.engine import Device, get_num_threads
-from ..core.program import Program, Superstep, VertexBatch, balanced_bounds
+from ..core.program import ArgViews, Program, Superstep, VertexBatch, balanced_bounds
 from ..core.tensor import TileTensor, expand
 from ..core.vertices import sum_rows
 from ..dtypes import DTYPE_CODE, DTYPES
@@ -54,11 +55,16 @@ class ConvProgram:
         self.geometry = geometry
         self._builders = tensor_builders
         self._built: dict[str, Any] = {}
+        # threads sharing a cached program must build each tensor once (a second build
+        # would register the same tensor name on the device again)
+        self._lock = threading.Lock()
 
     def _get(self, name: str) -> Any:
         if name not in self._built:
-            builder = self._builders.get(name)
-            self._built[name] = builder() if builder is not None else None
+            with self._lock:
+                if name not in self._built:
+                    builder = self._builders.get(name)
+                    self._built[name] = builder() if builder is not None else None
         return self._built[name]
 
     @property
@@ -358,7 +364,6 @@ def _conv_batch(buf: _ConvBuffers, j: int, codelet: ConvCodelet, vertex: Any) ->
     t = np.flatnonzero(Kj > 0)
     dst = _conv_dst(buf, j, t)
     if vertex is not None:
-        from ..graph.tilefn import ArgViews  # only for the custom-vertex hook
         views = [ArgViews("a", "float32", buf.w_off[t], np.stack([Kj[t], geo.C[t]], axis=1)),
                  ArgViews("b", "float32", buf.win_off[t], np.stack([geo.C[t], geo.WC[t]], axis=1)),
                  ArgViews("c", "float32", dst, np.stack([Kj[t], geo.OC[t]], axis=1))]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 from typing import Any, Sequence
 
 import numpy as np
@@ -64,6 +65,8 @@ class Device:
         self.tensors: dict[str, TileTensor] = {}
         self.id = next(_DEVICE_IDS)
         self._arena: Arena | None = None
+        # guards the arena's creation: threads sharing a cached program must get one arena
+        self._arena_lock = threading.Lock()
 
     # ------------------------------------------------------------------ memory
     def alloc(self, name: str, nbytes_per_tile: Any, category: str = "user") -> np.ndarray:
@@ -132,19 +135,73 @@ class Device:
     def arena(self) -> Arena:
         """The device's bytes, created on first use and grown as allocations grow."""
         need = max(64, self.memory.high_water)
-        if self._arena is None:
-            self._arena = Arena(self.machine.n_tiles, need)
-        else:
-            self._arena.ensure(need)
-        return self._arena
+        with self._arena_lock:
+            if self._arena is None:
+                self._arena = Arena(self.machine.n_tiles, need)
+            else:
+                self._arena.ensure(need)
+            return self._arena
 
-    def _check_tensor(self, tensor: TileTensor) -> None:
+    @property
+    def arena_bytes(self) -> int:
+        """Host bytes of the arena (0 before the first execute)."""
+        arena = self._arena
+        return 0 if arena is None else int(arena.data.nbytes)
+
+    def check_tensor(self, tensor: TileTensor) -> None:
+        """Raise ``ValueError`` unless ``tensor`` was allocated on this device."""
+        if not isinstance(tensor, TileTensor):
+            raise TypeError(f"expected a TileTensor, got {type(tensor).__name__}")
         if tensor._device_id != self.id:
             raise ValueError(f"tensor {tensor.name!r} belongs to another device")
 
+    def write_runs(self, host: np.ndarray, host_offset: Any, tile: Any, offset: Any,
+                   nbytes: Any) -> None:
+        """Copy byte runs from host memory into tile memory.
+
+        Run i copies ``nbytes[i]`` bytes from ``host[host_offset[i]:]`` to byte
+        ``offset[i]`` of tile ``tile[i]``. ``host`` is a C-contiguous array viewed as bytes.
+        Every range is checked (no run may leave the host array or the tile's allocated
+        memory); nothing is written if one is bad.
+        """
+        hb = _host_bytes(host, writeable=False)
+        args = self._check_runs(hb.shape[1], host_offset, tile, offset, nbytes)
+        self._copy(self.arena.data, hb, np.zeros(args[0].size, np.int32), args[0], args[1],
+                   args[2], args[3])
+
+    def read_runs(self, host: np.ndarray, host_offset: Any, tile: Any, offset: Any,
+                  nbytes: Any) -> None:
+        """Copy byte runs from tile memory into ``host`` (the reverse of :meth:`write_runs`)."""
+        hb = _host_bytes(host, writeable=True)
+        args = self._check_runs(hb.shape[1], host_offset, tile, offset, nbytes)
+        self._copy(hb, self.arena.data, args[1], args[2], np.zeros(args[0].size, np.int32),
+                   args[0], args[3])
+
+    def _check_runs(self, host_bytes: int, host_offset: Any, tile: Any, offset: Any,
+                    nbytes: Any) -> tuple[np.ndarray, ...]:
+        ho, t, off, nb = np.broadcast_arrays(*(np.atleast_1d(np.asarray(v)) for v in
+                                               (host_offset, tile, offset, nbytes)))
+        for label, v in (("host offset", ho), ("tile", t), ("offset", off), ("nbytes", nb)):
+            if v.size and not np.issubdtype(v.dtype, np.integer):
+                raise TypeError(f"{label}s must be integers, got {v.dtype}")
+        ho, off, nb = (v.astype(np.int64).reshape(-1) for v in (ho, off, nb))
+        t = t.astype(np.int64).reshape(-1)
+        row = self.memory.used
+        bad_tile = (t < 0) | (t >= self.machine.n_tiles)
+        if bad_tile.any():
+            raise ValueError(f"tile {int(t[np.argmax(bad_tile)])} outside 0..{self.machine.n_tiles - 1}")
+        # overflow-free: off + nb > limit is written off > limit - nb with both sides >= 0
+        bad = (nb < 0) | (ho < 0) | (off < 0) | (ho > host_bytes - nb) | (off > row[t] - nb)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ValueError(f"run {i}: {int(nb[i])} B from host byte {int(ho[i])} to tile "
+                             f"{int(t[i])} byte {int(off[i])} leaves the host array ({host_bytes} B) "
+                             f"or the tile's allocated memory ({int(row[t[i]])} B)")
+        return ho, t.astype(np.int32), off, nb
+
     def write(self, tensor: TileTensor, values: Any) -> None:
         """Place a host array onto the tiles (bit-exact; dtype must match unless it casts safely)."""
-        self._check_tensor(tensor)
+        self.check_tensor(tensor)
         arr = np.asarray(values)
         if arr.shape != tensor.shape:
             raise ValueError(f"tensor {tensor.name!r} has shape {tensor.shape}, got {arr.shape}")
@@ -161,7 +218,7 @@ class Device:
 
     def read(self, tensor: TileTensor) -> np.ndarray:
         """Fetch a tensor from the tiles into a new host array."""
-        self._check_tensor(tensor)
+        self.check_tensor(tensor)
         out = np.empty(tensor.shape, dtype=DTYPES[tensor.dtype])
         host = out.reshape(1, -1).view(np.uint8)
         m = tensor.mapping
@@ -206,6 +263,15 @@ class Device:
     def run(self, program: Program, mode: str = "execute", **profile_kw: Any) -> Profile:
         """Run a program on this device (see :func:`run_program`)."""
         return run_program(program, mode=mode, device=self, **profile_kw)
+
+
+def _host_bytes(host: np.ndarray, *, writeable: bool) -> np.ndarray:
+    """A C-contiguous host array as one row of bytes, (1, nbytes)."""
+    if (not isinstance(host, np.ndarray) or not host.flags.c_contiguous
+            or (writeable and not host.flags.writeable)):
+        raise TypeError("host must be a " + ("writeable " if writeable else "")
+                        + "C-contiguous NumPy array")
+    return host.reshape(1, -1).view(np.uint8)
 
 
 def run_program(program: Program, mode: str = "execute", *, device: Device | None = None,

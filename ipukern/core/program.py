@@ -16,7 +16,7 @@ Costs are fixed at build time, so ``estimate`` and ``execute`` report identical 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
@@ -26,8 +26,7 @@ from .memory import TileMemory
 from .profile import SuperstepRecord
 
 __all__ = ["balanced_bounds", "ExchangeError", "Exchange", "Codelet", "VertexBatch", "ComputeSet",
-           "Superstep",
-           "Program"]
+           "Superstep", "Program", "ArgViews"]
 
 # large copies are split into pieces of this size on the host so threads share the work
 # evenly; the simulated copy table is unchanged
@@ -242,6 +241,28 @@ class Exchange:
         from .._kernels import _exchange
         st, so, dt, do, nb = self._pieces()
         _exchange.copy_runs(data, data, st, so, dt, do, nb, self.thread_bounds(n_threads))
+
+
+class ArgViews(NamedTuple):
+    """Where one argument of a per-tile function lives on each vertex's tile (the input of
+    a user vertex, e.g. :meth:`ipukern.TileFunction.vertex_batch`).
+
+    Attributes
+    ----------
+    name : str
+        Shown in errors (usually the tensor's name).
+    dtype : str
+        Element dtype (``"float32"``).
+    offset : int64 ndarray of shape (n_vertices,)
+        Byte offset of the block within the vertex's tile.
+    shape : int64 ndarray of shape (n_vertices, ndim)
+        Shape of the block on each vertex's tile (row-major, contiguous).
+    """
+
+    name: str
+    dtype: str
+    offset: np.ndarray
+    shape: np.ndarray
 
 
 class Codelet(Protocol):

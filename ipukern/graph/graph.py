@@ -53,171 +53,26 @@ from ..core.engine import Device
 from ..machine import GC200, MachineSpec
 from ..core.memory import TileMemoryError
 from ..core.profile import Profile
-from ..core.program import ComputeSet, Exchange, Program, Superstep, VertexBatch
+from ..core.collectives import all_reduce
+from ..core.program import ArgViews, ComputeSet, Exchange, Program, Superstep, VertexBatch
 from ..core.tensor import TileMapping, TileTensor
-from .tilefn import ArgViews, TileFunction, TileFunctionError
-from ..core.vertices import sum_rows
+from .grid import GridGeometry, choose_grid, grid_mapping, split_bounds
+from .tensor import GraphTensor
+from .tilefn import TileFunction, TileFunctionError
 
 __all__ = ["Graph", "GraphTensor", "grid_mapping", "choose_grid", "split_bounds"]
 
 
-def split_bounds(n: int, parts: int) -> np.ndarray:
-    """Boundaries of ``parts`` near-equal contiguous pieces of ``range(n)``: int64 (parts + 1,)."""
-    return (np.arange(parts + 1, dtype=np.int64) * n) // parts
-
-
-def choose_grid(shape: Sequence[int], n_tiles: int) -> tuple[int, int]:
-    """A (gy, gx) tile grid for an (H, W) array: as many tiles as possible (at most
-    ``n_tiles``), then the smallest block perimeter (least halo traffic)."""
-    h, w = (int(s) for s in shape)
-    best = None
-    for gy in range(1, min(h, n_tiles) + 1):
-        gx = min(w, n_tiles // gy)
-        score = (-(gy * gx), -(-h // gy) + -(-w // gx), gy)
-        if best is None or score < best[0]:
-            best = (score, (gy, gx))
-    return best[1]
-
-
-def grid_mapping(shape: Sequence[int], grid: Sequence[int],
-                 tiles: Sequence[int] | np.ndarray | None = None) -> TileMapping:
-    """Map an (H, W) array onto a (gy, gx) grid of tiles, one block per tile.
-
-    Block (i, j) holds rows ``split_bounds(H, gy)[i:i+2]`` and columns
-    ``split_bounds(W, gx)[j:j+2]`` and lives on ``tiles[i * gx + j]`` (default: tile
-    ``i * gx + j``). It is one interval per block row, so a block is not contiguous in the
-    global array; on its tile it is (rows stored one after another, row-major).
-    """
-    h, w = (int(s) for s in shape)
-    gy, gx = (int(g) for g in grid)
-    if gy < 1 or gx < 1 or gy > h or gx > w:
-        raise ValueError(f"grid {gy}x{gx} does not fit a {h}x{w} array (need 1 <= gy <= H, 1 <= gx <= W)")
-    tile_ids = (np.arange(gy * gx, dtype=np.int64) if tiles is None
-                else np.asarray(tiles, dtype=np.int64).reshape(-1))
-    if tile_ids.size != gy * gx:
-        raise ValueError(f"grid {gy}x{gx} needs {gy * gx} tiles, got {tile_ids.size}")
-    if np.unique(tile_ids).size != tile_ids.size:
-        raise ValueError("grid tiles must be distinct")
-    rb, cb = split_bounds(h, gy), split_bounds(w, gx)
-    row_block = np.repeat(np.arange(gy), np.diff(rb))                  # (H,)
-    rows = np.repeat(np.arange(h, dtype=np.int64), gx)                 # (H * gx,)
-    j = np.tile(np.arange(gx), h)
-    start = rows * w + cb[j]
-    count = (cb[j + 1] - cb[j])
-    tile = tile_ids[row_block[rows] * gx + j]
-    return TileMapping(h * w, tile, start, count)
-
-
-class _Grid:
-    """Geometry of a grid tensor: block bounds, tiles, halo."""
-
-    def __init__(self, shape: tuple[int, int], grid: tuple[int, int], tiles: np.ndarray, halo: int):
-        self.shape = shape
-        self.gy, self.gx = grid
-        self.rows = split_bounds(shape[0], self.gy)
-        self.cols = split_bounds(shape[1], self.gx)
-        self.tiles = tiles.reshape(self.gy, self.gx)
-        self.halo = halo
-
-    @property
-    def bh(self) -> np.ndarray:
-        return np.diff(self.rows)
-
-    @property
-    def bw(self) -> np.ndarray:
-        return np.diff(self.cols)
-
-
-class GraphTensor:
-    """A tensor of a :class:`Graph`: where each tile's block lives and its local shape.
-
-    Attributes
-    ----------
-    name : str
-    shape : tuple of int
-        Logical (global) shape, as read and written from the host.
-    dtype : str
-    storage : TileTensor
-        The allocation holding the tiles' blocks (for halo tensors, blocks include the ring).
-    tile_offset : int64 ndarray (n_tiles,)
-        Byte offset of each tile's block in its memory; -1 where the tensor has no block.
-    tile_shape : int64 ndarray (n_tiles, local_ndim)
-        Shape of each tile's block as a tile function sees it (zeros where absent).
-    kind : str
-        ``"linear"``, ``"grid"``, ``"tile"`` or ``"mapped"``.
-    """
-
-    def __init__(self, graph: "Graph", name: str, shape: tuple[int, ...], dtype: str,
-                 storage: TileTensor, tile_shape: np.ndarray, kind: str,
-                 runs: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
-                 grid: _Grid | None = None):
-        n_tiles = graph.machine.n_tiles
-        self._graph_id = id(graph)
-        self.name = name
-        self.shape = tuple(int(s) for s in shape)
-        self.dtype = dtype
-        self.storage = storage
-        self.kind = kind
-        self.grid = grid
-        #: halo tensors: ring value outside the array, and whether it is in tile memory yet
-        self.pad_value = 0.0
-        self.boundary_set = False
-        self.tile_offset, elems = storage.tile_block(n_tiles)
-        self.tile_shape = np.ascontiguousarray(tile_shape, dtype=np.int64)
-        if not np.array_equal(np.prod(self.tile_shape, axis=1), elems):
-            raise RuntimeError(f"internal error: {name!r}: local shapes disagree with the allocation")
-        if runs is None:
-            m = storage.mapping
-            runs = (m.start, m.count, m.tile, storage.offset)
-        #: home copy of every element: (global start, count, tile, byte offset), sorted by start
-        self.runs = runs
-
-    # ------------------------------------------------------------------ facts
-    @property
-    def itemsize(self) -> int:
-        return DTYPES[self.dtype].itemsize
-
-    @property
-    def n_elems(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
-
-    @property
-    def local_ndim(self) -> int:
-        return int(self.tile_shape.shape[1])
-
-    @property
-    def tiles(self) -> np.ndarray:
-        """Tiles holding a block of this tensor (ascending), int32."""
-        return np.flatnonzero(self.tile_offset >= 0).astype(np.int32)
-
-    def local_shape(self, tile: int) -> tuple[int, ...]:
-        """Shape of the block a tile function sees on ``tile`` (``()`` if none)."""
-        if self.tile_offset[tile] < 0:
-            return ()
-        return tuple(int(s) for s in self.tile_shape[tile])
-
-    @property
-    def halo(self) -> int:
-        return self.grid.halo if self.grid is not None else 0
-
-    def same_mapping(self, other: "GraphTensor") -> int:
-        """-1 if element i of both tensors is on the same tile for every i, else the first
-        element index where they differ."""
-        if self.shape != other.shape:
-            return 0
-        a, b = self.runs, other.runs
-        if a[0].size == b[0].size and np.array_equal(a[0], b[0]) and np.array_equal(a[2], b[2]):
-            return -1
-        cuts = np.union1d(a[0], b[0])
-        ta = a[2][np.searchsorted(a[0], cuts, side="right") - 1]
-        tb = b[2][np.searchsorted(b[0], cuts, side="right") - 1]
-        diff = np.flatnonzero(ta != tb)
-        return int(cuts[diff[0]]) if diff.size else -1
-
-    def __repr__(self) -> str:
-        extra = f", grid={self.grid.gy}x{self.grid.gx}, halo={self.halo}" if self.grid else ""
-        return (f"GraphTensor({self.name!r}, shape={self.shape}, dtype={self.dtype}, kind={self.kind}, "
-                f"tiles={self.tiles.size}{extra})")
+def _int64_array(label: str, v: Any) -> np.ndarray:
+    """``v`` as a 1-D int64 array; ValueError for non-integers or values beyond int64."""
+    arr = np.atleast_1d(np.asarray(v))
+    ok = arr.dtype.kind == "i" or (arr.dtype.kind == "u" and (arr.size == 0 or arr.max() < 2**63))
+    if arr.dtype == object:
+        ok = all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) and -2**63 <= x < 2**63
+                 for x in arr.reshape(-1))
+    if not ok and arr.size:
+        raise ValueError(f"{label} must be integers within int64, got {v!r}")
+    return arr.astype(np.int64)
 
 
 class Graph:
@@ -321,47 +176,21 @@ class Graph:
             raise ValueError(f"grid {gy}x{gx} needs {gy * gx} tiles, got {tile_ids.size}")
         if isinstance(halo, bool) or not isinstance(halo, (int, np.integer)) or halo < 0:
             raise ValueError(f"halo must be an int >= 0, got {halo!r}")
-        mapping = grid_mapping((h, w), (gy, gx), tile_ids)
-        geo = _Grid((h, w), (gy, gx), tile_ids, int(halo))
+        geo = GridGeometry((h, w), (gy, gx), tile_ids, int(halo))
         if halo > 0 and (halo > geo.bh.min() or halo > geo.bw.min()):
             raise ValueError(f"halo {halo} is wider than the smallest block "
                              f"({int(geo.bh.min())}x{int(geo.bw.min())}) of a {gy}x{gx} grid over "
                              f"{h}x{w}: a halo must come from the direct neighbours only")
-        bh = np.repeat(geo.bh, gx)            # per block, row-major
-        bw = np.tile(geo.bw, gy)
-        if halo == 0:
-            st = self._add(name, (h, w), dtype, mapping, category)
-            local = np.zeros((self.n_tiles, 2), dtype=np.int64)
-            local[tile_ids, 0], local[tile_ids, 1] = bh, bw
-            return self._register(GraphTensor(self, name, (h, w), dtype, st, local, "grid", grid=geo))
-        ph, pw = bh + 2 * halo, bw + 2 * halo
-        cells = ph * pw
-        # storage: one padded buffer per tile, as a 1-D tensor whose intervals are the buffers
-        order = np.argsort(tile_ids, kind="stable")
-        starts = np.zeros(tile_ids.size, dtype=np.int64)
-        starts[order] = np.cumsum(cells[order]) - cells[order]
-        st = self._add(name, (int(cells.sum()),), dtype,
-                       TileMapping(int(cells.sum()), tile_ids, starts, cells), category)
+        mapping = grid_mapping((h, w), (gy, gx), tile_ids) if halo == 0 else geo.padded_mapping()
+        # a halo tensor's storage is 1-D: one interval per tile, its whole padded buffer
+        st = self._add(name, (h, w) if halo == 0 else (mapping.n_elems,), dtype, mapping, category)
         local = np.zeros((self.n_tiles, 2), dtype=np.int64)
-        local[tile_ids, 0], local[tile_ids, 1] = ph, pw
-        t = GraphTensor(self, name, (h, w), dtype, st, local, "grid", runs=None, grid=geo)
-        t.runs = self._interior_runs(t)
-        t.pad_value = float(pad_value)
+        local[tile_ids, 0], local[tile_ids, 1] = geo.block_shapes(padded=halo > 0)
+        t = GraphTensor(self, name, (h, w), dtype, st, local, "grid", grid=geo)
+        if halo:
+            t.runs = geo.interior_runs(t.tile_offset, t.itemsize)
+            t.pad_value = float(pad_value)
         return self._register(t)
-
-    def _interior_runs(self, t: GraphTensor) -> tuple[np.ndarray, ...]:
-        """Home runs of a halo tensor: one per block row, pointing inside the padded buffers."""
-        geo, h, isz = t.grid, t.grid.halo, t.itemsize
-        w = geo.shape[1]
-        bi = np.repeat(np.arange(geo.gy), geo.bh)            # block row of each image row
-        rows = np.repeat(np.arange(geo.shape[0], dtype=np.int64), geo.gx)
-        j = np.tile(np.arange(geo.gx), geo.shape[0])
-        i = bi[rows]
-        tile = geo.tiles[i, j].astype(np.int32)
-        pw = geo.bw[j] + 2 * h
-        y = rows - geo.rows[i] + h
-        offset = t.tile_offset[tile] + (y * pw + h) * isz
-        return rows * w + geo.cols[j], geo.bw[j].astype(np.int64), tile, offset
 
     def tile_tensor(self, name: str, tile_shape: Sequence[int] | int, dtype: Any = "float32", *,
                     tiles: Sequence[int] | None = None, category: str = "user") -> GraphTensor:
@@ -389,7 +218,7 @@ class Graph:
     def wrap(self, t: TileTensor) -> GraphTensor:
         """Use a :class:`TileTensor` of this graph's device (e.g. from a collective) in the
         graph API; its local view is 1-D."""
-        self.device._check_tensor(t)
+        self.device.check_tensor(t)
         if t.name in self.tensors:
             return self.tensors[t.name]
         _, elems = t.tile_block(self.n_tiles)
@@ -422,50 +251,17 @@ class Graph:
         want = DTYPES[t.dtype]
         if arr.dtype != want and not np.can_cast(arr.dtype, want, casting="same_kind"):
             raise TypeError(f"tensor {t.name!r} is {t.dtype}; cannot place {arr.dtype} data")
-        geo, h = t.grid, t.halo
-        padded = np.pad(arr.astype(want, copy=False), h, mode="constant", constant_values=t.pad_value)
-        pw_global = t.shape[1] + 2 * h
-        # one run per padded row of each block: rows r0 - h .. r1 + h of the padded image
-        bi = np.repeat(np.arange(geo.gy), geo.bh + 2 * h)
-        y = np.concatenate([np.arange(b + 2 * h) for b in geo.bh])
-        prow = geo.rows[bi] + y                                 # row in the padded image
-        rows_n = prow.size
-        j = np.tile(np.arange(geo.gx), rows_n)
-        prow, y, bi = np.repeat(prow, geo.gx), np.repeat(y, geo.gx), np.repeat(bi, geo.gx)
-        tile = geo.tiles[bi, j]
-        pw = geo.bw[j] + 2 * h
-        host_off = (prow * pw_global + geo.cols[j]) * t.itemsize
-        dev_off = t.tile_offset[tile] + y * pw * t.itemsize
-        host = np.ascontiguousarray(padded).reshape(1, -1).view(np.uint8)
-        self.device._copy(self.device.arena.data, host, np.zeros(tile.size, np.int32), host_off,
-                          tile, dev_off, pw * t.itemsize)
+        padded = np.pad(arr.astype(want, copy=False), t.halo, mode="constant",
+                        constant_values=t.pad_value)
+        self.device.write_runs(np.ascontiguousarray(padded),
+                               *t.grid.padded_row_runs(t.tile_offset, t.itemsize))
         t.boundary_set = True
 
     def _write_boundary(self, t: GraphTensor) -> None:
         """Store ``pad_value`` in the ring cells of ``t`` that lie outside the array."""
-        geo, h, isz = t.grid, t.halo, t.itemsize
-        runs_tile, runs_off, runs_n = [], [], []
-        for i in range(geo.gy):
-            for j in range(geo.gx):
-                if 0 < i < geo.gy - 1 and 0 < j < geo.gx - 1:
-                    continue                                         # ring fully inside the array
-                tile = int(geo.tiles[i, j])
-                ph, pw = int(geo.bh[i]) + 2 * h, int(geo.bw[j]) + 2 * h
-                base = int(t.tile_offset[tile])
-                rows = [y for y in range(ph) if (i == 0 and y < h) or (i == geo.gy - 1 and y >= ph - h)]
-                for y in rows:                                       # whole padded rows
-                    runs_tile.append(tile), runs_off.append(base + y * pw * isz), runs_n.append(pw)
-                for y in sorted(set(range(ph)) - set(rows)):          # left / right ring cells
-                    if j == 0:
-                        runs_tile.append(tile), runs_off.append(base + y * pw * isz), runs_n.append(h)
-                    if j == geo.gx - 1:
-                        runs_tile.append(tile), runs_off.append(base + (y * pw + pw - h) * isz)
-                        runs_n.append(h)
-        n = np.asarray(runs_n, dtype=np.int64)
-        host = np.full((1, int(n.max()) if n.size else 1), t.pad_value, dtype=DTYPES[t.dtype]).view(np.uint8)
-        self.device._copy(self.device.arena.data, host, np.zeros(n.size, np.int32),
-                          np.zeros(n.size, np.int64), np.asarray(runs_tile),
-                          np.asarray(runs_off, dtype=np.int64), n * isz)
+        tiles, offs, n = t.grid.boundary_runs(t.tile_offset, t.itemsize)
+        host = np.full(int(n.max()) if n.size else 1, t.pad_value, dtype=DTYPES[t.dtype])
+        self.device.write_runs(host, 0, tiles, offs, n * t.itemsize)
         t.boundary_set = True
 
     def read(self, t: GraphTensor) -> np.ndarray:
@@ -475,9 +271,7 @@ class Graph:
             return self.device.read(t.storage)
         out = np.empty(t.shape, dtype=DTYPES[t.dtype])
         start, count, tile, off = t.runs
-        host = out.reshape(1, -1).view(np.uint8)
-        self.device._copy(host, self.device.arena.data, tile, off, np.zeros(tile.size, np.int32),
-                          start * t.itemsize, count * t.itemsize)
+        self.device.read_runs(out, start * t.itemsize, tile, off, count * t.itemsize)
         return out
 
     # ------------------------------------------------------------------ compute
@@ -504,13 +298,12 @@ class Graph:
         """
         if not isinstance(fn, TileFunction):
             raise TypeError(f"expected a TileFunction (use @ipukern.tile_function), got {fn!r}")
-        fn._check_arity(len(args))
+        fn.check_args(args)           # arity, tensor-like arguments, dtypes
         tensors = []
         for i, a in enumerate(args):
             if not isinstance(a, (GraphTensor, TileTensor)):
-                fn._spec_of(a, i)  # raises a TileFunctionError naming the argument
                 raise TileFunctionError(
-                    f"argument {i} ({fn._arg_name(i)}) of tile function {fn.name!r} is a "
+                    f"argument {i} ({fn.arg_name(i)}) of tile function {fn.name!r} is a "
                     f"{type(a).__name__}; pass tensors of this graph (g.linear_tensor, ...)")
             tensors.append(self._as_tensor(a, f"argument {i} of {fn.name!r}"))
         run_tiles = tensors[0].tiles if tiles is None else self._tiles_arg(tiles).astype(np.int32)
@@ -520,7 +313,7 @@ class Graph:
                 where = "every tile holding " + repr(tensors[0].name) if tiles is None else "the given tiles"
                 raise TileFunctionError(
                     f"tile function {fn.name!r}: tensor {t.name!r} (argument {k}, "
-                    f"{fn._arg_name(k)}) is not mapped on tile {int(missing[0])}"
+                    f"{fn.arg_name(k)}) is not mapped on tile {int(missing[0])}"
                     + (f" (and {missing.size - 1} more)" if missing.size > 1 else "")
                     + f", where the function runs ({where}). A tile function can only read its "
                     "own tile's memory: exchange the data onto those tiles first "
@@ -655,19 +448,21 @@ class Graph:
         src, dst = self._as_tensor(src, "source"), self._as_tensor(dst, "destination")
         if src.dtype != dst.dtype:
             raise ValueError(f"send {src.name!r} ({src.dtype}) -> {dst.name!r} ({dst.dtype}): dtypes differ")
-        st, dt, ss, ds = np.broadcast_arrays(*(np.atleast_1d(np.asarray(v, dtype=np.int64))
-                                               for v in (src_tiles, dst_tiles, src_start, dst_start)))
+        st, dt, ss, ds = np.broadcast_arrays(*(_int64_array(label, v) for label, v in (
+            ("src_tiles", src_tiles), ("dst_tiles", dst_tiles), ("src_start", src_start),
+            ("dst_start", dst_start))))
         self._check_mapped(src, st, "source")
         self._check_mapped(dst, dt, "destination")
         s_size = np.prod(src.tile_shape[st], axis=1)
         d_size = np.prod(dst.tile_shape[dt], axis=1)
-        n = s_size - ss if n_elems is None else np.broadcast_to(np.asarray(n_elems, dtype=np.int64), st.shape)
+        n = s_size - ss if n_elems is None else np.broadcast_to(_int64_array("n_elems", n_elems), st.shape)
         for label, start, size, tiles, t in (("source", ss, s_size, st, src),
                                              ("destination", ds, d_size, dt, dst)):
-            bad = (start < 0) | (n < 0) | (start + n > size)
+            # overflow-free form of start + n > size (start, n >= 0 checked first)
+            bad = (start < 0) | (n < 0) | (start > size - n)
             if bad.any():
                 i = int(np.argmax(bad))
-                raise ValueError(f"send: {label} elements [{int(start[i])}, {int(start[i] + n[i])}) "
+                raise ValueError(f"send: {label} elements [{int(start[i])}, {int(start[i]) + int(n[i])}) "
                                  f"fall outside {t.name!r}'s block of {int(size[i])} elements on "
                                  f"tile {int(tiles[i])}")
         isz = src.itemsize
@@ -689,39 +484,8 @@ class Graph:
             raise ValueError(f"halo_exchange needs a grid tensor with halo >= 1; {t.name!r} is a "
                              f"{t.kind} tensor" + (" with halo 0" if t.grid is not None else "")
                              + " (create it with g.grid_tensor(..., halo=1))")
-        geo, h, isz = t.grid, t.halo, t.itemsize
-        cols: list[list[np.ndarray]] = [[], [], [], [], []]
-        dirs = [(di, dj) for di in (-1, 0, 1) for dj in (-1, 0, 1)
-                if (di, dj) != (0, 0) and (corners or di == 0 or dj == 0)]
-        bi, bj = np.meshgrid(np.arange(geo.gy), np.arange(geo.gx), indexing="ij")
-        bi, bj = bi.ravel(), bj.ravel()
-        for di, dj in dirs:
-            ni, nj = bi + di, bj + dj
-            ok = (ni >= 0) & (ni < geo.gy) & (nj >= 0) & (nj < geo.gx)
-            i, j, ni, nj = bi[ok], bj[ok], ni[ok], nj[ok]
-            bh, bw = geo.bh[i], geo.bw[j]
-            # destination rows / first column of the strip in the padded buffer
-            y0 = np.where(di < 0, 0, np.where(di == 0, h, h + bh))
-            ny = np.where(di == 0, bh, h)
-            x0 = np.where(dj < 0, 0, np.where(dj == 0, h, h + bw))
-            width = np.where(dj == 0, bw, h)
-            # same global cell in the neighbour's buffer: shift by the block origin difference
-            dy = geo.rows[i] - geo.rows[ni]
-            dx = geo.cols[j] - geo.cols[nj]
-            rep = np.repeat(np.arange(i.size), ny)
-            k = np.arange(rep.size) - np.repeat(np.cumsum(ny) - ny, ny)
-            y = y0[rep] + k
-            x = x0[rep]
-            dtile, stile = geo.tiles[i, j][rep], geo.tiles[ni, nj][rep]
-            pw_d = geo.bw[j][rep] + 2 * h
-            pw_s = geo.bw[nj][rep] + 2 * h
-            cols[0].append(stile)
-            cols[1].append(t.tile_offset[stile] + ((y + dy[rep]) * pw_s + x + dx[rep]) * isz)
-            cols[2].append(dtile)
-            cols[3].append(t.tile_offset[dtile] + (y * pw_d + x) * isz)
-            cols[4].append(width[rep] * isz)
-        cat = [np.concatenate(c) if c else np.zeros(0, np.int64) for c in cols]
-        return self._exchange(*cat, name or f"halo {t.name}")
+        copies = t.grid.halo_copies(t.tile_offset, t.itemsize, corners=corners)
+        return self._exchange(*copies, name or f"halo {t.name}")
 
     def join(self, *exchanges: Exchange, name: str | None = None) -> Exchange:
         """One exchange phase doing all the copies of ``exchanges`` (re-validated together:
@@ -735,63 +499,14 @@ class Graph:
     # ------------------------------------------------------------------ collectives
     def all_reduce(self, x: GraphTensor, *, name: str | None = None) -> list[Superstep]:
         """Supersteps summing the blocks of ``x`` over its tiles, leaving the sum in every
-        tile's block (in place).
+        tile's block (in place): reduce-scatter, then sum + all-gather.
 
-        Every tile holding ``x`` must hold the same number of elements n (e.g. a
-        :meth:`tile_tensor` of shape (P, n)). With P tiles, element range [0, n) is cut into
-        P near-equal chunks, chunk j owned by the j-th tile:
-
-        1. *reduce-scatter* (exchange): every tile sends its copy of chunk j to tile j,
-           which receives P - 1 chunks into a buffer (allocated here, category "exchange");
-        2. *sum + all-gather*: tile j adds its own chunk and the received ones in tile order
-           (built-in ``sum_rows``, fp32 accumulation, fixed order: deterministic), then sends
-           the summed chunk to every other tile's block.
-
-        Each tile receives about n elements in each exchange: cycles ~ ``2 * n * itemsize /
-        exchange_bytes_per_cycle`` + two syncs + a depth-P reduction of n/P elements.
+        Every tile holding ``x`` must hold the same number of elements (e.g. a
+        :meth:`tile_tensor` of shape (P, n)). See :func:`ipukern.core.collectives.all_reduce`
+        for the algorithm and its cost.
         """
         x = self._as_tensor(x, "tensor")
-        name = name or f"all_reduce {x.name}"
-        tiles = x.tiles
-        p = tiles.size
-        sizes = np.prod(x.tile_shape[tiles], axis=1)
-        if p == 0 or (sizes != sizes[0]).any():
-            raise ValueError(f"all_reduce: every tile holding {x.name!r} must hold the same number of "
-                             f"elements; they hold {int(sizes.min())}..{int(sizes.max())} "
-                             "(use g.tile_tensor(name, n, tiles=...))")
-        n, isz = int(sizes[0]), x.itemsize
-        off = x.tile_offset[tiles]
-        bounds = split_bounds(n, p)
-        chunk = np.diff(bounds)                                  # chunk j: elements owned by rank j
-        recv_bytes = np.zeros(self.n_tiles, dtype=np.int64)
-        recv_bytes[tiles] = (p - 1) * chunk * isz
-        recv = self.device.alloc(f"{name}.recv", recv_bytes, category="exchange")
-        # 1. reduce-scatter: sender rank i -> receiver rank j, into j's slot i (i < j) or i-1
-        ii, jj = np.meshgrid(np.arange(p), np.arange(p), indexing="ij")
-        ii, jj = ii.ravel(), jj.ravel()
-        keep = (ii != jj) & (chunk[jj] > 0)
-        ii, jj = ii[keep], jj[keep]
-        slot = np.where(ii < jj, ii, ii - 1)
-        rs = self._exchange(tiles[ii], off[ii] + bounds[jj] * isz, tiles[jj],
-                            recv[tiles[jj]] + slot * chunk[jj] * isz, chunk[jj] * isz,
-                            "reduce-scatter")
-        # 2. each owner adds its own chunk (first: the output aliases it) and the P-1 received
-        owners = np.flatnonzero(chunk > 0)
-        own_off = off[owners] + bounds[owners] * isz
-        srcs = [own_off] + [recv[tiles[owners]] + s * chunk[owners] * isz for s in range(p - 1)]
-        batch = sum_rows(self.machine, tiles[owners], own_off, srcs, chunk[owners], x.dtype, x.dtype,
-                         why=f"add own chunk + {p - 1} received chunks of {int(chunk.max())} "
-                             f"{x.dtype} (fixed order)")
-        cs = self.device.compute_set([batch], name=f"{name}: sum")
-        # 3. all-gather: owner j's summed chunk to every other tile's block
-        jj, ii = np.meshgrid(owners, np.arange(p), indexing="ij")
-        jj, ii = jj.ravel(), ii.ravel()
-        keep = ii != jj
-        jj, ii = jj[keep], ii[keep]
-        ag = self._exchange(tiles[jj], off[jj] + bounds[jj] * isz, tiles[ii], off[ii] + bounds[jj] * isz,
-                            chunk[jj] * isz, "all-gather")
-        return [Superstep(f"{name}: reduce-scatter", exchange=rs, category="exchange"),
-                Superstep(f"{name}: sum + all-gather", compute=cs, exchange=ag, category="reduction")]
+        return all_reduce(self.device, x.storage, name=name or f"all_reduce {x.name}")
 
     # ------------------------------------------------------------------ programs
     def program(self, steps: Sequence[Superstep], *, label: str = "") -> Program:

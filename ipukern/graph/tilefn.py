@@ -12,18 +12,12 @@ How it runs
 -----------
 - The function is compiled with ``numba.njit(cache=True)`` (fastmath off) for float32
   arrays of the dimensions its tensor arguments have on the tiles (C-contiguous).
-- A generated **driver** walks every vertex of a compute set in one compiled call: a
-  ``prange`` over vertices that slices each argument out of the device arena
-  (``data[tile, off:off + nbytes].view(float32).reshape(shape)``) and calls the function.
-  There is no Python loop over tiles per superstep. Vertices of one compute set touch
-  disjoint tiles, so the result does not depend on the number of host threads.
-- The driver source is generated per (function, argument kinds) and written to a file in
-  the cache directory (``IPUKERN_CACHE_DIR``, else ``$XDG_CACHE_HOME/ipukern/tilefn``, else
-  ``~/.cache/ipukern/tilefn``) so that Numba can cache it too. Numba cannot cache a function
-  that receives another jitted function as an argument (the cache key holds the
-  dispatcher's identity), so the driver refers to the user function as a module global
-  instead. The file name carries a hash of the user's whole source file: editing the file
-  produces a new driver (the old one is simply never loaded again).
+- A generated **driver** (:mod:`ipukern.graph._driver`) walks every vertex of a compute
+  set in one compiled call (a ``prange`` over vertices), so there is no Python loop over
+  tiles per superstep. Vertices of one compute set touch disjoint tiles, so the result
+  does not depend on the number of host threads. Drivers are cached on disk next to
+  Numba's cache (``IPUKERN_CACHE_DIR``, else ``$XDG_CACHE_HOME/ipukern/tilefn``, else
+  ``~/.cache/ipukern/tilefn``).
 - Measured on the 2-core dev machine (Numba 0.68): a first compile costs 1.2-1.5 s for a
   loop kernel (the prange driver is most of it) and ~7 s for one calling ``np.dot``;
   loading both from the cache in a new process costs ~0.35 s for the first function
@@ -46,37 +40,42 @@ Limits
 - Only tensor arguments (no scalars): constants go in module globals, which Numba
   freezes into the compiled code, like constants in a real codelet's code memory.
 - ``NUMBA_DISABLE_JIT=1`` runs everything as plain Python (slow; for debugging and
-  coverage). ``tile_function(..., boundscheck=True)`` turns on Numba's bounds checks and
-  a serial driver, so an index outside the tile's block raises a clear error.
+  coverage).
+
+Memory safety
+-------------
+A tile function receives NumPy views of its own tile's blocks inside the device arena.
+By default (``boundscheck=True``) Numba checks every index of those arrays, so an index
+outside a block raises :class:`TileFunctionError` naming the function instead of
+touching other bytes; measured on the 4096 x 4096 stencil the checks cost ~3% host time.
+An exception raised inside the function (checked index, ``raise``) reaches the caller
+with its own type and message, also from the parallel driver.
+``boundscheck=False`` drops the checks for speed and is unchecked: an index outside the
+block reads or writes whatever lies next to it -- other blocks of the same tile, another
+tile's memory or, past the arena's ends, the host heap (a later crash). Helper functions
+a tile function calls are checked only if they are themselves jitted with
+``boundscheck=True``.
 """
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import inspect
 import math
-import os
-import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from ..dtypes import DTYPES, canonical_dtype
 from ..machine import MachineSpec
-from ..core.program import VertexBatch
+from ..core.program import ArgViews, VertexBatch
+from . import _driver
+from ._driver import NUMBA_DTYPES as _NUMBA_DTYPES
+from ._driver import cache_dir
 
 __all__ = ["TileFunction", "TileFunctionError", "TileFunctionCompileError", "TileShape", "ArgViews",
            "tile_function", "cache_dir"]
-
-#: bump when the generated driver source changes shape, so stale driver files are ignored
-_DRIVER_VERSION = 2
-#: dtypes a tile function can receive (Numba has no CPU float16 arithmetic)
-_NUMBA_DTYPES = {"float32": "float32"}
-
 
 class TileFunctionError(ValueError):
     """A tile function used in a way the simulated machine cannot run (wrong arguments,
@@ -107,131 +106,10 @@ class TileShape(tuple):
         return len(self)
 
 
-class ArgViews(NamedTuple):
-    """Where one argument of a tile function lives on each vertex's tile.
-
-    Attributes
-    ----------
-    name : str
-        Shown in errors (usually the tensor's name).
-    dtype : str
-        Element dtype (``"float32"``).
-    offset : int64 ndarray of shape (n_vertices,)
-        Byte offset of the block within the vertex's tile.
-    shape : int64 ndarray of shape (n_vertices, ndim)
-        Shape of the block on each vertex's tile (row-major, contiguous).
-    """
-
-    name: str
-    dtype: str
-    offset: np.ndarray
-    shape: np.ndarray
-
-
-def cache_dir() -> str:
-    """Directory holding generated driver sources (and Numba's cache next to them)."""
-    d = os.environ.get("IPUKERN_CACHE_DIR")
-    if not d:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        d = os.path.join(base, "ipukern", "tilefn")
-    try:
-        os.makedirs(d, exist_ok=True)
-        if not os.access(d, os.W_OK):
-            raise OSError(d)
-    except OSError:
-        uid = os.getuid() if hasattr(os, "getuid") else 0
-        d = os.path.join(tempfile.gettempdir(), f"ipukern-tilefn-{uid}")
-        os.makedirs(d, exist_ok=True)
-    return d
-
-
-# --------------------------------------------------------------------------- numba access
-def _numba():
-    import numba  # imported lazily: `import ipukern` stays fast for users without tile functions
-    return numba
-
-
-def _numba_errors() -> tuple[type, ...]:
-    from numba.core.errors import NumbaError
-    return (NumbaError, NotImplementedError, TypeError, ValueError, AttributeError, KeyError,
-            IndexError, RuntimeError)
-
-
-def _jit_disabled() -> bool:
-    return bool(int(os.environ.get("NUMBA_DISABLE_JIT", "0") or "0"))
-
-
-def _set_numba_threads(n_threads: int) -> None:
-    numba = _numba()
-    numba.set_num_threads(max(1, min(int(n_threads), numba.config.NUMBA_NUM_THREADS)))
-
-
-# the generated driver modules look their target function up here by key
-_TARGETS: dict[str, Any] = {}
 _LOCK = threading.Lock()
-
-
-def _registered(key: str) -> Any:
-    """Called by generated driver modules: the jitted user function registered under key."""
-    return _TARGETS[key]
-
-
-# --------------------------------------------------------------------------- driver source
-def _driver_source(key: str, spec: tuple[tuple[str, int], ...], *, parallel: bool, cache: bool,
-                   boundscheck: bool, origin: str) -> str:
-    loop = "prange" if parallel else "range"
-    lines = [
-        f"# generated by ipukern.graph.tilefn (driver v{_DRIVER_VERSION}) for {origin}; do not edit",
-        "import numpy as np",
-        "from numba import njit, prange",
-        "from ipukern.graph.tilefn import _registered",
-        "",
-        f"fn = _registered({key!r})",
-        "",
-        "",
-        f"@njit(cache={cache}, parallel={parallel}, boundscheck={boundscheck})",
-        "def driver(data, tiles, off, nbytes, shape):",
-        "    # one call runs every vertex; vertex v sees only tile tiles[v]'s bytes",
-        f"    for v in {loop}(tiles.shape[0]):",
-        "        t = tiles[v]",
-    ]
-    names = []
-    for j, (dtype, ndim) in enumerate(spec):
-        dims = ", ".join(f"shape[v, {j}, {d}]" for d in range(ndim))
-        lines.append(f"        a{j} = data[t, off[v, {j}]:off[v, {j}] + nbytes[v, {j}]]"
-                     f".view(np.{_NUMBA_DTYPES[dtype]}).reshape(({dims},))")
-        names.append(f"a{j}")
-    lines.append(f"        fn({', '.join(names)})")
-    return "\n".join(lines) + "\n"
-
-
-def _load_module(name: str, path: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def _fingerprint(py_func: Callable) -> tuple[str, bool]:
-    """A hash of everything the compiled function depends on that we can see, and whether
-    its source lives in a file (Numba can only cache file-backed functions)."""
-    h = hashlib.sha256()
-    numba = _numba()
-    h.update(f"v{_DRIVER_VERSION} numba {numba.__version__} numpy {np.__version__} "
-             f"{sys.version_info[:2]}".encode())
-    h.update(f"{py_func.__module__}:{py_func.__qualname__}".encode())
-    path = inspect.getsourcefile(py_func) if not isinstance(py_func, type) else None
-    file_backed = bool(path) and os.path.isfile(path)
-    if file_backed:
-        # the whole file: a helper the function calls may have changed too
-        with open(path, "rb") as f:
-            h.update(f.read())
-        h.update(path.encode())
-    else:
-        h.update(py_func.__code__.co_code)
-        h.update(repr(py_func.__code__.co_consts).encode())
-    return h.hexdigest()[:20], file_backed
+#: largest cycle estimate of one vertex (2**48, ~2.4 days at 1.33 GHz): sums over the
+#: vertices of a tile and the supersteps of a program stay far below int64's 2**63
+MAX_VERTEX_CYCLES = 2**48
 
 
 def _code_names(code) -> set[str]:
@@ -253,14 +131,32 @@ class _TileFunctionCodelet:
 
     def run(self, data: np.ndarray, batch: VertexBatch, n_threads: int) -> None:
         driver = self.tile_fn._driver(self.spec)
-        _set_numba_threads(n_threads)
         try:
-            driver(data, batch.tiles, batch.args["off"], batch.args["nbytes"], batch.args["shape"])
+            status = _driver.run_driver(driver, data, batch.tiles, batch.args, n_threads)
+            failed = np.flatnonzero(status)
+            if failed.size:
+                self._raise_for(data, batch, failed)
         except IndexError as err:
             raise TileFunctionError(
                 f"tile function {self.tile_fn.name!r} indexed outside its tile-local block: "
                 f"{err}. A tile function only sees its own tile's blocks of its arguments; "
                 "data from other tiles must be exchanged in first") from err
+
+    def _raise_for(self, data: np.ndarray, batch: VertexBatch, failed: np.ndarray) -> None:
+        """Re-run the first failed vertex alone to raise the user's exception (type and
+        message); the parallel driver only knows that it failed."""
+        v = int(failed[0])
+        tile = int(batch.tiles[v])
+        where = f"on tile {tile}" + (f" (and {failed.size - 1} other tiles)" if failed.size > 1 else "")
+        try:
+            self.tile_fn.jit(*_driver.block_views(data, self.spec, tile, batch.args, v))
+        except Exception as err:
+            err.add_note(f"raised by tile function {self.tile_fn.name!r} {where}")
+            raise
+        raise TileFunctionError(
+            f"tile function {self.tile_fn.name!r} raised an exception {where}, but re-running that "
+            "vertex alone did not reproduce it (it had already changed its blocks); use "
+            "parallel=False to see the exception where it happens")
 
 
 # --------------------------------------------------------------------------- TileFunction
@@ -288,7 +184,7 @@ class TileFunction:
 
     def __init__(self, py_func: Callable, *, cycles: Callable[..., int] | None = None,
                  per_element_cycles: float | None = None, name: str | None = None,
-                 parallel: bool = True, boundscheck: bool = False):
+                 parallel: bool = True, boundscheck: bool = True):
         if not inspect.isfunction(py_func):
             raise TileFunctionError(f"tile_function needs a plain Python function, got {py_func!r}")
         fname = py_func.__name__
@@ -321,10 +217,10 @@ class TileFunction:
         self.n_args = len(params)
         self.cycles = cycles
         self.per_element_cycles = per_element_cycles
-        self.parallel = bool(parallel) and not boundscheck
+        self.parallel = bool(parallel)
         self.boundscheck = bool(boundscheck)
-        self._fingerprint, self.cached = _fingerprint(py_func)
-        numba = _numba()
+        self._fingerprint, self.cached = _driver.fingerprint(py_func)
+        numba = _driver.numba_module()
         self.jit = numba.njit(cache=self.cached, boundscheck=self.boundscheck)(py_func)
         self._drivers: dict[tuple, Any] = {}
         self.compile_log: list[dict[str, Any]] = []
@@ -367,13 +263,23 @@ class TileFunction:
             dtype, ndim = arg.dtype, arg.ndim
         else:
             raise TileFunctionError(
-                f"argument {index} ({self._arg_name(index)}) of tile function {self.name!r} is "
+                f"argument {index} ({self.arg_name(index)}) of tile function {self.name!r} is "
                 f"{type(arg).__name__}: tile functions take tensors only (put constants in "
                 "module-level globals, which Numba compiles in)")
         return self._check_dtype(dtype, index), int(ndim)
 
-    def _arg_name(self, index: int) -> str:
+    def arg_name(self, index: int) -> str:
+        """Name of parameter ``index`` of the Python function (``#index`` past the end)."""
         return self.arg_names[index] if index < len(self.arg_names) else f"#{index}"
+
+    def check_args(self, args: Sequence[Any]) -> tuple[tuple[str, int], ...]:
+        """The (dtype, ndim) spec of each argument; raises :class:`TileFunctionError` for a
+        wrong argument count, a non-tensor argument or a dtype tile functions cannot take.
+
+        Arguments may be tensors, NumPy arrays or ``(dtype, ndim)`` pairs.
+        """
+        self._check_arity(len(args))
+        return tuple(self._spec_of(a, i) for i, a in enumerate(args))
 
     def _check_dtype(self, dtype: Any, index: int, tensor: str = "") -> str:
         try:
@@ -381,7 +287,7 @@ class TileFunction:
         except TypeError:
             dt = str(np.dtype(dtype)) if not isinstance(dtype, str) else dtype
         if dt not in _NUMBA_DTYPES:
-            what = f"tensor {tensor!r}" if tensor else f"argument {index} ({self._arg_name(index)})"
+            what = f"tensor {tensor!r}" if tensor else f"argument {index} ({self.arg_name(index)})"
             hint = (" (Numba has no float16 arithmetic on the CPU)" if dt == "float16" else "")
             raise TileFunctionError(f"tile function {self.name!r}: {what} is {dt}; tile functions "
                                     f"compute on float32 tensors only{hint}")
@@ -404,9 +310,7 @@ class TileFunction:
         TileFunctionCompileError
             With Numba's message, the function's name and the argument types.
         """
-        self._check_arity(len(args))
-        spec = tuple(self._spec_of(a, i) for i, a in enumerate(args))
-        return self._compile(spec)
+        return self._compile(self.check_args(args))
 
     def _check_globals(self) -> None:
         """A global tensor inside a tile function would mean reading other tiles' memory."""
@@ -432,62 +336,43 @@ class TileFunction:
             if spec in self._drivers:
                 return 0.0
             self._check_globals()
-            numba = _numba()
-            from numba import types
             t0 = time.perf_counter()
-            fn_hits = sum(self.jit.stats.cache_hits.values()) if hasattr(self.jit, "stats") else 0
-            if not _jit_disabled():
-                sig = tuple(types.Array(getattr(types, _NUMBA_DTYPES[d]), nd, "C") for d, nd in spec)
+            jit_on = not _driver.jit_disabled()
+            fn_hits = sum(self.jit.stats.cache_hits.values()) if jit_on else 0
+            if jit_on:
                 try:
-                    self.jit.compile(sig)
-                except _numba_errors() as err:
+                    _driver.compile_function(self.jit, spec)
+                except _driver.numba_errors() as err:
                     argdesc = ", ".join(f"{n}: {d}[{nd}-D block]" for n, (d, nd) in zip(self.arg_names, spec))
                     raise TileFunctionCompileError(
                         f"Numba could not compile tile function {self.name!r} ({self.origin}) "
                         f"for arguments ({argdesc}):\n{err}") from err
-            driver = self._build_driver(spec)
+            driver = self._load_driver(spec)
             drv_hits = 0
-            if not _jit_disabled():
-                drv_sig = (types.Array(types.uint8, 2, "C"), types.Array(types.int32, 1, "C"),
-                           types.Array(types.int64, 2, "C"), types.Array(types.int64, 2, "C"),
-                           types.Array(types.int64, 3, "C"))
+            if jit_on:
                 try:
-                    driver.compile(drv_sig)
-                except _numba_errors() as err:
+                    drv_hits = _driver.compile_driver(driver)
+                except _driver.numba_errors() as err:
                     raise TileFunctionCompileError(
                         f"Numba could not compile the driver of tile function {self.name!r} "
                         f"({self.origin}):\n{err}") from err
-                drv_hits = sum(driver.stats.cache_hits.values())
                 fn_hits = sum(self.jit.stats.cache_hits.values()) - fn_hits
             seconds = time.perf_counter() - t0
             self._drivers[spec] = driver
             self.compile_log.append({"spec": spec, "seconds": seconds, "function_cache_hits": fn_hits,
-                                     "driver_cache_hits": drv_hits, "numba": numba.__version__})
+                                     "driver_cache_hits": drv_hits,
+                                     "numba": _driver.numba_module().__version__})
             return seconds
 
-    def _build_driver(self, spec: tuple[tuple[str, int], ...]) -> Any:
+    def _load_driver(self, spec: tuple[tuple[str, int], ...]) -> Any:
         tag = "".join(f"{d[0]}{d[-2:]}x{nd}" for d, nd in spec)
         mode = ("p" if self.parallel else "s") + ("b" if self.boundscheck else "")
         key = f"{self._fingerprint}_{tag}_{mode}"
-        _TARGETS[key] = self.jit
-        src = _driver_source(key, spec, parallel=self.parallel, cache=self.cached,
-                             boundscheck=self.boundscheck, origin=self.origin)
-        modname = f"_ipukern_tilefn_{self.py_func.__name__}_{key}"
-        if modname in sys.modules:
-            return sys.modules[modname].driver
-        if not self.cached:
-            # no source file (REPL, exec): compile in memory, nothing to cache
-            ns: dict[str, Any] = {}
-            exec(compile(src, f"<ipukern tilefn driver for {self.name}>", "exec"), ns)
-            return ns["driver"]
-        path = os.path.join(cache_dir(), modname + ".py")
-        if not os.path.exists(path):
-            # write once, atomically: rewriting would change the mtime Numba's cache checks
-            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-            with os.fdopen(fd, "w") as f:
-                f.write(src)
-            os.replace(tmp, path)
-        return _load_module(modname, path).driver
+        src = _driver.driver_source(key, spec, parallel=self.parallel, cache=self.cached,
+                                    boundscheck=self.boundscheck, origin=self.origin)
+        return _driver.load_driver(key, self.jit, src,
+                                   module_name=f"_ipukern_tilefn_{self.py_func.__name__}_{key}",
+                                   cached=self.cached, label=self.name)
 
     def _driver(self, spec: tuple[tuple[str, int], ...]) -> Any:
         d = self._drivers.get(spec)
@@ -513,8 +398,13 @@ class TileFunction:
         if n_vertices == 0:
             return np.zeros(0, dtype=np.int64)
         if self.per_element_cycles is not None:
-            n0 = np.prod(shapes[0], axis=1)
-            return np.ceil(self.per_element_cycles * n0.astype(np.float64)).astype(np.int64)
+            c = np.ceil(self.per_element_cycles * np.prod(shapes[0], axis=1).astype(np.float64))
+            if c.size and c.max() > MAX_VERTEX_CYCLES:
+                raise TileFunctionError(
+                    f"tile function {self.name!r}: {self.per_element_cycles} cycles/element gives "
+                    f"{c.max():.3g} cycles for one vertex, more than the {MAX_VERTEX_CYCLES:.3g} "
+                    "a vertex estimate may be (the estimate would overflow the cycle counters)")
+            return c.astype(np.int64)
         flat = np.concatenate(shapes, axis=1)
         uniq, inv = np.unique(flat, axis=0, return_inverse=True)
         bounds = np.cumsum([0] + [s.shape[1] for s in shapes])
@@ -532,9 +422,11 @@ class TileFunction:
                     f"cycles formula of tile function {self.name!r} returned {c!r} "
                     f"({type(c).__name__}) for block shapes {[tuple(a) for a in args]}; it must "
                     "return an int (e.g. wrap it in math.ceil)")
-            if c < 0:
+            if c < 0 or c > MAX_VERTEX_CYCLES:
                 raise TileFunctionError(f"cycles formula of tile function {self.name!r} returned "
-                                        f"{int(c)} < 0 for block shapes {[tuple(a) for a in args]}")
+                                        f"{int(c)} for block shapes {[tuple(a) for a in args]}; "
+                                        f"it must lie in 0..{MAX_VERTEX_CYCLES} (2**48: larger "
+                                        "estimates would overflow the cycle counters)")
             out[u] = int(c)
         return out[np.asarray(inv).ravel()]
 
@@ -612,7 +504,7 @@ class TileFunction:
 
 def tile_function(func: Callable | None = None, *, cycles: Callable[..., int] | None = None,
                   per_element_cycles: float | None = None, name: str | None = None,
-                  parallel: bool = True, boundscheck: bool = False) -> Any:
+                  parallel: bool = True, boundscheck: bool = True) -> Any:
     """Decorator: turn a module-level Python function into a :class:`TileFunction`.
 
     Parameters
@@ -631,8 +523,9 @@ def tile_function(func: Callable | None = None, *, cycles: Callable[..., int] | 
     parallel : bool
         Run the vertices of a compute set over host threads (``prange``); default True.
     boundscheck : bool
-        Numba bounds checks + a serial driver: an out-of-block index raises
-        :class:`TileFunctionError` instead of reading whatever lies next to the block.
+        Numba bounds checks on the block arrays (default True): an out-of-block index
+        raises :class:`TileFunctionError`. ``False`` is faster and unchecked (see the
+        module docstring, "Memory safety").
 
     Examples
     --------

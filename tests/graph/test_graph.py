@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import ipukern as ik
-from ipukern.graph.graph import split_bounds
+from ipukern.graph.grid import split_bounds
 
 
 @pytest.fixture(scope="module")
@@ -18,33 +18,7 @@ def tile_buffer(g, t, tile):
     return g.device.arena.data[tile, off:off + 4 * int(np.prod(shape))].view(np.float32).reshape(shape)
 
 
-# --------------------------------------------------------------------------- mappings
-@pytest.mark.parametrize("shape, grid", [((13, 22), (3, 4)), ((1024, 4096), (46, 32)), ((5, 7), (5, 7)),
-                                         ((9, 1), (2, 1))])
-def test_grid_mapping_matches_per_element_assignment(shape, grid):
-    h, w = shape
-    gy, gx = grid
-    m = ik.grid_mapping(shape, grid)
-    rb, cb = split_bounds(h, gy), split_bounds(w, gx)
-    bi = np.searchsorted(rb, np.arange(h), side="right") - 1
-    bj = np.searchsorted(cb, np.arange(w), side="right") - 1
-    want = (bi[:, None] * gx + bj[None, :]).ravel()
-    got = np.repeat(m.tile, m.count)
-    np.testing.assert_array_equal(got, want)
-    assert m.tile.size == h * gx                       # one interval per block row
-
-
-def test_grid_mapping_errors_and_choose_grid():
-    with pytest.raises(ValueError, match="does not fit"):
-        ik.grid_mapping((4, 4), (5, 1))
-    with pytest.raises(ValueError, match="needs 4 tiles"):
-        ik.grid_mapping((4, 4), (2, 2), tiles=[0, 1, 2])
-    assert ik.choose_grid((4096, 4096), 1472) in ((46, 32), (32, 46))
-    assert ik.choose_grid((3, 1000), 1472) == (2, 736)    # most tiles first: 1472 > 3 x 490
-    assert ik.choose_grid((1, 1000), 1472) == (1, 1000)   # never more blocks than rows / columns
-    assert ik.choose_grid((2, 2), 1472) == (2, 2)
-
-
+# --------------------------------------------------------------------------- tensors
 def test_local_views_and_round_trips(m64, rng):
     g = ik.Graph(m64)
     lin = g.linear_tensor("lin", (10, 7))

@@ -229,8 +229,9 @@ def test_out_of_block_index_is_caught_with_boundscheck(small):
         g.run(prog)
 
 
-@pytest.mark.parametrize("result, match", [(1.5, "must return an int"), (-3, "< 0"),
-                                           (True, "must return an int")])
+@pytest.mark.parametrize("result, match", [(1.5, "must return an int"), (-3, r"returned -3 .*lie in 0.."),
+                                           (True, "must return an int"), (2**63, "overflow"),
+                                           (2**70, "overflow")])
 def test_bad_cycle_formulas(small, result, match):
     fn = ik.tile_function(cycles=lambda x: result)(add_one.py_func)
     with pytest.raises(ik.TileFunctionError, match=match):
