@@ -14,6 +14,10 @@ from .conv.params import ConvParams
 from .core.profile import Profile, SuperstepRecord
 from .core.program import ComputeSet, Exchange, ExchangeError, Program, Superstep, VertexBatch
 from .core.tensor import TileMapping, TileTensor
+from .systems import (BOW_2000, BOW_POD16, BOW_POD64, IPU_M2000, IPU_POD16, IPU_POD64, CollectiveCost,
+                      Link, LinkExchange, System, SystemConfigError, SystemDevice, SystemProgram,
+                      SystemSuperstep, SystemTensor, all_gather, all_reduce, broadcast,
+                      collective_seconds, get_system, reduce_scatter)
 from .graph.tilefn import TileFunction, TileFunctionCompileError, TileFunctionError, TileShape, tile_function
 
 # submodules users reach as ipukern.gpu / ipukern.scaling / ipukern.plots (matplotlib is
@@ -35,5 +39,9 @@ __all__ = [
     "Exchange", "ExchangeError", "ComputeSet", "VertexBatch", "Superstep", "Program",
     "TileMapping", "TileTensor",
     "Graph", "GraphTensor", "grid_mapping", "choose_grid",
+    "System", "Link", "SystemConfigError", "get_system", "IPU_M2000", "IPU_POD16", "IPU_POD64",
+    "BOW_2000", "BOW_POD16", "BOW_POD64", "SystemDevice", "SystemProgram", "SystemSuperstep",
+    "SystemTensor", "LinkExchange", "all_reduce", "reduce_scatter", "all_gather", "broadcast",
+    "collective_seconds", "CollectiveCost",
     "tile_function", "TileFunction", "TileFunctionError", "TileFunctionCompileError", "TileShape",
 ]

@@ -1,0 +1,39 @@
+"""Multi-IPU systems: specs and topology, cross-chip BSP, collectives, MPI execution.
+
+Public names are re-exported from :mod:`ipukern`.
+"""
+from .bsp import (
+    LinkExchange,
+    SystemDevice,
+    SystemProgram,
+    SystemSuperstep,
+    SystemTensor,
+)
+from .collectives import (
+    CollectiveCost,
+    all_gather,
+    all_reduce,
+    broadcast,
+    collective_seconds,
+    reduce_scatter,
+)
+from .spec import (
+    BOW_2000,
+    BOW_POD16,
+    BOW_POD64,
+    IPU_M2000,
+    IPU_POD16,
+    IPU_POD64,
+    SYSTEM_PRESETS,
+    Link,
+    System,
+    SystemConfigError,
+    get_system,
+)
+
+__all__ = [
+    "BOW_2000", "BOW_POD16", "BOW_POD64", "IPU_M2000", "IPU_POD16", "IPU_POD64", "SYSTEM_PRESETS",
+    "CollectiveCost", "Link", "LinkExchange", "System", "SystemConfigError", "SystemDevice",
+    "SystemProgram", "SystemSuperstep", "SystemTensor", "all_gather", "all_reduce", "broadcast",
+    "collective_seconds", "get_system", "reduce_scatter",
+]

@@ -1,0 +1,364 @@
+"""Cross-IPU collectives over a :class:`SystemTensor`: all-reduce, reduce-scatter,
+all-gather and broadcast, built from link exchanges and on-tile adds.
+
+Algorithms (those GCL names for these topologies):
+
+- **ring** inside one IPU-Link domain: the IPUs in :meth:`System.ring` order (up one rail of
+  the ladder, down the other), so every step uses one link per IPU. The tensor (flattened)
+  is cut into N chunks; a reduce-scatter is N - 1 steps where IPU k sends a chunk to IPU
+  k + 1, which adds it to its own copy; an all-gather is N - 1 steps forwarding reduced
+  chunks. All-reduce = reduce-scatter + all-gather: 2 (N - 1) steps of 1/N of the tensor.
+- **hierarchical** when the IPUs span several POD64 domains (GW-Links): reduce-scatter in
+  each domain's ring, all-reduce of each domain-chunk across domains (a ring of the IPUs
+  holding the same chunk, routed over the GW-Links), all-gather in each domain.
+- **broadcast**: a pipelined ring from the root, the tensor in N pieces: N - 1 + N - 1 steps.
+
+Every element is summed in a fixed order (the ring order, starting after the chunk's first
+owner), so the result is the same bits wherever and however often it runs; tests compare it
+with NumPy folding in that order and with a float64 sum.
+
+:func:`collective_seconds` is the closed-form cost of the same algorithms for estimates.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..core.cost import reduce_cycles
+from ..core.program import Superstep
+from ..dtypes import DTYPES, canonical_dtype
+from ..core.vertices import sum_rows
+from .bsp import SystemDevice, SystemSuperstep, SystemTensor
+from .spec import System, SystemConfigError
+
+__all__ = [
+    "CollectiveCost",
+    "all_gather",
+    "all_reduce",
+    "broadcast",
+    "collective_seconds",
+    "reduce_scatter",
+]
+
+
+# --------------------------------------------------------------------------- pieces
+class _Layout:
+    """Where each element range of a tensor lives: pieces (tile, element start, count) and
+    per-IPU byte offsets, plus a receive buffer per IPU for reductions."""
+
+    def __init__(self, dev: SystemDevice, t: SystemTensor, name: str, need_recv: bool):
+        m = t.mapping
+        self.t, self.item = t, t.on(t.ipus[0]).itemsize
+        order = np.argsort(m.start, kind="stable")
+        self.tile, self.start, self.count = m.tile[order], m.start[order], m.count[order]
+        self.off = {i: t.on(i).offset[order] for i in t.ipus}
+        self.n = int(np.prod(t.shape, dtype=np.int64)) if t.shape else 1
+        self.recv: dict[int, np.ndarray] = {}
+        self.dev, self.name, self.need_recv = dev, name, need_recv
+        self._recv_need = np.zeros(dev.system.chip.n_tiles, dtype=np.int64)
+
+    def pieces(self, frac: tuple[tuple[int, int], ...]) -> tuple[np.ndarray, ...]:
+        """Pieces of a chunk: every interval (one tile's run of elements) is cut into
+        fractions, ``frac = ((c1, n1), (c2, n2), ...)`` taking part c1 of n1, then part c2 of
+        n2 of that, so every tile holds its share of every chunk and all tiles work in every
+        step. Returns (interval index, tile, first element, count)."""
+        a, b = self.start, self.start + self.count
+        for c, n in frac:
+            size = b - a
+            a, b = a + size * c // n, a + size * (c + 1) // n
+        keep = np.flatnonzero(b > a)
+        return keep, self.tile[keep], a[keep], (b - a)[keep]
+
+    def elements(self, frac: tuple[tuple[int, int], ...]) -> np.ndarray:
+        """Flat element indices of a chunk (sorted)."""
+        _, _, first, cnt = self.pieces(frac)
+        if not cnt.size:
+            return np.zeros(0, np.int64)
+        return np.concatenate([np.arange(f, f + k) for f, k in zip(first, cnt)])
+
+    def note_recv(self, tiles: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
+        """Offsets within the tile's receive buffer for these pieces (packed per tile)."""
+        order = np.lexsort((np.arange(tiles.size), tiles))
+        ts, nb = tiles[order], nbytes[order]
+        csum = np.cumsum(nb) - nb
+        first = np.r_[True, ts[1:] != ts[:-1]] if ts.size else np.zeros(0, bool)
+        start = np.maximum.accumulate(np.where(first, np.arange(ts.size), 0)) if ts.size else ts
+        local = np.empty_like(nb)
+        local[order] = csum - (csum[start] if ts.size else 0)
+        tot = np.bincount(ts, weights=nb, minlength=self._recv_need.size).astype(np.int64)
+        np.maximum(self._recv_need, tot, out=self._recv_need)
+        return local
+
+    def alloc_recv(self) -> None:
+        for i in self.t.ipus:
+            self.recv[i] = self.dev.devices[i].alloc(f"{self.name}.recv", self._recv_need, "exchange")
+
+
+@dataclass
+class _Step:
+    """Link copies of one ring step and the adds that consume them (per receiving IPU)."""
+
+    rows: list                 # [(src_ipu, dst_ipu, tiles, src_off, dst_off or None (recv), nbytes, recv_local)]
+    adds: list                 # [(ipu, tiles, own_off, recv_local, counts)]
+
+
+def _ring_steps(lay: _Layout, rings: Sequence[tuple[list[int], tuple]], kind: str) -> list[_Step]:
+    """Steps of concurrent rings; ``kind`` is "rs" (reduce-scatter) or "ag" (all-gather).
+
+    Ring position k owns chunk (k + 1) % N after a reduce-scatter and sends it first in an
+    all-gather.
+    """
+    n_steps = max(len(r) for r, _ in rings) - 1
+    steps = [_Step([], []) for _ in range(n_steps)]
+    for ring, prefix in rings:
+        n = len(ring)
+        for s in range(n - 1):
+            for k in range(n):
+                c = (k - s) % n if kind == "rs" else (k + 1 - s) % n
+                src, dst = ring[k], ring[(k + 1) % n]
+                idx, tiles, first, cnt = lay.pieces((*prefix, (c, n)))
+                if not idx.size:
+                    continue
+                delta = (first - lay.start[idx]) * lay.item
+                nb = cnt * lay.item
+                src_off = lay.off[src][idx] + delta
+                own_dst = lay.off[dst][idx] + delta
+                if kind == "rs":
+                    local = lay.note_recv(tiles, nb)
+                    steps[s].rows.append((src, dst, tiles, src_off, None, nb, local))
+                    steps[s].adds.append((dst, tiles, own_dst, local, cnt))
+                else:
+                    steps[s].rows.append((src, dst, tiles, src_off, own_dst, nb, None))
+    return steps
+
+
+def _assemble(dev: SystemDevice, lay: _Layout, steps: list[_Step], name: str) -> list[SystemSuperstep]:
+    """Superstep j: the adds of step j - 1, then the link copies of step j."""
+    chip = dev.system.chip
+    dtype = lay.t.dtype
+    out: list[SystemSuperstep] = []
+    for j in range(len(steps) + 1):
+        per_ipu: dict[int, Superstep] = {}
+        if j > 0:
+            by_ipu: dict[int, list] = {}
+            for ipu, tiles, own, local, cnt in steps[j - 1].adds:
+                by_ipu.setdefault(ipu, []).append((tiles, own, lay.recv[ipu][tiles] + local, cnt))
+            for ipu, parts in by_ipu.items():
+                tiles, own, rcv, cnt = (np.concatenate(p) for p in zip(*parts))
+                batch = sum_rows(chip, tiles, own, [own, rcv], cnt, dtype, dtype,
+                                 why=f"add a received chunk ({dtype})")
+                per_ipu[ipu] = Superstep(f"{name} add {j}",
+                                         compute=dev.devices[ipu].compute_set([batch], name=f"{name} add {j}"),
+                                         category="reduction")
+        links = None
+        if j < len(steps) and steps[j].rows:
+            cols = [[] for _ in range(7)]
+            for src, dst, tiles, s_off, d_off, nb, local in steps[j].rows:
+                if d_off is None:
+                    d_off = lay.recv[dst][tiles] + local
+                for col, v in zip(cols, (np.full(tiles.size, src), tiles, s_off, np.full(tiles.size, dst),
+                                         tiles, d_off, nb)):
+                    col.append(v)
+            links = dev.link_exchange(*(np.concatenate(c) for c in cols), name=f"{name} step {j}")
+        if per_ipu or links is not None:
+            out.append(SystemSuperstep(f"{name} {j}", per_ipu, links,
+                                       category="reduction" if per_ipu else "exchange"))
+    return out
+
+
+def _group(dev: SystemDevice, t: SystemTensor, ipus: Any) -> list[int]:
+    if not isinstance(t, SystemTensor):
+        raise TypeError(f"collectives take a SystemTensor, got {type(t).__name__}")
+    if t.dtype not in ("float32", "float16"):
+        raise TypeError(f"collectives reduce float32 or float16 tensors, got {t.dtype}")
+    ipus = t.ipus if ipus is None else sorted({int(i) for i in ipus})
+    missing = [i for i in ipus if i not in t.parts]
+    if missing:
+        raise SystemConfigError(f"tensor {t.name!r} has no part on IPU(s) {missing}")
+    if len(ipus) < 1:
+        raise SystemConfigError("a collective needs at least one IPU")
+    return ipus
+
+
+def _domains(system: System, ipus: list[int]) -> list[list[int]]:
+    by: dict[int, list[int]] = {}
+    for i in ipus:
+        by.setdefault(i // system.domain_ipus, []).append(i)
+    groups = [system.ring(g) for _, g in sorted(by.items())]
+    if len({len(g) for g in groups}) > 1:
+        raise SystemConfigError("a hierarchical collective needs the same number of IPUs in every POD64")
+    return groups
+
+
+def _finish(dev, lay, steps, name, label):
+    if lay.need_recv:
+        lay.alloc_recv()
+    return dev.program(_assemble(dev, lay, steps, name), label=label)
+
+
+def reduce_scatter(dev: SystemDevice, t: SystemTensor, *, ipus: Any = None, name: str = "reduce_scatter"):
+    """Program after which ring position k of each domain holds the sum over ``ipus`` of
+    the elements ``owned[ipu]`` in place (other elements hold partial sums). A chunk is a
+    share of every tile's elements (see ``_Layout.pieces``).
+
+    Returns ``(program, owned)``: ``owned[ipu]`` is a sorted int64 array of flat indices.
+    """
+    ipus = _group(dev, t, ipus)
+    lay = _Layout(dev, t, name, need_recv=True)
+    groups = _domains(dev.system, ipus)
+    steps = _ring_steps(lay, [(g, ()) for g in groups], "rs")
+    n = len(groups[0])
+    owned = {g[k]: lay.elements((((k + 1) % n, n),)) for g in groups for k in range(n)}
+    if len(groups) > 1:
+        raise SystemConfigError("reduce_scatter across POD64 domains is not supported; use all_reduce")
+    return _finish(dev, lay, steps, name, name), owned
+
+
+def all_gather(dev: SystemDevice, t: SystemTensor, *, ipus: Any = None, name: str = "all_gather"):
+    """Program after which every IPU holds, in every element range, the values ring
+    position k held in its owned range ``(k + 1) % N`` (the layout :func:`reduce_scatter`
+    leaves)."""
+    ipus = _group(dev, t, ipus)
+    lay = _Layout(dev, t, name, need_recv=False)
+    groups = _domains(dev.system, ipus)
+    if len(groups) > 1:
+        raise SystemConfigError("all_gather across POD64 domains is not supported; use all_reduce")
+    return _finish(dev, lay, _ring_steps(lay, [(g, ()) for g in groups], "ag"), name, name)
+
+
+def all_reduce(dev: SystemDevice, t: SystemTensor, *, ipus: Any = None, name: str = "all_reduce"):
+    """Program summing ``t`` over ``ipus`` (default: every IPU holding it), result on all."""
+    ipus = _group(dev, t, ipus)
+    lay = _Layout(dev, t, name, need_recv=True)
+    groups = _domains(dev.system, ipus)
+    whole = [(g, ()) for g in groups]
+    steps = _ring_steps(lay, whole, "rs")
+    if len(groups) > 1:
+        n = len(groups[0])
+        rings = []
+        for k in range(n):
+            c = (k + 1) % n
+            rings.append(([g[k] for g in groups], ((c, n),)))
+        steps += _ring_steps(lay, rings, "rs") + _ring_steps(lay, rings, "ag")
+    steps += _ring_steps(lay, whole, "ag")
+    return _finish(dev, lay, steps, name, name)
+
+
+def broadcast(dev: SystemDevice, t: SystemTensor, root: int, *, ipus: Any = None,
+              name: str = "broadcast"):
+    """Program copying ``root``'s part of ``t`` to every other IPU of ``ipus``: a pipelined
+    ring from the root, the tensor in N pieces."""
+    ipus = _group(dev, t, ipus)
+    if root not in ipus:
+        raise SystemConfigError(f"broadcast root {root} is not among the IPUs {ipus}")
+    lay = _Layout(dev, t, name, need_recv=False)
+    ring = dev.system.ring(ipus)
+    r = ring.index(root)
+    ring = ring[r:] + ring[:r]
+    n = len(ring)
+    steps = [_Step([], []) for _ in range(max(0, 2 * n - 2))]
+    for k in range(n - 1):
+        for c in range(n):
+            idx, tiles, first, cnt = lay.pieces(((c, n),))
+            if not idx.size:
+                continue
+            delta = (first - lay.start[idx]) * lay.item
+            src, dst = ring[k], ring[k + 1]
+            steps[k + c].rows.append((src, dst, tiles, lay.off[src][idx] + delta,
+                                      lay.off[dst][idx] + delta, cnt * lay.item, None))
+    return _finish(dev, lay, steps, name, name)
+
+
+# --------------------------------------------------------------------------- closed form
+@dataclass(frozen=True)
+class CollectiveCost:
+    """Closed-form cost of a collective: seconds and what they are made of."""
+
+    op: str
+    n_ipus: int
+    nbytes: int
+    steps: int
+    link_seconds: float
+    sync_seconds: float
+    add_seconds: float
+    algorithm: str
+
+    @property
+    def seconds(self) -> float:
+        return self.link_seconds + self.sync_seconds + self.add_seconds
+
+
+def _ring_bandwidth(system: System, ring: list[int]) -> tuple[float, float]:
+    """Slowest link rate and largest latency between ring neighbours (routed)."""
+    bw, lat = math.inf, 0.0
+    for a, b in zip(ring, ring[1:] + ring[:1]):
+        if a == b:
+            continue
+        path = system.route(a, b)
+        links = [system.link(u, v) for u, v in itertools.pairwise(path)]
+        bw = min(bw, min(ln.bytes_per_second for ln in links))
+        lat = max(lat, sum(ln.latency_s for ln in links))
+    return bw, lat
+
+
+def collective_seconds(system: System, op: str, nbytes: float, ipus: Any = None, *,
+                       dtype: str = "float32") -> CollectiveCost:
+    """Closed-form time of ``op`` ("all_reduce", "reduce_scatter", "all_gather",
+    "broadcast") on ``nbytes`` per IPU over ``ipus`` (default all), by the algorithms above.
+
+    Per ring step: ``max(chunk / slowest ring link + latency, chunk / n_tiles / tile
+    exchange rate) + cross-chip sync + exchange overhead``; reduce steps add each tile's
+    share of the chunk (:func:`~ipukern.core.cost.reduce_cycles`, 2 partials), as the
+    built program does, whose chunks are a share of every tile.
+    """
+    if op not in ("all_reduce", "reduce_scatter", "all_gather", "broadcast"):
+        raise ValueError(f"unknown collective {op!r}")
+    if not (nbytes >= 0 and math.isfinite(nbytes)):
+        raise ValueError(f"nbytes must be a finite number >= 0, got {nbytes!r}")
+    ipus = list(range(system.n_ipus)) if ipus is None else sorted({int(i) for i in ipus})
+    n = len(ipus)
+    chip = system.chip
+    if n <= 1 or nbytes == 0:
+        return CollectiveCost(op, n, int(nbytes), 0, 0.0, 0.0, 0.0, "none")
+    sync_s = (system.sync_cycles(n) + chip.exchange_overhead_cycles) / chip.clock_hz
+    dtype = canonical_dtype(dtype)
+    item = DTYPES[dtype].itemsize
+    port_bps = chip.exchange_bytes_per_cycle * chip.clock_hz
+
+    def ring_phase(ring, size, reduce):
+        k = len(ring)
+        bw, lat = _ring_bandwidth(system, ring)
+        chunk = size / k
+        steps = k - 1
+        per_tile = math.ceil(chunk / item / chip.n_tiles)
+        add = reduce_cycles(chip, per_tile, 2, dtype, dtype) / chip.clock_hz if reduce else 0.0
+        link = max(chunk / bw + lat, chunk / chip.n_tiles / port_bps)
+        return steps, steps * link, steps * sync_s, steps * add
+
+    groups: dict[int, list[int]] = {}
+    for i in ipus:
+        groups.setdefault(i // system.domain_ipus, []).append(i)
+    inner = system.ring(next(iter(groups.values())))
+    phases = []
+    if op == "broadcast":
+        bw, lat = _ring_bandwidth(system, system.ring(ipus))
+        steps = 2 * n - 2
+        return CollectiveCost(op, n, int(nbytes), steps, steps * (nbytes / n / bw + lat), steps * sync_s,
+                              0.0, "pipelined ring")
+    if op in ("all_reduce", "reduce_scatter"):
+        phases.append(ring_phase(inner, nbytes, True))
+    algorithm = "ring"
+    if op == "all_reduce" and len(groups) > 1:
+        cross = [g[0] for g in groups.values()]
+        sub = nbytes / len(inner)
+        phases += [ring_phase(cross, sub, True), ring_phase(cross, sub, False)]
+        algorithm = "hierarchical (ring per POD64, ring across GW-Links)"
+    if op in ("all_reduce", "all_gather"):
+        phases.append(ring_phase(inner, nbytes, False))
+    steps, link_s, sync_total, add_s = (sum(p[i] for p in phases) for i in range(4))
+    return CollectiveCost(op, n, int(nbytes), int(steps), link_s, sync_total, add_s, algorithm)

@@ -1,0 +1,177 @@
+"""Cross-IPU BSP and collectives: numerics against NumPy, costs against hand computation."""
+import math
+
+import numpy as np
+import pytest
+
+import ipukern as ik
+from ipukern.core.cost import reduce_cycles
+
+CHIP = ik.GC200.replace(n_tiles=16, name="GC200-16")
+LANE = 128 * 2**30 / 8 * 0.85
+CLOCK = 1.325e9
+
+
+def make(n, e=1000, dtype="float32", tiles=16, seed=0, **pod_kw):
+    dev = ik.SystemDevice(ik.System.pod(n, CHIP, **pod_kw))
+    t = dev.add_tensor("g", (e,), dtype, ik.TileMapping.linear(e, tiles))
+    rng = np.random.default_rng(seed)
+    xs = [rng.standard_normal(e).astype(dtype) for _ in range(n)]
+    for i, x in enumerate(xs):
+        dev.write(t, i, x)
+    return dev, t, xs
+
+
+def chunk_index(t, c, n):
+    """Flat indices of chunk c of n: part c of every tile interval (the documented split)."""
+    m = t.mapping
+    idx = [np.arange(s + k * c // n, s + k * (c + 1) // n) for s, k in zip(m.start, m.count)]
+    return np.concatenate(idx)
+
+
+def ring_fold(xs, ring, t):
+    """NumPy sum of each chunk in the ring's order: chunk c starts at ring position c."""
+    n = len(ring)
+    out = np.empty_like(xs[0])
+    for c in range(n):
+        sel = chunk_index(t, c, n)
+        acc = xs[ring[c]][sel].copy()
+        for k in range(1, n):
+            acc = xs[ring[(c + k) % n]][sel] + acc
+        out[sel] = acc
+    return out
+
+
+@pytest.mark.parametrize("n, e", [(2, 1000), (4, 1000), (8, 333), (16, 4099), (4, 3)])
+def test_all_reduce_equals_numpy(n, e):
+    dev, t, xs = make(n, e)
+    prof = dev.run(ik.all_reduce(dev, t))
+    ref = ring_fold(xs, dev.system.ring(), t)
+    for i in range(n):
+        out = dev.read(t, i)
+        np.testing.assert_array_equal(out, ref)         # bitwise: the documented order
+    np.testing.assert_allclose(ref, np.sum(np.array(xs, np.float64), 0), rtol=1e-5, atol=1e-5)
+    assert prof.total_cycles > 0
+
+
+def test_all_reduce_float16_and_integers_exact():
+    dev, t, _ = make(4, 512, "float16")
+    xs = [np.arange(512, dtype=np.float16) % 7 + i for i in range(4)]
+    for i, x in enumerate(xs):
+        dev.write(t, i, x)
+    dev.run(ik.all_reduce(dev, t))
+    np.testing.assert_array_equal(dev.read(t, 3), np.sum(np.array(xs, np.float64), 0).astype(np.float16))
+
+
+def test_hierarchical_all_reduce_across_gw_links():
+    dev, t, xs = make(8, 640, domain_ipus=4)
+    prog = ik.all_reduce(dev, t)
+    kinds = {dev.system.link(u, v).kind for st in prog.steps if st.links is not None
+             for s, d, _, _ in st.links.segments
+             for u, v in zip(dev.system.route(s, d)[:-1], dev.system.route(s, d)[1:])}
+    assert kinds == {"ipu-link", "gw-link"}
+    dev.run(prog)
+    ref = np.sum(np.array(xs, np.float64), 0)
+    outs = [dev.read(t, i) for i in range(8)]
+    for o in outs:
+        np.testing.assert_array_equal(o, outs[0])
+    np.testing.assert_allclose(outs[0], ref, rtol=1e-5, atol=1e-5)
+
+
+def test_reduce_scatter_all_gather_broadcast():
+    dev, t, xs = make(4, 101)
+    prog, owned = ik.reduce_scatter(dev, t)
+    dev.run(prog)
+    full = ring_fold(xs, dev.system.ring(), t)
+    for ipu, sel in owned.items():
+        np.testing.assert_array_equal(dev.read(t, ipu)[sel], full[sel])
+    assert np.array_equal(np.sort(np.concatenate(list(owned.values()))), np.arange(101))
+    dev.run(ik.all_gather(dev, t))
+    for i in range(4):
+        np.testing.assert_array_equal(dev.read(t, i), full)
+    dev2, t2, xs2 = make(4, 77, seed=3)
+    dev2.run(ik.broadcast(dev2, t2, root=2))
+    for i in range(4):
+        np.testing.assert_array_equal(dev2.read(t2, i), xs2[2])
+
+
+def test_execute_and_estimate_same_cycles_and_repeatable():
+    dev, t, xs = make(4, 500)
+    prog = ik.all_reduce(dev, t)
+    est = dev.run(prog, "estimate")
+    ex = dev.run(prog)
+    assert est.total_cycles == ex.total_cycles
+    assert [r.total_cycles for r in est.supersteps] == [r.total_cycles for r in ex.supersteps]
+
+
+def test_link_cost_hand_computed_two_ipus():
+    # one superstep moving 32 KiB from IPU 0 to IPU 1, spread over 16 tiles (2 KiB each):
+    # the 6-lane rung carries it; each tile port sends 2 KiB at 24.35 B/cycle (less)
+    dev = ik.SystemDevice(ik.System.pod(2, CHIP))
+    buf = [d.alloc("b", np.full(16, 2048), "user") for d in dev.devices]
+    tiles = np.arange(16)
+    lx = dev.link_exchange(np.zeros(16), tiles, buf[0], np.ones(16), tiles, buf[1], np.full(16, 2048))
+    link = math.ceil((32768 / (6 * LANE) + 15e-9) * CLOCK)
+    assert lx.link_cycles == link
+    assert lx.port_cycles < link
+    assert lx.cycles == link + CHIP.exchange_overhead_cycles
+    rec = ik.SystemSuperstep("x", links=lx).record(0, dev.system, 2)
+    assert rec.sync_cycles == math.ceil(15e-9 * CLOCK * 1 * 2) == 40
+    assert rec.exchange_cycles == lx.cycles and "rung" not in rec.exchange_why
+
+
+def test_concurrent_transfers_share_a_link():
+    # POD16 ladder: 0->4 routes [0, 2, 4], 2->6 routes [2, 4, 6]; both cross rail 2->4
+    dev = ik.SystemDevice(ik.System.pod(16, CHIP))
+    b = [d.alloc("b", np.full(16, 4096), "user") for d in dev.devices]
+    lx = dev.link_exchange([0, 2], [0, 0], [b[0][0], b[2][0]], [4, 6], [1, 1], [b[4][1], b[6][1]],
+                           [4096, 4096])
+    assert dev.system.route(0, 4) == [0, 2, 4] and dev.system.route(2, 6) == [2, 4, 6]
+    assert lx.link_cycles == math.ceil((2 * 4096 / (2 * LANE) + 2 * 15e-9) * CLOCK)
+    assert lx.busiest_link == (2, 4)
+
+
+def test_closed_form_ring_all_reduce():
+    # M2000 ring 0-2-3-1: rails (2 lanes) are its slowest links; 2 (N - 1) = 6 steps of 1/4
+    nbytes = 100e6
+    c = ik.collective_seconds(ik.IPU_M2000, "all_reduce", nbytes)
+    chunk = nbytes / 4
+    assert c.steps == 6 and c.algorithm == "ring"
+    assert c.link_seconds == pytest.approx(6 * (chunk / (2 * LANE) + 15e-9))
+    sync = (math.ceil(15e-9 * CLOCK * 2 * 2) + 100) / CLOCK
+    assert c.sync_seconds == pytest.approx(6 * sync)
+    add = reduce_cycles(ik.GC200, math.ceil(chunk / 4 / 1472), 2, "float32", "float32") / CLOCK
+    assert c.add_seconds == pytest.approx(3 * add)
+    assert ik.collective_seconds(ik.IPU_M2000, "all_gather", nbytes).steps == 3
+    assert ik.collective_seconds(ik.IPU_M2000, "broadcast", nbytes).steps == 6
+    h = ik.collective_seconds(ik.System.pod(128), "all_reduce", nbytes)
+    assert h.algorithm.startswith("hierarchical") and h.steps == 63 + 1 + 1 + 63
+
+
+def test_closed_form_tracks_built_program_for_large_tensors():
+    dev = ik.SystemDevice(ik.System.pod(4, CHIP))
+    e = 1 << 20
+    t = dev.add_tensor("g", (e,), "float32", ik.TileMapping.linear(e, 16))
+    prof = dev.run(ik.all_reduce(dev, t), "estimate")
+    closed = ik.collective_seconds(dev.system, "all_reduce", 4 * e)
+    assert prof.seconds == pytest.approx(closed.seconds, rel=0.1)
+
+
+def test_bad_input():
+    dev, t, _ = make(4, 100)
+    with pytest.raises(ik.ExchangeError, match="stays on IPU 1"):
+        dev.link_exchange([1], [0], [0], [1], [1], [0], [4])
+    with pytest.raises(ik.ExchangeError, match="outside 0..3"):
+        dev.link_exchange([0], [0], [0], [7], [1], [0], [4])
+    with pytest.raises(ik.ExchangeError, match="overlapping writes"):
+        dev.link_exchange([0, 2], [0, 0], [0, 0], [1, 1], [3, 3], [0, 2], [4, 4])
+    with pytest.raises(ik.SystemConfigError, match="root 9"):
+        ik.broadcast(dev, t, root=9)
+    with pytest.raises(ik.SystemConfigError, match="no part on IPU"):
+        ik.all_reduce(dev, t, ipus=[0, 5])
+    with pytest.raises(TypeError, match="SystemTensor"):
+        ik.all_reduce(dev, t.on(0))
+    with pytest.raises(ValueError, match="mode"):
+        dev.run(ik.all_reduce(dev, t), "fast")
+    with pytest.raises(ValueError, match="unknown collective"):
+        ik.collective_seconds(ik.IPU_POD16, "gather", 10)
