@@ -59,7 +59,8 @@ def main():
     ok = bool(np.allclose(got, recv, rtol=1e-4, atol=1e-4))
     prof = dev.run(prog, "estimate")
     if comm.Get_rank() == 0:
-        print(json.dumps({"ranks": n, "elems": e, "bytes": 4 * e, "ipukern_s": t_ours, "mpi_allreduce_s": t_mpi,
+        print(json.dumps({"ranks": n, "elems": e, "bytes": 4 * e, "ipukern_s": t_ours,
+                          "mpi_allreduce_s": t_mpi,
                           "ratio_vs_mpi": t_mpi / t_ours, "matches_mpi": ok,
                           "simulated_cycles": prof.total_cycles, "simulated_s": prof.seconds}))
 

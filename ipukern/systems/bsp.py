@@ -120,7 +120,7 @@ class LinkExchange:
             for u, v in itertools.pairwise(path):
                 load[(u, v)] = load.get((u, v), 0) + nb
         worst, worst_link = 0.0, None
-        for s, d, nb, path in routes:
+        for _s, _d, _nb, path in routes:
             t_bw, link = 0.0, None
             lat = 0.0
             for u, v in itertools.pairwise(path):

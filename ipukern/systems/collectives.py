@@ -103,7 +103,8 @@ class _Layout:
 class _Step:
     """Link copies of one ring step and the adds that consume them (per receiving IPU)."""
 
-    rows: list                 # [(src_ipu, dst_ipu, tiles, src_off, dst_off or None (recv), nbytes, recv_local)]
+    #: [(src_ipu, dst_ipu, tiles, src_off, dst_off or None (= recv buffer), nbytes, recv_local)]
+    rows: list
     adds: list                 # [(ipu, tiles, own_off, recv_local, counts)]
 
 
@@ -152,8 +153,8 @@ def _assemble(dev: SystemDevice, lay: _Layout, steps: list[_Step], name: str) ->
                 tiles, own, rcv, cnt = (np.concatenate(p) for p in zip(*parts))
                 batch = sum_rows(chip, tiles, own, [own, rcv], cnt, dtype, dtype,
                                  why=f"add a received chunk ({dtype})")
-                per_ipu[ipu] = Superstep(f"{name} add {j}",
-                                         compute=dev.devices[ipu].compute_set([batch], name=f"{name} add {j}"),
+                cs = dev.devices[ipu].compute_set([batch], name=f"{name} add {j}")
+                per_ipu[ipu] = Superstep(f"{name} add {j}", compute=cs,
                                          category="reduction")
         links = None
         if j < len(steps) and steps[j].rows:

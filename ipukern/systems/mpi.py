@@ -51,7 +51,7 @@ def run_link_exchange(dev: SystemDevice, lx: LinkExchange, n_threads: int) -> No
     comm = dev.comm
     bufs = _buffers(lx, dev)
     recvs, sends = [], []
-    for k, (s, d, a, b) in enumerate(lx.segments):
+    for k, (s, d, _a, _b) in enumerate(lx.segments):
         if dev.is_local(d) and not dev.is_local(s):
             recvs.append((k, comm.Irecv(bufs[k][0], source=int(dev.owner[s]), tag=k)))
     for k, (s, d, a, b) in enumerate(lx.segments):

@@ -208,7 +208,8 @@ class System:
         if torus is None:
             torus = domain // 2 >= 16
         if torus and domain // 2 < 3:
-            raise SystemConfigError(f"a torus needs at least 3 rungs (6 IPUs); {domain} IPUs have {domain // 2}")
+            raise SystemConfigError(f"a torus needs at least 3 rungs (6 IPUs); {domain} IPUs have "
+                                    f"{domain // 2}")
         lane = chip.link_bytes_per_second
         links: list[Link] = []
         for base in range(0, n, domain):
