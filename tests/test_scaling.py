@@ -253,3 +253,18 @@ def test_format_table_one_line_per_point(small):
     widths = {len(line) for line in lines[:2]}
     assert len(widths) <= 2                                 # aligned header and rule
     assert "IPU/GPU = IPU TFLOP/s / GPU TFLOP/s" in text
+
+
+@pytest.mark.parametrize("kind", ["thread", "process"])
+def test_sweep_on_an_executor_equals_serial(kind, small):
+    import concurrent.futures as cf
+    pool = cf.ThreadPoolExecutor(2) if kind == "thread" else cf.ProcessPoolExecutor(2)
+    seen = []
+    with pool:
+        res = grouped_conv_sweep(SMALL, channels_per_group=(1, 3, 4, "dense"), batch=(2,),
+                                 machines=("GC200",), gpus=("A100_40GB", "V100"), executor=pool,
+                                 progress=lambda i, n, label: seen.append((i, n)))
+    assert res.to_dicts() == small.to_dicts() and res.skipped == small.skipped
+    assert seen == [(i + 1, len(seen)) for i in range(len(seen))]
+    with pytest.raises(TypeError, match="Executor"):
+        grouped_conv_sweep(SMALL, channels_per_group=(4,), batch=(2,), executor=4)
