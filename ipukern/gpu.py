@@ -761,3 +761,15 @@ def estimate_matmul(m: int, k: int, n: int, groups: int = 1, dtype: Any = "float
                      cpg=k, dtype=conv.dtype, gpu=get_gpu(gpu),
                      curve=get_efficiency_curve(efficiency), tf32=tf32, launch_s=launch_s,
                      layer=f"matmul g{groups} {m}x{k}x{n} {conv.dtype}")
+
+
+# Multi-GPU systems (DGX A100) live in their own module; reachable as ipukern.gpu.<name>.
+from .gpusystem import (  # noqa: E402
+    DGX_A100,
+    GPU_SYSTEMS,
+    GPUNetworkEstimate,
+    GPUSystem,
+    estimate_network_gpu,
+    get_gpu_system,
+    gpu_all_reduce_seconds,
+)
