@@ -134,6 +134,9 @@ __all__ = [
     "GPUSpec", "A100_40GB", "A100_80GB", "V100", "H100", "TITAN_RTX", "GPU_PRESETS", "get_gpu",
     "EfficiencyCurve", "CUDNN_CURVE", "OPTIMIZED_CURVE", "EFFICIENCY_CURVES",
     "get_efficiency_curve", "GPUEstimate", "estimate_conv", "estimate_matmul",
+    # multi-GPU systems (ipukern/gpusystem.py)
+    "GPUSystem", "DGX_A100", "GPU_SYSTEMS", "get_gpu_system", "GPUNetworkEstimate",
+    "estimate_network_gpu", "gpu_all_reduce_seconds",
 ]
 
 

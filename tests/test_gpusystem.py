@@ -40,7 +40,8 @@ def test_network_forward_is_the_sum_of_per_layer_estimates():
     gap = max((b * 64 * 32 * 32 + b * 64) * 2 / (0.8 * 1.555e12), 10e-6)
     assert [r["name"] for r in e.layers] == ["c1", "r", "gap", "fl", "fc"]
     assert e.forward_seconds == pytest.approx(conv + relu + gap + fc)
-    assert e.step_seconds == e.forward_seconds and e.samples_per_second == pytest.approx(8 * b / e.step_seconds)
+    assert e.step_seconds == e.forward_seconds
+    assert e.samples_per_second == pytest.approx(8 * b / e.step_seconds)
 
 
 def test_training_step_composition():
