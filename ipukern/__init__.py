@@ -17,7 +17,8 @@ from .core.tensor import TileMapping, TileTensor
 from .systems import (BOW_2000, BOW_POD16, BOW_POD64, IPU_M2000, IPU_POD16, IPU_POD64, CollectiveCost,
                       Link, LinkExchange, System, SystemConfigError, SystemDevice, SystemProgram,
                       SystemSuperstep, SystemTensor, all_gather, all_reduce, broadcast,
-                      collective_seconds, get_system, reduce_scatter)
+                      collective_seconds, get_system, reduce_scatter,
+                      LayerCost, StageMemoryError, TrainingEstimate, estimate_training)
 from .graph.tilefn import TileFunction, TileFunctionCompileError, TileFunctionError, TileShape, tile_function
 
 # submodules users reach as ipukern.gpu / ipukern.scaling / ipukern.plots (matplotlib is
@@ -42,6 +43,7 @@ __all__ = [
     "System", "Link", "SystemConfigError", "get_system", "IPU_M2000", "IPU_POD16", "IPU_POD64",
     "BOW_2000", "BOW_POD16", "BOW_POD64", "SystemDevice", "SystemProgram", "SystemSuperstep",
     "SystemTensor", "LinkExchange", "all_reduce", "reduce_scatter", "all_gather", "broadcast",
-    "collective_seconds", "CollectiveCost",
+    "collective_seconds", "CollectiveCost", "LayerCost", "StageMemoryError", "TrainingEstimate",
+    "estimate_training",
     "tile_function", "TileFunction", "TileFunctionError", "TileFunctionCompileError", "TileShape",
 ]

@@ -17,6 +17,7 @@ from .collectives import (
     collective_seconds,
     reduce_scatter,
 )
+from .training import LayerCost, StageMemoryError, TrainingEstimate, estimate_training
 from .spec import (
     BOW_2000,
     BOW_POD16,
@@ -36,4 +37,5 @@ __all__ = [
     "CollectiveCost", "Link", "LinkExchange", "System", "SystemConfigError", "SystemDevice",
     "SystemProgram", "SystemSuperstep", "SystemTensor", "all_gather", "all_reduce", "broadcast",
     "collective_seconds", "get_system", "reduce_scatter",
+    "LayerCost", "StageMemoryError", "TrainingEstimate", "estimate_training",
 ]

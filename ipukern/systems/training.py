@@ -1,0 +1,398 @@
+"""Training on a System: data-parallel replicas of one or more pipelined IPUs.
+
+``estimate_training`` composes per-layer costs of one micro-batch on one chip (forward,
+backward-data, weight-update cycles; weight, stash and working bytes) into a step:
+
+- **pipeline** (``ipus_per_replica`` > 1): stages of consecutive layers on consecutive IPUs.
+  Graphcore's grouped schedule runs ``M + S - 1`` pipeline cycles for M micro-batches
+  (``gradient_accumulation``) and S stages; a cycle lasts as long as the slowest stage's
+  forward + backward of one micro-batch, plus the activation / gradient transfers to the
+  neighbour stages over the IPU-Links (``System.route``, link rate and latency) and one
+  cross-chip sync. The ``S - 1`` extra cycles are the fill/drain bubble. ``recompute=True``
+  re-runs each stage's forward in its backward and stashes only the stage input.
+- **data parallel**: after the M micro-batches, the gradients of each stage are all-reduced
+  across the replicas (:func:`~ipukern.systems.collectives.collective_seconds`: ring in a
+  POD64, hierarchical across GW-Links); ``replicated_sharding`` reduce-scatters instead, runs
+  the optimizer on 1/R of the weights and all-gathers them.
+- **optimizer**: element-wise over the stage's parameters, streaming ``OPTIMIZER_WORDS``
+  words per parameter through the tile's load/store path; ``optimizer_state="streaming"``
+  keeps the state in Streaming Memory and moves it in and out once per step at the
+  machine's Streaming Memory bandwidth (shared by its 4 IPUs).
+- **host I/O**: the step's input samples over the hosts' links, prefetched during compute:
+  only the excess over the compute time counts.
+- **memory** per IPU: weights, weight gradients, optimizer state (unless streamed or sharded),
+  the stash of the micro-batches in flight at that stage (``S - s`` for stage s) and the
+  largest layer's working memory must fit in ``n_tiles x tile budget``; otherwise a
+  :class:`StageMemoryError` names the stage, IPU, bytes and budget. (A whole-chip check:
+  the per-tile liveness of each layer is inside the per-layer working bytes.)
+
+Per-layer costs come from :func:`ipukern.nn.estimate_network` with ``training=True`` when the
+training passes are available, or from ``costs=`` (a list of :class:`LayerCost`: measured or
+what-if numbers).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..dtypes import DTYPES, canonical_dtype
+from .collectives import collective_seconds
+from .spec import System, SystemConfigError, get_system
+
+__all__ = ["LayerCost", "TrainingEstimate", "StageMemoryError", "estimate_training", "OPTIMIZER_WORDS",
+           "OPTIMIZER_STATE_WORDS"]
+
+#: words streamed per parameter by one optimizer step (reads + writes): sgd w, g -> w (3);
+#: momentum adds the velocity (5); adam / lamb two moments (7) (+ the trust ratio's norms, 9).
+OPTIMIZER_WORDS = {"sgd": 3, "sgd_momentum": 5, "adam": 7, "lamb": 9}
+#: optimizer state words per parameter (velocity; two moments).
+OPTIMIZER_STATE_WORDS = {"sgd": 0, "sgd_momentum": 1, "adam": 2, "lamb": 2}
+
+
+class StageMemoryError(MemoryError):
+    """A pipeline stage does not fit its IPU's tile memory."""
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """One layer, one micro-batch, one chip."""
+
+    name: str
+    fwd_cycles: int
+    bwd_cycles: int
+    wu_cycles: int
+    n_params: int
+    #: activation bytes kept for the backward pass (per micro-batch)
+    stash_bytes: int
+    #: bytes handed to the next layer (sent over a link at a stage boundary)
+    out_bytes: int
+    #: working memory of the layer's passes beyond weights and stash
+    work_bytes: int = 0
+
+
+@dataclass
+class TrainingEstimate:
+    """What :func:`estimate_training` returns."""
+
+    system: str
+    replicas: int
+    ipus_per_replica: int
+    micro_batch: int
+    gradient_accumulation: int
+    stages: list[list[str]]
+    step_seconds: float
+    breakdown: list[dict]
+    bottleneck: str
+    info: dict = field(default_factory=dict)
+
+    @property
+    def global_batch(self) -> int:
+        return self.replicas * self.micro_batch * self.gradient_accumulation
+
+    @property
+    def samples_per_second(self) -> float:
+        return self.global_batch / self.step_seconds
+
+    def time_to_train(self, *, epochs: float | None = None, dataset_size: int | None = None,
+                      samples: float | None = None) -> float:
+        """Seconds for ``samples`` (or ``epochs x dataset_size``) training samples."""
+        if samples is None:
+            if epochs is None or dataset_size is None:
+                raise ValueError("give samples=, or epochs= and dataset_size=")
+            samples = float(epochs) * float(dataset_size)
+        if not (samples > 0 and math.isfinite(samples)):
+            raise ValueError(f"the number of samples must be positive, got {samples!r}")
+        return samples / self.samples_per_second
+
+    def summary(self) -> str:
+        lines = [f"{self.system}: {self.replicas} replicas x {self.ipus_per_replica} IPU(s), "
+                 f"micro-batch {self.micro_batch} x accumulation {self.gradient_accumulation} "
+                 f"= global batch {self.global_batch}",
+                 f"  step {self.step_seconds * 1e3:.3f} ms, {self.samples_per_second:,.0f} samples/s; "
+                 f"bound by {self.bottleneck}",
+                 "  IPU stage  compute ms  fill/drain ms  links ms  sync ms  all-reduce ms  "
+                 "optimizer ms  host I/O ms  memory MB / budget"]
+        for r in self.breakdown:
+            lines.append(f"  {r['ipu']:>3} {r['stage']:>5}  {r['compute_s'] * 1e3:10.3f}  "
+                         f"{r['fill_drain_s'] * 1e3:13.3f}  {r['links_s'] * 1e3:8.3f}  "
+                         f"{r['sync_s'] * 1e3:7.3f}  "
+                         f"{r['all_reduce_s'] * 1e3:13.3f}  {r['optimizer_s'] * 1e3:12.3f}  "
+                         f"{r['host_io_s'] * 1e3:11.3f}  {r['memory_bytes'] / 1e6:.1f} / "
+                         f"{r['budget_bytes'] / 1e6:.1f}")
+        return "\n".join(lines)
+
+
+def _int(name: str, v: Any, lo: int = 1) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+        raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
+    return v
+
+
+def _split(names: list[str], pipeline: Any, n_stages: int) -> list[list[str]] | None:
+    """Stages from a list of split points (the first layer of stages 2..S) or of stage
+    layer lists; None for "auto"."""
+    if pipeline is None:
+        return [names] if n_stages == 1 else None
+    if isinstance(pipeline, str):
+        if pipeline != "auto":
+            raise ValueError(f"pipeline must be None, 'auto' or a list, got {pipeline!r}")
+        return None
+    pipeline = list(pipeline)
+    index = {n: i for i, n in enumerate(names)}
+    if pipeline and all(isinstance(p, (list, tuple)) for p in pipeline):
+        stages = [list(p) for p in pipeline]
+        flat = [n for s in stages for n in s]
+        for n in flat:
+            if n not in index:
+                raise ValueError(f"pipeline names layer {n!r}, which the network does not have")
+        if flat != names:
+            raise ValueError("pipeline stages must list every layer once, consecutive, in network order")
+    else:
+        for n in pipeline:
+            if n not in index:
+                raise ValueError(f"pipeline split names layer {n!r}, which the network does not have")
+        cuts = [index[n] for n in pipeline]
+        if cuts != sorted(set(cuts)) or (cuts and cuts[0] == 0):
+            raise ValueError("pipeline split points must be distinct layers in network order, "
+                             "after the first layer")
+        bounds = [0] + cuts + [len(names)]
+        stages = [names[a:b] for a, b in zip(bounds, bounds[1:])]
+    if len(stages) != n_stages:
+        raise ValueError(f"the pipeline has {len(stages)} stages but ipus_per_replica is {n_stages}")
+    return stages
+
+
+def _auto(costs: list[LayerCost], n_stages: int, fits) -> list[list[str]]:
+    """Consecutive stages minimising the slowest stage's cycles among those that fit
+    (dynamic programme over split points)."""
+    n = len(costs)
+    if n < n_stages:
+        raise ValueError(f"{n} layers cannot fill {n_stages} pipeline stages")
+    cyc = [c.fwd_cycles + c.bwd_cycles + c.wu_cycles for c in costs]
+    pre = [0]
+    for c in cyc:
+        pre.append(pre[-1] + c)
+    inf = float("inf")
+    best = [[inf] * (n + 1) for _ in range(n_stages + 1)]
+    arg = [[-1] * (n + 1) for _ in range(n_stages + 1)]
+    best[0][0] = 0
+    for s in range(1, n_stages + 1):
+        for j in range(s, n + 1):
+            for i in range(s - 1, j):
+                if best[s - 1][i] == inf or not fits(s - 1, i, j):
+                    continue
+                v = max(best[s - 1][i], pre[j] - pre[i])
+                if v < best[s][j]:
+                    best[s][j], arg[s][j] = v, i
+    if best[n_stages][n] == inf:
+        raise StageMemoryError(f"no split of the network into {n_stages} stages fits the IPUs' memory")
+    bounds, j = [n], n
+    for s in range(n_stages, 0, -1):
+        j = arg[s][j]
+        bounds.append(j)
+    bounds = bounds[::-1]
+    return [[c.name for c in costs[a:b]] for a, b in zip(bounds, bounds[1:])]
+
+
+def _costs_from_network(net: Any, micro_batch: int, chip: Any, dtype: str, partials: Any,
+                        optimizer: str) -> list[LayerCost]:
+    """Per-layer costs from ``estimate_network(training=True)`` on one chip."""
+    from ..nn import estimate_network
+    try:
+        prof = estimate_network(net, micro_batch, dtype, partials, machine=chip, training=True,
+                                optimizer=optimizer, allow_overflow=True)
+    except NotImplementedError as e:
+        raise NotImplementedError("estimate_training needs the training passes (ipukern.nn.training), "
+                                  "which this build does not have; pass costs=[LayerCost(...)]") from e
+    cycles: dict[str, dict[str, int]] = {}
+    for row in prof.steps:
+        if "pass" not in row:
+            raise NotImplementedError("the network profile has no per-pass rows; pass costs=")
+        layer = row.get("layer", row["name"])
+        d = cycles.setdefault(layer, {"fwd": 0, "bwd": 0, "wu": 0})
+        if row["pass"] in d:
+            d[row["pass"]] += int(row["cycles"])
+    item = DTYPES[dtype].itemsize
+    shapes = net.shapes(micro_batch)
+    params: dict[str, int] = {}
+    for pname, shp in net.param_shapes().items():
+        layer = pname.rsplit(".", 1)[0]
+        params[layer] = params.get(layer, 0) + math.prod(shp)
+    out = []
+    for name, _layer in net.layers:
+        d = cycles.get(name, {"fwd": 0, "bwd": 0, "wu": 0})
+        ins = net.nodes[name].inputs
+        out.append(LayerCost(name, d["fwd"], d["bwd"], d["wu"], params.get(name, 0),
+                             stash_bytes=sum(math.prod(shapes[i]) for i in ins) * item,
+                             out_bytes=math.prod(shapes[name]) * item))
+    return out
+
+
+def _check_costs(costs: Any) -> list[LayerCost]:
+    costs = list(costs)
+    if not costs or not all(isinstance(c, LayerCost) for c in costs):
+        raise TypeError("costs must be a non-empty list of LayerCost")
+    names = [c.name for c in costs]
+    if len(set(names)) != len(names):
+        raise ValueError("costs name a layer twice")
+    for c in costs:
+        for f in ("fwd_cycles", "bwd_cycles", "wu_cycles", "n_params", "stash_bytes", "out_bytes",
+                  "work_bytes"):
+            v = getattr(c, f)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"LayerCost {c.name!r}: {f} must be an int >= 0, got {v!r}")
+    return costs
+
+
+def estimate_training(net: Any = None, system: System | str = "POD16", *, micro_batch: int,
+                      gradient_accumulation: int = 1, replicas: int | None = None,
+                      ipus_per_replica: int = 1, pipeline: Any = None, dtype: Any = "float16",
+                      partials: Any = "half", recompute: Any = None, optimizer: str = "sgd_momentum",
+                      optimizer_state: str = "chip", replicated_sharding: bool = False,
+                      costs: Any = None, sample_bytes: int | None = None) -> TrainingEstimate:
+    """Throughput and step time of training ``net`` on ``system`` (module docstring).
+
+    Parameters
+    ----------
+    net : ipukern.nn.Network, optional when ``costs`` is given
+    system : System or preset name
+    micro_batch : int
+        Samples per replica per micro-batch.
+    gradient_accumulation : int
+        Micro-batches per step (per replica).
+    replicas : int, optional
+        Default: as many as the system holds.
+    ipus_per_replica : int
+        1, 2, 4, 8 or 16 (GCL replica sizes); > 1 pipelines the network.
+    pipeline : None, "auto", list of split layers, or list of stage layer lists
+    dtype, partials : str
+    recompute : bool or None
+        Re-run each stage's forward in its backward; stash only the stage input.
+    optimizer : {"sgd", "sgd_momentum", "adam", "lamb"}
+    optimizer_state : {"chip", "streaming"}
+    replicated_sharding : bool
+        Shard the optimizer state and update across replicas.
+    costs : list of LayerCost, optional
+        Per-layer costs of one micro-batch on one chip (default: from ``estimate_network``).
+    sample_bytes : int, optional
+        Host bytes per sample (default: the network's inputs in ``dtype``).
+    """
+    system = get_system(system)
+    chip = system.chip
+    mb = _int("micro_batch", micro_batch)
+    m = _int("gradient_accumulation", gradient_accumulation)
+    ipr = _int("ipus_per_replica", ipus_per_replica)
+    if ipr & (ipr - 1) or ipr > 16:
+        raise ValueError(f"ipus_per_replica must be 1, 2, 4, 8 or 16 (GCL replica sizes), got {ipr}")
+    reps = system.n_ipus // ipr if replicas is None else _int("replicas", replicas)
+    if reps * ipr > system.n_ipus or reps < 1:
+        raise SystemConfigError(f"{reps} replicas x {ipr} IPUs per replica = {reps * ipr} IPUs, but "
+                                f"{system.name} has {system.n_ipus}")
+    if optimizer not in OPTIMIZER_WORDS:
+        raise ValueError(f"optimizer must be one of {sorted(OPTIMIZER_WORDS)}, got {optimizer!r}")
+    if optimizer_state not in ("chip", "streaming"):
+        raise ValueError(f"optimizer_state must be 'chip' or 'streaming', got {optimizer_state!r}")
+    dt = canonical_dtype(dtype)
+    item = DTYPES[dt].itemsize
+    if costs is None:
+        if net is None:
+            raise ValueError("give a network or costs=")
+        costs = _costs_from_network(net, mb, chip, dt, partials, optimizer)
+    costs = _check_costs(costs)
+    if sample_bytes is None:
+        sample_bytes = (sum(math.prod(net.nodes[i].sample_shape) for i in net.inputs) * item
+                        if net is not None else 0)
+    recompute = bool(recompute)
+    budget = chip.n_tiles * chip.tile_budget_bytes
+    state_words = OPTIMIZER_STATE_WORDS[optimizer]
+    shard = reps if replicated_sharding else 1
+
+    def memory(s: int, i: int, j: int) -> int:
+        layers = costs[i:j]
+        p = sum(c.n_params for c in layers)
+        state = 0 if optimizer_state == "streaming" else p * state_words * item // shard
+        stash = (costs[i - 1].out_bytes if i else sample_bytes * mb) if recompute else \
+            sum(c.stash_bytes for c in layers)
+        return 2 * p * item + state + (ipr - s) * stash + max(c.work_bytes for c in layers)
+
+    names = [c.name for c in costs]
+    stages = _split(names, pipeline, ipr)
+    if stages is None:
+        stages = _auto(costs, ipr, lambda s, i, j: memory(s, i, j) <= budget)
+    return _compose(system, costs, stages, reps, ipr, mb, m, item, recompute, optimizer,
+                    optimizer_state, shard, sample_bytes, memory, budget)
+
+
+def _compose(system, costs, stages, reps, ipr, mb, m, item, recompute, optimizer, optimizer_state,
+             shard, sample_bytes, memory, budget) -> TrainingEstimate:
+    chip = system.chip
+    clock = chip.clock_hz
+    pos = {c.name: k for k, c in enumerate(costs)}
+    rows = []
+    for s, names in enumerate(stages):
+        i, j = pos[names[0]], pos[names[-1]] + 1
+        mem = memory(s, i, j)
+        if mem > budget:
+            raise StageMemoryError(f"pipeline stage {s} ({names[0]} .. {names[-1]}) on IPU {s} needs "
+                                   f"{mem:,} B > budget {budget:,} B ({chip.n_tiles} tiles x "
+                                   f"{chip.tile_budget_bytes:,} B)")
+        layers = costs[i:j]
+        fwd = sum(c.fwd_cycles for c in layers)
+        bwd = sum(c.bwd_cycles + c.wu_cycles for c in layers) + (fwd if recompute else 0)
+        links = 0.0
+        for nb, nxt in ((layers[-1].out_bytes, s + 1), (costs[i - 1].out_bytes if i else 0, s - 1)):
+            if 0 <= nxt < ipr and nb:
+                path = system.route(s, nxt)
+                lk = [system.link(u, v) for u, v in zip(path[:-1], path[1:])]
+                links = max(links, nb / min(x.bytes_per_second for x in lk) + sum(x.latency_s for x in lk))
+        p = sum(c.n_params for c in layers)
+        rows.append({"stage": s, "layers": names, "compute_mb_s": (fwd + bwd) / clock, "links_s": links,
+                     "params": p, "memory_bytes": mem})
+    sync_s = 2 * system.sync_cycles(ipr) / clock if ipr > 1 else 0.0
+    link_s = max(r["links_s"] for r in rows)
+    slow = max(rows, key=lambda r: r["compute_mb_s"])
+    cycle_s = slow["compute_mb_s"] + link_s + sync_s
+    n_cycles = m + ipr - 1
+    pipeline_s = n_cycles * cycle_s
+    # gradients: every stage's IPUs across replicas, concurrently; the slowest group counts
+    ar = []
+    for s, r in enumerate(rows):
+        group = [k * ipr + s for k in range(reps)]
+        nbytes = r["params"] * item
+        if shard > 1:
+            t = (collective_seconds(system, "reduce_scatter", nbytes, group).seconds
+                 + collective_seconds(system, "all_gather", nbytes, group).seconds)
+        else:
+            t = collective_seconds(system, "all_reduce", nbytes, group).seconds
+        ar.append(t)
+    opt, stream = [], []
+    for r in rows:
+        p = r["params"] / shard
+        opt.append(p * OPTIMIZER_WORDS[optimizer] * item / (chip.n_tiles * chip.load_bytes_per_cycle) / clock)
+        state = p * OPTIMIZER_STATE_WORDS[optimizer] * item
+        per_ipu_bw = system.streaming_bytes_per_second / min(4, system.n_ipus)
+        stream.append(2 * state / per_ipu_bw if optimizer_state == "streaming" else 0.0)
+    host_io = reps * mb * m * sample_bytes / (system.n_hosts * system.host_bytes_per_second)
+    host_excess = max(0.0, host_io - pipeline_s)
+    update_s = max(a + o + st for a, o, st in zip(ar, opt, stream))
+    step = pipeline_s + update_s + host_excess
+    breakdown = []
+    for k in range(reps):
+        for s, r in enumerate(rows):
+            breakdown.append({
+                "ipu": k * ipr + s, "replica": k, "stage": s,
+                "layers": f"{r['layers'][0]}..{r['layers'][-1]}",
+                "compute_s": m * r["compute_mb_s"], "fill_drain_s": (ipr - 1) * cycle_s,
+                "idle_s": m * (slow["compute_mb_s"] - r["compute_mb_s"]),
+                "links_s": n_cycles * link_s, "sync_s": n_cycles * sync_s, "all_reduce_s": ar[s],
+                "optimizer_s": opt[s], "streaming_s": stream[s], "host_io_s": host_io,
+                "memory_bytes": r["memory_bytes"], "budget_bytes": budget})
+    parts = {"pipeline compute": m * slow["compute_mb_s"], "fill/drain": (ipr - 1) * cycle_s,
+             "links + sync": n_cycles * (link_s + sync_s), "all-reduce": max(ar),
+             "optimizer": max(opt), "streaming memory": max(stream), "host I/O": host_excess}
+    top = max(parts, key=parts.get)
+    why = f"{top}" + (f" (slowest stage {slow['stage']}: {slow['layers'][0]}..{slow['layers'][-1]})"
+                      if top == "pipeline compute" and ipr > 1 else "")
+    return TrainingEstimate(system.name, reps, ipr, mb, m, [list(s) for s in stages], step, breakdown, why,
+                            info={"parts_s": parts, "pipeline_cycle_s": cycle_s, "host_io_s": host_io})

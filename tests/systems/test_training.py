@@ -1,0 +1,107 @@
+"""estimate_training composition (pipeline, data parallel, optimizer, memory) on
+hand-computed per-layer costs, and its errors."""
+import math
+
+import pytest
+
+import ipukern as ik
+from ipukern.systems.collectives import collective_seconds
+
+CLOCK = 1.325e9
+LANE = 128 * 2**30 / 8 * 0.85
+
+
+def costs(n=8, fwd=1000, params=1000, out=4096):
+    return [ik.LayerCost(f"l{i}", fwd * (i + 1), 2 * fwd * (i + 1), fwd * (i + 1), params, stash_bytes=out,
+                         out_bytes=out) for i in range(n)]
+
+
+def test_data_parallel_step_by_hand():
+    c = costs()
+    est = ik.estimate_training(system=ik.IPU_POD16, micro_batch=4, gradient_accumulation=3, costs=c,
+                               sample_bytes=3 * 224 * 224, dtype="float16", optimizer="sgd_momentum")
+    assert est.replicas == 16 and est.stages == [[x.name for x in c]]
+    compute = sum(4 * x.fwd_cycles for x in c) / CLOCK             # fwd + bwd + wu = 4 x fwd
+    params = 8 * 1000
+    ar = collective_seconds(ik.IPU_POD16, "all_reduce", params * 2, range(16)).seconds
+    opt = params * 5 * 2 / (1472 * 16) / CLOCK
+    host = 192 * 3 * 224 * 224 / 25e9           # one host, 2 x 100 GbE; prefetched under compute
+    assert est.step_seconds == pytest.approx(3 * compute + ar + opt + max(0.0, host - 3 * compute))
+    assert est.global_batch == 16 * 4 * 3
+    assert est.samples_per_second == pytest.approx(192 / est.step_seconds)
+    assert est.time_to_train(epochs=2, dataset_size=1000) == pytest.approx(2000 / est.samples_per_second)
+    assert len(est.breakdown) == 16 and est.bottleneck == "host I/O"
+    assert "IPU-POD16" in est.summary()
+
+
+def test_pipeline_fill_drain_links_and_sync_by_hand():
+    c = costs(n=4)
+    est = ik.estimate_training(system=ik.IPU_M2000, micro_batch=2, gradient_accumulation=8,
+                               ipus_per_replica=2, pipeline=["l2"], costs=c, sample_bytes=0)
+    assert est.replicas == 2 and est.stages == [["l0", "l1"], ["l2", "l3"]]
+    stage1 = 4 * (3000 + 4000) / CLOCK                               # the slower stage
+    link = 4096 / (6 * LANE) + 15e-9                                  # IPU 0 <-> 1: one rung
+    sync = 2 * ik.IPU_M2000.sync_cycles(2) / CLOCK
+    cycle = stage1 + link + sync
+    assert est.info["pipeline_cycle_s"] == pytest.approx(cycle)
+    assert est.info["parts_s"]["fill/drain"] == pytest.approx(cycle)
+    ar = max(collective_seconds(ik.IPU_M2000, "all_reduce", 2 * 2000, [s, 2 + s]).seconds for s in (0, 1))
+    opt = 2000 * 5 * 2 / (1472 * 16) / CLOCK
+    assert est.step_seconds == pytest.approx((8 + 1) * cycle + ar + opt)
+    assert "slowest stage 1" in est.bottleneck
+
+
+def test_auto_pipeline_balances_cycles():
+    c = costs(n=6)      # cycles 1..6: best 2-way split is [1..4] (10) | [5, 6] (11)
+    est = ik.estimate_training(system=ik.IPU_M2000, micro_batch=1, ipus_per_replica=2, pipeline="auto",
+                               costs=c, sample_bytes=0)
+    assert est.stages == [["l0", "l1", "l2", "l3"], ["l4", "l5"]]
+
+
+def test_recompute_streaming_and_sharding_change_what_they_should():
+    c = costs(n=4, params=10_000_000)
+    kw = dict(system=ik.IPU_POD16, micro_batch=2, gradient_accumulation=4, costs=c, sample_bytes=0)
+    base = ik.estimate_training(**kw)
+    rec = ik.estimate_training(recompute=True, **kw)
+    assert rec.info["parts_s"]["pipeline compute"] == pytest.approx(
+        base.info["parts_s"]["pipeline compute"] * 5 / 4)
+    stream = ik.estimate_training(optimizer_state="streaming", **kw)
+    assert stream.breakdown[0]["memory_bytes"] == base.breakdown[0]["memory_bytes"] - 4e7 * 2
+    assert stream.breakdown[0]["streaming_s"] == pytest.approx(2 * 4e7 * 2 / (25.6e9 / 4))
+    shard = ik.estimate_training(replicated_sharding=True, **kw)
+    assert shard.breakdown[0]["optimizer_s"] == pytest.approx(base.breakdown[0]["optimizer_s"] / 16)
+
+
+def test_errors():
+    c = costs(n=4)
+    with pytest.raises(ik.SystemConfigError, match="= 32 IPUs, but IPU-POD16 has 16"):
+        ik.estimate_training(system="POD16", micro_batch=1, replicas=16, ipus_per_replica=2, costs=c)
+    with pytest.raises(ValueError, match="layer 'conv9'"):
+        ik.estimate_training(system="M2000", micro_batch=1, ipus_per_replica=2, pipeline=["conv9"], costs=c)
+    with pytest.raises(ValueError, match="2 stages but ipus_per_replica is 4"):
+        ik.estimate_training(system="M2000", micro_batch=1, ipus_per_replica=4, pipeline=["l2"], costs=c)
+    with pytest.raises(ValueError, match="GCL replica sizes"):
+        ik.estimate_training(system="POD16", micro_batch=1, ipus_per_replica=3, costs=c)
+    big = [ik.LayerCost("huge", 1, 1, 1, 10**9, 0, 0)] + c
+    with pytest.raises(ik.StageMemoryError, match=r"stage 0 \(huge .. huge\) on IPU 0 needs .* B > budget"):
+        ik.estimate_training(system="M2000", micro_batch=1, ipus_per_replica=2, pipeline=["l0"], costs=big)
+    with pytest.raises(ValueError, match="optimizer"):
+        ik.estimate_training(system="M2000", micro_batch=1, optimizer="rmsprop", costs=c)
+    with pytest.raises(ValueError, match="micro_batch"):
+        ik.estimate_training(system="M2000", micro_batch=0, costs=c)
+    with pytest.raises(TypeError, match="LayerCost"):
+        ik.estimate_training(system="M2000", micro_batch=1, costs=[1, 2])
+
+
+def test_network_without_training_passes_says_so():
+    net = ik.Network("t")
+    x = net.input("x", (3, 8, 8))
+    net.output(net.add(ik.nn.Conv2d(3, 4, 3, padding=1), x, name="c"))
+    try:
+        import ipukern.nn.training  # noqa: F401
+    except ImportError:
+        with pytest.raises(NotImplementedError, match="costs="):
+            ik.estimate_training(net, "M2000", micro_batch=2)
+    else:
+        est = ik.estimate_training(net, "M2000", micro_batch=2)
+        assert est.step_seconds > 0 and math.isfinite(est.samples_per_second)
