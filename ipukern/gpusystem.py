@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from .dtypes import DTYPES, canonical_dtype
+from .systems.training import training_samples
 from .gpu import A100_40GB, GPUSpec, estimate_conv, estimate_matmul, get_efficiency_curve, get_gpu
 
 __all__ = ["GPUSystem", "DGX_A100", "GPU_SYSTEMS", "get_gpu_system", "GPUNetworkEstimate",
@@ -125,17 +126,7 @@ class GPUNetworkEstimate:
     def time_to_train(self, *, epochs: float | None = None, dataset_size: int | None = None,
                       samples: float | None = None) -> float:
         """Seconds to process ``samples`` (or ``epochs x dataset_size``) samples."""
-        return _samples(epochs, dataset_size, samples) / self.samples_per_second
-
-
-def _samples(epochs, dataset_size, samples) -> float:
-    if samples is None:
-        if epochs is None or dataset_size is None:
-            raise ValueError("give samples=, or epochs= and dataset_size=")
-        samples = float(epochs) * float(dataset_size)
-    if not (samples > 0 and math.isfinite(samples)):
-        raise ValueError(f"the number of samples must be positive, got {samples!r}")
-    return float(samples)
+        return training_samples(epochs, dataset_size, samples) / self.samples_per_second
 
 
 def _layer_seconds(layer: Any, in_shapes: list, out_shape: tuple, dt: str, gpu: GPUSpec,

@@ -97,13 +97,7 @@ class TrainingEstimate:
     def time_to_train(self, *, epochs: float | None = None, dataset_size: int | None = None,
                       samples: float | None = None) -> float:
         """Seconds for ``samples`` (or ``epochs x dataset_size``) training samples."""
-        if samples is None:
-            if epochs is None or dataset_size is None:
-                raise ValueError("give samples=, or epochs= and dataset_size=")
-            samples = float(epochs) * float(dataset_size)
-        if not (samples > 0 and math.isfinite(samples)):
-            raise ValueError(f"the number of samples must be positive, got {samples!r}")
-        return samples / self.samples_per_second
+        return training_samples(epochs, dataset_size, samples) / self.samples_per_second
 
     def summary(self) -> str:
         lines = [f"{self.system}: {self.replicas} replicas x {self.ipus_per_replica} IPU(s), "
@@ -121,6 +115,17 @@ class TrainingEstimate:
                          f"{r['host_io_s'] * 1e3:11.3f}  {r['memory_bytes'] / 1e6:.1f} / "
                          f"{r['budget_bytes'] / 1e6:.1f}")
         return "\n".join(lines)
+
+
+def training_samples(epochs: float | None, dataset_size: int | None, samples: float | None) -> float:
+    """``samples``, or ``epochs x dataset_size``, validated (shared by the GPU side)."""
+    if samples is None:
+        if epochs is None or dataset_size is None:
+            raise ValueError("give samples=, or epochs= and dataset_size=")
+        samples = float(epochs) * float(dataset_size)
+    if not (samples > 0 and math.isfinite(samples)):
+        raise ValueError(f"the number of samples must be positive, got {samples!r}")
+    return float(samples)
 
 
 def _int(name: str, v: Any, lo: int = 1) -> int:
