@@ -22,6 +22,21 @@ def _cmd_info(args: argparse.Namespace) -> int:
             print()
     else:
         print("GPU models: " + ", ".join(GPU_PRESETS) + " (ipukern info --gpus for details)")
+    if args.systems:
+        from ..gpusystem import GPU_SYSTEMS
+        from ..systems import SYSTEM_PRESETS
+        for s in dict.fromkeys(SYSTEM_PRESETS.values()):
+            print(s.describe())
+            print()
+        for g in GPU_SYSTEMS.values():
+            print(f"{g.name}: {g.n_gpus} x {g.gpu.name}, {g.link_bytes_per_second / 1e9:.0f} GB/s per GPU "
+                  f"per direction, {g.step_latency_s * 1e6:.0f} us per ring step")
+            for key, src in g.sources:
+                print(f"  source: {key}: {src}")
+            print()
+    else:
+        print("systems: IPU_M2000, IPU_POD16, IPU_POD64, BOW_2000, BOW_POD16, BOW_POD64, DGX_A100 "
+              "(ipukern info --systems for details)")
     print(f"host: {_exchange.max_threads()} threads, OpenMP {'on' if _exchange.has_openmp() else 'off'}")
     return 0
 
@@ -30,4 +45,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     # info
     info = sub.add_parser("info", help="print the machine presets and their sources")
     info.add_argument("--gpus", action="store_true", help="also describe the GPU models")
+    info.add_argument("--systems", action="store_true",
+                      help="also describe the multi-IPU systems and GPU systems")
     info.set_defaults(func=_cmd_info)

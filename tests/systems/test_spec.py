@@ -89,3 +89,16 @@ def test_replace_and_pod():
 def test_bad_input(call, match):
     with pytest.raises(ik.SystemConfigError, match=match):
         call()
+
+
+def test_pod64_peak_matches_datasheet():
+    # POD64 datasheet: 15.98 PFLOPS FP16.16 (64 x 1472 tiles x 64 MAC x 2 x 1.325 GHz)
+    assert ik.IPU_POD64.peak_flops("float16") == pytest.approx(15.98e15, rel=1e-3)
+
+
+def test_cli_info_systems(capsys):
+    from ipukern.cli import main
+    assert main(["info", "--systems"]) == 0
+    out = capsys.readouterr().out
+    for name in ("IPU-M2000", "IPU-POD16", "IPU-POD64", "Bow-POD64", "DGX_A100", "cross-chip sync"):
+        assert name in out
