@@ -7,8 +7,8 @@ and returns the model/measured ratio per row plus, per group, the mean absolute 
 error (MAPE), the geometric-mean ratio and the Pearson correlation of log(model) with
 log(measured).
 
-Every point is run on two machine variants: the project's default exchange rate (the brief's
-47.5 TB/s on the GC200) and the datasheet IPU-Exchange rate (``with_datasheet_exchange()``).
+Every point is run on two machine variants: the project's default exchange rate (47.5 TB/s on
+the GC200) and the datasheet IPU-Exchange rate (``with_datasheet_exchange()``, 8 TB/s).
 Points the model cannot represent stay in the table with the reason; none are dropped.
 
 Rules kept by this module: a measurement is recorded only with its source; no constant is
@@ -39,8 +39,8 @@ __all__ = [
 
 #: machine variants every point is modelled on: name -> how to derive it from the preset
 VARIANTS: dict[str, str] = {
-    "default": "the preset as shipped (exchange at the brief's rate)",
-    "datasheet": "the preset with_datasheet_exchange() (vendor IPU-Exchange rate)",
+    "default": "the preset as shipped (default exchange rate)",
+    "datasheet": "the preset with_datasheet_exchange() (8 TB/s IPU-Exchange)",
 }
 _FIELDS = ("id", "group", "hardware", "clock_ghz", "kind", "params", "quantity", "unit",
            "measured", "source", "locator", "note", "not_modelled")
