@@ -210,14 +210,14 @@ def _costs_from_network(net: Any, micro_batch: int, chip: Any, dtype: str, parti
     except NotImplementedError as e:
         raise NotImplementedError("estimate_training needs the training passes (ipukern.nn.training), "
                                   "which this build does not have; pass costs=[LayerCost(...)]") from e
-    cycles: dict[str, dict[str, int]] = {}
+    layers = [n for n, _ in net.layers]
+    cycles: dict[str, dict[str, int]] = {n: {"fwd": 0, "bwd": 0, "wu": 0} for n in layers}
     for row in prof.steps:
         if "pass" not in row:
             raise NotImplementedError("the network profile has no per-pass rows; pass costs=")
-        layer = row.get("layer", row["name"])
-        d = cycles.setdefault(layer, {"fwd": 0, "bwd": 0, "wu": 0})
-        if row["pass"] in d:
-            d[row["pass"]] += int(row["cycles"])
+        if row["pass"] not in ("fwd", "bwd", "wu"):
+            continue          # the optimizer row: costed per stage below
+        cycles[_owner(row["name"], layers)][row["pass"]] += int(row["cycles"])
     item = DTYPES[dtype].itemsize
     shapes = net.shapes(micro_batch)
     params: dict[str, int] = {}
@@ -232,6 +232,17 @@ def _costs_from_network(net: Any, micro_batch: int, chip: Any, dtype: str, parti
                              stash_bytes=sum(math.prod(shapes[i]) for i in ins) * item,
                              out_bytes=math.prod(shapes[name]) * item))
     return out
+
+
+def _owner(row_name: str, layers: list[str]) -> str:
+    """The layer a profile row belongs to: its name, or the longest layer name the row's
+    name starts with ("conv1.grad_a", "conv1 (recompute)", "conv1: rearrange ...")."""
+    if row_name in layers:
+        return row_name
+    best = max((n for n in layers if row_name.startswith(n)), key=len, default=None)
+    if best is None:
+        raise NotImplementedError(f"profile row {row_name!r} names no layer of the network; pass costs=")
+    return best
 
 
 def _check_costs(costs: Any) -> list[LayerCost]:
