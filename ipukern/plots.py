@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["plot_scaling", "plot_memory_heatmap", "plot_timeline", "tile_grid_shape",
+__all__ = ["plot_scaling", "plot_memory_heatmap", "plot_timeline", "pipeline_schedule_png", "tile_grid_shape",
            "PLOT_INSTALL_HINT", "have_matplotlib"]
 
 PLOT_INSTALL_HINT = 'plots need matplotlib: pip install "ipukern[plot]" (or pip install matplotlib)'
@@ -400,4 +400,35 @@ def plot_timeline(profile: Any, path: str | Path, *, title: str | None = None,
         if len(steps) > len(shown):
             title += f" (first {len(shown)} of {len(steps)} supersteps shown)"
     ax.set_title(title, fontsize=10)
+    return _save(fig, path, dpi)
+
+
+def pipeline_schedule_png(est: Any, path: str | Path, *, dpi: int = 120) -> Path:
+    """The pipeline schedule of a :class:`~ipukern.TrainingEstimate` (replica 0), IPU x time:
+    each pipeline cycle a stage is busy with one micro-batch's forward and backward (it idles
+    for the rest of the cycle, the slowest stage's time), links + syncs close the cycle;
+    fill and drain show as the empty cycles at the ends; then all-reduce and optimizer."""
+    Figure, Canvas = _figure()
+    s_count, m = est.ipus_per_replica, est.gradient_accumulation
+    cycle = est.info["pipeline_cycle_s"]
+    rows = [r for r in est.breakdown if r["replica"] == 0]
+    fig = Figure(figsize=(10, 1.0 + 0.5 * s_count))
+    Canvas(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    end = (m + s_count - 1) * cycle
+    for r in rows:
+        s = r["stage"]
+        busy = r["compute_s"] / m
+        for t in range(s, s + m):
+            ax.broken_barh([(t * cycle * 1e3, busy * 1e3)], (s - 0.4, 0.8), color=PHASE_COLOURS["compute"])
+            ax.broken_barh([((t * cycle + busy) * 1e3, (cycle - busy) * 1e3)], (s - 0.4, 0.8),
+                           color=PHASE_COLOURS["exchange"], alpha=0.35)
+        upd = r["all_reduce_s"] + r["optimizer_s"] + r["streaming_s"]
+        ax.broken_barh([(end * 1e3, upd * 1e3)], (s - 0.4, 0.8), color=PHASE_COLOURS["sync"])
+    ax.set_yticks(range(s_count))
+    ax.set_yticklabels([f"IPU {r['ipu']}: {r['layers']}" for r in rows], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("time (ms)")
+    ax.set_title(f"{est.system}: {s_count}-stage pipeline, {m} micro-batches, {est.replicas} replicas "
+                 "(blue compute, orange links/sync/idle, red all-reduce + optimizer)", fontsize=8)
     return _save(fig, path, dpi)

@@ -8,6 +8,8 @@ Subcommands
                      optional memory heat map / superstep timeline PNGs.
 ``ipukern matmul``   the same for a matmul (needs ``ipukern.estimate_matmul``).
 ``ipukern info``     machine presets (and the GPU models) with their sources.
+``ipukern train``    training on an IPU system (``estimate_training``): breakdown, CSV/JSON,
+                     the pipeline schedule PNG; ``ipukern compare`` IPU systems vs DGX A100.
 ``ipukern validate`` the model next to published measurements of real IPUs: ratio per point,
                      MAPE / correlation per group; validation.csv, .json and .png.
 
@@ -26,13 +28,13 @@ import sys
 from typing import Sequence
 
 from ..core.memory import TileMemoryError
-from . import info, layer, scaling, validate
+from . import info, layer, scaling, train, validate
 from ._common import Progress
 
 __all__ = ["main", "build_parser", "Progress"]
 
 #: subcommand modules, each with ``register(subparsers)``; parser order = help order
-COMMANDS = (scaling, layer, info, validate)
+COMMANDS = (scaling, layer, info, validate, train)
 
 
 def build_parser() -> argparse.ArgumentParser:

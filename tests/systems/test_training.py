@@ -105,3 +105,50 @@ def test_network_without_training_passes_says_so():
     else:
         est = ik.estimate_training(net, "M2000", micro_batch=2)
         assert est.step_seconds > 0 and math.isfinite(est.samples_per_second)
+
+
+def _costs_file(tmp_path):
+    import json
+    rows = [dict(name=c.name, fwd_cycles=c.fwd_cycles, bwd_cycles=c.bwd_cycles, wu_cycles=c.wu_cycles,
+                 n_params=c.n_params, stash_bytes=c.stash_bytes, out_bytes=c.out_bytes) for c in costs(n=4)]
+    p = tmp_path / "costs.json"
+    p.write_text(json.dumps(rows))
+    return str(p)
+
+
+def test_cli_train_writes_breakdown_and_schedule(tmp_path, capsys):
+    import csv
+    import json
+
+    from ipukern.cli import main
+    out = tmp_path / "run"
+    rc = main(["train", "--costs", _costs_file(tmp_path), "--system", "M2000", "--micro-batch", "2",
+               "--gradient-accumulation", "4", "--ipus-per-replica", "2", "--pipeline", "l2",
+               "--epochs", "1", "--dataset-size", "1000", "--out", str(out)])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "2 replicas x 2 IPU(s)" in text and "time to train" in text
+    rows = list(csv.DictReader(open(f"{out}.csv")))
+    assert len(rows) == 4 and rows[0]["stage"] == "0"
+    data = json.loads(open(f"{out}.json").read())
+    assert data["stages"] == [["l0", "l1"], ["l2", "l3"]]
+    pytest.importorskip("matplotlib")
+    assert (tmp_path / "run.png").stat().st_size > 1000
+
+
+def test_cli_errors_are_one_line(tmp_path, capsys):
+    from ipukern.cli import main
+    f = _costs_file(tmp_path)
+    assert main(["train", "--costs", f, "--pipeline", "conv9", "--ipus-per-replica", "2",
+                 "--out", str(tmp_path / "x")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "conv9" in err[0]
+    assert main(["train", "--costs", f, "--replicas", "9", "--ipus-per-replica", "2", "--system", "POD16",
+                 "--out", str(tmp_path / "x")]) == 1
+    assert "18 IPUs" in capsys.readouterr().err
+    assert main(["compare", "--costs", f, "--training", "--systems", "POD16,POD64",
+                 "--prices", "POD16=1e6"]) == 0
+    out = capsys.readouterr().out
+    assert "POD16" in out and "POD64" in out
+    assert main(["compare", "--costs", f, "--training", "--systems", "DGX_A100"]) == 1
+    assert "need a MODEL" in capsys.readouterr().err

@@ -1,0 +1,166 @@
+"""``ipukern train`` and ``ipukern compare``: training on IPU systems (and DGX A100).
+
+``ipukern train MODEL --system POD16 --micro-batch 20 --gradient-accumulation 6`` prints the
+breakdown of :func:`ipukern.estimate_training` and writes ``train.csv`` (one row per IPU),
+``train.json`` and ``train.png`` (the pipeline schedule, IPU x time). ``--costs FILE.json``
+takes per-layer costs (a list of :class:`~ipukern.LayerCost` fields) instead of a model.
+``ipukern compare MODEL --training --systems POD16,DGX_A100 [--prices POD16=...]`` prints
+throughput, time-to-train and throughput per price of each system.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+from ..systems import SYSTEM_PRESETS, LayerCost, StageMemoryError, estimate_training
+
+
+def _model(name: str | None) -> Any:
+    if name is None:
+        return None
+    try:
+        from ..nn.models import MODELS
+    except ImportError:
+        raise RuntimeError("the model zoo (ipukern.nn.models) is not in this build; use --costs") from None
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; models are {sorted(MODELS)}")
+    return MODELS[name]()
+
+
+def _costs(path: str | None) -> list[LayerCost] | None:
+    if path is None:
+        return None
+    try:
+        rows = json.loads(Path(path).read_text())
+        return [LayerCost(**r) for r in rows]
+    except (TypeError, json.JSONDecodeError, AttributeError) as e:
+        raise ValueError(f"--costs {path}: expected a JSON list of LayerCost objects ({e})") from None
+
+
+def _pipeline(text: str | None) -> Any:
+    if text is None or text == "auto":
+        return text
+    return [s for s in text.split(",") if s]
+
+
+def _estimate(args: argparse.Namespace, system: str) -> Any:
+    net, costs = _model(args.model), _costs(args.costs)
+    if net is None and costs is None:
+        raise ValueError("give a MODEL or --costs")
+    pipeline = _pipeline(args.pipeline)
+    if pipeline is None and args.ipus_per_replica > 1:
+        pipeline = "auto"
+    try:
+        return estimate_training(net, system, micro_batch=args.micro_batch,
+                                 gradient_accumulation=args.gradient_accumulation, replicas=args.replicas,
+                                 ipus_per_replica=args.ipus_per_replica, pipeline=pipeline,
+                                 dtype=args.dtype, partials=args.partials, recompute=args.recompute,
+                                 optimizer=args.optimizer, optimizer_state=args.optimizer_state,
+                                 replicated_sharding=args.replicated_sharding, costs=costs)
+    except StageMemoryError as e:
+        raise RuntimeError(str(e)) from None
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    est = _estimate(args, args.system)
+    print(est.summary())
+    if args.epochs is not None:
+        t = est.time_to_train(epochs=args.epochs, dataset_size=args.dataset_size)
+        print(f"time to train {args.epochs} epochs of {args.dataset_size:,} samples: {t / 60:.1f} min")
+    out = Path(args.out)
+    if out.is_dir():
+        raise OSError(f"--out {args.out} is a directory; give a file prefix")
+    with open(f"{out}.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(est.breakdown[0]), lineterminator="\n")
+        w.writeheader()
+        w.writerows(est.breakdown)
+    Path(f"{out}.json").write_text(json.dumps({
+        "system": est.system, "replicas": est.replicas, "ipus_per_replica": est.ipus_per_replica,
+        "micro_batch": est.micro_batch, "gradient_accumulation": est.gradient_accumulation,
+        "stages": est.stages, "step_seconds": est.step_seconds,
+        "samples_per_second": est.samples_per_second, "bottleneck": est.bottleneck,
+        "info": est.info, "breakdown": est.breakdown}, indent=1))
+    written = [f"{out}.csv", f"{out}.json"]
+    try:
+        from ..plots import pipeline_schedule_png
+        pipeline_schedule_png(est, f"{out}.png")
+        written.append(f"{out}.png")
+    except ImportError:
+        print("(matplotlib not installed: no schedule plot)")
+    print("wrote " + ", ".join(written))
+    return 0
+
+
+def _prices(text: str | None) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for item in (text or "").split(","):
+        if not item:
+            continue
+        key, _, val = item.partition("=")
+        try:
+            out[key.strip().upper()] = float(val)
+        except ValueError:
+            raise ValueError(f"--prices wants NAME=PRICE pairs, got {item!r}") from None
+    return out
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from ..gpusystem import GPU_SYSTEMS, estimate_network_gpu
+    if not args.training:
+        raise ValueError("compare supports --training (training throughput) only")
+    prices = _prices(args.prices)
+    names = [s.strip().upper() for s in args.systems.split(",") if s.strip()]
+    print(f"{'system':<12} {'samples/s':>12} {'time to train':>14} {'samples/s per $1M':>18}")
+    for name in names:
+        if name.replace("-", "_") in GPU_SYSTEMS:
+            net = _model(args.model)
+            if net is None:
+                raise ValueError("GPU systems need a MODEL (not --costs)")
+            est = estimate_network_gpu(net, args.gpu_batch, name, dtype=args.dtype, training=True)
+        elif name.replace("-", "_") in SYSTEM_PRESETS:
+            est = _estimate(args, name)
+        else:
+            known = sorted(SYSTEM_PRESETS) + sorted(GPU_SYSTEMS)
+            raise ValueError(f"unknown system {name!r}; systems are {known}")
+        sps = est.samples_per_second
+        ttt = est.time_to_train(epochs=args.epochs, dataset_size=args.dataset_size) / 60
+        per = f"{sps / prices[name] * 1e6:,.0f}" if name in prices else "-"
+        print(f"{name:<12} {sps:>12,.0f} {ttt:>11.1f} min {per:>18}")
+    return 0
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", nargs="?", help="model name from ipukern.nn.models (e.g. resnet50)")
+    p.add_argument("--costs", help="JSON list of per-layer LayerCost fields instead of a model")
+    p.add_argument("--micro-batch", type=int, default=20)
+    p.add_argument("--gradient-accumulation", type=int, default=1)
+    p.add_argument("--replicas", type=int, default=None)
+    p.add_argument("--ipus-per-replica", type=int, default=1)
+    p.add_argument("--pipeline", default=None, help="'auto' or comma-separated split layers")
+    p.add_argument("--dtype", default="float16", choices=["float16", "float32"])
+    p.add_argument("--partials", default="half", choices=["half", "float"])
+    p.add_argument("--recompute", action="store_true")
+    p.add_argument("--optimizer", default="sgd_momentum")
+    p.add_argument("--optimizer-state", default="chip", choices=["chip", "streaming"])
+    p.add_argument("--replicated-sharding", action="store_true")
+    p.add_argument("--dataset-size", type=int, default=1_281_167, help="samples per epoch (ImageNet)")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    t = sub.add_parser("train", help="estimate training on an IPU system (breakdown, CSV/JSON, schedule)")
+    _common(t)
+    t.add_argument("--system", default="POD16", help=f"one of {sorted(SYSTEM_PRESETS)}")
+    t.add_argument("--epochs", type=float, default=None)
+    t.add_argument("--out", default="train", help="output prefix (default: train)")
+    t.set_defaults(func=_cmd_train)
+    c = sub.add_parser("compare", help="training throughput of IPU systems and DGX A100 side by side")
+    _common(c)
+    c.add_argument("--training", action="store_true")
+    c.add_argument("--systems", default="POD16,DGX_A100")
+    c.add_argument("--prices", default=None, help="NAME=PRICE,... (list prices, your currency)")
+    c.add_argument("--epochs", type=float, default=1.0)
+    c.add_argument("--gpu-batch", type=int, default=256, help="samples per GPU per step")
+    c.set_defaults(func=_cmd_compare)
