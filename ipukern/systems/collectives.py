@@ -81,8 +81,9 @@ class _Layout:
             return np.zeros(0, np.int64)
         return np.concatenate([np.arange(f, f + k) for f, k in zip(first, cnt)])
 
-    def note_recv(self, tiles: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
-        """Offsets within the tile's receive buffer for these pieces (packed per tile)."""
+    def note_recv(self, tiles: np.ndarray, nbytes: np.ndarray, used: np.ndarray) -> np.ndarray:
+        """Offsets within the tile's receive buffer for these pieces, packed per tile after
+        the ``used`` bytes already received in the same step (updated)."""
         order = np.lexsort((np.arange(tiles.size), tiles))
         ts, nb = tiles[order], nbytes[order]
         csum = np.cumsum(nb) - nb
@@ -90,8 +91,9 @@ class _Layout:
         start = np.maximum.accumulate(np.where(first, np.arange(ts.size), 0)) if ts.size else ts
         local = np.empty_like(nb)
         local[order] = csum - (csum[start] if ts.size else 0)
-        tot = np.bincount(ts, weights=nb, minlength=self._recv_need.size).astype(np.int64)
-        np.maximum(self._recv_need, tot, out=self._recv_need)
+        local += used[tiles]
+        used += np.bincount(ts, weights=nb, minlength=used.size).astype(np.int64)
+        np.maximum(self._recv_need, used, out=self._recv_need)
         return local
 
     def alloc_recv(self) -> None:
@@ -116,6 +118,7 @@ def _ring_steps(lay: _Layout, rings: Sequence[tuple[list[int], tuple]], kind: st
     """
     n_steps = max(len(r) for r, _ in rings) - 1
     steps = [_Step([], []) for _ in range(n_steps)]
+    used: dict[tuple[int, int], np.ndarray] = {}      # receive-buffer bytes per (step, IPU)
     for ring, prefix in rings:
         n = len(ring)
         for s in range(n - 1):
@@ -130,7 +133,8 @@ def _ring_steps(lay: _Layout, rings: Sequence[tuple[list[int], tuple]], kind: st
                 src_off = lay.off[src][idx] + delta
                 own_dst = lay.off[dst][idx] + delta
                 if kind == "rs":
-                    local = lay.note_recv(tiles, nb)
+                    buf = used.setdefault((s, dst), np.zeros(lay.dev.system.chip.n_tiles, np.int64))
+                    local = lay.note_recv(tiles, nb, buf)
                     steps[s].rows.append((src, dst, tiles, src_off, None, nb, local))
                     steps[s].adds.append((dst, tiles, own_dst, local, cnt))
                 else:
@@ -196,13 +200,25 @@ def _domains(system: System, ipus: list[int]) -> list[list[int]]:
     return groups
 
 
+def _directions(groups: list[list[int]], method: str) -> list[tuple[list[int], tuple]]:
+    """(ring, chunk prefix) per direction: "ring" one ring over the whole tensor;
+    "bidirectional" (GCL's bidirectional ring pair) half the tensor clockwise and half
+    anticlockwise, so both directions of every ring link carry data."""
+    if method == "ring":
+        return [(g, ()) for g in groups]
+    if method == "bidirectional":
+        return [r for g in groups for r in ((g, ((0, 2),)), (g[:1] + g[:0:-1], ((1, 2),)))]
+    raise ValueError(f"method must be 'ring' or 'bidirectional', got {method!r}")
+
+
 def _finish(dev, lay, steps, name, label):
     if lay.need_recv:
         lay.alloc_recv()
     return dev.program(_assemble(dev, lay, steps, name), label=label)
 
 
-def reduce_scatter(dev: SystemDevice, t: SystemTensor, *, ipus: Any = None, name: str = "reduce_scatter"):
+def reduce_scatter(dev: SystemDevice, t: SystemTensor, *, ipus: Any = None, method: str = "bidirectional",
+                   name: str = "reduce_scatter"):
     """Program after which ring position k of each domain holds the sum over ``ipus`` of
     the elements ``owned[ipu]`` in place (other elements hold partial sums). A chunk is a
     share of every tile's elements (see ``_Layout.pieces``).
@@ -212,15 +228,21 @@ def reduce_scatter(dev: SystemDevice, t: SystemTensor, *, ipus: Any = None, name
     ipus = _group(dev, t, ipus)
     lay = _Layout(dev, t, name, need_recv=True)
     groups = _domains(dev.system, ipus)
-    steps = _ring_steps(lay, [(g, ()) for g in groups], "rs")
+    dirs = _directions(groups, method)
+    steps = _ring_steps(lay, dirs, "rs")
     n = len(groups[0])
-    owned = {g[k]: lay.elements((((k + 1) % n, n),)) for g in groups for k in range(n)}
+    owned: dict[int, list] = {}
+    for ring, prefix in dirs:
+        for k in range(n):
+            owned.setdefault(ring[k], []).append(lay.elements((*prefix, ((k + 1) % n, n))))
+    owned = {i: np.sort(np.concatenate(v)) for i, v in owned.items()}
     if len(groups) > 1:
         raise SystemConfigError("reduce_scatter across POD64 domains is not supported; use all_reduce")
     return _finish(dev, lay, steps, name, name), owned
 
 
-def all_gather(dev: SystemDevice, t: SystemTensor, *, ipus: Any = None, name: str = "all_gather"):
+def all_gather(dev: SystemDevice, t: SystemTensor, *, ipus: Any = None, method: str = "bidirectional",
+               name: str = "all_gather"):
     """Program after which every IPU holds, in every element range, the values ring
     position k held in its owned range ``(k + 1) % N`` (the layout :func:`reduce_scatter`
     leaves)."""
@@ -229,22 +251,26 @@ def all_gather(dev: SystemDevice, t: SystemTensor, *, ipus: Any = None, name: st
     groups = _domains(dev.system, ipus)
     if len(groups) > 1:
         raise SystemConfigError("all_gather across POD64 domains is not supported; use all_reduce")
-    return _finish(dev, lay, _ring_steps(lay, [(g, ()) for g in groups], "ag"), name, name)
+    return _finish(dev, lay, _ring_steps(lay, _directions(groups, method), "ag"), name, name)
 
 
-def all_reduce(dev: SystemDevice, t: SystemTensor, *, ipus: Any = None, name: str = "all_reduce"):
-    """Program summing ``t`` over ``ipus`` (default: every IPU holding it), result on all."""
+def all_reduce(dev: SystemDevice, t: SystemTensor, *, ipus: Any = None, method: str = "bidirectional",
+               name: str = "all_reduce"):
+    """Program summing ``t`` over ``ipus`` (default: every IPU holding it), result on all.
+    ``method``: "bidirectional" (default, GCL's bidirectional ring pair) or "ring"."""
     ipus = _group(dev, t, ipus)
     lay = _Layout(dev, t, name, need_recv=True)
     groups = _domains(dev.system, ipus)
-    whole = [(g, ()) for g in groups]
+    whole = _directions(groups, method)
     steps = _ring_steps(lay, whole, "rs")
     if len(groups) > 1:
         n = len(groups[0])
+        per_dir = len(whole) // len(groups)
         rings = []
-        for k in range(n):
-            c = (k + 1) % n
-            rings.append(([g[k] for g in groups], ((c, n),)))
+        for d in range(per_dir):
+            inner = [whole[gi * per_dir + d] for gi in range(len(groups))]
+            for k in range(n):
+                rings.append(([r[k] for r, _ in inner], (*inner[0][1], ((k + 1) % n, n))))
         steps += _ring_steps(lay, rings, "rs") + _ring_steps(lay, rings, "ag")
     steps += _ring_steps(lay, whole, "ag")
     return _finish(dev, lay, steps, name, name)
@@ -308,10 +334,12 @@ def _ring_bandwidth(system: System, ring: list[int]) -> tuple[float, float]:
 
 
 def collective_seconds(system: System, op: str, nbytes: float, ipus: Any = None, *,
-                       dtype: str = "float32") -> CollectiveCost:
+                       dtype: str = "float32", method: str = "bidirectional") -> CollectiveCost:
     """Closed-form time of ``op`` ("all_reduce", "reduce_scatter", "all_gather",
     "broadcast") on ``nbytes`` per IPU over ``ipus`` (default all), by the algorithms above.
 
+    ``method="bidirectional"`` (default) sends half of each chunk each way round the ring,
+    so a link direction carries chunk / 2 per step; ``"ring"`` one way.
     Per ring step: ``max(chunk / slowest ring link + latency, chunk / n_tiles / tile
     exchange rate) + cross-chip sync + exchange overhead``; reduce steps add each tile's
     share of the chunk (:func:`~ipukern.core.cost.reduce_cycles`, 2 partials), as the
@@ -321,6 +349,9 @@ def collective_seconds(system: System, op: str, nbytes: float, ipus: Any = None,
         raise ValueError(f"unknown collective {op!r}")
     if not (nbytes >= 0 and math.isfinite(nbytes)):
         raise ValueError(f"nbytes must be a finite number >= 0, got {nbytes!r}")
+    if method not in ("ring", "bidirectional"):
+        raise ValueError(f"method must be 'ring' or 'bidirectional', got {method!r}")
+    share = 0.5 if method == "bidirectional" else 1.0
     ipus = list(range(system.n_ipus)) if ipus is None else sorted({int(i) for i in ipus})
     n = len(ipus)
     chip = system.chip
@@ -331,14 +362,16 @@ def collective_seconds(system: System, op: str, nbytes: float, ipus: Any = None,
     item = DTYPES[dtype].itemsize
     port_bps = chip.exchange_bytes_per_cycle * chip.clock_hz
 
-    def ring_phase(ring, size, reduce):
+    def ring_phase(ring, size, reduce, share=share):
         k = len(ring)
         bw, lat = _ring_bandwidth(system, ring)
         chunk = size / k
         steps = k - 1
-        per_tile = math.ceil(chunk / item / chip.n_tiles)
-        add = reduce_cycles(chip, per_tile, 2, dtype, dtype) / chip.clock_hz if reduce else 0.0
-        link = max(chunk / bw + lat, chunk / chip.n_tiles / port_bps)
+        # one add vertex per tile and direction (the pair adds two half chunks)
+        n_dirs = round(1 / share)
+        per_tile = math.ceil(chunk / item / chip.n_tiles / n_dirs)
+        add = n_dirs * reduce_cycles(chip, per_tile, 2, dtype, dtype) / chip.clock_hz if reduce else 0.0
+        link = max(share * chunk / bw + lat, chunk / chip.n_tiles / port_bps)
         return steps, steps * link, steps * sync_s, steps * add
 
     groups: dict[int, list[int]] = {}
@@ -353,11 +386,13 @@ def collective_seconds(system: System, op: str, nbytes: float, ipus: Any = None,
                               0.0, "pipelined ring")
     if op in ("all_reduce", "reduce_scatter"):
         phases.append(ring_phase(inner, nbytes, True))
-    algorithm = "ring"
+    algorithm = "bidirectional ring pair" if method == "bidirectional" else "ring"
     if op == "all_reduce" and len(groups) > 1:
         cross = [g[0] for g in groups.values()]
         sub = nbytes / len(inner)
-        phases += [ring_phase(cross, sub, True), ring_phase(cross, sub, False)]
+        # across domains every IPU moves its 1/N of the tensor; with the ring pair its two
+        # cross rings need not use opposite link directions, so no halving is assumed
+        phases += [ring_phase(cross, sub, True, 1.0), ring_phase(cross, sub, False, 1.0)]
         algorithm = "hierarchical (ring per POD64, ring across GW-Links)"
     if op in ("all_reduce", "all_gather"):
         phases.append(ring_phase(inner, nbytes, False))

@@ -22,31 +22,41 @@ def make(n, e=1000, dtype="float32", tiles=16, seed=0, **pod_kw):
     return dev, t, xs
 
 
-def chunk_index(t, c, n):
-    """Flat indices of chunk c of n: part c of every tile interval (the documented split)."""
+def chunk_index(t, frac):
+    """Flat indices of a chunk: part c1 of n1 of every tile interval, then part c2 of n2 of
+    that... (the documented split)."""
     m = t.mapping
-    idx = [np.arange(s + k * c // n, s + k * (c + 1) // n) for s, k in zip(m.start, m.count)]
+    idx = []
+    for s, k in zip(m.start, m.count):
+        a, b = s, s + k
+        for c, n in frac:
+            a, b = a + (b - a) * c // n, a + (b - a) * (c + 1) // n
+        idx.append(np.arange(a, b))
     return np.concatenate(idx)
 
 
-def ring_fold(xs, ring, t):
-    """NumPy sum of each chunk in the ring's order: chunk c starts at ring position c."""
+def ring_fold(xs, ring, t, method="bidirectional"):
+    """NumPy sum of each chunk in its ring's order: chunk c starts at ring position c; the
+    bidirectional pair folds half 0 clockwise and half 1 round the reversed ring."""
     n = len(ring)
+    dirs = [(ring, ())] if method == "ring" else [(ring, ((0, 2),)), (ring[:1] + ring[:0:-1], ((1, 2),))]
     out = np.empty_like(xs[0])
-    for c in range(n):
-        sel = chunk_index(t, c, n)
-        acc = xs[ring[c]][sel].copy()
-        for k in range(1, n):
-            acc = xs[ring[(c + k) % n]][sel] + acc
-        out[sel] = acc
+    for r, prefix in dirs:
+        for c in range(n):
+            sel = chunk_index(t, (*prefix, (c, n)))
+            acc = xs[r[c]][sel].copy()
+            for k in range(1, n):
+                acc = xs[r[(c + k) % n]][sel] + acc
+            out[sel] = acc
     return out
 
 
-@pytest.mark.parametrize("n, e", [(2, 1000), (4, 1000), (8, 333), (16, 4099), (4, 3)])
-def test_all_reduce_equals_numpy(n, e):
+@pytest.mark.parametrize("n, e, method", [(2, 1000, "ring"), (4, 1000, "bidirectional"), (8, 333, "ring"),
+                                          (16, 4099, "bidirectional"), (4, 3, "bidirectional")])
+def test_all_reduce_equals_numpy(n, e, method):
     dev, t, xs = make(n, e)
-    prof = dev.run(ik.all_reduce(dev, t))
-    ref = ring_fold(xs, dev.system.ring(), t)
+    prof = dev.run(ik.all_reduce(dev, t, method=method))
+    ref = ring_fold(xs, dev.system.ring(), t, method)
     for i in range(n):
         out = dev.read(t, i)
         np.testing.assert_array_equal(out, ref)         # bitwise: the documented order
@@ -134,14 +144,20 @@ def test_concurrent_transfers_share_a_link():
 def test_closed_form_ring_all_reduce():
     # M2000 ring 0-2-3-1: rails (2 lanes) are its slowest links; 2 (N - 1) = 6 steps of 1/4
     nbytes = 100e6
-    c = ik.collective_seconds(ik.IPU_M2000, "all_reduce", nbytes)
+    c = ik.collective_seconds(ik.IPU_M2000, "all_reduce", nbytes, method="ring")
     chunk = nbytes / 4
+    assert c.add_seconds == pytest.approx(3 * reduce_cycles(ik.GC200, math.ceil(chunk / 4 / 1472), 2,
+                                                            "float32", "float32") / CLOCK)
     assert c.steps == 6 and c.algorithm == "ring"
     assert c.link_seconds == pytest.approx(6 * (chunk / (2 * LANE) + 15e-9))
+    # the bidirectional pair sends half of each chunk each way: half the link time
+    b = ik.collective_seconds(ik.IPU_M2000, "all_reduce", nbytes)
+    assert b.algorithm == "bidirectional ring pair"
+    assert b.link_seconds == pytest.approx(6 * (chunk / 2 / (2 * LANE) + 15e-9))
     sync = (math.ceil(15e-9 * CLOCK * 2 * 2) + 100) / CLOCK
     assert c.sync_seconds == pytest.approx(6 * sync)
-    add = reduce_cycles(ik.GC200, math.ceil(chunk / 4 / 1472), 2, "float32", "float32") / CLOCK
-    assert c.add_seconds == pytest.approx(3 * add)
+    add = reduce_cycles(ik.GC200, math.ceil(chunk / 4 / 1472 / 2), 2, "float32", "float32") / CLOCK
+    assert b.add_seconds == pytest.approx(3 * 2 * add)
     assert ik.collective_seconds(ik.IPU_M2000, "all_gather", nbytes).steps == 3
     assert ik.collective_seconds(ik.IPU_M2000, "broadcast", nbytes).steps == 6
     h = ik.collective_seconds(ik.System.pod(128), "all_reduce", nbytes)
