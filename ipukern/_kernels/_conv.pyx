@@ -1,11 +1,10 @@
-# cython: language_level=3
 """Per-tile convolution partials: every vertex of a conv compute set in one call, no GIL.
 
 Vertex v runs on tile ``tiles[v]`` and reads/writes only that tile's row of the arena, at
 byte offsets ``win_off[v]`` (input window [B][WR][G*C][WC], rows outermost), ``w_off[v]`` (weights
 [G][K][C][kh][kw]) and ``out_off[v]`` (output [B][G][K][OR][OC]). ``dims[v]`` is
 (B, G, C, K, WR, WC, OR, OC, row_org, col_org); see ``ipk_conv.h`` for the method and
-``ipukern.convkernel`` for the validating wrapper and the full semantics.
+``ipukern.conv.codelet`` for the validating wrapper and the full semantics.
 
 Every vertex is computed by one thread, each output element by one FMA chain in a fixed tap
 order, so results do not depend on the thread count. Before anything is written the call
@@ -15,26 +14,11 @@ status code instead of raising; nothing is written then.
 from cython.parallel cimport prange, threadid
 from libc.stdint cimport int32_t, int64_t
 
-cdef extern from "ipk_conv.h" nogil:
-    ctypedef struct ipk_geom:
-        int64_t need
-    ctypedef void* ipk_conv_vertex_fn
-    int IPK_CONV_OK, IPK_CONV_EPARAM, IPK_CONV_EDIMS, IPK_CONV_ETILE, IPK_CONV_ERANGE
-    int IPK_CONV_EALIGN, IPK_CONV_ESCRATCH, IPK_CONV_ETHREADS
-    int ipk_geom_init(ipk_geom* g, const int64_t* d, int kh, int kw, int sh, int sw,
-                      int dh, int dw) noexcept
-    int ipk_conv_check(const ipk_geom* g, int64_t n_rows, int64_t row_bytes,
-                       const unsigned char* data, int64_t tile, int64_t win_off, int64_t w_off,
-                       int64_t out_off, int in_dt, int out_dt, int64_t scratch_floats) noexcept
-    int ipk_conv_isa_supported(int isa) noexcept
-    int ipk_conv_best_isa() noexcept
-    ipk_conv_vertex_fn ipk_conv_pick(int isa) noexcept
-    int ipk_team_size() noexcept
-    void ipk_conv_one(ipk_conv_vertex_fn fn, const int64_t* dims, int64_t v, int64_t next,
-                      int kh, int kw, int sh, int sw, int dh, int dw,
-                      unsigned char* data, int64_t row_bytes, const int32_t* tiles,
-                      const int64_t* win_off, const int64_t* w_off, const int64_t* out_off,
-                      int in_dt, int out_dt, float* scratch) noexcept
+from ipukern._kernels.ipk cimport (
+    IPK_CONV_EALIGN, IPK_CONV_EDIMS, IPK_CONV_EPARAM, IPK_CONV_ERANGE, IPK_CONV_ESCRATCH,
+    IPK_CONV_ETHREADS, IPK_CONV_ETILE, IPK_CONV_MAX_K, IPK_CONV_OK, IPK_F16, IPK_F32,
+    ipk_conv_best_isa, ipk_conv_check, ipk_conv_isa_supported, ipk_conv_one, ipk_conv_pick,
+    ipk_conv_vertex_fn, ipk_geom, ipk_geom_init, ipk_team_size)
 
 # status codes (the wrapper turns them into exceptions)
 STATUS_OK = IPK_CONV_OK
@@ -45,6 +29,7 @@ STATUS_RANGE = IPK_CONV_ERANGE
 STATUS_ALIGN = IPK_CONV_EALIGN
 STATUS_SCRATCH = IPK_CONV_ESCRATCH
 STATUS_THREADS = IPK_CONV_ETHREADS
+MAX_PARAM = IPK_CONV_MAX_K   # kh, kw, sh, sw, dh, dw are at most this
 
 ISA_NAMES = ("baseline", "avx2", "avx512")
 
@@ -59,7 +44,8 @@ def best_isa():
     return ISA_NAMES[ipk_conv_best_isa()]
 
 
-def conv_scratch_floats(const int64_t[:, ::1] dims, int kh, int kw, int sh, int sw, int dh, int dw):
+def conv_scratch_floats(const int64_t[:, ::1] dims,                       # IN: (V, 10) as below
+                        int kh, int kw, int sh, int sw, int dh, int dw):   # IN
     """Scratch floats one thread needs for any of these vertices (max over rows of ``dims``).
 
     Returns a negative status code when a row or the kernel parameters are invalid.
@@ -68,6 +54,8 @@ def conv_scratch_floats(const int64_t[:, ::1] dims, int kh, int kw, int sh, int 
     cdef Py_ssize_t v
     cdef int st
     cdef int64_t s = 16
+    if dims.shape[0] and dims.shape[1] != 10:
+        return -IPK_CONV_EDIMS
     for v in range(dims.shape[0]):
         st = ipk_geom_init(&g, &dims[v, 0], kh, kw, sh, sw, dh, dw)
         if st != IPK_CONV_OK:
@@ -83,11 +71,11 @@ def conv_tiles(unsigned char[:, ::1] data,      # IN/OUT: arena, row t = tile t'
                const int64_t[::1] w_off,         # IN: byte offset of the weights
                const int64_t[::1] out_off,       # IN: byte offset of the output
                const int64_t[:, ::1] dims,       # IN: (V, 10) B,G,C,K,WR,WC,OR,OC,row_org,col_org
-               int kh, int kw, int sh, int sw, int dh, int dw,
-               int in_dt, int out_dt,            # 0 = float32, 1 = float16
-               float[:, ::1] scratch,            # scratch (n_threads, S) floats
-               int n_threads,
-               int isa=-1):                      # -1: best for this CPU; 0/1/2: force a variant
+               int kh, int kw, int sh, int sw, int dh, int dw,   # IN: kernel, stride, dilation
+               int in_dt, int out_dt,            # IN: dtype codes (IPK_F32 / IPK_F16)
+               float[:, ::1] scratch,            # OUT: scratch (n_threads, S) floats, clobbered
+               int n_threads,                    # IN
+               int isa=-1):                      # IN: -1 best for this CPU; 0/1/2: force a variant
     """Compute every vertex's convolution output. Returns 0, or a status code (nothing written).
 
     Checked here, before anything is written: kernel parameters and dtype codes, array
@@ -111,7 +99,7 @@ def conv_tiles(unsigned char[:, ::1] data,      # IN/OUT: arena, row t = tile t'
     if (win_off.shape[0] != V or w_off.shape[0] != V or out_off.shape[0] != V
             or dims.shape[0] != V or dims.shape[1] != 10):
         return IPK_CONV_EDIMS
-    if in_dt < 0 or in_dt > 1 or out_dt < 0 or out_dt > 1:
+    if (in_dt != IPK_F32 and in_dt != IPK_F16) or (out_dt != IPK_F32 and out_dt != IPK_F16):
         return IPK_CONV_EPARAM
     if n_threads < 1 or scratch.shape[0] < n_threads:
         return IPK_CONV_ETHREADS

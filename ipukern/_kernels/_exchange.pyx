@@ -1,4 +1,3 @@
-# cython: language_level=3
 """Byte copies between tile memories (and between host buffers and tiles).
 
 One call executes a whole exchange table without the GIL. Copies are pre-sorted and
@@ -11,10 +10,7 @@ from cython.parallel cimport parallel, threadid
 from libc.stdint cimport int32_t, int64_t
 from libc.string cimport memcpy
 
-
-cdef extern from "ipk_omp.h":
-    int ipk_max_threads() nogil
-    int ipk_has_openmp() nogil
+from ipukern._kernels.ipk cimport ipk_has_openmp, ipk_max_threads
 
 
 def max_threads():

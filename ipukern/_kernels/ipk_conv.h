@@ -41,6 +41,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include "ipk_dtype.h"
 #include "ipk_half.h"
 
 #if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__)) \
@@ -62,6 +63,9 @@ enum {
 };
 
 #define IPK_CONV_MAX_K 64   /* kh, kw, sh, sw, dh, dw are at most this */
+
+/* index of a block of MR = 1, 2, 4, 8 output channels in the kernel tables */
+#define IPK_LOG2_MR(MR) ((MR) == 1 ? 0 : (MR) == 2 ? 1 : (MR) == 4 ? 2 : 3)
 
 typedef struct {
     int64_t B, G, C, K, WR, WC, OR, OC, ro, co;
@@ -99,8 +103,8 @@ static inline int64_t ipk_smul4(int64_t a, int64_t b, int64_t c, int64_t d)
 
 /* Fill g from one row of dims (B, G, C, K, WR, WC, OR, OC, row_org, col_org). Returns a
  * status code; on success g->need is the scratch this vertex needs (floats). */
-static int ipk_geom_init(ipk_geom* g, const int64_t* d, int kh, int kw, int sh, int sw,
-                         int dh, int dw)
+static inline int ipk_geom_init(ipk_geom* g, const int64_t* d, int kh, int kw, int sh, int sw,
+                                int dh, int dw)
 {
     int i, j, p;
     if (kh < 1 || kw < 1 || sh < 1 || sw < 1 || dh < 1 || dw < 1 || kh > IPK_CONV_MAX_K
@@ -168,18 +172,19 @@ static inline int64_t ipk_win_base(const ipk_geom* g, int64_t b, int64_t gi)
 static inline void ipk_geom_bytes(const ipk_geom* g, int in_dt, int out_dt, int64_t* win_b,
                                   int64_t* w_b, int64_t* out_b)
 {
-    int64_t isz = in_dt ? 2 : 4, osz = out_dt ? 2 : 4;
+    int64_t isz = ipk_dt_size(in_dt), osz = ipk_dt_size(out_dt);
     *win_b = ipk_smul(ipk_smul4(g->B, g->G, g->C, g->WR), ipk_smul(g->WC, isz));
     *w_b = ipk_smul4(g->G, g->K, g->C, ipk_smul(g->T, isz));
     *out_b = ipk_smul(ipk_smul4(g->B, g->G, g->K, g->OR), ipk_smul(g->OC, osz));
 }
 
 /* Validate one vertex against the arena and the scratch before anything is written. */
-static int ipk_conv_check(const ipk_geom* g, int64_t n_rows, int64_t row_bytes, const unsigned char* data,
-                          int64_t tile, int64_t win_off, int64_t w_off, int64_t out_off,
-                          int in_dt, int out_dt, int64_t scratch_floats)
+static inline int ipk_conv_check(const ipk_geom* g, int64_t n_rows, int64_t row_bytes,
+                                 const unsigned char* data, int64_t tile, int64_t win_off,
+                                 int64_t w_off, int64_t out_off, int in_dt, int out_dt,
+                                 int64_t scratch_floats)
 {
-    int64_t wb, kb, ob, isz = in_dt ? 2 : 4, osz = out_dt ? 2 : 4;
+    int64_t wb, kb, ob, isz = ipk_dt_size(in_dt), osz = ipk_dt_size(out_dt);
     uintptr_t tb;
     if (tile < 0 || tile >= n_rows) return IPK_CONV_ETILE;
     ipk_geom_bytes(g, in_dt, out_dt, &wb, &kb, &ob);
@@ -302,13 +307,6 @@ static inline ipk_conv_vertex_fn ipk_conv_pick(int isa)
     return ipk_conv_vertex_base;
 }
 
-#ifdef _OPENMP
-#include <omp.h>
-static inline int ipk_team_size(void) { return omp_get_num_threads(); }
-#else
-static inline int ipk_team_size(void) { return 1; }
-#endif
-
 /* Run vertex v (already checked) of a batch; the geometry lives on this thread's stack.
  * ``next`` is the vertex this thread runs after v (static round-robin schedule), whose
  * operands are prefetched meanwhile; -1 for none. */
@@ -323,7 +321,7 @@ static inline void ipk_conv_one(ipk_conv_vertex_fn fn, const int64_t* dims, int6
     memset(&pf, 0, sizeof pf);
     if (next >= 0) {
         const int64_t* d = dims + 10 * next;
-        const int64_t isz = in_dt ? 2 : 4, osz = out_dt ? 2 : 4;
+        const int64_t isz = ipk_dt_size(in_dt), osz = ipk_dt_size(out_dt);
         unsigned char* tb = data + (int64_t)tiles[next] * row_bytes;
         pf.n[0] = d[0] * d[1] * d[2] * d[4] * d[5] * isz;
         pf.n[1] = d[1] * d[3] * d[2] * kh * kw * isz;
