@@ -4,7 +4,8 @@ Every function runs a whole batch of vertices (one per tile, or several) in one 
 ``prange`` over vertices, without the GIL. Operands are byte offsets within the vertex's
 own tile, so ``base + tile * stride + offset`` is the only address form used: a vertex
 cannot reach another tile. fp16 data is computed in fp32 and rounded once on store.
-Inputs are validated by ipukern.core.vertices.
+Batches are built and validated by ipukern.core.vertices; each call also checks that
+every operand lies inside its tile's row of ``data`` (see "checks" below).
 """
 from cython.parallel cimport prange
 from libc.stdint cimport int32_t, int64_t, uint16_t
@@ -41,6 +42,42 @@ cdef inline float _op(float a, float b, int op) noexcept nogil:
     return a if a <= b or a != a else b
 
 
+# ---------------------------------------------------------------- checks
+# The Python layer validates batches against the simulated tile; checked here, before
+# anything runs, is what would corrupt the host: every operand inside its tile's row of
+# ``data``, array lengths, codes and the thread count (ValueError otherwise). O(vertices).
+
+cdef inline bint _outside(int64_t off, int64_t n, int64_t size, int64_t row) noexcept nogil:
+    """n elements of ``size`` bytes at byte ``off`` not inside [0, row) (nothing can wrap)."""
+    return off < 0 or n < 0 or n > row // size or off > row - n * size
+
+
+cdef int _check_common(str fn, const int32_t[::1] tiles, Py_ssize_t n_rows, int dt,
+                       int n_threads) except -1:
+    cdef Py_ssize_t v
+    if dt != IPK_F32 and dt != IPK_F16:
+        raise ValueError(f"{fn}: dtype code {dt} is neither IPK_F32 nor IPK_F16")
+    if n_threads < 1:
+        raise ValueError(f"{fn}: n_threads must be >= 1, got {n_threads}")
+    for v in range(tiles.shape[0]):
+        if tiles[v] < 0 or tiles[v] >= n_rows:
+            raise ValueError(f"{fn}: vertex {v} on tile {tiles[v]}, outside the arena's {n_rows} rows")
+    return 0
+
+
+cdef int _check_runs(str fn, str what, const int32_t[::1] tiles, const int64_t[::1] off,
+                     const int64_t[::1] n, int64_t size, int64_t row, bint single=False) except -1:
+    """Operand ``what`` of vertex v: n[v] elements (1 if ``single``) of ``size`` bytes at off[v]."""
+    cdef Py_ssize_t v
+    if off.shape[0] != tiles.shape[0] or n.shape[0] != tiles.shape[0]:
+        raise ValueError(f"{fn}: {what} offsets / sizes do not match the {tiles.shape[0]} vertices")
+    for v in range(tiles.shape[0]):
+        if _outside(off[v], 1 if single else n[v], size, row):
+            raise ValueError(f"{fn}: vertex {v} (tile {tiles[v]}): {what} at byte {off[v]} "
+                             f"({n[v]} elements) reaches outside the arena row of {row} B")
+    return 0
+
+
 def binary(unsigned char[:, ::1] data,      # IN/OUT: arena, row t = tile t's memory
            const int32_t[::1] tiles,         # IN: tile of vertex v
            const int64_t[::1] out_off,       # IN: byte offset of the output
@@ -57,6 +94,11 @@ def binary(unsigned char[:, ::1] data,      # IN/OUT: arena, row t = tile t's me
     cdef float* fo
     cdef const float* fa
     cdef const float* fb
+    _check_common("binary", tiles, data.shape[0], dt, n_threads)
+    if op < 0 or op > 4:
+        raise ValueError(f"binary: op code {op} outside 0..4")
+    for name, arr in (("out", out_off), ("a", a_off), ("b", b_off)):
+        _check_runs("binary", name, tiles, arr, n, ipk_dt_size(dt), stride)
     for v in prange(tiles.shape[0], nogil=True, schedule="static", num_threads=n_threads):
         po = base + tiles[v] * stride + out_off[v]
         pa = base + tiles[v] * stride + a_off[v]
@@ -83,6 +125,9 @@ def scale(unsigned char[:, ::1] data,       # IN/OUT: arena
     cdef unsigned char* base = &data[0, 0]
     cdef unsigned char* po
     cdef const unsigned char* pa
+    _check_common("scale", tiles, data.shape[0], dt, n_threads)
+    _check_runs("scale", "out", tiles, out_off, n, ipk_dt_size(dt), stride)
+    _check_runs("scale", "a", tiles, a_off, n, ipk_dt_size(dt), stride)
     for v in prange(tiles.shape[0], nogil=True, schedule="static", num_threads=n_threads):
         po = base + tiles[v] * stride + out_off[v]
         pa = base + tiles[v] * stride + a_off[v]
@@ -100,6 +145,8 @@ def fill(unsigned char[:, ::1] data,        # OUT: arena
     cdef unsigned char* base = &data[0, 0]
     cdef unsigned char* p
     cdef uint16_t hv = ipk_f2h(value)
+    _check_common("fill", tiles, data.shape[0], dt, n_threads)
+    _check_runs("fill", "out", tiles, off, n, ipk_dt_size(dt), stride)
     for v in prange(tiles.shape[0], nogil=True, schedule="static", num_threads=n_threads):
         p = base + tiles[v] * stride + off[v]
         if value == 0.0 and not (value != value):
@@ -131,6 +178,19 @@ def sum_rows(unsigned char[:, ::1] data,    # IN/OUT: arena
     cdef const float* fs
     cdef float* fo
     cdef float acc
+    _check_common("sum_rows", tiles, data.shape[0], in_dt, n_threads)
+    _check_common("sum_rows", tiles, data.shape[0], out_dt, n_threads)
+    _check_runs("sum_rows", "out", tiles, out_off, n, ipk_dt_size(out_dt), stride)
+    if src_ptr.shape[0] != tiles.shape[0] + 1 or src_ptr[0] < 0:
+        raise ValueError("sum_rows: src_ptr must hold n_vertices + 1 start indices from >= 0")
+    for v in range(tiles.shape[0]):
+        if src_ptr[v + 1] <= src_ptr[v] or src_ptr[v + 1] > src_off.shape[0]:
+            raise ValueError(f"sum_rows: vertex {v} has source range [{src_ptr[v]}, {src_ptr[v + 1]}) "
+                             f"(needs >= 1 of the {src_off.shape[0]} sources)")
+        for k in range(src_ptr[v], src_ptr[v + 1]):
+            if _outside(src_off[k], n[v], ipk_dt_size(in_dt), stride):
+                raise ValueError(f"sum_rows: vertex {v} (tile {tiles[v]}): source {k} at byte "
+                                 f"{src_off[k]} reaches outside the arena row of {stride} B")
     for v in prange(tiles.shape[0], nogil=True, schedule="static", num_threads=n_threads):
         tb = base + tiles[v] * stride
         po = tb + out_off[v]
@@ -165,6 +225,10 @@ def sum_elems(unsigned char[:, ::1] data,   # IN/OUT: arena
     cdef unsigned char* base = &data[0, 0]
     cdef const unsigned char* pi
     cdef float acc
+    _check_common("sum_elems", tiles, data.shape[0], in_dt, n_threads)
+    _check_common("sum_elems", tiles, data.shape[0], out_dt, n_threads)
+    _check_runs("sum_elems", "in", tiles, in_off, n, ipk_dt_size(in_dt), stride)
+    _check_runs("sum_elems", "out", tiles, out_off, n, ipk_dt_size(out_dt), stride, True)
     for v in prange(tiles.shape[0], nogil=True, schedule="static", num_threads=n_threads):
         pi = base + tiles[v] * stride + in_off[v]
         acc = 0.0
@@ -189,7 +253,20 @@ def add_bias(unsigned char[:, ::1] data,    # IN/OUT: arena
     cdef unsigned char* base = &data[0, 0]
     cdef unsigned char* po
     cdef const unsigned char* pb
-    cdef int64_t e0, n, inner, kj, gk, K, ks0
+    cdef int64_t e0, n, inner, kj, gk, K, ks0, G
+    _check_common("add_bias", tiles, data.shape[0], dt, n_threads)
+    if params.shape[0] != tiles.shape[0] or params.shape[1] != 7:
+        raise ValueError(f"add_bias: params must have shape ({tiles.shape[0]}, 7)")
+    for v in range(tiles.shape[0]):
+        e0, n, inner, kj, G, K, ks0 = (params[v, 0], params[v, 1], params[v, 2], params[v, 3],
+                                       params[v, 4], params[v, 5], params[v, 6])
+        # bias indices reach (G - 1) * K + ks0 + kj - 1; each factor <= row keeps that exact
+        if (e0 < 0 or inner < 1 or kj < 1 or G < 1 or K < 0 or ks0 < 0 or kj > stride
+                or G > stride or K > stride or ks0 > stride
+                or _outside(out_off[v], n, ipk_dt_size(dt), stride)
+                or _outside(bias_off[v], (G - 1) * K + ks0 + kj, ipk_dt_size(dt), stride)):
+            raise ValueError(f"add_bias: vertex {v} (tile {tiles[v]}): params {list(params[v])} "
+                             f"reach outside the arena row of {stride} B")
     for v in prange(tiles.shape[0], nogil=True, schedule="static", num_threads=n_threads):
         po = base + tiles[v] * stride + out_off[v]
         pb = base + tiles[v] * stride + bias_off[v]

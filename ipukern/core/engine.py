@@ -9,7 +9,6 @@ Two run modes share one program and therefore one set of cycle numbers:
 from __future__ import annotations
 
 import itertools
-import os
 import threading
 from typing import Any, Sequence
 
@@ -21,30 +20,11 @@ from .memory import Arena, TileMemory
 from .profile import Profile
 from .program import ComputeSet, Exchange, Program, Superstep, VertexBatch, balanced_bounds
 from .tensor import TileMapping, TileTensor
+from .threads import get_num_threads, set_num_threads
 
 __all__ = ["Device", "run_program", "set_num_threads", "get_num_threads"]
 
-_NUM_THREADS: int | None = None
 _DEVICE_IDS = itertools.count()
-
-
-def set_num_threads(n: int | None) -> None:
-    """Host threads used by the kernels (None: ``IPUKERN_NUM_THREADS`` or all cores).
-    Results do not depend on it; only host speed does."""
-    global _NUM_THREADS
-    if n is not None and (not isinstance(n, int) or n < 1):
-        raise ValueError(f"number of threads must be a positive int, got {n!r}")
-    _NUM_THREADS = n
-
-
-def get_num_threads() -> int:
-    if _NUM_THREADS is not None:
-        return _NUM_THREADS
-    env = os.environ.get("IPUKERN_NUM_THREADS")
-    if env:
-        return max(1, int(env))
-    from .._kernels import _exchange
-    return _exchange.max_threads()
 
 
 class Device:
@@ -281,11 +261,17 @@ def run_program(program: Program, mode: str = "execute", *, device: Device | Non
     ``mode="execute"`` needs the ``device`` whose arena holds the program's data;
     ``mode="estimate"`` touches no data. Cycle numbers are identical in both modes.
     """
+    if not isinstance(program, Program):
+        raise TypeError(f"expected a Program, got {type(program).__name__}")
     if mode not in ("execute", "estimate"):
         raise ValueError(f"mode must be 'execute' or 'estimate', got {mode!r}")
     if mode == "execute":
         if device is None:
             raise ValueError("execute mode needs the device that holds the program's data")
+        if program.memory is not device.memory:
+            # its tables address another device's allocations: the bytes would not be there
+            raise ValueError(f"program {program.label!r} was built for another device; build it "
+                             "with this device's exchange/compute_set/program, or run it on its own")
         arena = device.arena
         n_threads = get_num_threads()
         with arena.lock:

@@ -24,9 +24,10 @@ from . import cost
 from ..machine import MachineSpec
 from .memory import TileMemory
 from .profile import SuperstepRecord
+from .threads import check_num_threads
 
-__all__ = ["balanced_bounds", "ExchangeError", "Exchange", "Codelet", "VertexBatch", "ComputeSet",
-           "Superstep", "Program", "ArgViews"]
+__all__ = ["balanced_bounds", "check_arena", "ExchangeError", "Exchange", "Codelet", "VertexBatch",
+           "ComputeSet", "Superstep", "Program", "ArgViews"]
 
 # large copies are split into pieces of this size on the host so threads share the work
 # evenly; the simulated copy table is unchanged
@@ -48,13 +49,51 @@ class ExchangeError(ValueError):
     """An exchange table the fabric could not execute (bad range, overlapping writes)."""
 
 
-def _as_int_array(name: str, values: Any, dtype: type) -> np.ndarray:
+def _as_int_array(name: str, values: Any, dtype: type, error: type = ValueError) -> np.ndarray:
+    """``values`` as a 1-D contiguous array of ``dtype``; never a silent wrap-around."""
     arr = np.asarray(values)
     if arr.ndim != 1:
-        raise ExchangeError(f"{name} must be one-dimensional, got shape {arr.shape}")
-    if arr.size and not np.issubdtype(arr.dtype, np.integer):
-        raise ExchangeError(f"{name} must hold integers, got dtype {arr.dtype}")
+        raise error(f"{name} must be one-dimensional, got shape {arr.shape}")
+    if not arr.size:
+        return np.zeros(0, dtype=dtype)
+    if not np.issubdtype(arr.dtype, np.integer) or arr.dtype == np.bool_:
+        raise error(f"{name} must hold integers, got dtype {arr.dtype}")
+    info = np.iinfo(dtype)
+    lo, hi = arr.min(), arr.max()
+    if lo < info.min or hi > info.max:   # numpy compares mixed signed/unsigned exactly
+        bad = lo if lo < info.min else hi
+        raise error(f"{name} holds {int(bad)}, outside the {np.dtype(dtype).name} range")
     return np.ascontiguousarray(arr, dtype=dtype)
+
+
+def _outside(off: np.ndarray, nb: np.ndarray, row: int) -> np.ndarray:
+    """Where ``[off, off + nb)`` is not inside ``[0, row)``, for ``nb >= 0``. Written without
+    ``off + nb``, which wraps around int64 for huge offsets."""
+    return (off < 0) | (nb > row) | (off > row - nb)
+
+
+def check_arena(data: Any, rows_needed: int, row_needed: int, what: str,
+                error: type = ValueError) -> None:
+    """Raise ``error`` unless ``data`` is an arena a step can run on: a writeable, C-contiguous
+    2-D uint8 array (row t = tile t) with a row for every tile the step uses (``rows_needed``)
+    and rows at least ``row_needed`` bytes long.
+
+    Steps are validated against a tile's size when built, but the host arena only holds the
+    bytes a device has allocated (its high-water mark), so this runs before every execution.
+    """
+    if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2:
+        got = (f"{data.dtype}{list(data.shape)} array" if isinstance(data, np.ndarray)
+               else type(data).__name__)
+        raise error(f"{what}: data must be a device arena, a 2-D uint8 array "
+                    f"(n_tiles, row_bytes); got a {got}")
+    if not data.flags.c_contiguous or not data.flags.writeable:
+        raise error(f"{what}: the arena must be C-contiguous and writeable")
+    if data.shape[0] < rows_needed:
+        raise error(f"{what}: uses tile {rows_needed - 1} but the arena has only {data.shape[0]} rows")
+    if data.shape[1] < row_needed:
+        raise error(f"{what}: touches tile bytes up to {row_needed} but the arena rows hold "
+                    f"{data.shape[1]} B (the host holds only memory allocated on the device); "
+                    "allocate the buffers on the device before running")
 
 
 def _first_overlap(tile: np.ndarray, start: np.ndarray, end: np.ndarray, row: int) -> int:
@@ -97,11 +136,9 @@ class Exchange:
                  row_bytes: int | None = None, shared_bus: Any = True):
         self.machine = machine
         self.name = name
-        st = _as_int_array("src_tile", src_tile, np.int64)
-        so = _as_int_array("src_offset", src_offset, np.int64)
-        dt = _as_int_array("dst_tile", dst_tile, np.int64)
-        do = _as_int_array("dst_offset", dst_offset, np.int64)
-        nb = _as_int_array("nbytes", nbytes, np.int64)
+        st, so, dt, do, nb = (_as_int_array(label, v, np.int64, ExchangeError) for label, v in (
+            ("src_tile", src_tile), ("src_offset", src_offset), ("dst_tile", dst_tile),
+            ("dst_offset", dst_offset), ("nbytes", nbytes)))
         n = nb.size
         if not (st.size == so.size == dt.size == do.size == n):
             raise ExchangeError(f"{name}: copy table columns differ in length "
@@ -123,6 +160,9 @@ class Exchange:
         self.nbytes = nb[order]
         self.row_bytes = row
         self.shared_bus = bus[order]
+        # the arena row a run needs (checked against the real arena at every run)
+        self.row_needed = int(max((so + nb).max(), (do + nb).max())) if nb.size else 0
+        self.rows_needed = int(max(st.max(), dt.max())) + 1 if nb.size else 0
         self._cost()
         self._host_plan: tuple[np.ndarray, ...] | None = None
         self._bounds: dict[int, np.ndarray] = {}
@@ -141,11 +181,11 @@ class Exchange:
                 raise ExchangeError(f"{name}: copy {i} has {label} tile {int(tiles[i])}, "
                                     f"outside 0..{nt - 1}")
         for label, off in (("source", so), ("destination", do)):
-            bad = (off < 0) | (off + nb > row)
+            bad = _outside(off, nb, row)
             if bad.any():
                 i = int(np.argmax(bad))
                 raise ExchangeError(f"{name}: copy {i} {label} bytes [{int(off[i])}, "
-                                    f"{int(off[i] + nb[i])}) fall outside the tile's {row} B")
+                                    f"{int(off[i]) + int(nb[i])}) fall outside the tile's {row} B")
         keep = nb > 0
         if not keep.any():
             return
@@ -235,7 +275,17 @@ class Exchange:
         return b
 
     def run(self, data: np.ndarray, n_threads: int) -> None:
-        """Execute the copies on the arena bytes ``data`` (n_tiles, row_bytes)."""
+        """Execute the copies on the arena bytes ``data`` (n_tiles, row_bytes).
+
+        Raises
+        ------
+        ExchangeError
+            If ``data`` is not such an arena or its rows are shorter than the copies reach.
+        ValueError, TypeError
+            If ``n_threads`` is not an int in 1..MAX_THREADS.
+        """
+        check_arena(data, self.rows_needed, self.row_needed, self.name, ExchangeError)
+        n_threads = check_num_threads(n_threads)
         if self.nbytes.size == 0:
             return
         from .._kernels import _exchange
@@ -303,8 +353,9 @@ class VertexBatch:
     user_estimate: bool = False
 
     def __post_init__(self) -> None:
-        self.tiles = np.ascontiguousarray(self.tiles, dtype=np.int32)
-        self.cycles = np.ascontiguousarray(self.cycles, dtype=np.int64)
+        self.tiles = _as_int_array(f"{self.codelet.name}: tiles", self.tiles, np.int32)
+        self.cycles = _as_int_array(f"{self.codelet.name}: cycles", np.ravel(self.cycles), np.int64)
+        self.row_needed = 0
         if self.cycles.shape != self.tiles.shape:
             raise ValueError(f"{self.codelet.name}: {self.tiles.size} vertices but "
                              f"{self.cycles.size} cycle estimates")
@@ -316,15 +367,24 @@ class VertexBatch:
         if self.tiles.size and ((self.tiles < 0) | (self.tiles >= machine.n_tiles)).any():
             bad = int(self.tiles[(self.tiles < 0) | (self.tiles >= machine.n_tiles)][0])
             raise ValueError(f"{self.codelet.name}: vertex on tile {bad}, outside 0..{machine.n_tiles - 1}")
-        for off, nb in self.regions:
-            off = np.asarray(off)
-            nb = np.asarray(nb)
-            bad = (off < 0) | (off + nb > row_bytes)
+        name, n = self.codelet.name, self.tiles.size
+        ends = [0]
+        for k, (off, nb) in enumerate(self.regions):
+            off = _as_int_array(f"{name}: region {k} offsets", np.ravel(off), np.int64)
+            nb = _as_int_array(f"{name}: region {k} sizes", np.ravel(nb), np.int64)
+            if off.size != n or nb.size != n:
+                raise ValueError(f"{name}: region {k} has {off.size} offsets and {nb.size} sizes "
+                                 f"for {n} vertices")
+            bad = (nb < 0) | _outside(off, np.maximum(nb, 0), row_bytes)
             if bad.any():
                 i = int(np.argmax(bad))
-                raise ValueError(f"{self.codelet.name}: vertex {i} on tile {int(self.tiles[i])} "
-                                 f"touches bytes [{int(off.flat[i])}, {int(off.flat[i] + nb.flat[i])}) "
+                raise ValueError(f"{name}: vertex {i} on tile {int(self.tiles[i])} "
+                                 f"touches bytes [{int(off[i])}, {int(off[i]) + int(nb[i])}) "
                                  f"outside the tile's {row_bytes} B")
+            if n:
+                ends.append(int((off + nb).max()))
+        # the arena row a run needs (checked against the real arena at every run)
+        self.row_needed = max(ends)
 
 
 class ComputeSet:
@@ -358,8 +418,19 @@ class ComputeSet:
         else:
             self.cycles, self.busiest_tile, self.why, self.user_estimate = 0, -1, "", False
         self.tiles_computing = int((per_tile > 0).sum())
+        self.row_needed = max((b.row_needed for b in self.batches), default=0)
+        self.rows_needed = max((int(b.tiles.max()) + 1 for b in self.batches if b.tiles.size), default=0)
 
     def run(self, data: np.ndarray, n_threads: int) -> None:
+        """Run every batch on the arena bytes ``data`` (n_tiles, row_bytes).
+
+        Raises
+        ------
+        ValueError
+            If ``data`` is not such an arena or its rows are shorter than the vertices reach.
+        """
+        check_arena(data, self.rows_needed, self.row_needed, self.name)
+        n_threads = check_num_threads(n_threads)
         for b in self.batches:
             if b.tiles.size:
                 b.codelet.run(data, b, n_threads)
