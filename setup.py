@@ -59,6 +59,7 @@ extensions = [
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
         extra_compile_args=compile_args,
         extra_link_args=link_args,
+        libraries=[] if sys.platform == "win32" else ["m"],   # fmaf in the baseline conv kernel
     )
     for name in KERNELS
 ]

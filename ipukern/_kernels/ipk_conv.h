@@ -29,9 +29,9 @@
  *
  * Every output element is one FMA chain over the taps in the fixed order t = c*kh*kw + i*kw
  * + j, whatever the blocking, the ISA variant or the thread, so results are deterministic and
- * independent of the thread count. Variants with FMA (AVX-512, AVX2) and the depthwise
- * kernels give bitwise equal results; the baseline variant (SSE2 / plain C) rounds the product
- * separately where the target has no FMA instruction.
+ * independent of the thread count. Every variant fuses each multiply-add (one rounding): the
+ * AVX-512 and AVX2 variants with FMA instructions, the baseline (SSE2 / NEON / plain C) with
+ * C99 fmaf, so all variants and both paths give bitwise equal results.
  *
  * ISA variants are compiled into the same binary with target attributes and picked at run
  * time (ipk_conv_pick), so -march=native is not needed for speed.

@@ -37,14 +37,22 @@
 typedef float ipk_v4 __attribute__((vector_size(16)));
 typedef float ipk_v4u __attribute__((vector_size(16), aligned(4), may_alias));
 static inline ipk_v4 ipk_v4_set1(float s) { ipk_v4 v = {s, s, s, s}; return v; }
+/* One fused multiply-add per lane (C99 fmaf: one rounding), so the baseline computes the same
+ * FMA chains, bit for bit, as the AVX2 / AVX-512 variants. Where the target has an FMA
+ * instruction (arm64) each fmaf is one; on plain SSE2 it is a libm call: slower, same bits. */
+static inline ipk_v4 ipk_v4_fma(ipk_v4 a, ipk_v4 b, ipk_v4 c)
+{
+    ipk_v4 r = {__builtin_fmaf(a[0], b[0], c[0]), __builtin_fmaf(a[1], b[1], c[1]),
+                __builtin_fmaf(a[2], b[2], c[2]), __builtin_fmaf(a[3], b[3], c[3])};
+    return r;
+}
 #endif
 #define V ipk_v4
 #define VW 4
 #define VLD(p) (*(const ipk_v4u*)(p))
 #define VST(p, v) (*(ipk_v4u*)(p) = (v))
 #define VSET1(s) ipk_v4_set1(s)
-/* contracted to one fused multiply-add where the target has one (arm64); SSE2 rounds twice */
-#define VFMA(a, b, c) ((a) * (b) + (c))
+#define VFMA(a, b, c) ipk_v4_fma((a), (b), (c))
 #define VZERO() ipk_v4_set1(0.0f)
 #define IPK_ACC 12
 #define IPK_MRMAX 4
