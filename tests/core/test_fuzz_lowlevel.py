@@ -36,7 +36,7 @@ def data_for(kind):
             "fortran": np.asfortranarray(a)}[kind]
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
 @given(cols, arrays, threads, st.booleans())
 def fuzz_exchange(table, kind, n_threads, via_device):
     try:
@@ -50,7 +50,7 @@ def fuzz_exchange(table, kind, n_threads, via_device):
     DEV.run(DEV.program([Superstep("s", exchange=x)])) if via_device else None
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(st.tuples(st.integers(-2, 20), num, num), min_size=1, max_size=4), arrays, threads)
 def fuzz_fill(rows, kind, n_threads):
     tiles, off, n = (list(c) for c in zip(*rows))
