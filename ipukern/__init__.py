@@ -26,11 +26,11 @@ from .graph.tilefn import TileFunction, TileFunctionCompileError, TileFunctionEr
 from . import gpu, plots, scaling
 from ._version import __version__
 from . import nn
-from .nn import Network, NetworkProfile, NetworkRun, estimate_network, run_network
+from .nn import Network, NetworkProfile, NetworkRun, estimate_network, from_torch, models, run_network
 
 __all__ = [
     "__version__", "gpu", "plots", "scaling", "nn",
-    "Network", "NetworkProfile", "NetworkRun", "estimate_network", "run_network",
+    "Network", "NetworkProfile", "NetworkRun", "estimate_network", "run_network", "models", "from_torch",
     "MachineSpec", "GC2", "GC200", "BOW", "PRESETS", "get_machine", "canonical_dtype",
     "Device", "run_program", "set_num_threads", "get_num_threads",
     "TileMemory", "TileMemoryError", "MemoryReport",

@@ -20,8 +20,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["plot_scaling", "plot_memory_heatmap", "plot_timeline", "pipeline_schedule_png", "tile_grid_shape",
-           "PLOT_INSTALL_HINT", "have_matplotlib"]
+__all__ = ["plot_scaling", "plot_memory_heatmap", "plot_timeline", "pipeline_schedule_png",
+           "tile_grid_shape", "PLOT_INSTALL_HINT", "have_matplotlib", "plot_network_layers",
+           "plot_network_memory"]
 
 PLOT_INSTALL_HINT = 'plots need matplotlib: pip install "ipukern[plot]" (or pip install matplotlib)'
 
@@ -431,4 +432,54 @@ def pipeline_schedule_png(est: Any, path: str | Path, *, dpi: int = 120) -> Path
     ax.set_xlabel("time (ms)")
     ax.set_title(f"{est.system}: {s_count}-stage pipeline, {m} micro-batches, {est.replicas} replicas "
                  "(blue compute, orange links/sync/idle, red all-reduce + optimizer)", fontsize=8)
+
+
+# =========================================================================== networks
+def plot_network_layers(profile: Any, path: str | Path, *, title: str | None = None,
+                        dpi: int = 120) -> Path:
+    """Time per layer of a :class:`~ipukern.nn.NetworkProfile`, one bar per layer pass,
+    coloured by category (conv, matmul, elementwise, pool, norm, ...), with the inserted
+    rearrangement exchanges stacked on top."""
+    from .nn.profile import CATEGORY
+    Figure, _ = _figure()
+    rows = profile.layers
+    cats = sorted({CATEGORY.get(r["op"], r["op"]) for r in rows})
+    colours = dict(zip(cats, _layer_colours(len(cats)), strict=True))
+    fig = Figure(figsize=(max(8.0, 0.06 * len(rows) + 4), 4.5))
+    ax = fig.add_subplot(1, 1, 1)
+    us = 1e6 / profile.machine.clock_hz
+    x = list(range(len(rows)))
+    own = [(r["cycles"] - r["rearrange"]) * us for r in rows]
+    rea = [r["rearrange"] * us for r in rows]
+    ax.bar(x, own, width=0.9, color=[colours[CATEGORY.get(r["op"], r["op"])] for r in rows])
+    ax.bar(x, rea, width=0.9, bottom=own, color="0.6", hatch="//", label="rearrange")
+    from matplotlib.patches import Patch
+    handles = [Patch(color=colours[c], label=c) for c in cats]
+    handles.append(Patch(color="0.6", hatch="//", label="rearrange"))
+    ax.legend(handles=handles, fontsize=8, ncol=2)
+    ax.set_xlabel("layer (program order)")
+    ax.set_ylabel("time (us)")
+    ax.set_title(title or f"{profile.label}: time per layer, batch {profile.batch} "
+                          f"({profile.seconds * 1e3:.2f} ms total)")
+    fig.tight_layout()
+    return _save(fig, path, dpi)
+
+
+def plot_network_memory(profile: Any, path: str | Path, *, title: str | None = None,
+                        dpi: int = 120) -> Path:
+    """Peak per-tile memory at each layer step of a network program, with the tile's
+    memory and the reserve as lines."""
+    Figure, _ = _figure()
+    fig = Figure(figsize=(9, 4.5))
+    ax = fig.add_subplot(1, 1, 1)
+    mem = profile._memory
+    kib = [v / 1024 for v in profile.step_peak_bytes]
+    ax.plot(range(len(kib)), kib, "-", lw=1.5, label="peak live bytes per tile (busiest tile)")
+    ax.axhline(mem["budget_bytes"] / 1024, color="C3", ls="--", label="tile memory (budget)")
+    ax.axhline(mem["reserve_bytes"] / 1024, color="0.5", ls=":", label="reserve (code, stacks)")
+    ax.set_xlabel("layer step (program order)")
+    ax.set_ylabel("KiB per tile")
+    ax.set_title(title or f"{profile.label}: memory over the program, batch {profile.batch}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
     return _save(fig, path, dpi)

@@ -10,6 +10,8 @@ Subcommands
 ``ipukern info``     machine presets (and the GPU models) with their sources.
 ``ipukern train``    training on an IPU system (``estimate_training``): breakdown, CSV/JSON,
                      the pipeline schedule PNG; ``ipukern compare`` IPU systems vs DGX A100.
+``ipukern network``  a zoo network (resnet50, mobilenet_v2, bert_base, ...) on one IPU:
+                     per-layer table and totals; CSV, JSON, time-per-layer and memory PNGs.
 ``ipukern validate`` the model next to published measurements of real IPUs: ratio per point,
                      MAPE / correlation per group; validation.csv, .json and .png.
 
@@ -28,13 +30,13 @@ import sys
 from typing import Sequence
 
 from ..core.memory import TileMemoryError
-from . import info, layer, scaling, train, validate
+from . import info, layer, network, scaling, train, validate
 from ._common import Progress
 
 __all__ = ["main", "build_parser", "Progress"]
 
 #: subcommand modules, each with ``register(subparsers)``; parser order = help order
-COMMANDS = (scaling, layer, info, validate, train)
+COMMANDS = (scaling, layer, info, validate, train, network)
 
 
 def build_parser() -> argparse.ArgumentParser:

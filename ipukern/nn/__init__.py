@@ -31,27 +31,25 @@ Each pass of each layer is an :class:`~ipukern.nn.ops.OpPlan`: ``op``, ``pass_``
   records, the per-step live bytes and the weights).
 - Rearrangements between any two layouts: :class:`~ipukern.nn.layout.Rearrangement`.
 """
-from . import layers
+from . import layers, models
 from .api import NetworkRun, estimate_network, run_network
 from .compile import NetworkProgram, clear_network_caches, compile_network
-from .layers import *
+from .layers import (Activation, Add, AddParam, AvgPool2d, BatchNorm2d, Conv2d, Embedding, Flatten,
+                     GlobalAvgPool, GELU, Layer, LayerNorm, Linear, MatMul, MaxPool2d, Permute,
+                     PlanContext, ReLU, ReLU6, Reshape, ScaleChannels, Sigmoid, SiLU, Softmax,
+                     SoftmaxCrossEntropy, Tanh)
 from .layout import Layout, Rearrangement, Resident
 from .network import Network
 from .ops import OpPlan
 from .profile import NetworkProfile
+from .torch_import import UnsupportedTorchNode, from_torch
 
-__all__ = [
-    "Layout",
-    "Network",
-    "NetworkProfile",
-    "NetworkProgram",
-    "NetworkRun",
-    "OpPlan",
-    "Rearrangement",
-    "Resident",
-    "clear_network_caches",
-    "compile_network",
-    "estimate_network",
-    "run_network",
+__all__ = [  # noqa: RUF022 - grouped: framework, then the layer set
+    "Network", "NetworkProfile", "NetworkRun", "NetworkProgram", "estimate_network", "run_network",
+    "compile_network", "clear_network_caches", "OpPlan", "Layout", "Rearrangement", "Resident",
+    "UnsupportedTorchNode", "from_torch", "models", "layers",
+    "Layer", "PlanContext", "Conv2d", "BatchNorm2d", "Activation", "ReLU", "ReLU6", "SiLU", "GELU",
+    "Sigmoid", "Tanh", "Add", "AddParam", "MaxPool2d", "AvgPool2d", "GlobalAvgPool", "Reshape",
+    "Flatten", "Permute", "Linear", "MatMul", "LayerNorm", "Softmax", "ScaleChannels", "Embedding",
+    "SoftmaxCrossEntropy",
 ]
-__all__ += layers.__all__

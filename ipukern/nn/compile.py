@@ -197,6 +197,9 @@ class NetworkProgram:
         before step i and used at or after it (network inputs from the start, outputs to
         the end); and step i's own buffers (wanted-input copies, working memory, its output).
         """
+        cached = self.__dict__.get("_liveness")
+        if cached is not None:
+            return cached
         nt = self.machine.n_tiles
         S = len(self.steps)
         index = {s.node: i for i, s in enumerate(self.steps)}
@@ -220,7 +223,8 @@ class NetworkProgram:
         for i, s in enumerate(self.steps):
             weights += s.plan.weight_bytes
             own[i] = s.plan.total_bytes - s.plan.weight_bytes
-        return acts + own + weights[None, :], weights
+        self._liveness = (acts + own + weights[None, :], weights)
+        return self._liveness
 
     # ------------------------------------------------------------------ execution
     def execute(self, feeds: dict[str, np.ndarray], params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

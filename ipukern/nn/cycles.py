@@ -113,7 +113,8 @@ def pool_cycles(machine: MachineSpec, planes, out_h: int, out_w: int, kh: int, k
     rows_pw = -(-rows // machine.n_workers)
     inner = (4 if max_pool else 5) + 3 * out_w
     per_row = 13 + kh * kw * (20 + 1 + 2 + inner + 1 + 1 + 3) + 2
-    worker = 4 + 2 + 2 + 7 + 2 + 2 + 5 + 1 + 2 + 2 + (1 if max_pool else 2) + 3 + 6 + 1 + rows_pw * per_row + 1
+    setup = 4 + 2 + 2 + 7 + 2 + 2 + 5 + 1 + 2 + 2 + (1 if max_pool else 2) + 3 + 6 + 1
+    worker = setup + rows_pw * per_row + 1
     return np.where(planes > 0, 7 + worker * machine.n_workers + 6, 0).astype(np.int64)
 
 

@@ -551,8 +551,39 @@ class SoftmaxCrossEntropy(Layer):
     def out_shape(self, shapes):
         lg, lb = tuple(shapes[0]), tuple(shapes[1])
         if len(lg) != 2 or lb != (lg[0],):
-            raise ValueError(f"SoftmaxCrossEntropy expects logits (N, classes) and labels (N,), got {lg}, {lb}")
+            raise ValueError(f"SoftmaxCrossEntropy expects logits (N, classes) and labels (N,), "
+                             f"got {lg}, {lb}")
         return ()
 
     def forward(self, ctx, layouts, shapes):
         return loss_plan(ctx.machine, shapes[0], ctx.dtype)
+
+
+class AddParam(Layer):
+    """``x + weight`` with ``weight`` of the per-sample shape (broadcast over the batch):
+    BERT's position embeddings for a fixed sequence length."""
+
+    op = "add_param"
+    layout_sensitive = True
+
+    def __init__(self, shape: Sequence[int]):
+        self.shape = tuple(int(s) for s in shape)
+
+    def out_shape(self, shapes):
+        s = tuple(shapes[0])
+        if s[1:] != self.shape:
+            raise ValueError(f"{self.describe()} expects per-sample shape {self.shape}, got {s}")
+        return s
+
+    def param_shapes(self, shapes):
+        return {"weight": self.shape}
+
+    def init_params(self, shapes, rng):
+        return {"weight": (0.02 * rng.standard_normal(self.shape)).astype(np.float32)}
+
+    def op_params(self, params):
+        return {"shift": params["weight"]}
+
+    def forward(self, ctx, layouts, shapes):
+        return affine_plan(ctx.machine, layouts[0], int(np.prod(self.shape)), 1, scale=False,
+                           shift=True, name="add_param")

@@ -121,7 +121,8 @@ def act_fn(kind: str, x: np.ndarray) -> np.ndarray:
     if kind == "tanh":
         return np.tanh(x)
     if kind == "gelu":
-        return 0.5 * x * (1.0 + np.tanh(np.float32(np.sqrt(2 / np.pi)) * (x + np.float32(0.044715) * x * x * x)))
+        c = np.float32(np.sqrt(2 / np.pi))
+        return 0.5 * x * (1.0 + np.tanh(c * (x + np.float32(0.044715) * x * x * x)))
     raise ValueError(f"unknown activation {kind!r}; choose from {cycles.NONLINEARITIES}")
 
 
@@ -301,7 +302,8 @@ def pool_plan(machine: MachineSpec, shape: Sequence[int], dtype: str, kind: str,
     rec = compute_record(machine, label, cyc, f"popnn {'Max' if mx else 'Sum'}Pooling: "
                          f"{int(planes.max())} planes of {Ho}x{Wo} outputs, {kh}x{kw} window")
     return OpPlan("maxpool" if mx else "avgpool", "fwd", "MaxPooling" if mx else "SumPooling", [want],
-                  out, [rec], int(N * C * Ho * Wo * kh * kw), want.bytes_per_tile(nt) + out.bytes_per_tile(nt),
+                  out, [rec], int(N * C * Ho * Wo * kh * kw),
+                  want.bytes_per_tile(nt) + out.bytes_per_tile(nt),
                   _zeros(machine), run, (False,))
 
 
@@ -324,9 +326,11 @@ def channel_scale_plan(machine: MachineSpec, shape: Sequence[int], dtype: str) -
         sc = _f32(s.view())[:, :v.shape[1], None]
         return _store(Resident(out, nt), (v * sc).reshape(nt, -1))
 
-    rec = compute_record(machine, "scale channels", cyc, f"popops broadcast mul: {int(n.max())} elements per tile")
-    return OpPlan("scale_channels", "fwd", "BroadcastVectorOuter", [want, s_want], out, [rec], want.n_elems,
-                  2 * want.bytes_per_tile(nt) + s_want.bytes_per_tile(nt), _zeros(machine), run, (False, False))
+    rec = compute_record(machine, "scale channels", cyc,
+                         f"popops broadcast mul: {int(n.max())} elements per tile")
+    total = 2 * want.bytes_per_tile(nt) + s_want.bytes_per_tile(nt)
+    return OpPlan("scale_channels", "fwd", "BroadcastVectorOuter", [want, s_want], out, [rec],
+                  want.n_elems, total, _zeros(machine), run, (False, False))
 
 
 def _linear_rows(n_rows: int, row: int, used: int):
@@ -421,7 +425,8 @@ def gather_plan(machine: MachineSpec, ids_shape: Sequence[int], vocab: int, dim:
         tab = Resident.from_host(table, nt, np.asarray(params["weight"], dtype=DTYPES[dtype]))
         flat = ids.reshape(-1).astype(np.int64)
         if flat.size and (flat.min() < 0 or flat.max() >= vocab):
-            raise ValueError(f"embedding ids must lie in [0, {vocab}), got {int(flat.min())}..{int(flat.max())}")
+            raise ValueError(f"embedding ids must lie in [0, {vocab}), "
+                             f"got {int(flat.min())}..{int(flat.max())}")
         res = Resident(out, nt)
         i = np.searchsorted(tstart, flat * dim, side="right") - 1
         src_off = tpos[i] + (flat * dim - tstart[i]) * isz

@@ -245,3 +245,33 @@ def test_same_shape_layers_share_plans():
     net.output(x)
     prog = nn.compile_network(net, 2, nn.PlanContext(ik.GC200, "float16", "float16"))
     assert prog.steps[0].plan is prog.steps[1].plan is prog.steps[2].plan
+
+
+def test_cli_network_small(tmp_path, capsys):
+    from ipukern.cli import main
+    rc = main(["network", "mobilenet_v1", "--batch", "1", "--image-size", "32", "--dtype", "float32",
+               "--partials", "float", "--out", str(tmp_path), "--no-progress"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "samples/s" in text and "model.1.0" in text and "time by category" in text
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["mobilenet_v1_b1.csv", "mobilenet_v1_b1.json", "mobilenet_v1_b1_layers.png",
+                     "mobilenet_v1_b1_memory.png"]
+
+
+def test_cli_network_errors(capsys):
+    from ipukern.cli import main
+    assert main(["network", "nosuchnet", "--no-progress"]) == 1
+    assert "unknown model 'nosuchnet'" in capsys.readouterr().err
+    assert main(["network", "bert_base", "--image-size", "32", "--no-progress"]) == 1
+
+
+def test_training_needs_the_training_passes():
+    net = small_cnn()
+    try:
+        import ipukern.nn.training  # noqa: F401
+    except ImportError:
+        with pytest.raises(NotImplementedError, match="training"):
+            nn.estimate_network(net, batch=2, training=True)
+    with pytest.raises(ValueError, match="recompute"):
+        nn.estimate_network(net, batch=2, recompute=["conv1"])

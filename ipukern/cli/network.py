@@ -1,0 +1,77 @@
+"""``ipukern network``: a zoo network estimated on one IPU: per-layer table, totals, CSV,
+JSON and two plots (time per layer by category; memory over the program)."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ._common import PRESETS, Progress, machine_list, progress_enabled
+
+
+def _cmd_network(args: argparse.Namespace) -> int:
+    from .. import nn, plots
+    models = nn.models.MODELS
+    if args.model not in models:
+        raise ValueError(f"unknown model {args.model!r}; choose from {', '.join(models)}")
+    kw = {}
+    if args.model.startswith("bert"):
+        if args.image_size is not None:
+            raise ValueError("--image-size applies to the CNNs; BERT takes --seq-len")
+        kw["seq_len"] = args.seq_len
+    elif args.image_size is not None:
+        kw["image_size"] = args.image_size
+    net = models[args.model](**kw)
+    out = Path(args.out) if args.out else None
+    if out is not None and out.exists() and not out.is_dir():
+        raise OSError(f"--out {out} exists and is not a directory")
+    with Progress(f"network {args.model}", enabled=progress_enabled(args)):
+        prof = nn.estimate_network(net, batch=args.batch, dtype=args.dtype, partials=args.partials,
+                                   machine=args.machine, training=args.training,
+                                   recompute=args.recompute, optimizer=args.optimizer,
+                                   allow_overflow=args.allow_overflow)
+        if args.max_batch:
+            prof.memory  # noqa: B018 - computes max_batch (re-plans the network)
+    print(prof.summary(max_rows=args.max_rows))
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        stem = f"{args.model}_b{args.batch}{'_train' if args.training else ''}"
+        prof.to_csv(out / f"{stem}.csv")
+        (out / f"{stem}.json").write_text(prof.to_json(indent=1))
+        written = [f"{stem}.csv", f"{stem}.json"]
+        if plots.have_matplotlib():
+            plots.plot_network_layers(prof, out / f"{stem}_layers.png")
+            plots.plot_network_memory(prof, out / f"{stem}_memory.png")
+            written += [f"{stem}_layers.png", f"{stem}_memory.png"]
+        else:
+            print(plots.PLOT_INSTALL_HINT)
+        print(f"wrote {', '.join(written)} to {out}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("network", help="estimate a zoo network on one IPU (per-layer table, "
+                                       "memory, CSV/JSON/plots)")
+    p.add_argument("model", help="zoo model: resnet50, resnext50_32x4d, resnext101_32x4d, "
+                                 "efficientnet_b0..b4, mobilenet_v1, mobilenet_v2, bert_base, bert_large")
+    p.add_argument("--batch", type=int, default=16, help="samples per step (default 16)")
+    p.add_argument("--training", action="store_true", help="a training step instead of inference")
+    p.add_argument("--dtype", choices=["float16", "float32"], default="float16")
+    p.add_argument("--partials", choices=["half", "float"], default="half",
+                   help="conv/matmul accumulation (default half; float32 networks use float)")
+    p.add_argument("--machine", type=lambda v: machine_list(v)[0], default=PRESETS["GC200"])
+    p.add_argument("--recompute", nargs="*", default=None, metavar="LAYER",
+                   help="training: checkpoints after which activations are recomputed")
+    p.add_argument("--optimizer", default="sgd_momentum",
+                   choices=["sgd", "sgd_momentum", "adam", "lamb"], help="training optimizer")
+    p.add_argument("--image-size", type=int, default=None, help="CNN input resolution")
+    p.add_argument("--seq-len", type=int, default=128, help="BERT sequence length (default 128)")
+    p.add_argument("--allow-overflow", action="store_true",
+                   help="report a network that does not fit instead of failing")
+    p.add_argument("--max-batch", action="store_true",
+                   help="also search the largest batch that fits (re-plans the network)")
+    p.add_argument("--max-rows", type=int, default=None, help="print at most this many layers")
+    p.add_argument("--out", metavar="DIR", help="write CSV, JSON and PNGs here")
+    prog = p.add_mutually_exclusive_group()
+    prog.add_argument("--progress", dest="progress", action="store_true", default=None)
+    prog.add_argument("--no-progress", dest="progress", action="store_false")
+    p.set_defaults(func=_cmd_network)
