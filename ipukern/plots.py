@@ -432,6 +432,7 @@ def pipeline_schedule_png(est: Any, path: str | Path, *, dpi: int = 120) -> Path
     ax.set_xlabel("time (ms)")
     ax.set_title(f"{est.system}: {s_count}-stage pipeline, {m} micro-batches, {est.replicas} replicas "
                  "(blue compute, orange links/sync/idle, red all-reduce + optimizer)", fontsize=8)
+    return _save(fig, path, dpi)
 
 
 # =========================================================================== networks
