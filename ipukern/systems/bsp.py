@@ -303,7 +303,9 @@ class SystemDevice:
             self.devices[ipu].write(tensor.on(ipu), values)
 
     def read(self, tensor: SystemTensor, ipu: int) -> np.ndarray:
-        """IPU ``ipu``'s part; under MPI it is sent to every rank."""
+        """IPU ``ipu``'s part; under MPI it is broadcast from its owner, so every rank must
+        call ``read`` for the same IPU (a collective; ``devices[ipu].read`` on the owner is
+        the local alternative)."""
         part = tensor.on(ipu)
         if self.comm is None or self.comm.Get_size() == 1:
             return self.devices[ipu].read(part)
