@@ -18,9 +18,7 @@ import ipukern as ik
 from timing import best_seconds, measured_seconds
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "examples"))
-
-import stencil  # noqa: E402
+from ipukern.examples import stencil  # noqa: E402
 
 SHAPE = (4096, 4096)
 GRID = (46, 32)
@@ -88,8 +86,7 @@ def test_stencil_4096_over_1472_tiles(benchmark, blur_4k, image):
 _COMPILE_SCRIPT = """
 import sys, time
 t0 = time.perf_counter()
-sys.path.insert(0, {examples!r})
-import stencil
+from ipukern.examples import stencil
 t1 = time.perf_counter()
 stencil.blur3x3.compile(("float32", 2), ("float32", 2))
 t2 = time.perf_counter()
@@ -103,7 +100,7 @@ def test_tile_function_compile_cold_and_cached(benchmark, tmp_path):
     """First compile (empty caches) vs loading from Numba's cache in a new process."""
     env = dict(os.environ, IPUKERN_CACHE_DIR=str(tmp_path / "drivers"),
                NUMBA_CACHE_DIR=str(tmp_path / "numba"), PYTHONPATH=str(ROOT))
-    cmd = [sys.executable, "-c", _COMPILE_SCRIPT.format(examples=str(ROOT / "examples"))]
+    cmd = [sys.executable, "-c", _COMPILE_SCRIPT]
 
     def run():
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True, cwd=ROOT)
@@ -113,4 +110,4 @@ def test_tile_function_compile_cold_and_cached(benchmark, tmp_path):
     import_s, warm, fn_hits, drv_hits = benchmark.pedantic(run, rounds=3, iterations=1)
     assert (cold_fn_hits, cold_drv_hits) == (0, 0) and (fn_hits, drv_hits) == (1, 1)
     benchmark.extra_info.update(cold_compile_seconds=cold, cached_load_seconds=warm,
-                                import_seconds=import_s, function="examples/stencil.py:blur3x3")
+                                import_seconds=import_s, function="ipukern/examples/stencil.py:blur3x3")

@@ -16,7 +16,7 @@ FP32 convs on CUDA cores unless TF32 was enabled, so CUDA cores are the default)
 the efficiency curve does the work.
 
 Which GPU software the curves stand for
---------------------------------------
+---------------------------------------
 * ``"cudnn"`` (default): PyTorch + cuDNN 7/8 of its era (2019-2021), NCHW layout,
   ``cudnn.benchmark=True``. In PyTorch of that era FP32 *depthwise* convs ran PyTorch's own
   depthwise kernel, not cuDNN, so the cpg=1 point describes that kernel.
@@ -29,7 +29,7 @@ Hand-written kernels are 2-5x faster than cuDNN on the same grouped layer, and T
 curve it used; :class:`GPUEstimate` carries the curve name.
 
 Calibration of the ``"cudnn"`` curve
------------------------------------
+------------------------------------
 Dataset A (``sara-nl/grouped_conv_bench``, ``runs/titanrtx_2D.txt``): one
 ``nn.Conv2d(C, C, 3, padding=1, groups=g)`` on a TITAN RTX, FP32, NCHW, 181 shapes: C = 32,
 64 and 128, H = W = 128, 256 and 512, batch 16, 32 and 64, g = 1 .. C. It reports training
@@ -102,7 +102,7 @@ Launch floor: ``launch_s`` = 10 us, from cuDNN (through PyTorch) on tiny batch-1
 grouped ResNeXt layer.
 
 Calibration of the ``"optimized"`` curve
----------------------------------------
+----------------------------------------
 * cpg 1: Lu, Zhang and Wang (IEEE TPDS 2022) measured 2-3x over cuDNN on depthwise. 2.5x
   the cuDNN point gives e_c = 0.155 and e_m = 0.85, and e_m is capped at 0.80 (a STREAM-like
   fraction of HBM).

@@ -1,17 +1,10 @@
-"""The worked examples in examples/ run and check themselves (small sizes)."""
-import sys
-from pathlib import Path
-
+"""The worked examples in ipukern/examples/ run and check themselves (small sizes)."""
 import numpy as np
 import pytest
 
 import ipukern as ik
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-
-import allreduce  # noqa: E402
-import custom_matmul_vertex  # noqa: E402
-import stencil  # noqa: E402
+from ipukern.examples import allreduce, custom_matmul_vertex, stencil
 
 
 def test_stencil_over_all_tiles_equals_numpy():

@@ -39,8 +39,23 @@ __all__ = ["main", "build_parser", "Progress"]
 COMMANDS = (scaling, layer, info, validate, train, network)
 
 
+def _installed_version() -> str:
+    """The installed distribution's version; the source tree's when not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from .._version import __version__
+    try:
+        installed = version("ipukern")
+    except PackageNotFoundError:
+        return __version__
+    # a stale install next to a newer source tree (PYTHONPATH): the code that runs wins
+    return installed if installed == __version__ else __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ipukern", description="IPU-class tile machine simulator")
+    p.add_argument("--version", action="version", version=f"ipukern {_installed_version()}",
+                   help="print the version and exit")
     sub = p.add_subparsers(dest="command", required=True)
     for command in COMMANDS:
         command.register(sub)

@@ -129,8 +129,8 @@ class Graph:
     def linear_tensor(self, name: str, shape: Sequence[int] | int, dtype: Any = "float32", *,
                       tiles: Sequence[int] | None = None, grain: int = 1,
                       category: str = "user") -> GraphTensor:
-        """Elements spread evenly over ``tiles`` (default: all) in contiguous runs of whole
-        ``grain``s. A tile function sees its tile's run as a 1-D array."""
+        """Elements spread evenly over ``tiles`` (default: all) in contiguous runs of a whole
+        number of ``grain`` elements. A tile function sees its tile's run as a 1-D array."""
         shape = (int(shape),) if np.isscalar(shape) else tuple(int(s) for s in shape)
         dtype = canonical_dtype(dtype)
         n = int(np.prod(shape, dtype=np.int64))

@@ -244,8 +244,7 @@ def test_bad_cycle_formulas(small, result, match):
 def test_disable_jit_runs_the_same_program_in_python(tmp_path):
     """NUMBA_DISABLE_JIT=1 (debugging, coverage) gives the same numbers, slowly."""
     script = (
-        "import sys, numpy as np; sys.path.insert(0, 'examples')\n"
-        "import stencil\n"
+        "from ipukern.examples import stencil\n"
         "r = stencil.main((12, 10), 2, machine=__import__('ipukern').GC200.replace(n_tiles=6), "
         "verbose=False)\n"
         "assert r['exact']\n"

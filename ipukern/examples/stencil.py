@@ -15,7 +15,7 @@ the image stay 0 (zero padding), so after k iterations the result equals k appli
 of :func:`blur_reference` -- bit for bit, because the tile function adds the nine cells
 in the same order as the NumPy reference and fastmath is off.
 
-Run: ``python examples/stencil.py [size] [iterations]``.
+Run: ``python -m ipukern.examples.stencil [size] [iterations]``.
 """
 from __future__ import annotations
 

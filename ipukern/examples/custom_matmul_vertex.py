@@ -19,7 +19,7 @@ per-tile partial product (:func:`swap_into_builtin` below).
 A grouped 1x1 convolution is this layer once per group (x: (batch*H*W, Cin/g), w:
 (Cin/g, Cout/g)), so the same vertex serves it.
 
-Run: ``python examples/custom_matmul_vertex.py``.
+Run: ``python -m ipukern.examples.custom_matmul_vertex``.
 """
 from __future__ import annotations
 

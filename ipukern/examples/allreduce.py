@@ -12,7 +12,7 @@ vectors. :meth:`ipukern.Graph.all_reduce` builds it from two supersteps:
 The cycle counts are explained below from the machine's constants and checked against the
 profile: nothing here is hidden in the simulator.
 
-Run: ``python examples/allreduce.py [n_per_tile]``.
+Run: ``python -m ipukern.examples.allreduce [n_per_tile]``.
 """
 from __future__ import annotations
 
