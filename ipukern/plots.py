@@ -1,4 +1,4 @@
-"""PNG views: the scaling plot, a per-tile memory heat map and a superstep timeline.
+"""Figures: the scaling plot, a per-tile memory heat map and a superstep timeline.
 
 matplotlib is an optional extra (``pip install "ipukern[plot]"``) and is imported only when
 a plot is drawn. Figures are built on matplotlib's Agg canvas directly (``Figure`` +
@@ -11,6 +11,9 @@ switched, and plotting from a notebook or a thread leaves the user's pyplot stat
   like the tile map of Graphcore's PopVision memory report, with a per-category breakdown.
 - :func:`plot_timeline` -- compute / sync / exchange cycles of each BSP superstep as a Gantt
   strip, like PopVision's BSP trace.
+- :func:`plot_activity` -- tiles busy / idle per superstep and the compute imbalance.
+
+Every function writes the format its path's suffix names (PNG, PDF or SVG).
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["plot_scaling", "plot_memory_heatmap", "plot_timeline", "pipeline_schedule_png",
+__all__ = ["plot_scaling", "plot_memory_heatmap", "plot_timeline", "plot_activity", "pipeline_schedule_png",
            "tile_grid_shape", "PLOT_INSTALL_HINT", "have_matplotlib", "plot_network_layers",
            "plot_network_memory"]
 
@@ -60,25 +63,38 @@ def _save(fig, path: str | Path, dpi: int) -> Path:
 # =========================================================================== scaling
 _IPU_STYLES = [("-", "o"), ("-.", "D"), (":", "v"), ((0, (5, 1)), "P")]
 _GPU_STYLES = [("--", "s"), ((0, (1, 1)), "^"), ((0, (3, 1, 1, 1)), "X")]
+#: one marker per layer (colour alone does not survive greyscale printing or colour blindness)
+_LAYER_MARKERS = ["o", "s", "D", "^", "v", "P", "X", "h", "<", ">"]
+#: Okabe & Ito (2008) colour-blind-safe palette, black last
+OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
+             "#000000"]
+#: figure sizes (inches): "page" for screens, "column" / "double" for a two-column paper
+#: (IEEE / ACM: 3.5 in and 7.16 in wide)
+FIGURE_WIDTHS = {"page": None, "column": 3.5, "double": 7.16}
 #: ratio lines when there is more than one (machine, GPU) pair: one style per pair
 _PAIR_STYLES = [("-", "o"), ("--", "s"), ("-.", "D"), (":", "^"), ((0, (5, 1)), "v"),
                 ((0, (3, 1, 1, 1)), "P"), ((0, (1, 1)), "X"), ((0, (5, 2, 1, 2)), "h")]
 
 
 def plot_scaling(rows: Sequence[Any], path: str | Path, *, title: str | None = None,
-                 dpi: int = 120) -> Path:
+                 dpi: int = 120, size: str = "page") -> Path:
     """Throughput vs channels per group, IPU and GPU, plus the IPU/GPU ratio.
 
     One row of two panels per batch size: left, achieved TFLOP/s vs channels per group on
-    log-log axes (colour = layer, solid = IPU machine, dashed = GPU; the dense point of each
-    layer is drawn as a star; thin grey lines mark each device's peak); right, IPU TFLOP/s /
-    GPU TFLOP/s for each (machine, GPU) pair with parity (1x) marked.
+    log-log axes (colour and marker = layer, solid = IPU machine, dashed = GPU; the dense
+    point of each layer is drawn as a star; thin grey lines mark each device's peak); right,
+    IPU TFLOP/s / GPU TFLOP/s for each (machine, GPU) pair with parity (1x) marked. Colours
+    are the Okabe-Ito colour-blind-safe palette and every layer also has its own marker, so
+    the figure reads in greyscale; the first layer is drawn on top.
 
     Parameters
     ----------
     rows : sequence of SweepRow (e.g. a :class:`~ipukern.scaling.SweepResult`)
     path : str or Path
-        PNG to write.
+        File to write; the suffix picks the format (``.png``, ``.pdf``, ``.svg``).
+    size : {"page", "column", "double"}
+        ``"page"`` for screens; ``"column"`` (3.5 in wide, panels stacked) and ``"double"``
+        (7.16 in) fit a two-column paper at 100% with fonts of 7-8 pt.
 
     Returns
     -------
@@ -104,6 +120,9 @@ def plot_scaling(rows: Sequence[Any], path: str | Path, *, title: str | None = N
     gpus = list(dict.fromkeys(r.device for r in rows if r.kind == "gpu"))
     pairs = [(m, g) for m in ipus for g in gpus]
     colours = _layer_colours(len(layers))
+    marker = {lay: _LAYER_MARKERS[i % len(_LAYER_MARKERS)] for i, lay in enumerate(layers)}
+    # the first (headline) layer on top, so no other layer hides it
+    zorder = {lay: 3 + len(layers) - i for i, lay in enumerate(layers)}
     style = {d: _IPU_STYLES[i % len(_IPU_STYLES)] for i, d in enumerate(ipus)}
     style.update({d: _GPU_STYLES[i % len(_GPU_STYLES)] for i, d in enumerate(gpus)})
     peaks = {}
@@ -115,8 +134,21 @@ def plot_scaling(rows: Sequence[Any], path: str | Path, *, title: str | None = N
 
     n = len(batches)
     ncols = 2 if pairs else 1
-    fig = Figure(figsize=(6.2 * ncols + 2.6, 4.3 * n + 0.9), layout="constrained")
-    axes = fig.subplots(n, ncols, squeeze=False)
+    if size not in FIGURE_WIDTHS:
+        raise ValueError(f"size must be one of {', '.join(FIGURE_WIDTHS)}, got {size!r}")
+    width = FIGURE_WIDTHS[size]
+    small = width is not None
+    fs = 7 if small else 9                              # base font size
+    if size == "column":                               # one panel per row, legends below
+        fig = Figure(figsize=(width, 2.4 * n * ncols + 1.6), layout="constrained")
+        flat = fig.subplots(n * ncols, 1, squeeze=False)
+        axes = [[flat[bi * ncols + k][0] for k in range(ncols)] for bi in range(n)]
+    elif size == "double":
+        fig = Figure(figsize=(width, 2.6 * n + 1.2), layout="constrained")
+        axes = fig.subplots(n, ncols, squeeze=False)
+    else:
+        fig = Figure(figsize=(6.2 * ncols + 2.6, 4.3 * n + 0.9), layout="constrained")
+        axes = fig.subplots(n, ncols, squeeze=False)
     xfmt = FuncFormatter(lambda v, _: f"{v:g}")
     for bi, b in enumerate(batches):
         ax = axes[bi][0]
@@ -126,9 +158,11 @@ def plot_scaling(rows: Sequence[Any], path: str | Path, *, title: str | None = N
                              if r.layer == lay and r.batch == b and r.device == dev)
                 if not pts:
                     continue
-                ls, mk = style[dev]
+                ls, _ = style[dev]
                 xs, ys, dense = zip(*pts)
-                ax.plot(xs, ys, linestyle=ls, marker=mk, ms=4, lw=1.5, color=colours[li])
+                ax.plot(xs, ys, linestyle=ls, marker=marker[lay], ms=3.5 if small else 4.5,
+                        lw=1.2 if small else 1.5, color=colours[li], zorder=zorder[lay],
+                        markeredgecolor="white", markeredgewidth=0.4)
                 for x, y, d in pts:
                     if d:
                         ax.plot([x], [y], marker="*", ms=11, color=colours[li],
@@ -159,10 +193,12 @@ def plot_scaling(rows: Sequence[Any], path: str | Path, *, title: str | None = N
                                  and r.ratios.get(g) is not None)
                     if not pts:
                         continue
-                    ls, mk = (_PAIR_STYLES[pi % len(_PAIR_STYLES)] if len(pairs) > 1
-                              else style[m])
+                    ls, _ = (_PAIR_STYLES[pi % len(_PAIR_STYLES)] if len(pairs) > 1
+                             else style[m])
                     xs, ys, _ = zip(*pts)
-                    ax.plot(xs, ys, linestyle=ls, marker=mk, ms=4, lw=1.5, color=colours[li])
+                    ax.plot(xs, ys, linestyle=ls, marker=marker[lay], ms=3.5 if small else 4.5,
+                            lw=1.2 if small else 1.5, color=colours[li], zorder=zorder[lay],
+                            markeredgecolor="white", markeredgewidth=0.4)
                     for x, y, d in pts:
                         if d:
                             ax.plot([x], [y], marker="*", ms=11, color=colours[li],
@@ -189,38 +225,46 @@ def plot_scaling(rows: Sequence[Any], path: str | Path, *, title: str | None = N
             ax.tick_params(axis="x", labelsize=8)
 
     # legends outside the panels: layers by colour, devices by line style
-    layer_handles = [Line2D([], [], color=colours[i], lw=2.5, label=lay)
+    layer_handles = [Line2D([], [], color=colours[i], lw=2, marker=marker[lay], label=lay)
                      for i, lay in enumerate(layers)]
     dev_handles = []
     for d in ipus + gpus:
-        ls, mk = style[d]
-        dev_handles.append(Line2D([], [], color="0.2", linestyle=ls, marker=mk, ms=5,
+        ls, _ = style[d]
+        dev_handles.append(Line2D([], [], color="0.2", linestyle=ls,
                                   label=f"{d} ({'IPU' if d in ipus else 'GPU'})"))
     if len(pairs) > 1:
         for pi, (m, g) in enumerate(pairs):
-            ls, mk = _PAIR_STYLES[pi % len(_PAIR_STYLES)]
-            dev_handles.append(Line2D([], [], color="0.5", linestyle=ls, marker=mk, ms=5,
+            ls, _ = _PAIR_STYLES[pi % len(_PAIR_STYLES)]
+            dev_handles.append(Line2D([], [], color="0.5", linestyle=ls,
                                       label=f"ratio {m}/{g}"))
     dev_handles.append(Line2D([], [], marker="*", ms=11, color="0.5", markeredgecolor="black",
                               linestyle="none", label="dense (groups = 1)"))
-    fig.legend(handles=layer_handles, title="layer", loc="outside right upper",
-                      fontsize=8, title_fontsize=9)
-    fig.legend(handles=dev_handles, title="device", loc="outside right lower", fontsize=8,
-               title_fontsize=9)
+    if small:
+        for row in axes:
+            for ax in row:
+                ax.xaxis.label.set_fontsize(fs)
+                ax.yaxis.label.set_fontsize(fs)
+                ax.title.set_fontsize(fs + 1)
+                ax.tick_params(labelsize=fs - 1)
+        fig.legend(handles=layer_handles + dev_handles, loc="outside lower center",
+                   ncol=2, fontsize=fs - 1, frameon=False)
+    else:
+        fig.legend(handles=layer_handles, title="layer", loc="outside right upper",
+                   fontsize=8, title_fontsize=9)
+        fig.legend(handles=dev_handles, title="device", loc="outside right lower", fontsize=8,
+                   title_fontsize=9)
     if title is None:
         r0 = rows[0]
         curve = next((r.gpu_curve for r in rows if r.gpu_curve), None)
         title = (f"Grouped conv2d throughput vs channels per group ({r0.dtype}"
                  + (f", IPU partials {r0.partials}" if ipus else "")
                  + (f"; GPU model: {curve} curve" if curve else "") + ")")
-    fig.suptitle(title, fontsize=12)
+    fig.suptitle(title, fontsize=fs + 1 if small else 12)
     return _save(fig, path, dpi)
 
 
 def _layer_colours(n: int) -> list:
-    from matplotlib import colormaps
-    cmap = colormaps["tab10"]
-    return [cmap(i % 10) for i in range(n)]
+    return [OKABE_ITO[i % len(OKABE_ITO)] for i in range(n)]
 
 
 # =========================================================================== memory heat map
@@ -252,25 +296,25 @@ def _memory_report(obj: Any):
 
 
 def plot_memory_heatmap(profile: Any, path: str | Path, *, title: str | None = None,
-                        columns: int | None = None, scale: str = "data",
+                        columns: int | None = None, scale: str = "tile",
                         dpi: int = 120) -> Path:
     """Per-tile memory as a heat map (tiles laid out row-major in a grid), with the
     per-category breakdown of the busiest and the mean tile beside it.
 
-    By default the colour scale spans the data (least to most used tile), which shows
-    imbalance; ``scale="tile"`` spans 0 to the tile's SRAM (GC200: 624 KiB), which shows
-    fullness. The title states both (max as a share of the SRAM). Tiles over their SRAM are
-    crossed out.
+    By default the colour scale spans 0 to the tile's SRAM (GC200: 624 KiB), as PopVision's
+    tile map does, so a chip whose busiest tile is 11% full looks 11% full; ``scale="data"``
+    spans the least to the most used tile, which magnifies imbalance. The title states the
+    busiest tile's share of the SRAM. Tiles over their SRAM are crossed out.
 
     Parameters
     ----------
     profile : Profile or MemoryReport
     path : str or Path
-        PNG to write.
+        File to write; the suffix picks the format (``.png``, ``.pdf``, ``.svg``).
     columns : int, optional
         Tiles per grid row; default from :func:`tile_grid_shape`.
-    scale : {"data", "tile"}
-        Colour range: the data's min..max, or 0..tile SRAM.
+    scale : {"tile", "data"}
+        Colour range: 0..tile SRAM (default), or the data's min..max.
 
     Raises
     ------
@@ -311,7 +355,8 @@ def plot_memory_heatmap(profile: Any, path: str | Path, *, title: str | None = N
         ax.plot(over % n_cols, over // n_cols, "x", color="red", ms=4, label="over SRAM")
         ax.legend(loc="upper right", fontsize=8)
     cb = fig.colorbar(im, ax=ax, shrink=0.85)
-    cb.set_label(f"bytes per tile (KiB; tile SRAM = {tile_kib:.0f} KiB)")
+    cb.set_label(f"bytes per tile (KiB; colour scale {'0 .. tile SRAM' if scale == 'tile' else 'min .. max tile'}"
+                 f", SRAM = {tile_kib:.0f} KiB)")
     ax.set_xlabel(f"tile id % {n_cols}")
     ax.set_ylabel(f"tile id // {n_cols}")
     label = getattr(profile, "label", "") or ""
@@ -483,4 +528,58 @@ def plot_network_memory(profile: Any, path: str | Path, *, title: str | None = N
     ax.set_title(title or f"{profile.label}: memory over the program, batch {profile.batch}")
     ax.legend(fontsize=8)
     fig.tight_layout()
+    return _save(fig, path, dpi)
+
+
+# =========================================================================== tile activity
+def plot_activity(profile: Any, path: str | Path, *, title: str | None = None,
+                  max_supersteps: int = 60, dpi: int = 120) -> Path:
+    """Tiles busy and idle in each superstep's compute phase, and the compute imbalance.
+
+    Bars: tiles that compute (busy) and tiles that do not (idle) out of all tiles; line
+    (right axis): slowest / mean compute cycles over the busy tiles (1 = balanced), the
+    timeline's compute time divided by what a perfectly balanced split would take.
+
+    Parameters
+    ----------
+    profile : Profile
+    path : str or Path
+        File to write; the suffix picks the format (``.png``, ``.pdf``, ``.svg``).
+
+    Raises
+    ------
+    ImportError
+        matplotlib is not installed.
+    ValueError
+        The profile has no supersteps.
+    """
+    Figure, _ = _figure()
+    steps = list(profile.supersteps)[:max_supersteps]
+    if not steps:
+        raise ValueError("plot_activity: the profile has no supersteps")
+    n_tiles = profile.machine.n_tiles
+    x = np.arange(len(steps))
+    busy = np.array([s.tiles_computing for s in steps])
+    imb = np.array([s.compute_imbalance if s.compute_cycles else np.nan for s in steps])
+    fig = Figure(figsize=(max(6.0, 0.45 * len(steps) + 3), 4.2), layout="constrained")
+    ax = fig.add_subplot()
+    ax.bar(x, busy, color=PHASE_COLOURS["compute"], label="tiles computing")
+    ax.bar(x, n_tiles - busy, bottom=busy, color="0.85", label="tiles idle")
+    ax.set_ylim(0, n_tiles * 1.05)
+    ax.set_ylabel(f"tiles (of {n_tiles})")
+    ax.set_xticks(x, [f"#{s.index} {s.name}" for s in steps], rotation=45, ha="right",
+                  fontsize=7)
+    bx = ax.twinx()
+    bx.plot(x, imb, "D-", color=PHASE_COLOURS["sync"], ms=4, label="imbalance (slowest / mean)")
+    bx.axhline(1.0, color="0.5", lw=0.8, ls=":")
+    top = np.nanmax(imb) if np.isfinite(imb).any() else 1.0
+    bx.set_ylim(0, max(2.0, top * 1.15))
+    bx.set_ylabel("compute imbalance (slowest / mean busy tile)")
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = bx.get_legend_handles_labels()
+    ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="lower right")
+    if title is None:
+        label = getattr(profile, "label", "") or ""
+        title = f"Tile activity per superstep{': ' + label if label else ''} on {profile.machine.name}"
+    ax.set_title(title, fontsize=10)
     return _save(fig, path, dpi)

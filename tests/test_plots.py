@@ -72,3 +72,49 @@ def test_without_matplotlib_the_error_says_how_to_install(profile, tmp_path, no_
     with pytest.raises(ImportError, match=r'pip install "ipukern\[plot\]"'):
         plots.plot_timeline(profile, tmp_path / "x.png")
     assert not (tmp_path / "x.png").exists()
+
+
+def test_activity_plot(profile, tmp_path):
+    pytest.importorskip("matplotlib")
+    _png(plots.plot_activity(profile, tmp_path / "act.png"))
+
+
+@pytest.mark.parametrize("suffix, magic", [(".pdf", b"%PDF"), (".svg", b"<?xml")])
+def test_vector_formats(profile, tmp_path, suffix, magic):
+    pytest.importorskip("matplotlib")
+    out = plots.plot_timeline(profile, tmp_path / f"tl{suffix}")
+    assert out.read_bytes()[:len(magic)] == magic
+
+
+def test_paper_scaling_plot_styles(tmp_path):
+    """Every layer has its own marker and an Okabe-Ito colour; the first layer is on top."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    layers = [ConvLayer(f"l{i}", channels=16, height=8, width=8) for i in range(3)]
+    rows = grouped_conv_sweep(layers, channels_per_group=(1, 4), batch=1, gpus=("A100_40GB",))
+    captured = {}
+    real_savefig = Figure.savefig
+
+    def spy(self, *a, **k):
+        captured["fig"] = self
+        return real_savefig(self, *a, **k)
+
+    Figure.savefig = spy
+    try:
+        out = plots.plot_scaling(rows, tmp_path / "s.pdf", size="column")
+    finally:
+        Figure.savefig = real_savefig
+    assert out.read_bytes()[:4] == b"%PDF"
+    fig = captured["fig"]
+    assert fig.get_figwidth() == pytest.approx(3.5)
+    ratio_ax = fig.axes[1]
+    lines = [ln for ln in ratio_ax.get_lines() if ln.get_marker() not in ("*", "None", "")]
+    markers = {ln.get_marker() for ln in lines}
+    colours = {ln.get_color() for ln in lines}
+    assert len(markers) == 3 and colours <= set(plots.OKABE_ITO)
+    first = [ln for ln in lines if ln.get_color() == plots.OKABE_ITO[0]]
+    assert min(ln.get_zorder() for ln in first) > max(ln.get_zorder() for ln in lines
+                                                      if ln.get_color() != plots.OKABE_ITO[0])
+    with pytest.raises(ValueError, match="size"):
+        plots.plot_scaling(rows, tmp_path / "x.png", size="poster")

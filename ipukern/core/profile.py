@@ -9,10 +9,12 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ..machine import MachineSpec
 from .memory import MemoryReport
 
-__all__ = ["SuperstepRecord", "Profile", "ADDITION_CATEGORIES"]
+__all__ = ["SuperstepRecord", "Profile", "ADDITION_CATEGORIES", "TILE_GROUP", "tile_activity"]
 
 #: cost categories ipukern adds to PopLibs' planner model, which charges neither a BSP sync
 #: nor a fixed cost per exchange (reference/poplibs-planner.md §4.1-4.2)
@@ -45,10 +47,66 @@ class SuperstepRecord:
     user_estimate: bool = False
     #: the fixed per-exchange cost inside ``exchange_cycles`` (ipukern's addition to PopLibs)
     exchange_overhead_cycles: int = 0
+    #: tiles that send or receive bytes in this superstep's exchange
+    tiles_exchanging: int = 0
+    #: mean compute cycles over the tiles that compute (0.0: no compute)
+    compute_mean_cycles: float = 0.0
+    #: per tile group (``TILE_GROUP`` consecutive tiles, the last group may be smaller): the
+    #: group's slowest compute, how many of its tiles compute, its busiest exchange (cycles)
+    group_compute_cycles: tuple[int, ...] = ()
+    group_tiles_computing: tuple[int, ...] = ()
+    group_exchange_cycles: tuple[int, ...] = ()
 
     @property
     def total_cycles(self) -> int:
         return self.compute_cycles + self.sync_cycles + self.exchange_cycles
+
+    @property
+    def compute_imbalance(self) -> float:
+        """Slowest over mean compute among the tiles that compute (1.0 = balanced; 0.0 =
+        no compute). PopVision's "tile balance" is its inverse."""
+        if self.compute_mean_cycles <= 0:
+            return 0.0
+        return self.compute_cycles / self.compute_mean_cycles
+
+
+#: tiles per group in per-group activity (one row of a GC200's 46 x 32 tile map)
+TILE_GROUP = 32
+
+
+def tile_activity(compute_tile_cycles: np.ndarray | None, exchange_tile_cycles: np.ndarray | None,
+                  exchange_tiles_active: np.ndarray | None, exchange_overhead_cycles: int,
+                  n_tiles: int) -> dict[str, Any]:
+    """Per-tile activity of one superstep, condensed into :class:`SuperstepRecord` fields.
+
+    Parameters
+    ----------
+    compute_tile_cycles : ndarray of shape (n_tiles,), optional
+        Compute cycles of every tile (None: no compute set).
+    exchange_tile_cycles : ndarray of shape (n_tiles,), optional
+        Exchange cycles of every tile, without the fixed phase overhead (None: no exchange).
+    exchange_tiles_active : ndarray of bool, shape (n_tiles,), optional
+        Tiles that send or receive in the exchange.
+    exchange_overhead_cycles : int
+        Fixed cost of an exchange phase, added to every group that takes part.
+    n_tiles : int
+    """
+    starts = np.arange(0, n_tiles, TILE_GROUP)
+    out: dict[str, Any] = {}
+    if compute_tile_cycles is not None:
+        c = np.asarray(compute_tile_cycles, dtype=np.int64)
+        busy = c > 0
+        out["compute_mean_cycles"] = float(c[busy].mean()) if busy.any() else 0.0
+        out["group_compute_cycles"] = tuple(int(v) for v in np.maximum.reduceat(c, starts))
+        out["group_tiles_computing"] = tuple(int(v) for v in np.add.reduceat(busy, starts))
+    if exchange_tile_cycles is not None and exchange_tiles_active is not None:
+        x = np.asarray(exchange_tile_cycles, dtype=np.int64)
+        active = np.asarray(exchange_tiles_active, dtype=bool)
+        out["tiles_exchanging"] = int(active.sum())
+        g_active = np.logical_or.reduceat(active, starts)
+        g_cycles = np.maximum.reduceat(x, starts) + exchange_overhead_cycles
+        out["group_exchange_cycles"] = tuple(int(v) for v in np.where(g_active, g_cycles, 0))
+    return out
 
 
 @dataclass
@@ -182,22 +240,55 @@ class Profile:
                     + (f" + ipukern additions: {adds}" if adds else ""))
         for k, v in self.info.items():
             head.append(f"  {k}: {v}")
+        head += self._activity_lines()
         rows = [f"  {'#':>3} {'category':<10} {'compute':>10} {'sync':>5} {'exchange':>9} "
-                f"{'bytes':>11}  step / why"]
+                f"{'bytes':>11} {'busy':>5} {'imbal':>5}  step / why"]
         for s in self.supersteps[:max_rows]:
             why = s.compute_why or ""
             if s.exchange_why:
                 why = f"{why}; {s.exchange_why}" if why else s.exchange_why
             mark = " [user estimate]" if s.user_estimate else ""
+            imb = f"{s.compute_imbalance:.2f}" if s.compute_imbalance else "-"
             rows.append(f"  {s.index:>3} {s.category:<10} {s.compute_cycles:>10,} {s.sync_cycles:>5} "
-                        f"{s.exchange_cycles:>9,} {s.bytes_exchanged:>11,}  {s.name}{mark}"
-                        + (f": {why}" if why else ""))
+                        f"{s.exchange_cycles:>9,} {s.bytes_exchanged:>11,} {s.tiles_computing:>5} "
+                        f"{imb:>5}  {s.name}{mark}" + (f": {why}" if why else ""))
         if len(self.supersteps) > max_rows:
             rows.append(f"  ... {len(self.supersteps) - max_rows} more supersteps")
         tail = []
         if self.memory is not None:
             tail = [self.memory.summary()]
         return "\n".join(head + rows + tail)
+
+    def _activity_lines(self) -> list[str]:
+        """Tiles busy/idle and the compute imbalance, weighted by compute time."""
+        steps = [s for s in self.supersteps if s.compute_cycles]
+        if not steps:
+            return []
+        n = self.machine.n_tiles
+        busy = [s.tiles_computing for s in steps]
+        cyc = sum(s.compute_cycles for s in steps)
+        # share of tile-cycles spent computing while a compute phase lasts (1.0: no idle tile)
+        work = sum(s.compute_mean_cycles * s.tiles_computing for s in steps)
+        return [f"  tile activity: {min(busy)}..{max(busy)} of {n} tiles compute per superstep "
+                f"(busy/idle, column 'busy'); {100 * work / (cyc * n):.1f}% of tile-cycles in "
+                "compute phases are busy; 'imbal' = slowest / mean computing tile"]
+
+    def activity(self) -> list[dict[str, Any]]:
+        """Per-superstep tile activity: tiles computing / idle / exchanging, mean and slowest
+        compute cycles and the imbalance (slowest / mean over computing tiles)."""
+        n = self.machine.n_tiles
+        return [{"index": s.index, "name": s.name, "tiles_computing": s.tiles_computing,
+                 "tiles_idle": n - s.tiles_computing, "tiles_exchanging": s.tiles_exchanging,
+                 "compute_cycles": s.compute_cycles, "compute_mean_cycles": s.compute_mean_cycles,
+                 "compute_imbalance": s.compute_imbalance} for s in self.supersteps]
+
+    def to_trace(self, path: Any = None) -> dict[str, Any]:
+        """Chrome / Perfetto trace-event JSON of every superstep (opens in ui.perfetto.dev).
+
+        See :func:`ipukern.core.views.to_trace`; writes ``path`` when given.
+        """
+        from .views import to_trace
+        return to_trace(self, path)
 
     def __str__(self) -> str:
         return self.summary()

@@ -23,7 +23,7 @@ import numpy as np
 from . import cost
 from ..machine import MachineSpec
 from .memory import TileMemory
-from .profile import SuperstepRecord
+from .profile import SuperstepRecord, tile_activity
 from .threads import check_num_threads
 
 __all__ = ["balanced_bounds", "check_arena", "ExchangeError", "Exchange", "Codelet", "VertexBatch",
@@ -461,6 +461,9 @@ class Superstep:
             compute_why=c.why if c else "",
             exchange_why=x.why if x else "",
             user_estimate=c.user_estimate if c else False,
+            **tile_activity(c.tile_cycles if c else None, x.tile_cycles if x else None,
+                            ((x.recv_bytes > 0) | (x.send_bytes > 0)) if x else None,
+                            machine.exchange_overhead_cycles, machine.n_tiles),
         )
 
 

@@ -1,0 +1,226 @@
+"""Views of a profile for other tools: a Chrome/Perfetto trace, and profile-vs-profile diffs.
+
+- :func:`to_trace` writes the trace-event JSON format (the one ``chrome://tracing`` and
+  ui.perfetto.dev open): one row with every superstep of the slowest tile (compute, sync,
+  exchange nested inside the superstep), one row per group of ``TILE_GROUP`` tiles (how long
+  the group's slowest tile computes and exchanges, and how many of its tiles compute), and
+  counters for the tiles computing and exchanging. Standard library only.
+- :func:`diff_profiles` compares two profiles (objects or their ``to_dict()``/JSON form) per
+  superstep, per category and per memory category, the way one compares two PopVision
+  reports.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .profile import TILE_GROUP
+
+__all__ = ["to_trace", "diff_profiles", "format_diff", "load_profile_dict"]
+
+_PID = 1
+
+
+def _as_dict(profile: Any) -> dict[str, Any]:
+    return profile if isinstance(profile, dict) else profile.to_dict()
+
+
+def to_trace(profile: Any, path: str | Path | None = None) -> dict[str, Any]:
+    """The profile as a trace-event JSON object (``{"traceEvents": [...], ...}``).
+
+    Parameters
+    ----------
+    profile : Profile or dict
+        A profile, or its ``to_dict()`` form (e.g. read back from ``--json``).
+    path : str or Path, optional
+        Where to write the JSON (``"-"`` is not special here; the CLI handles stdout).
+
+    Returns
+    -------
+    dict
+        ``traceEvents`` (complete ``"X"``, counter ``"C"`` and metadata ``"M"`` events,
+        timestamps in microseconds of simulated time at the machine's clock),
+        ``displayTimeUnit`` and ``otherData`` (machine, label, totals).
+    """
+    d = _as_dict(profile)
+    clock = float(d["clock_hz"])
+    n_tiles = int(d["n_tiles"])
+    us = lambda cycles: cycles * 1e6 / clock  # noqa: E731 - one conversion, used everywhere
+    steps = d["supersteps"]
+    n_groups = max((len(s.get("group_compute_cycles") or s.get("group_exchange_cycles") or ())
+                    for s in steps), default=0)
+    title = f"{d.get('label') or 'program'} on {d['machine']}"
+    ev: list[dict[str, Any]] = [
+        {"name": "process_name", "ph": "M", "pid": _PID, "tid": 0, "args": {"name": title}},
+        {"name": "thread_name", "ph": "M", "pid": _PID, "tid": 0,
+         "args": {"name": "supersteps (slowest tile)"}},
+        {"name": "thread_sort_index", "ph": "M", "pid": _PID, "tid": 0, "args": {"sort_index": 0}},
+    ]
+    for g in range(n_groups):
+        lo, hi = g * TILE_GROUP, min(n_tiles, (g + 1) * TILE_GROUP) - 1
+        ev.append({"name": "thread_name", "ph": "M", "pid": _PID, "tid": g + 1,
+                   "args": {"name": f"tiles {lo}-{hi}"}})
+        ev.append({"name": "thread_sort_index", "ph": "M", "pid": _PID, "tid": g + 1,
+                   "args": {"sort_index": g + 1}})
+
+    def span(name: str, cat: str, tid: int, start: int, cycles: int, **args: Any) -> None:
+        ev.append({"name": name, "cat": cat, "ph": "X", "pid": _PID, "tid": tid,
+                   "ts": us(start), "dur": us(start + cycles) - us(start),
+                   "args": dict(args, cycles=cycles)})
+
+    t = 0
+    for s in steps:
+        c, y, x = int(s["compute_cycles"]), int(s["sync_cycles"]), int(s["exchange_cycles"])
+        total = c + y + x
+        span(f"#{s['index']} {s['name']}", s["category"], 0, t, total,
+             bytes_exchanged=s["bytes_exchanged"], tiles_computing=s["tiles_computing"],
+             user_estimate=s["user_estimate"])
+        if c:
+            span("compute", "compute", 0, t, c, tile=s["compute_tile"], why=s["compute_why"])
+        span("sync", "sync", 0, t + c, y)
+        if x:
+            span("exchange", "exchange", 0, t + c + y, x, tile=s["exchange_tile"],
+                 why=s["exchange_why"], bytes=s["bytes_exchanged"])
+        ev.append({"name": "tiles", "ph": "C", "pid": _PID, "tid": 0, "ts": us(t),
+                   "args": {"computing": s["tiles_computing"],
+                            "exchanging": s.get("tiles_exchanging", 0)}})
+        gc = s.get("group_compute_cycles") or ()
+        gn = s.get("group_tiles_computing") or ()
+        gx = s.get("group_exchange_cycles") or ()
+        for g in range(n_groups):
+            if g < len(gc) and gc[g]:
+                span("compute", "compute", g + 1, t, int(gc[g]), step=s["name"],
+                     tiles_computing=int(gn[g]) if g < len(gn) else None)
+            span("sync", "sync", g + 1, t + c, y)
+            if g < len(gx) and gx[g]:
+                span("exchange", "exchange", g + 1, t + c + y, int(gx[g]), step=s["name"])
+        t += total
+    ev.append({"name": "tiles", "ph": "C", "pid": _PID, "tid": 0, "ts": us(t),
+               "args": {"computing": 0, "exchanging": 0}})
+    trace = {"traceEvents": ev, "displayTimeUnit": "ns",
+             "otherData": {"generator": "ipukern", "machine": d["machine"], "label": d.get("label", ""),
+                           "clock_hz": clock, "n_tiles": n_tiles, "tile_group": TILE_GROUP,
+                           "total_cycles": d["total_cycles"]}}
+    if path is not None:
+        Path(path).write_text(json.dumps(trace))
+    return trace
+
+
+# =========================================================================== diff
+def load_profile_dict(path: str | Path) -> dict[str, Any]:
+    """A profile JSON (``profile.to_json()`` / ``--json``) read back as a dict.
+
+    Raises
+    ------
+    ValueError
+        The file is not JSON or not a profile (the message names the file).
+    """
+    try:
+        d = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not JSON ({e})") from None
+    if not isinstance(d, dict) or not {"supersteps", "total_cycles", "machine"} <= d.keys():
+        raise ValueError(f"{path}: not an ipukern profile (expected the output of --json or "
+                         "profile.to_json())")
+    return d
+
+
+def _delta(a: float, b: float) -> dict[str, float | None]:
+    return {"a": a, "b": b, "delta": b - a, "ratio": (b / a) if a else None}
+
+
+def diff_profiles(a: Any, b: Any) -> dict[str, Any]:
+    """Compare profile ``b`` with profile ``a``: totals, per category, per superstep, memory.
+
+    Supersteps are matched by position; a step whose name differs between the two, or
+    that exists in only one, is flagged. Every entry holds ``a``, ``b``, ``delta`` (b - a)
+    and ``ratio`` (b / a, None when a is 0).
+
+    Parameters
+    ----------
+    a, b : Profile or dict
+        Profiles or their ``to_dict()`` form.
+
+    Returns
+    -------
+    dict
+        ``totals``, ``by_category``, ``supersteps``, ``memory`` and ``same_program`` (same
+        number and names of supersteps).
+    """
+    a, b = _as_dict(a), _as_dict(b)
+    totals = {k: _delta(a[k], b[k]) for k in ("total_cycles", "compute_cycles", "sync_cycles",
+                                               "exchange_cycles", "bytes_exchanged", "seconds")}
+    cats = list(dict.fromkeys([*a["by_category"], *b["by_category"]]))
+    zero = {"compute": 0, "sync": 0, "exchange": 0, "total": 0}
+    by_cat = {c: {k: _delta(a["by_category"].get(c, zero)[k], b["by_category"].get(c, zero)[k])
+                  for k in zero} for c in cats}
+    sa, sb = a["supersteps"], b["supersteps"]
+    steps = []
+    for i in range(max(len(sa), len(sb))):
+        x = sa[i] if i < len(sa) else None
+        y = sb[i] if i < len(sb) else None
+        row: dict[str, Any] = {"index": i, "name_a": x and x["name"], "name_b": y and y["name"]}
+        for k in ("compute_cycles", "sync_cycles", "exchange_cycles", "total_cycles",
+                  "bytes_exchanged"):
+            row[k] = _delta(x[k] if x else 0, y[k] if y else 0)
+        row["status"] = ("only in a" if y is None else "only in b" if x is None
+                         else "renamed" if x["name"] != y["name"] else "same step")
+        steps.append(row)
+    mem: dict[str, Any] = {}
+    ma, mb = a.get("memory") or {}, b.get("memory") or {}
+    for c in dict.fromkeys([*ma.get("by_category", {}), *mb.get("by_category", {})]):
+        mem[c] = _delta(ma.get("by_category", {}).get(c, {}).get("max", 0),
+                        mb.get("by_category", {}).get(c, {}).get("max", 0))
+    if ma or mb:
+        mem["total"] = _delta(ma.get("max_bytes", 0), mb.get("max_bytes", 0))
+    same = len(sa) == len(sb) and all(r["status"] == "same step" for r in steps)
+    return {"a": {"label": a.get("label", ""), "machine": a["machine"]},
+            "b": {"label": b.get("label", ""), "machine": b["machine"]},
+            "totals": totals, "by_category": by_cat, "supersteps": steps, "memory": mem,
+            "same_program": same}
+
+
+def _fmt_ratio(e: dict[str, Any]) -> str:
+    if e["ratio"] is None:
+        return "new" if e["b"] else "-"
+    return f"{e['ratio']:.3f}x"
+
+
+def format_diff(diff: dict[str, Any], *, only_changed: bool = False) -> str:
+    """Readable text of :func:`diff_profiles`: totals, categories, supersteps, memory."""
+    a, b = diff["a"], diff["b"]
+    out = [f"a: {a['label']} on {a['machine']}", f"b: {b['label']} on {b['machine']}"]
+    if not diff["same_program"]:
+        out.append("note: the programs differ (supersteps renamed, added or removed)")
+    out.append(f"  {'total':<28}{'a':>14}{'b':>14}{'b - a':>14}{'b / a':>10}")
+    for k, e in diff["totals"].items():
+        if k == "seconds":
+            out.append(f"  {'seconds (us)':<28}{e['a'] * 1e6:>14.3f}{e['b'] * 1e6:>14.3f}"
+                       f"{e['delta'] * 1e6:>+14.3f}{_fmt_ratio(e):>10}")
+        else:
+            out.append(f"  {k:<28}{e['a']:>14,}{e['b']:>14,}{e['delta']:>+14,}{_fmt_ratio(e):>10}")
+    out.append("per category (total cycles)")
+    for c, row in diff["by_category"].items():
+        e = row["total"]
+        if only_changed and not e["delta"]:
+            continue
+        out.append(f"  {c:<28}{e['a']:>14,}{e['b']:>14,}{e['delta']:>+14,}{_fmt_ratio(e):>10}")
+    out.append("per superstep (total cycles)")
+    for r in diff["supersteps"]:
+        e = r["total_cycles"]
+        if only_changed and not e["delta"] and r["status"] == "same step":
+            continue
+        name = r["name_a"] if r["status"] in ("same step", "only in a") else r["name_b"]
+        if r["status"] == "renamed":
+            name = f"{r['name_a']} -> {r['name_b']}"
+        flag = "" if r["status"] == "same step" else f" [{r['status']}]"
+        out.append(f"  #{r['index']:<3}{e['a']:>14,}{e['b']:>14,}{e['delta']:>+14,}"
+                   f"{_fmt_ratio(e):>10}  {name}{flag}")
+    if diff["memory"]:
+        out.append("memory, busiest tile per category (bytes)")
+        for c, e in diff["memory"].items():
+            if only_changed and not e["delta"]:
+                continue
+            out.append(f"  {c:<28}{e['a']:>14,}{e['b']:>14,}{e['delta']:>+14,}{_fmt_ratio(e):>10}")
+    return "\n".join(out)
