@@ -1,7 +1,10 @@
 """Command-line conventions shared by every subcommand (version, output to stdout, ...)."""
 from __future__ import annotations
 
+import json
+import argparse
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,3 +34,133 @@ def test_version_flag_prints_the_single_sourced_version(capsys):
 def test_version_flag_in_a_fresh_process():
     res = run_cli("--version")
     assert res.returncode == 0 and res.stdout.strip() == f"ipukern {ipukern.__version__}"
+
+
+def test_conv_and_matmul_write_a_trace(tmp_path, capsys):
+    for cmd in (["conv", "--shape", "1,16,8,8", "--cpg", "4"], ["matmul", "--shape", "32,32,32"]):
+        path = tmp_path / f"{cmd[0]}.json"
+        assert main([*cmd, "--gpu", "", "--trace", str(path)]) == 0
+        trace = json.loads(path.read_text())
+        assert trace["traceEvents"] and trace["otherData"]["generator"] == "ipukern"
+    assert "ui.perfetto.dev" in capsys.readouterr().out
+
+
+def test_diff_command_round_trip(tmp_path, capsys):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    assert main(["conv", "--shape", "1,16,8,8", "--gpu", "", "--json", str(a)]) == 0
+    assert main(["conv", "--shape", "1,16,8,8", "--gpu", "", "--exchange-bandwidth", "8e12",
+                 "--json", str(b)]) == 0
+    capsys.readouterr()
+    assert main(["diff", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "per superstep" in out and "exchange_cycles" in out
+    assert main(["diff", str(a), str(b), "--json", "-"]) == 0
+    d = json.loads(capsys.readouterr().out)                 # stdout is pure JSON
+    pa, pb = json.loads(a.read_text()), json.loads(b.read_text())
+    assert d["totals"]["total_cycles"]["delta"] == pb["total_cycles"] - pa["total_cycles"] > 0
+
+
+def test_diff_command_bad_input_is_one_line(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text("[]")
+    assert main(["diff", str(bad), str(bad)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("ipukern diff: error:") and "not an ipukern profile" in err
+    assert "\n" not in err
+    assert main(["diff", str(tmp_path / "missing.json"), str(bad)]) == 1
+
+
+def _subparsers():
+    from ipukern.cli import build_parser
+    parser = build_parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return parser, action.choices
+
+
+def test_every_option_has_help_and_every_command_an_examples_epilog():
+    parser, commands = _subparsers()
+    assert set(commands) >= {"scaling", "conv", "matmul", "info", "diff"}
+    for name, p in commands.items():
+        for a in p._actions:
+            assert a.help and a.help != argparse.SUPPRESS, f"ipukern {name} {a.option_strings}: no help"
+        assert p.epilog and p.epilog.startswith("examples:"), f"ipukern {name}: no examples epilog"
+        assert f"ipukern {name}" in p.epilog
+
+
+def test_user_facing_help_names_no_internal_documents():
+    parser, commands = _subparsers()
+    texts = [parser.format_help()] + [p.format_help() for p in commands.values()]
+    for t in texts:
+        low = t.lower()
+        assert "brief" not in low and not re.search(r"issue\s*#?\d", low), t
+
+
+def test_json_dash_writes_only_json_to_stdout(capsys):
+    for cmd in (["conv", "--shape", "1,16,8,8"], ["matmul", "--shape", "32,32,32"]):
+        assert main([*cmd, "--json", "-"]) == 0
+        out, err = capsys.readouterr()
+        d = json.loads(out)                                 # nothing else on stdout
+        assert d["total_cycles"] > 0 and "profile" in err   # the report went to stderr
+
+
+def test_gpu_none_everywhere(capsys):
+    for cmd in (["conv", "--shape", "1,16,8,8"], ["matmul", "--shape", "32,32,32"]):
+        for none in ("none", "None", ""):
+            assert main([*cmd, "--gpu", none]) == 0
+            assert "GPU model" not in capsys.readouterr().out
+        assert main([*cmd]) == 0
+        assert "GPU model (A100_40GB" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        main(["conv", "--gpu", "Z80"])
+    assert e.value.code == 2
+
+
+
+def test_gpus_none_on_scaling(tmp_path, capsys):
+    assert main(["scaling", "--shape", "1,16,8,8", "--cpg", "4", "--gpus", "none", "--no-plot",
+                 "--out", str(tmp_path)]) == 0
+    assert "A100" not in capsys.readouterr().out
+
+
+def test_exchange_bandwidth_both_runs_both_machines(tmp_path, capsys):
+    for cmd in (["conv", "--shape", "1,16,8,8"], ["matmul", "--shape", "32,32,32"]):
+        path = tmp_path / f"{cmd[0]}.json"
+        assert main([*cmd, "--gpu", "none", "--exchange-bandwidth", "both",
+                     "--json", str(path)]) == 0
+        out = capsys.readouterr().out
+        assert "on GC200:" in out and "on GC200-xch8TB:" in out
+        assert "exchange bandwidth comparison" in out
+        a = json.loads(path.read_text())
+        b = json.loads((tmp_path / f"{cmd[0]}-GC200-xch8TB.json").read_text())
+        assert a["machine"] == "GC200" and b["machine"] == "GC200-xch8TB"
+        assert b["exchange_cycles"] > a["exchange_cycles"]
+    # one spelling for the datasheet figure: 'datasheet' == 8e12 == 8TB
+    from ipukern.cli._common import DATASHEET_EXCHANGE, bandwidth_list
+    assert bandwidth_list("datasheet") == bandwidth_list("8e12") == bandwidth_list("8TB") == \
+        [DATASHEET_EXCHANGE]
+    assert bandwidth_list("both") == [None, DATASHEET_EXCHANGE]
+
+
+def test_no_broken_pipe_message_when_piped_to_head():
+    res = subprocess.run(
+        f"{sys.executable} -m ipukern conv --shape 1,16,8,8 --gpu none | head -n 1",
+        shell=True, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True,
+        timeout=120, check=False)
+    assert res.stdout.startswith("conv2d")
+    assert "Broken pipe" not in res.stderr and "BrokenPipeError" not in res.stderr, res.stderr
+
+
+def test_broken_pipe_exits_quietly_in_process(monkeypatch, capsys):
+    class Closed:
+        def write(self, _):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            pass
+
+        def fileno(self):
+            return os.open(os.devnull, os.O_WRONLY)
+
+    monkeypatch.setattr(sys, "stdout", Closed())
+    assert main(["info"]) == 141
+    assert "Broken pipe" not in capsys.readouterr().err

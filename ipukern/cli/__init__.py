@@ -14,6 +14,7 @@ Subcommands
                      per-layer table and totals; CSV, JSON, time-per-layer and memory PNGs.
 ``ipukern validate`` the model next to published measurements of real IPUs: ratio per point,
                      MAPE / correlation per group; validation.csv, .json and .png.
+``ipukern diff``     compare two profiles (``--json`` outputs) per superstep and category.
 
 Exit codes: 0 success; 2 usage errors (argparse: bad option, unparsable number, unknown
 preset); 1 model errors and unwritable outputs, reported in one line (an impossible layer,
@@ -26,17 +27,19 @@ output and files stay clean.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 from typing import Sequence
 
 from ..core.memory import TileMemoryError
-from . import info, layer, network, scaling, train, validate
+from . import diff, info, layer, network, scaling, train, validate
 from ._common import Progress
 
 __all__ = ["main", "build_parser", "Progress"]
 
 #: subcommand modules, each with ``register(subparsers)``; parser order = help order
-COMMANDS = (scaling, layer, info, validate, train, network)
+COMMANDS = (scaling, layer, info, validate, train, network, diff)
 
 
 def _installed_version() -> str:
@@ -66,8 +69,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (argparse exits with 2 on usage errors)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    # `--json -`: the JSON alone goes to stdout (for pipes and jq); the readable report to stderr
+    args.json_stream = sys.stdout
+    to_stderr = (contextlib.redirect_stdout(sys.stderr) if getattr(args, "json", None) == "-"
+                 else contextlib.nullcontext())
     try:
-        return args.func(args)
+        with to_stderr:
+            return args.func(args)
+    except BrokenPipeError:
+        # the reader went away (`ipukern conv | head`): stop quietly, as other Unix tools do,
+        # and keep Python from complaining when it flushes stdout at exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141                                    # 128 + SIGPIPE, what a shell reports
     except (TileMemoryError, ValueError, RuntimeError, OSError) as e:
         msg = " ".join(str(e).split())
         print(f"ipukern {args.command}: error: {msg}", file=sys.stderr)

@@ -158,6 +158,14 @@ def gpu_list(text: str) -> list:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def gpu_one(text: str) -> Any:
+    """One GPU preset, or None for 'none' / ''."""
+    gpus = gpu_list(text)
+    if len(gpus) > 1:
+        raise argparse.ArgumentTypeError(f"expected one GPU model, got {text!r}")
+    return gpus[0] if gpus else None
+
+
 def bandwidth_list(text: str) -> list[float | None]:
     """``default`` -> [None] (each machine's own), ``both`` -> [None, 8e12], or numbers in B/s
     (``47.5e12,8e12``; a ``TB`` suffix means 1e12)."""
@@ -222,19 +230,36 @@ def gpu_compare(est: Any, ipu_tflops: float) -> list[str]:
             f"IPU/GPU throughput ratio: {ipu_tflops / est.tflops:.2f}x"]
 
 
-def write_views(profile: Any, args: argparse.Namespace) -> None:
-    if args.json:
-        Path(args.json).write_text(profile.to_json(indent=1))
-        print(f"wrote {args.json}")
-    if args.memory_png or args.timeline_png:
+def _with_suffix(path: str, suffix: str) -> str:
+    if not suffix or path == "-":
+        return path
+    p = Path(path)
+    return str(p.with_name(p.stem + suffix + p.suffix))
+
+
+def write_views(profile: Any, args: argparse.Namespace, *, suffix: str = "") -> None:
+    """The files asked for with --json / --trace / --*-png; ``suffix`` goes before each
+    file's extension (one set of files per machine variant)."""
+    if args.json == "-":
+        args.json_stream.write(profile.to_json(indent=1) + "\n")
+        args.json_stream.flush()
+    elif args.json:
+        path = _with_suffix(args.json, suffix)
+        Path(path).write_text(profile.to_json(indent=1))
+        print(f"wrote {path}")
+    if args.trace:
+        path = _with_suffix(args.trace, suffix)
+        profile.to_trace(path)
+        print(f"wrote {path} (open it in ui.perfetto.dev or chrome://tracing)")
+    if args.memory_png or args.timeline_png or args.activity_png:
         from .. import plots
         try:
-            if args.memory_png:
-                plots.plot_memory_heatmap(profile, args.memory_png)
-                print(f"wrote {args.memory_png}")
-            if args.timeline_png:
-                plots.plot_timeline(profile, args.timeline_png)
-                print(f"wrote {args.timeline_png}")
+            for opt, draw in ((args.memory_png, plots.plot_memory_heatmap),
+                              (args.timeline_png, plots.plot_timeline),
+                              (args.activity_png, plots.plot_activity)):
+                if opt:
+                    path = draw(profile, _with_suffix(opt, suffix))
+                    print(f"wrote {path}")
         except ImportError:
             print(f"profile PNGs not written: {plots.PLOT_INSTALL_HINT}", file=sys.stderr)
 
@@ -245,9 +270,9 @@ def add_common(p: argparse.ArgumentParser, *, machine_default: str = "GC200") ->
     p.add_argument("--partials", choices=["float", "half"], default="float",
                    help="IPU accumulation dtype (default float: fp16->fp32 AMP, 125 TFLOP/s on GC200)")
     p.add_argument("--exchange-bandwidth", type=bandwidth_list, default=[None], metavar="B/s",
-                   help="aggregate on-chip exchange bandwidth: 'default' (47.5e12 on GC200, the "
-                        "local-SRAM figure), a number such as 8e12 (the datasheet IPU-Exchange figure), or "
-                        "'both' (default and 8e12 side by side)")
+                   help="aggregate on-chip exchange bandwidth in B/s: 'default' (47.5e12 on GC200), "
+                        "'datasheet' (8e12, the GC200 datasheet's IPU-Exchange figure), a number "
+                        "such as 8e12 or 8TB, or 'both' (default and datasheet side by side)")
     p.add_argument("--gpu-efficiency", choices=["cudnn", "optimized"], default="cudnn",
                    help="GPU software the GPU model stands for (default cudnn)")
     prog = p.add_mutually_exclusive_group()
@@ -259,15 +284,26 @@ def add_common(p: argparse.ArgumentParser, *, machine_default: str = "GC200") ->
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
     """Options shared by the single-op commands (conv, matmul)."""
-    p.add_argument("--machine", type=lambda v: machine_list(v)[0], default=PRESETS["GC200"])
+    p.add_argument("--machine", type=lambda v: machine_list(v)[0], default=PRESETS["GC200"],
+                   metavar="NAME", help="IPU preset: GC200 (default), BOW or GC2")
     p.add_argument("--execute", action="store_true",
                    help="run on random data instead of estimating; values are not checked")
     p.add_argument("--seed", type=int, default=0, help="random data seed for --execute")
-    p.add_argument("--gpu", default="A100_40GB",
-                   help="GPU model to compare with, or '' for none (default A100_40GB)")
+    p.add_argument("--gpu", type=gpu_one, default="A100_40GB", metavar="NAME",
+                   help="GPU model to compare with (A100_40GB, A100_80GB, V100, H100, "
+                        "TITAN_RTX) or 'none' (default A100_40GB)")
 
 
 def add_views(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", metavar="PATH", help="write the profile as JSON")
-    p.add_argument("--memory-png", metavar="PATH", help="write a per-tile memory heat map (PNG)")
-    p.add_argument("--timeline-png", metavar="PATH", help="write a superstep timeline (PNG)")
+    p.add_argument("--json", metavar="PATH",
+                   help="write the profile as JSON ('-': to stdout, the report then goes to stderr)")
+    p.add_argument("--trace", metavar="PATH",
+                   help="write a Chrome/Perfetto trace-event JSON of every superstep, per "
+                        "group of 32 tiles (open in ui.perfetto.dev)")
+    p.add_argument("--memory-png", metavar="PATH",
+                   help="write a per-tile memory heat map (the suffix picks PNG, PDF or SVG)")
+    p.add_argument("--timeline-png", metavar="PATH",
+                   help="write a superstep timeline (the suffix picks PNG, PDF or SVG)")
+    p.add_argument("--activity-png", metavar="PATH",
+                   help="write tiles busy/idle and the compute imbalance per superstep "
+                        "(the suffix picks PNG, PDF or SVG)")

@@ -12,7 +12,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
     for spec in PRESETS.values():
         print(spec.describe())
         print()
-    print(f"datasheet exchange variant: GC200 with --exchange-bandwidth 8e12 "
+    print(f"datasheet exchange variant: GC200 with --exchange-bandwidth datasheet "
           f"({DATASHEET_EXCHANGE / 1e12:.0f} TB/s instead of the default "
           f"{PRESETS['GC200'].exchange_bandwidth / 1e12:.1f} TB/s)")
     print()
@@ -43,7 +43,11 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     # info
-    info = sub.add_parser("info", help="print the machine presets and their sources")
+    info = sub.add_parser("info", help="print the machine presets and their sources",
+                          description="Print every IPU preset's constants with their public "
+                                      "sources, and the host's threads and OpenMP.",
+                          epilog="examples:\n  ipukern info\n  ipukern info --gpus",
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
     info.add_argument("--gpus", action="store_true", help="also describe the GPU models")
     info.add_argument("--systems", action="store_true",
                       help="also describe the multi-IPU systems and GPU systems")

@@ -72,9 +72,11 @@ def _cmd_scaling(args: argparse.Namespace) -> int:
     if not args.no_plot:
         from .. import plots
         try:
-            written.append(plots.plot_scaling(result, out_dir / "scaling.png"))
+            written.append(plots.plot_scaling(result, out_dir / f"scaling.{args.format}",
+                                              size=args.size))
         except ImportError:
-            print(f"scaling.png not written: {plots.PLOT_INSTALL_HINT}", file=sys.stderr)
+            print(f"scaling.{args.format} not written: {plots.PLOT_INSTALL_HINT}",
+                  file=sys.stderr)
     if not args.quiet:
         print(f"\n{len(result)} rows in {result.meta['host_seconds']:.1f} s; wrote "
               + ", ".join(str(p) for p in written))
@@ -87,7 +89,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "scaling", help="grouped-conv throughput vs channels per group, IPU vs GPU",
         description="Sweep channels per group for grouped 3x3/5x5 conv layers on the simulated "
                     "IPU (estimate mode) and the GPU model; print a table and write "
-                    "scaling.csv, scaling.json and scaling.png into --out.")
+                    "scaling.csv, scaling.json and scaling.png into --out.",
+        epilog="examples:\n"
+               "  ipukern scaling                                   # the five default layers\n"
+               "  ipukern scaling --layer resnext50_c128 --batch 32 --exchange-bandwidth both\n"
+               "  ipukern scaling --shape 8,96,28,28 --cpg 1,4,dense --gpus none\n"
+               "  ipukern scaling --format pdf --size column --out fig/   # for a paper",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     s.add_argument("--layer", metavar="NAMES",
                    help="comma-separated default layers (resnext50_c128, resnext50_c256, "
                         "effnet_b0_dw3, effnet_b0_dw5, mobilenet_v1_dw_s2) or 'all' "
@@ -113,7 +121,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--gpus", type=gpu_list, default=None, metavar="NAMES",
                    help="GPU models, e.g. A100_40GB,V100,H100 or 'none' (default A100_40GB)")
     s.add_argument("--out", default=".", metavar="DIR", help="output directory (default .)")
-    s.add_argument("--no-plot", action="store_true", help="do not draw scaling.png")
+    s.add_argument("--no-plot", action="store_true", help="do not draw the plot")
+    s.add_argument("--format", choices=["png", "pdf", "svg"], default="png",
+                   help="plot file format: scaling.png (default), vector scaling.pdf or scaling.svg")
+    s.add_argument("--size", choices=["page", "column", "double"], default="page",
+                   help="plot size: page (screens, default), column (3.5 in) or double (7.16 in) "
+                        "for a two-column paper")
     s.add_argument("-q", "--quiet", action="store_true", help="print only the table")
     add_common(s)
     s.set_defaults(func=_cmd_scaling)
