@@ -155,6 +155,17 @@ class MachineSpec:
         ``with_exchange_bandwidth(self, DATASHEET_EXCHANGE)``."""
         return with_exchange_bandwidth(self, DATASHEET_EXCHANGE)
 
+    @classmethod
+    def from_toml(cls, path: Any) -> "MachineSpec":
+        """A spec from a machine file (TOML; format in :mod:`ipukern.inputs`)."""
+        from .inputs import machine_from_toml
+        return machine_from_toml(path)
+
+    def to_toml(self, path: Any = None) -> str:
+        """This spec as a complete machine file (written to ``path`` when given)."""
+        from .inputs import machine_to_toml
+        return machine_to_toml(self, path)
+
     # ------------------------------------------------------------------ AMP rates
     def amp_units(self, in_dtype: str, partials_dtype: str) -> int:
         """AMP conv units (outputs per pass) for these dtypes; 0 if the AMP has no such mode."""

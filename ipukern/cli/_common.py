@@ -158,6 +158,15 @@ def gpu_list(text: str) -> list:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def machine_file(text: str) -> Any:
+    """A MachineSpec from a TOML machine file (argparse type)."""
+    from ..inputs import machine_from_toml
+    try:
+        return machine_from_toml(text)
+    except (OSError, ValueError) as e:
+        raise argparse.ArgumentTypeError(" ".join(str(e).split()))
+
+
 def gpu_one(text: str) -> Any:
     """One GPU preset, or None for 'none' / ''."""
     gpus = gpu_list(text)
@@ -284,8 +293,12 @@ def add_common(p: argparse.ArgumentParser, *, machine_default: str = "GC200") ->
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
     """Options shared by the single-op commands (conv, matmul)."""
-    p.add_argument("--machine", type=lambda v: machine_list(v)[0], default=PRESETS["GC200"],
-                   metavar="NAME", help="IPU preset: GC200 (default), BOW or GC2")
+    mg = p.add_mutually_exclusive_group()
+    mg.add_argument("--machine", type=lambda v: machine_list(v)[0], default=PRESETS["GC200"],
+                    metavar="NAME", help="IPU preset: GC200 (default), BOW or GC2")
+    mg.add_argument("--machine-file", dest="machine", type=machine_file, metavar="FILE.toml",
+                    help="a machine described in a TOML file (a preset's variant or a full "
+                         "spec; see ipukern.inputs)")
     p.add_argument("--execute", action="store_true",
                    help="run on random data instead of estimating; values are not checked")
     p.add_argument("--seed", type=int, default=0, help="random data seed for --execute")

@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from ._common import (PRESETS, Progress, add_common, apply_bandwidths, cpg_list, exchange_note, gpu_list,
-                      int_list, machine_list, progress_enabled, shape_arg)
+                      int_list, machine_file, machine_list, progress_enabled, shape_arg)
 
 
 def _cmd_scaling(args: argparse.Namespace) -> int:
@@ -25,6 +25,9 @@ def _cmd_scaling(args: argparse.Namespace) -> int:
         layers.append(sc.ConvLayer(args.name, channels=c, height=h, width=w, kernel=args.kernel,
                                    stride=args.stride, padding=args.padding,
                                    out_channels=args.out_channels, batch=n))
+    if args.layers:
+        from ..inputs import read_layers
+        layers += read_layers(args.layers)
     if not layers:
         layers = list(sc.DEFAULT_LAYERS)
     if args.batch is not None:
@@ -33,7 +36,7 @@ def _cmd_scaling(args: argparse.Namespace) -> int:
         batch = None                              # the --shape's own N
     else:
         batch = list(sc.DEFAULT_BATCH)
-    machines = apply_bandwidths(args.machines, args.exchange_bandwidth)
+    machines = apply_bandwidths(args.machine_files or args.machines, args.exchange_bandwidth)
     if args.gpus is None:
         from ..gpu import A100_40GB
         args.gpus = [A100_40GB]
@@ -116,8 +119,17 @@ def register(sub: argparse._SubParsersAction) -> None:
                    metavar="LIST", help="input channels per group, integers or 'dense' "
                                         "(default 1,2,4,8,16,32,64,dense); values that do not "
                                         "divide a layer's channels are skipped")
-    s.add_argument("--machines", type=machine_list, default=[PRESETS["GC200"]],
-                   metavar="NAMES", help="IPU presets, e.g. GC200,BOW,GC2 (default GC200)")
+    s.add_argument("--layers", metavar="FILE.csv",
+                   help="a layer list: CSV with a header, columns name,channels,height,width "
+                        "and optionally kernel,stride,padding,out_channels,batch,note (added to "
+                        "--layer / --shape; replaces the defaults)")
+    mg = s.add_mutually_exclusive_group()
+    mg.add_argument("--machines", type=machine_list, default=[PRESETS["GC200"]],
+                    metavar="NAMES", help="IPU presets, e.g. GC200,BOW,GC2 (default GC200)")
+    mg.add_argument("--machine-file", dest="machine_files", type=machine_file, action="append",
+                    metavar="FILE.toml",
+                    help="an IPU described in a TOML machine file instead of the presets "
+                         "(repeat for several)")
     s.add_argument("--gpus", type=gpu_list, default=None, metavar="NAMES",
                    help="GPU models, e.g. A100_40GB,V100,H100 or 'none' (default A100_40GB)")
     s.add_argument("--out", default=".", metavar="DIR", help="output directory (default .)")
