@@ -313,6 +313,14 @@ class SweepResult(list):
     def to_json(self, path: str | Path | None = None, **kw: Any) -> str:
         return to_json(self, path, **kw)
 
+    def to_pandas(self) -> Any:
+        """One row per sweep point (the columns of :meth:`to_dicts`). Needs pandas."""
+        try:
+            import pandas as pd
+        except ImportError as e:
+            raise ImportError("SweepResult.to_pandas needs pandas: pip install pandas") from e
+        return pd.DataFrame(self.to_dicts())
+
 
 # =========================================================================== sweep
 def _as_list(x: Any) -> list:

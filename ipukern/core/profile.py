@@ -53,9 +53,9 @@ class SuperstepRecord:
     compute_mean_cycles: float = 0.0
     #: per tile group (``TILE_GROUP`` consecutive tiles, the last group may be smaller): the
     #: group's slowest compute, how many of its tiles compute, its busiest exchange (cycles)
-    group_compute_cycles: tuple[int, ...] = ()
-    group_tiles_computing: tuple[int, ...] = ()
-    group_exchange_cycles: tuple[int, ...] = ()
+    group_compute_cycles: tuple[int, ...] = field(default=(), repr=False)
+    group_tiles_computing: tuple[int, ...] = field(default=(), repr=False)
+    group_exchange_cycles: tuple[int, ...] = field(default=(), repr=False)
 
     @property
     def total_cycles(self) -> int:
@@ -281,6 +281,43 @@ class Profile:
                  "tiles_idle": n - s.tiles_computing, "tiles_exchanging": s.tiles_exchanging,
                  "compute_cycles": s.compute_cycles, "compute_mean_cycles": s.compute_mean_cycles,
                  "compute_imbalance": s.compute_imbalance} for s in self.supersteps]
+
+    def __repr__(self) -> str:
+        label = f" {self.label!r}" if self.label else ""
+        rate = f", {self.tflops:.1f} TFLOP/s" if self.flops else ""
+        return (f"<Profile{label} on {self.machine.name}: {self.total_cycles:,} cycles "
+                f"({self.seconds * 1e6:.2f} us), {len(self.supersteps)} supersteps{rate}>")
+
+    def _repr_html_(self) -> str:
+        """Notebook view: totals and the superstep table."""
+        from html import escape
+        head = escape(repr(self)[1:-1])
+        cols = ("#", "name", "category", "compute", "sync", "exchange", "bytes", "busy", "imbal",
+                "why")
+        rows = []
+        for s in self.supersteps:
+            why = "; ".join(w for w in (s.compute_why, s.exchange_why) if w)
+            cells = (s.index, s.name + (" [user estimate]" if s.user_estimate else ""), s.category,
+                     f"{s.compute_cycles:,}", s.sync_cycles, f"{s.exchange_cycles:,}",
+                     f"{s.bytes_exchanged:,}", s.tiles_computing,
+                     f"{s.compute_imbalance:.2f}" if s.compute_imbalance else "-", why)
+            rows.append("<tr>" + "".join(f"<td>{escape(str(c))}</td>" for c in cells) + "</tr>")
+        return (f"<div><b>{head}</b><table><thead><tr>"
+                + "".join(f"<th>{c}</th>" for c in cols) + "</tr></thead><tbody>"
+                + "".join(rows) + "</tbody></table></div>")
+
+    def to_pandas(self) -> Any:
+        """One row per superstep (the fields of :class:`SuperstepRecord` and the imbalance),
+        indexed by superstep. Needs pandas (``pip install pandas``)."""
+        try:
+            import pandas as pd
+        except ImportError as e:
+            raise ImportError("Profile.to_pandas needs pandas: pip install pandas") from e
+        skip = ("group_compute_cycles", "group_tiles_computing", "group_exchange_cycles")
+        rows = [{**{k: v for k, v in asdict(s).items() if k not in skip},
+                 "total_cycles": s.total_cycles, "compute_imbalance": s.compute_imbalance}
+                for s in self.supersteps]
+        return pd.DataFrame(rows).set_index("index")
 
     def to_trace(self, path: Any = None) -> dict[str, Any]:
         """Chrome / Perfetto trace-event JSON of every superstep (opens in ui.perfetto.dev).

@@ -175,3 +175,37 @@ def test_load_profile_dict_rejects_other_json(tmp_path):
     p.write_text("{")
     with pytest.raises(ValueError, match="not JSON"):
         load_profile_dict(p)
+
+
+# --------------------------------------------------------------------------- notebook views
+def test_short_repr_and_html(conv_profile):
+    r = repr(conv_profile)
+    assert len(r) < 200 and r.startswith("<Profile") and f"{conv_profile.total_cycles:,}" in r
+    assert all(len(repr(s)) < 1500 for s in conv_profile.supersteps)
+    html = conv_profile._repr_html_()
+    assert html.count("<tr>") == len(conv_profile.supersteps) + 1 and "<script" not in html
+
+
+def test_to_pandas(conv_profile):
+    pd = pytest.importorskip("pandas")
+    df = conv_profile.to_pandas()
+    assert isinstance(df, pd.DataFrame) and len(df) == len(conv_profile.supersteps)
+    assert int(df["total_cycles"].sum()) == conv_profile.total_cycles
+    from ipukern.scaling import ConvLayer, grouped_conv_sweep
+    res = grouped_conv_sweep(ConvLayer("t", 16, 8, 8), channels_per_group=(4,), batch=1)
+    sdf = res.to_pandas()
+    assert len(sdf) == len(res) and set(sdf["device"]) == {r.device for r in res}
+
+
+def test_to_pandas_without_pandas_says_how_to_get_it(conv_profile, monkeypatch):
+    import builtins
+    real = builtins.__import__
+
+    def no_pandas(name, *a, **k):
+        if name == "pandas":
+            raise ImportError("No module named 'pandas'")
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", no_pandas)
+    with pytest.raises(ImportError, match="pip install pandas"):
+        conv_profile.to_pandas()
