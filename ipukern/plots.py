@@ -355,8 +355,8 @@ def plot_memory_heatmap(profile: Any, path: str | Path, *, title: str | None = N
         ax.plot(over % n_cols, over // n_cols, "x", color="red", ms=4, label="over SRAM")
         ax.legend(loc="upper right", fontsize=8)
     cb = fig.colorbar(im, ax=ax, shrink=0.85)
-    cb.set_label(f"bytes per tile (KiB; colour scale {'0 .. tile SRAM' if scale == 'tile' else 'min .. max tile'}"
-                 f", SRAM = {tile_kib:.0f} KiB)")
+    span = "0 .. tile SRAM" if scale == "tile" else "min .. max tile"
+    cb.set_label(f"bytes per tile (KiB; colour scale {span}, SRAM = {tile_kib:.0f} KiB)")
     ax.set_xlabel(f"tile id % {n_cols}")
     ax.set_ylabel(f"tile id // {n_cols}")
     label = getattr(profile, "label", "") or ""

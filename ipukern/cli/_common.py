@@ -164,7 +164,7 @@ def machine_file(text: str) -> Any:
     try:
         return machine_from_toml(text)
     except (OSError, ValueError) as e:
-        raise argparse.ArgumentTypeError(" ".join(str(e).split()))
+        raise argparse.ArgumentTypeError(" ".join(str(e).split())) from None
 
 
 def gpu_one(text: str) -> Any:
