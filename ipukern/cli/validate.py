@@ -46,7 +46,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "source, hardware, clock and configuration) through the model, on the "
                     "default and the datasheet exchange rate. Prints the model/measured ratio "
                     "per point and MAPE / correlation per group; writes validation.csv, "
-                    "validation.json and validation.png into --out.")
+                    "validation.json and validation.png into --out.",
+        epilog="examples:\n"
+               "  ipukern validate                      # every group, writes into .\n"
+               "  ipukern validate --out results/ --no-plot",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     v.add_argument("--out", default=".", metavar="DIR", help="output directory (default .)")
     v.add_argument("--group", metavar="NAMES", default=None,
                    help="comma-separated group names to run (default: all)")
