@@ -24,7 +24,18 @@ _ALIASES = {"half": "float16", "fp16": "float16", "f2": "float16", "float16": "f
 
 
 def canonical_dtype(dtype: Any) -> str:
-    """Return ``"float16"`` or ``"float32"`` for any accepted spelling; TypeError otherwise."""
+    """Return ``"float16"`` or ``"float32"`` for any accepted spelling; TypeError otherwise.
+
+    Accepts NumPy dtypes and names, the aliases above, and torch dtypes (``torch.float16``,
+    ``torch.float32``); ``torch.bfloat16`` and every other dtype are refused.
+    """
+    if type(dtype).__module__ == "torch":            # torch.dtype, without importing torch
+        name = str(dtype).rpartition(".")[2]
+        if name in ("float16", "half", "float32", "float"):
+            return _ALIASES[name]
+        raise TypeError(f"unsupported dtype {dtype}: ipukern computes in float32 or float16"
+                        + (" (bfloat16 is not modelled: convert with .float() or .half())"
+                           if name == "bfloat16" else ""))
     if isinstance(dtype, str):
         key = dtype.lower()
         if key in _ALIASES:

@@ -25,6 +25,7 @@ from ..core.profile import Profile
 from ..dtypes import canonical_dtype
 from ..machine import GC200, MachineSpec, get_machine
 from ._cache import as_array, cached_program, execute, profile_kw
+from ._torch import like_input, shape_and_dtype, to_numpy
 
 __all__ = ["MatmulRun", "matmul", "estimate_matmul", "matmul_conv_params"]
 
@@ -34,9 +35,18 @@ class MatmulRun:
     """Result of :func:`matmul`: ``output`` (NumPy matmul shape, input dtype), ``profile``
     and ``plan`` (a conv plan over groups=G, in-chans=K, out-chans=M, cols=N)."""
 
-    output: np.ndarray
+    output: Any
     profile: Profile
     plan: ConvPlan
+
+    def __repr__(self) -> str:
+        return (f"MatmulRun(output={type(self.output).__name__}{tuple(self.output.shape)} "
+                f"{self.output.dtype}, plan={self.plan.method.label()!r}, profile={self.profile!r})")
+
+    def _repr_html_(self) -> str:
+        from html import escape
+        return (f"<div><b>{escape(repr(self))}</b><br>plan: {escape(self.plan.describe())}"
+                f"{self.profile._repr_html_()}</div>")
 
 
 @dataclass(frozen=True)
@@ -51,6 +61,21 @@ class _Layout:
     #: "groups": batch dims broadcast to G groups; "fold_a": a's batch folded into M;
     #: "fold_b": b's batch folded into N (b is transposed on the host)
     mode: str
+
+
+def _promote(shape_a: Any, shape_b: Any) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """NumPy's 1-D rule: a 1-D a is (1, K), a 1-D b is (K, 1), and the added dimension is
+    removed from the result. Returns the promoted shapes and the axes to drop from the output."""
+    sa, sb = tuple(int(s) for s in shape_a), tuple(int(s) for s in shape_b)
+    if not sa or not sb:
+        raise ValueError(f"matmul operands must be at least 1-D (as in numpy.matmul), got "
+                         f"shapes {sa} and {sb}")
+    drop: tuple[int, ...] = ()
+    if len(sb) == 1:
+        sb, drop = sb + (1,), (-1,)
+    if len(sa) == 1:
+        sa, drop = (1,) + sa, (-2,) + drop
+    return sa, sb, drop
 
 
 def _layout(shape_a: Sequence[int], shape_b: Sequence[int]) -> _Layout:
@@ -99,10 +124,13 @@ def matmul(a: np.ndarray, b: np.ndarray, *, machine: MachineSpec | str = GC200,
 
     Parameters
     ----------
-    a : ndarray of shape (..., M, K), float32 or float16
-    b : ndarray of shape (..., K, N), same dtype
+    a : ndarray or torch.Tensor of shape (..., M, K) or (K,), float32 or float16
+    b : ndarray or torch.Tensor of shape (..., K, N) or (K,), same dtype
         Leading batch dimensions broadcast as in ``numpy.matmul``; each batch element is an
-        independent matmul (a conv group on the IPU).
+        independent matmul (a conv group on the IPU). A 1-D operand is promoted as NumPy
+        does (a vector times a matrix, a matrix times a vector, or a dot product) and the
+        added dimension is removed from the result. torch tensors are detached; the output
+        is then a torch tensor.
     machine : MachineSpec or preset name
     partials : {"float", "half"}
         Accumulation dtype (fp16 inputs only may use "half").
@@ -120,8 +148,11 @@ def matmul(a: np.ndarray, b: np.ndarray, *, machine: MachineSpec | str = GC200,
     MatmulRun
         ``output`` of shape (..., M, N) in the input dtype, ``profile``, ``plan``.
     """
-    a = as_array(a, "a")
-    b = as_array(b, "b")
+    torch_in = (a, b)
+    a = as_array(to_numpy(a, "a"), "a")
+    b = as_array(to_numpy(b, "b"), "b")
+    sa, sb, drop = _promote(a.shape, b.shape)
+    a, b = a.reshape(sa), b.reshape(sb)
     dtype = canonical_dtype(a.dtype)
     if canonical_dtype(b.dtype) != dtype:
         raise TypeError(f"a is {a.dtype} but b is {b.dtype}: both must have the same dtype")
@@ -147,15 +178,25 @@ def matmul(a: np.ndarray, b: np.ndarray, *, machine: MachineSpec | str = GC200,
     if lay.mode == "fold_b":
         g = lay.N // b.shape[-1]
         out = out.reshape(lay.M, g, -1).transpose(1, 0, 2)
-    return MatmulRun(output=np.ascontiguousarray(out.reshape(lay.out_shape)), profile=profile,
-                     plan=prog.plan)
+    shape = [n for i, n in enumerate(lay.out_shape) if i - len(lay.out_shape) not in drop]
+    out = np.ascontiguousarray(out.reshape(lay.out_shape)).reshape(shape)
+    return MatmulRun(output=like_input(out, *torch_in), profile=profile, plan=prog.plan)
 
 
-def estimate_matmul(shape_a: Sequence[int], shape_b: Sequence[int], *, dtype: Any = "float16",
+def estimate_matmul(shape_a: Any, shape_b: Any, *, dtype: Any = None,
                     machine: MachineSpec | str = GC200, partials: Any = "float",
                     method: str | None = None) -> Profile:
     """The cycles :func:`matmul` would report, without touching data (any size the tiles
-    can hold, e.g. BERT-Large's (8192 x 1024) @ (1024 x 4096) feed-forward in fp16)."""
+    can hold, e.g. BERT-Large's (8192 x 1024) @ (1024 x 4096) feed-forward in fp16).
+
+    Shapes may be tuples, ``torch.Size`` or tensors (NumPy, torch, meta); 1-D shapes are
+    promoted as in :func:`matmul`. ``dtype`` defaults to ``shape_a``'s dtype when it is a
+    tensor, else float16."""
+    shape_a, a_dtype = shape_and_dtype(shape_a)
+    shape_b, _ = shape_and_dtype(shape_b)
+    if dtype is None:
+        dtype = a_dtype if a_dtype is not None else "float16"
+    shape_a, shape_b, _ = _promote(shape_a, shape_b)
     lay = _layout(shape_a, shape_b)
     params = matmul_conv_params(shape_a, shape_b, canonical_dtype(dtype), partials)
     prog = cached_program(params, get_machine(machine), False, method)

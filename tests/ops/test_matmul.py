@@ -80,7 +80,7 @@ def test_bert_large_ffn_estimate_uses_serial_splits():
 
 @pytest.mark.parametrize("sa, sb, err, match", [
     ((4, 5), (6, 7), ValueError, "inner dimensions differ"),
-    ((4,), (4, 7), ValueError, "rank >= 2"),
+    ((), (4, 7), ValueError, "at least 1-D"),
     ((2, 4, 5), (3, 5, 7), ValueError, "do not broadcast"),
 ])
 def test_bad_shapes(sa, sb, err, match):
