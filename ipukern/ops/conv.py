@@ -4,7 +4,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-import numpy as np
 
 from ..conv.params import ConvParams
 from ..conv.planner import ConvPlan
