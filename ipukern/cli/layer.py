@@ -61,6 +61,12 @@ def _cmd_conv(args: argparse.Namespace) -> int:
             out = run.output
             print(f"output {out.shape} {out.dtype}: mean {float(np.mean(out, dtype=np.float64)):.4g}, "
                   f"mean |y| {float(np.mean(np.abs(out), dtype=np.float64)):.4g} (values not checked)")
+        if args.candidates:
+            plan = ops.conv.plan_conv2d(params.input_shape, params.weight_shape,
+                                        dtype=params.dtype, bias=args.bias, **kw)
+            print(f"planner candidates (best plan of each vertex method, top {args.candidates}):")
+            for cand in plan.candidates(args.candidates):
+                print("  " + cand.describe())
         if args.gpu is not None:
             print()
             for line in gpu_compare(estimate_conv(params, args.gpu, efficiency=args.gpu_efficiency),
@@ -152,6 +158,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--method", choices=["AMP", "SLIC", "VMAC", "HMAC"], default=None,
                    help="force a vertex method (default: the planner's choice)")
     c.add_argument("--bias", action="store_true", help="include a bias add")
+    c.add_argument("--candidates", type=int, default=0, metavar="K",
+                   help="also list the planner's K best alternatives (one per vertex method) "
+                        "with their estimated cycles: why this method and not another")
     add_run_options(c)
     add_common(c)
     add_views(c)

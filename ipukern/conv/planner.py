@@ -54,7 +54,8 @@ from .estimators import VertexMethod, candidate_methods, conv_vertex_cycles_arra
 from .layout import MAX_INPUT_OWNERS, Split
 from .params import ConvParams
 
-__all__ = ["ConvPlan", "plan_conv", "split_candidates", "MAX_REDUCTION_DEPTH"]
+__all__ = ["ConvPlan", "PlanCandidate", "plan_conv", "rank_candidates", "split_candidates",
+           "MAX_REDUCTION_DEPTH"]
 
 #: input-channel splits are reduced in one reduce-scatter stage; PopLibs switches to two
 #: stages at depth 16 (reference §4.3), which this planner does not model
@@ -117,6 +118,13 @@ class ConvPlan:
         return (f"{self.method.label()}; splits groups {s.groups} x in-chans {s.in_chans} x "
                 f"batch {s.batch} x rows {s.rows} x cols {s.cols} x out-chans {s.out_chans} "
                 f"= {s.n_tiles} tiles{serial}")
+
+    def candidates(self, k: int = 5) -> list["PlanCandidate"]:
+        """The ``k`` best plans of the vertex methods the planner weighed for this conv,
+        fastest first, each with its estimated cycles and busiest-tile bytes; methods that
+        fit no split come last with the smallest requirement found. Answers "why SLIC and
+        not AMP?". See :func:`rank_candidates`."""
+        return rank_candidates(self.params, self.machine, bias=self.bias, k=k)
 
     def to_dict(self) -> dict[str, Any]:
         s = self.split
@@ -520,3 +528,79 @@ def _pick_near_tie(c: _Table, total: np.ndarray) -> int:
     near = total <= total.min() * (1 + NEAR_TIE)
     order = np.lexsort((c.mem, total, c.ws > 1, c.serial > 1))
     return int(order[near[order]][0])
+
+
+@dataclass(frozen=True)
+class PlanCandidate:
+    """The best plan of one vertex method (see :meth:`ConvPlan.candidates`).
+
+    Attributes
+    ----------
+    method : VertexMethod
+    fits : bool
+        False when no split of this method fits the tiles' memory.
+    estimated_cycles : int or None
+        The planner's estimate of the whole program (None when it does not fit).
+    estimated_bytes_per_tile : int
+        The busiest tile's data bytes (when it does not fit: the smallest requirement seen).
+    split : Split or None
+    serial : int
+    breakdown : dict
+        Estimated cycles by category (exchange, compute, reduction, cast, bias, sync).
+    """
+
+    method: VertexMethod
+    fits: bool
+    estimated_cycles: int | None
+    estimated_bytes_per_tile: int
+    split: Split | None = None
+    serial: int = 1
+    breakdown: dict = field(default_factory=dict, compare=False)
+
+    def describe(self) -> str:
+        if not self.fits:
+            return (f"{self.method.label()}: does not fit (needs {self.estimated_bytes_per_tile} B "
+                    f"on its busiest tile with {self.serial} serial slices)")
+        s = self.split
+        serial = f", {self.serial} serial slices" if self.serial > 1 else ""
+        parts = ", ".join(f"{k} {v:,}" for k, v in self.breakdown.items() if v)
+        return (f"{self.method.label()}: {self.estimated_cycles:,} cycles ({parts}); "
+                f"{s.groups}x{s.in_chans}x{s.batch}x{s.rows}x{s.cols}x{s.out_chans} = "
+                f"{s.n_tiles} tiles{serial}, {self.estimated_bytes_per_tile:,} B/tile")
+
+
+def rank_candidates(params: ConvParams, machine: MachineSpec, *, bias: bool = False,
+                    k: int = 5) -> list[PlanCandidate]:
+    """Score every vertex method without cross-method pruning; the best plan of each,
+    ranked as :func:`plan_conv` ranks them (no serial slices first, then cycles, then
+    bytes), then the methods that fit nowhere. The first entry is :func:`plan_conv`'s plan.
+
+    Raises
+    ------
+    ValueError
+        ``k`` < 1.
+    """
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"k must be a positive int, got {k!r}")
+    p = params
+    cands = candidate_methods(machine, p.dtype, p.partials, p.in_per_group, p.out_per_group,
+                              p.kernel_w, p.stride[1], n_groups=p.groups)
+    fg = _field_grid(p, machine.n_tiles)
+    serials = _serial_candidates(p)
+    fit, nofit = [], []
+    for cand in cands:
+        res = _score_method(p, machine, cand, bias, serials, None, fg)
+        if res is None:
+            continue
+        if res.best is not None:
+            b = res.best
+            fit.append(((b.serial > 1, b.cycles, b.nbytes),
+                        PlanCandidate(cand, True, b.cycles, b.nbytes, b.split, b.serial,
+                                      b.breakdown)))
+        elif res.smallest is not None:
+            nofit.append((res.smallest[0],
+                          PlanCandidate(cand, False, None, res.smallest[0], None,
+                                        res.smallest[1])))
+    fit.sort(key=lambda e: e[0])
+    nofit.sort(key=lambda e: e[0])
+    return [c for _, c in fit + nofit][:int(k)]
