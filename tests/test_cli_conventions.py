@@ -164,3 +164,11 @@ def test_broken_pipe_exits_quietly_in_process(monkeypatch, capsys):
     monkeypatch.setattr(sys, "stdout", Closed())
     assert main(["info"]) == 141
     assert "Broken pipe" not in capsys.readouterr().err
+
+
+def test_info_and_validate_text_name_no_internal_documents(capsys):
+    assert main(["info", "--gpus"]) == 0
+    out = capsys.readouterr().out.lower()
+    assert "brief" not in out and not re.search(r"issue\s*#?\d", out)
+    from ipukern import validation
+    assert all("brief" not in v for v in validation.VARIANTS.values())
