@@ -135,32 +135,53 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", nargs="?", help="model name from ipukern.nn.models (e.g. resnet50)")
     p.add_argument("--costs", help="JSON list of per-layer LayerCost fields instead of a model")
-    p.add_argument("--micro-batch", type=int, default=20)
-    p.add_argument("--gradient-accumulation", type=int, default=1)
-    p.add_argument("--replicas", type=int, default=None)
-    p.add_argument("--ipus-per-replica", type=int, default=1)
+    p.add_argument("--micro-batch", type=int, default=20,
+                   help="samples per replica per micro-batch (default 20)")
+    p.add_argument("--gradient-accumulation", type=int, default=1,
+                   help="micro-batches per step per replica (default 1)")
+    p.add_argument("--replicas", type=int, default=None,
+                   help="data-parallel replicas (default: as many as the system holds)")
+    p.add_argument("--ipus-per-replica", type=int, default=1,
+                   help="1, 2, 4, 8 or 16 IPUs per replica; > 1 pipelines the network (default 1)")
     p.add_argument("--pipeline", default=None, help="'auto' or comma-separated split layers")
-    p.add_argument("--dtype", default="float16", choices=["float16", "float32"])
-    p.add_argument("--partials", default="half", choices=["half", "float"])
-    p.add_argument("--recompute", action="store_true")
-    p.add_argument("--optimizer", default="sgd_momentum")
-    p.add_argument("--optimizer-state", default="chip", choices=["chip", "streaming"])
-    p.add_argument("--replicated-sharding", action="store_true")
+    p.add_argument("--dtype", default="float16", choices=["float16", "float32"],
+                   help="activation and weight dtype (default float16)")
+    p.add_argument("--partials", default="half", choices=["half", "float"],
+                   help="accumulation dtype of the convolutions and matmuls (default half)")
+    p.add_argument("--recompute", action="store_true",
+                   help="re-run each stage's forward in its backward; stash only the stage input")
+    p.add_argument("--optimizer", default="sgd_momentum",
+                   help="sgd, sgd_momentum (default), adam or lamb")
+    p.add_argument("--optimizer-state", default="chip", choices=["chip", "streaming"],
+                   help="keep the optimizer state on chip (default) or in Streaming Memory")
+    p.add_argument("--replicated-sharding", action="store_true",
+                   help="shard the optimizer state and update across replicas")
     p.add_argument("--dataset-size", type=int, default=1_281_167, help="samples per epoch (ImageNet)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    t = sub.add_parser("train", help="estimate training on an IPU system (breakdown, CSV/JSON, schedule)")
+    t = sub.add_parser("train", help="estimate training on an IPU system (breakdown, CSV/JSON, schedule)",
+                       epilog="examples:\n"
+                              "  ipukern train resnet50 --system POD16 --micro-batch 20\n"
+                              "  ipukern train resnet50 --ipus-per-replica 4 --pipeline auto --recompute",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(t)
     t.add_argument("--system", default="POD16", help=f"one of {sorted(SYSTEM_PRESETS)}")
-    t.add_argument("--epochs", type=float, default=None)
+    t.add_argument("--epochs", type=float, default=None,
+                   help="also report the time to train this many epochs")
     t.add_argument("--out", default="train", help="output prefix (default: train)")
     t.set_defaults(func=_cmd_train)
-    c = sub.add_parser("compare", help="training throughput of IPU systems and DGX A100 side by side")
+    c = sub.add_parser("compare", help="training throughput of IPU systems and DGX A100 side by side",
+                       epilog="examples:\n"
+                              "  ipukern compare resnet50 --training --systems POD16,DGX_A100\n"
+                              "  ipukern compare resnet50 --training --prices POD16=150000,DGX_A100=200000",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(c)
-    c.add_argument("--training", action="store_true")
-    c.add_argument("--systems", default="POD16,DGX_A100")
+    c.add_argument("--training", action="store_true", help="compare training throughput")
+    c.add_argument("--systems", default="POD16,DGX_A100",
+                   help="comma-separated IPU system presets and GPU systems (default POD16,DGX_A100)")
     c.add_argument("--prices", default=None, help="NAME=PRICE,... (list prices, your currency)")
-    c.add_argument("--epochs", type=float, default=1.0)
+    c.add_argument("--epochs", type=float, default=1.0,
+                   help="epochs for the time-to-train column (default 1)")
     c.add_argument("--gpu-batch", type=int, default=256, help="samples per GPU per step")
     c.set_defaults(func=_cmd_compare)
