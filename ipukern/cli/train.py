@@ -162,8 +162,9 @@ def _common(p: argparse.ArgumentParser) -> None:
 def register(sub: argparse._SubParsersAction) -> None:
     t = sub.add_parser("train", help="estimate training on an IPU system (breakdown, CSV/JSON, schedule)",
                        epilog="examples:\n"
-                              "  ipukern train resnet50 --system POD16 --micro-batch 20\n"
-                              "  ipukern train resnet50 --ipus-per-replica 4 --pipeline auto --recompute",
+                              "  ipukern train --costs layers.json --system POD16 --micro-batch 20\n"
+                              "  ipukern train --costs layers.json --ipus-per-replica 4 --pipeline auto "
+                              "--recompute",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(t)
     t.add_argument("--system", default="POD16", help=f"one of {sorted(SYSTEM_PRESETS)}")
@@ -173,8 +174,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.set_defaults(func=_cmd_train)
     c = sub.add_parser("compare", help="training throughput of IPU systems and DGX A100 side by side",
                        epilog="examples:\n"
-                              "  ipukern compare resnet50 --training --systems POD16,DGX_A100\n"
-                              "  ipukern compare resnet50 --training --prices POD16=150000,DGX_A100=200000",
+                              "  ipukern compare --costs layers.json --training --systems POD16,DGX_A100\n"
+                              "  ipukern compare --costs layers.json --training "
+                              "--prices POD16=150000,DGX_A100=200000",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(c)
     c.add_argument("--training", action="store_true", help="compare training throughput")
