@@ -150,6 +150,12 @@ def plot_scaling(rows: Sequence[Any], path: str | Path, *, title: str | None = N
         fig = Figure(figsize=(6.2 * ncols + 2.6, 4.3 * n + 0.9), layout="constrained")
         axes = fig.subplots(n, ncols, squeeze=False)
     xfmt = FuncFormatter(lambda v, _: f"{v:g}")
+    # layers drawn later sit below with larger markers and wider lines, so a layer whose
+    # points coincide with another's still shows as a ring / halo around them
+    msize = {lay: (3.0 if small else 4.0) + 1.1 * i for i, lay in enumerate(layers)}
+    lwidth = {lay: (1.0 if small else 1.3) + 0.5 * i for i, lay in enumerate(layers)}
+    xlabel = ("input channels per group (star = dense)" if small
+              else "input channels per group (log scale; star = dense, groups = 1)")
     for bi, b in enumerate(batches):
         ax = axes[bi][0]
         for li, lay in enumerate(layers):
@@ -160,8 +166,8 @@ def plot_scaling(rows: Sequence[Any], path: str | Path, *, title: str | None = N
                     continue
                 ls, _ = style[dev]
                 xs, ys, dense = zip(*pts)
-                ax.plot(xs, ys, linestyle=ls, marker=marker[lay], ms=3.5 if small else 4.5,
-                        lw=1.2 if small else 1.5, color=colours[li], zorder=zorder[lay],
+                ax.plot(xs, ys, linestyle=ls, marker=marker[lay], ms=msize[lay],
+                        lw=lwidth[lay], color=colours[li], zorder=zorder[lay],
                         markeredgecolor="white", markeredgewidth=0.4)
                 for x, y, d in pts:
                     if d:
@@ -175,8 +181,8 @@ def plot_scaling(rows: Sequence[Any], path: str | Path, *, title: str | None = N
                         color="0.4")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_xlabel("input channels per group (log scale; star = dense, groups = 1)")
-        ax.set_ylabel("achieved throughput (TFLOP/s, log scale)")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("achieved TFLOP/s (log)" if small else "achieved throughput (TFLOP/s, log scale)")
         ax.set_title(f"batch {b}: throughput", fontsize=11)
         ax.xaxis.set_major_formatter(xfmt)
         ax.set_xticks(cpg_ticks)
@@ -196,8 +202,8 @@ def plot_scaling(rows: Sequence[Any], path: str | Path, *, title: str | None = N
                     ls, _ = (_PAIR_STYLES[pi % len(_PAIR_STYLES)] if len(pairs) > 1
                              else style[m])
                     xs, ys, _ = zip(*pts)
-                    ax.plot(xs, ys, linestyle=ls, marker=marker[lay], ms=3.5 if small else 4.5,
-                            lw=1.2 if small else 1.5, color=colours[li], zorder=zorder[lay],
+                    ax.plot(xs, ys, linestyle=ls, marker=marker[lay], ms=msize[lay],
+                            lw=lwidth[lay], color=colours[li], zorder=zorder[lay],
                             markeredgecolor="white", markeredgewidth=0.4)
                     for x, y, d in pts:
                         if d:
@@ -209,10 +215,12 @@ def plot_scaling(rows: Sequence[Any], path: str | Path, *, title: str | None = N
                         xytext=(2, 3), textcoords="offset points", fontsize=8)
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
-            ax.set_xlabel("input channels per group (log scale; star = dense, groups = 1)")
+            ax.set_xlabel(xlabel)
             ylabel = "IPU / GPU throughput ratio (x, log scale)"
             if len(pairs) == 1:
                 ylabel = f"{pairs[0][0]} / {pairs[0][1]} throughput (x, log scale)"
+            if small:
+                ylabel = "IPU / GPU throughput (x, log)"
             ax.set_ylabel(ylabel)
             ax.set_title(f"batch {b}: IPU / GPU ratio (above 1: IPU faster)", fontsize=11)
             ax.xaxis.set_major_formatter(xfmt)
@@ -259,6 +267,9 @@ def plot_scaling(rows: Sequence[Any], path: str | Path, *, title: str | None = N
         title = (f"Grouped conv2d throughput vs channels per group ({r0.dtype}"
                  + (f", IPU partials {r0.partials}" if ipus else "")
                  + (f"; GPU model: {curve} curve" if curve else "") + ")")
+    if small:
+        import textwrap
+        title = "\n".join(textwrap.wrap(title, 60 if size == "column" else 110))
     fig.suptitle(title, fontsize=fs + 1 if small else 12)
     return _save(fig, path, dpi)
 

@@ -118,3 +118,29 @@ def test_paper_scaling_plot_styles(tmp_path):
                                                       if ln.get_color() != plots.OKABE_ITO[0])
     with pytest.raises(ValueError, match="size"):
         plots.plot_scaling(rows, tmp_path / "x.png", size="poster")
+
+
+def test_coinciding_layers_stay_visible(tmp_path):
+    """A layer drawn below another has larger markers and a wider line (a visible ring)."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    same = [ConvLayer(n, channels=16, height=8, width=8) for n in ("head", "twin")]
+    rows = grouped_conv_sweep(same, channels_per_group=(1, 4), batch=1, gpus=("A100_40GB",))
+    captured = {}
+    real_savefig = Figure.savefig
+
+    def spy(self, *a, **k):
+        captured["fig"] = self
+        return real_savefig(self, *a, **k)
+
+    Figure.savefig = spy
+    try:
+        plots.plot_scaling(rows, tmp_path / "s.png")
+    finally:
+        Figure.savefig = real_savefig
+    lines = [ln for ln in captured["fig"].axes[1].get_lines() if ln.get_marker() not in ("*", "None", "")]
+    head = next(ln for ln in lines if ln.get_color() == plots.OKABE_ITO[0])
+    twin = next(ln for ln in lines if ln.get_color() == plots.OKABE_ITO[1])
+    assert head.get_zorder() > twin.get_zorder()
+    assert twin.get_markersize() > head.get_markersize() and twin.get_linewidth() > head.get_linewidth()
