@@ -24,6 +24,21 @@ __all__ = ["TileMemoryError", "TileMemory", "MemoryReport", "Allocation", "Arena
 CATEGORIES = ("inputs", "weights", "partials", "outputs", "exchange", "scratch", "user")
 ALIGN = 8  # bytes: 64-bit loads/stores need 8-byte alignment on the tile
 
+#: the lines of Graphcore PopVision's tile-memory report that ipukern can fill, the
+#: allocation categories each gathers (a category not listed counts as a variable), and
+#: where the bytes come from
+POPVISION_LINES: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("variables", ("inputs", "weights", "partials", "outputs", "user"),
+     "the program's tensors, exact: allocated per tile by the planner or the Graph"),
+    ("temporaries", ("scratch",), "scratch buffers the program allocates, exact"),
+    ("exchange buffers", ("exchange",),
+     "receive buffers the program allocates, exact (exchange code is not modelled)"),
+    ("alignment padding", ("alignment",), "8-byte alignment of every buffer (64-bit loads)"),
+    ("code, vertex state and stacks", ("reserved",),
+     "MachineSpec.reserved_bytes_per_tile: no public figure per item, so one documented "
+     "parameter, not split into vertex code, vertex state and stack"),
+)
+
 
 class TileMemoryError(MemoryError):
     """A tile's memory budget is exceeded. The message names the tile, the bytes
@@ -187,11 +202,32 @@ class MemoryReport:
         tot = self.per_tile
         rows.append(f"  {'total':<12}{int(tot.max()):>10}{tot.mean():>12.0f}{int(tot.min()):>10}"
                     f"   busiest tile {self.busiest_tile}")
+        rows.append("  as PopVision's lines (max B per tile; source):")
+        for line in self.popvision():
+            rows.append(f"    {line['line']:<30}{line['max']:>10}  {line['source']}")
         over = self.overflow_tiles
         if over.size:
             rows.append(f"  OVER BUDGET on {over.size} tiles (first: tile {int(over[0])}, "
                         f"{int(tot[over[0]])} B > {self.tile_bytes} B)")
         return "\n".join(rows)
+
+    def popvision(self) -> list[dict]:
+        """The report regrouped into PopVision's lines (see ``POPVISION_LINES``): for each,
+        the busiest tile's and the mean bytes, the categories it gathers and its source.
+        Lines with no bytes are left out."""
+        listed = {c for _, cats, _ in POPVISION_LINES for c in cats}
+        out = []
+        for name, cats, source in POPVISION_LINES:
+            members = [c for c in self.by_category if c in cats
+                       or (name == "variables" and c not in listed)]
+            if not members:
+                continue
+            arr = sum(self.by_category[c] for c in members)
+            if not arr.any():
+                continue
+            out.append({"line": name, "max": int(arr.max()), "mean": float(arr.mean()),
+                        "categories": members, "source": source})
+        return out
 
     def to_dict(self) -> dict:
         return {
@@ -201,6 +237,7 @@ class MemoryReport:
             "overflow_tiles": [int(t) for t in self.overflow_tiles],
             "by_category": {k: {"max": int(v.max()), "mean": float(v.mean()), "min": int(v.min())}
                             for k, v in self.by_category.items()},
+            "popvision": self.popvision(),
         }
 
 

@@ -209,3 +209,20 @@ def test_to_pandas_without_pandas_says_how_to_get_it(conv_profile, monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_pandas)
     with pytest.raises(ImportError, match="pip install pandas"):
         conv_profile.to_pandas()
+
+
+def test_memory_popvision_lines_add_up_and_name_their_sources():
+    from ipukern.core.memory import POPVISION_LINES, TileMemory
+    mem = TileMemory(SMALL)
+    mem.alloc("x", 100, "inputs")
+    mem.alloc("act", 12, "activations")                    # a category not listed: a variable
+    mem.alloc("buf", 40, "exchange")
+    mem.alloc("tmp", 8, "scratch")
+    rep = mem.report()
+    lines = {line["line"]: line for line in rep.popvision()}
+    assert set(lines) <= {name for name, _, _ in POPVISION_LINES}
+    assert "activations" in lines["variables"]["categories"]
+    assert sum(line["max"] for line in lines.values()) == rep.max_bytes   # uniform tiles
+    assert lines["code, vertex state and stacks"]["max"] == SMALL.reserved_bytes_per_tile
+    assert all(line["source"] for line in lines.values())
+    assert "as PopVision's lines" in rep.summary() and rep.to_dict()["popvision"]
