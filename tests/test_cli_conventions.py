@@ -172,3 +172,10 @@ def test_info_and_validate_text_name_no_internal_documents(capsys):
     assert "brief" not in out and not re.search(r"issue\s*#?\d", out)
     from ipukern import validation
     assert all("brief" not in v for v in validation.VARIANTS.values())
+
+
+def test_json_dash_with_both_bandwidths_is_one_json_document(capsys):
+    assert main(["conv", "--shape", "1,16,8,8", "--gpu", "none", "--exchange-bandwidth", "both",
+                 "--json", "-"]) == 0
+    docs = json.loads(capsys.readouterr().out)
+    assert [d["machine"] for d in docs] == ["GC200", "GC200-xch8TB"]

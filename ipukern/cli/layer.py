@@ -114,7 +114,8 @@ def _cmd_matmul(args: argparse.Namespace) -> int:
 
 def finish(profiles: list, args: argparse.Namespace) -> None:
     """With several exchange bandwidths: a comparison line; then the files of the first
-    profile (the others' files get the machine's name before the suffix, e.g. a-GC200-xch8TB.json)."""
+    profile (the others' files get the machine's name before the suffix, e.g.
+    a-GC200-xch8TB.json; ``--json -`` writes one JSON list of all the profiles)."""
     if len(profiles) > 1:
         base = profiles[0]
         print()
@@ -122,6 +123,11 @@ def finish(profiles: list, args: argparse.Namespace) -> None:
             f"{p.machine.name} {p.machine.exchange_bandwidth / 1e12:.1f} TB/s: {p.total_cycles:,} "
             f"cycles ({p.total_cycles / base.total_cycles:.3f}x, exchange {p.exchange_cycles:,})"
             for p in profiles))
+    if args.json == "-" and len(profiles) > 1:
+        # one JSON document on stdout: a list with one profile per machine
+        args.json_stream.write("[\n" + ",\n".join(p.to_json(indent=1) for p in profiles) + "\n]\n")
+        args.json_stream.flush()
+        args.json = None
     write_views(profiles[0], args)
     for p in profiles[1:]:
         write_views(p, args, suffix=f"-{p.machine.name}")
