@@ -50,15 +50,22 @@ def _cmd_network(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("network", help="estimate a zoo network on one IPU (per-layer table, "
-                                       "memory, CSV/JSON/plots)")
+                                       "memory, CSV/JSON/plots)",
+                       epilog="examples:\n"
+                              "  ipukern network resnet50 --batch 16\n"
+                              "  ipukern network bert_base --seq-len 128 --training --out bert/\n"
+                              "  ipukern network mobilenet_v2 --max-batch",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", help="zoo model: resnet50, resnext50_32x4d, resnext101_32x4d, "
                                  "efficientnet_b0..b4, mobilenet_v1, mobilenet_v2, bert_base, bert_large")
     p.add_argument("--batch", type=int, default=16, help="samples per step (default 16)")
     p.add_argument("--training", action="store_true", help="a training step instead of inference")
-    p.add_argument("--dtype", choices=["float16", "float32"], default="float16")
+    p.add_argument("--dtype", choices=["float16", "float32"], default="float16",
+                   help="activation and weight dtype (default float16)")
     p.add_argument("--partials", choices=["half", "float"], default="half",
                    help="conv/matmul accumulation (default half; float32 networks use float)")
-    p.add_argument("--machine", type=lambda v: machine_list(v)[0], default=PRESETS["GC200"])
+    p.add_argument("--machine", type=lambda v: machine_list(v)[0], default=PRESETS["GC200"],
+                   metavar="NAME", help="IPU preset: GC200 (default), BOW or GC2")
     p.add_argument("--recompute", nargs="*", default=None, metavar="LAYER",
                    help="training: checkpoints after which activations are recomputed")
     p.add_argument("--optimizer", default="sgd_momentum",
@@ -72,6 +79,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-rows", type=int, default=None, help="print at most this many layers")
     p.add_argument("--out", metavar="DIR", help="write CSV, JSON and PNGs here")
     prog = p.add_mutually_exclusive_group()
-    prog.add_argument("--progress", dest="progress", action="store_true", default=None)
-    prog.add_argument("--no-progress", dest="progress", action="store_false")
+    prog.add_argument("--progress", dest="progress", action="store_true", default=None,
+                      help="show a progress line on stderr even when it is not a terminal")
+    prog.add_argument("--no-progress", dest="progress", action="store_false",
+                      help="never show a progress line")
     p.set_defaults(func=_cmd_network)
