@@ -72,3 +72,11 @@ def test_bad_input():
         gpu.estimate_network_gpu(tiny(), 8).time_to_train(epochs=1)
     with pytest.raises(ValueError, match="n_gpus"):
         gpu.GPUSystem("x", "A100_40GB", 0, 1e9)
+
+
+def test_resnet50_training_on_dgx_a100_runs():
+    models = pytest.importorskip("ipukern.nn.models")
+    e = gpu.estimate_network_gpu(models.resnet50(), 256, "DGX_A100", training=True)
+    assert e.n_params > 25_000_000 and len(e.layers) > 100
+    assert e.all_reduce_seconds == pytest.approx(gpu.gpu_all_reduce_seconds(gpu.DGX_A100, 2 * e.n_params))
+    assert 0 < e.samples_per_second < 8 * 312e12 / (3 * 2 * 4.1e9)   # below the FP16 peak bound
