@@ -270,16 +270,22 @@ def build_conv_program(plan: ConvPlan, device: Device | None = None, *,
     first = [window_copies(geo, buf.win_off, buf.isz), _weight_copies(buf, 0)]
     if plan.bias:
         first.append(_bias_copies(buf))
+    # PopLibs' accounting (ExchangeEstimator.hpp): the shared-bus 2x rate is for inputs only,
+    # and only when the out-channel split is even (bus partners then hold the same inputs)
+    bus = plan.machine.tiles_per_exchange_bus
+    bus_ok = bus > 1 and plan.split.out_chans % bus == 0
+    shared_bus = np.concatenate([np.full(t.nbytes.size, bus_ok and i == 0) for i, t in enumerate(first)])
     steps = [Superstep("exchange inputs and weights", category="exchange",
-                       exchange=_exchange(dev, CopyTable.concat(first), "inputs+weights"))]
+                       exchange=_exchange(dev, CopyTable.concat(first), "inputs+weights",
+                                          shared_bus))]
     for j in range(S):
         batches = [_conv_batch(buf, j, codelet, vertex)]
         if j >= 1 and finishing:
             batches += _finish_batches(buf, j - 1)
         tabs = ([_weight_copies(buf, j + 1)] if j + 1 < S else []) + (
             [_partial_copies(buf, j)] if buf.reduce_needed else [])
-        xch = (_exchange(dev, CopyTable.concat(tabs), "weights+partials" if S > 1 else "partials")
-               if tabs else None)
+        xch = (_exchange(dev, CopyTable.concat(tabs), "weights+partials" if S > 1 else "partials",
+                         False) if tabs else None)
         name = f"conv slice {j}" if S > 1 else "conv"
         steps.append(Superstep(name, compute=dev.compute_set(batches, name=name), exchange=xch,
                                category="compute"))
@@ -344,9 +350,9 @@ def _bias_copies(buf: _ConvBuffers) -> CopyTable:
                      geo.G[t] * geo.K[t] * buf.isz)
 
 
-def _exchange(dev: Device, table: CopyTable, name: str):
+def _exchange(dev: Device, table: CopyTable, name: str, shared_bus: Any):
     return dev.exchange(table.src_tile, table.src_off, table.dst_tile, table.dst_off,
-                        table.nbytes, name=name)
+                        table.nbytes, name=name, shared_bus=shared_bus)
 
 
 # --------------------------------------------------------------------------- vertices

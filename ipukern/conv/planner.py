@@ -488,16 +488,17 @@ def _costs(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: _Table,
     conv = conv_vertex_cycles_array(machine, cand, conv_groups=c.G_t, in_chans=c.C_t,
                                     out_chans=c.K_s, batch=vb, out_h=vh, out_w=vw,
                                     kernel_h=p.kernel_h, kernel_w=p.kernel_w, stride=p.stride)
-    # exchange: the busiest receiver; bus pairs receiving the same data count once. The
-    # tile owns 1/Os of its block's core (or nothing when only the first few of the Os
-    # tiles own shares, layout.MAX_INPUT_OWNERS); the rest of its window arrives.
+    # exchange: the busiest receiver. The tile owns 1/Os of its block's core (or nothing
+    # when only the first few of the Os tiles own shares, layout.MAX_INPUT_OWNERS); the rest
+    # of its window arrives. As in PopLibs (ExchangeEstimator.hpp), inputs arrive at the
+    # shared-bus 2x rate when the out-channel split is even; weights never do.
     CR = np.minimum(ceil_div(p.in_h, c.hs), c.WR)
     CC = np.minimum(ceil_div(p.in_w, c.ws), c.WC)
     core_b = c.B_t * CR * c.G_t * c.C_t * CC * isz
     in_recv = c.win_b - np.where(c.os_ <= MAX_INPUT_OWNERS, core_b // c.os_, 0)
-    in_eff = np.where(c.os_ >= 2, in_recv // 2, in_recv)
-    w_recv = np.where((c.M > 1) | (c.serial > 1), c.w_b, 0)
-    w_eff = np.where((c.os_ == 1) & (c.M > 1), w_recv // 2, w_recv)
+    bus = machine.tiles_per_exchange_bus
+    in_eff = np.where((bus > 1) & (c.os_ % bus == 0), in_recv // 2, in_recv)
+    w_eff = np.where((c.M > 1) | (c.serial > 1), c.w_b, 0)
     out = {"conv": conv}
     out["ex_in"] = exchange_cycles(in_eff + w_eff, machine, with_overhead=True)
     out["ex_w"] = exchange_cycles(w_eff, machine, with_overhead=True)   # later slices' weights

@@ -30,8 +30,10 @@ them, one module per vertex family:
 
 Fidelity policy
 ---------------
-The estimators reproduce PopLibs' planner numbers exactly, with two exceptions where the
-PopLibs arithmetic contradicts its own comments and yields rates above what the unit can do:
+The estimators reproduce PopLibs' planner numbers exactly (the mk2-main estimators, including
+the 2023 VMAC fix, graphcore/poplibs 38f82620), with three exceptions where the PopLibs
+arithmetic contradicts its own comments or the vertex's assembly and yields rates above what
+the unit can do:
 
 1. SLIC with more than 4 conv groups per group: PopLibs repeats the non-zeroing worker pass
    once per 4-group stride but runs the zeroing (first sub-kernel) pass only once. Here both
@@ -39,6 +41,10 @@ PopLibs arithmetic contradicts its own comments and yields rates above what the 
 2. HMAC with half partials: PopLibs halves the output-channel count once *per work-list
    segment* instead of once, so every segment after the first costs no dot product at all.
    Here it is halved once (the loop handles 2 output channels).
+3. SLIC weight loads: PopLibs charges the sub-kernel loop (one weight load per sub-kernel)
+   once, but the supervisor runs it inside its conv-group-block loop (ConvPartial1x4SLIC*.S),
+   so here it is paid once per sub-kernel per conv-group block (depthwise layers on small
+   fields: 11-15% more cycles).
 
 ``poplibs_literal=True`` on :func:`slic_cycles`, :func:`hmac_cycles` and
 :func:`conv_vertex_cycles` restores PopLibs' literal arithmetic for comparisons.

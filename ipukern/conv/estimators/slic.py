@@ -118,11 +118,15 @@ def _slic_parts(machine: MachineSpec, method: VertexMethod, d: _Dims, stride_w: 
         if not literal:
             inner_zero = inner_zero * strides
     work = n_cgg * inner_zero + n_cgg * (n_sub - 1) * inner_acc
+    # The supervisor runs the sub-kernel loop -- a weight load per sub-kernel -- inside its
+    # conv-group-group loop (.LSubKernelLoop within .LConvGroupGroupsLoop in all three
+    # ConvPartial1x4SLIC*.S of graphcore/poplibs mk2-main @7eac0f26), so the hardware pays it
+    # once per sub-kernel per conv-group block. PopLibs' estimator (getConvPartialSlic*)
+    # charges it once per sub-kernel: poplibs_literal keeps that.
+    sub_loops = 1 if literal else n_cgg
     total = (SLIC_SUPERVISOR_PREAMBLE[half8] + cgg_body * n_cgg + brnzdec(n_cgg)
-             + sub_body * n_sub + brnzdec(n_sub) + work)
-    # as in PopLibs, the sub-kernel loop (with its weight loads) is charged once, not per
-    # conv-group group
-    weight_load = n_sub * strides * wl
+             + sub_loops * (sub_body * n_sub + brnzdec(n_sub)) + work)
+    weight_load = sub_loops * n_sub * strides * wl
     return {"weight_load": weight_load, "workers": work, "zeroing": 0,
             "supervisor": total - weight_load - work, "_groups": (n_cgg, 1, 1),
             "_kernel": n_sub, "_passes": passes}
@@ -154,8 +158,9 @@ def slic_cycles(machine: MachineSpec, method: VertexMethod, tile: TileConv, *,
     tile : TileConv
         At most one channel group (Ci_t, Co_t <= chans) and stride_w <= 2.
     poplibs_literal : bool
-        Reproduce PopLibs exactly: with cgpg > 4 the zeroing pass is not repeated per
-        4-group stride (see the module docstring).
+        Reproduce PopLibs' estimator exactly: with cgpg > 4 the zeroing pass is not repeated
+        per 4-group stride (see the module docstring), and the sub-kernel loop with its
+        weight loads is charged once rather than once per conv-group block.
 
     Returns
     -------

@@ -21,9 +21,11 @@ __all__ = ["vmac_cycles"]
 # ---- VMAC (ConvPartialVerticalMac): getConvPartialVerticalMac*; work list from ConvModel.cpp
 VMAC_SUPERVISOR_CYCLES = 61
 VMAC_CORE_INIT_CYCLES = 14
-#: PopLibs writes ``25 + floatPartials ? 1 : 0``, which C++ parses as ``(25 + fp) ? 1 : 0``
-#: and so always evaluates to 1. We keep PopLibs' value (the intent was 25 + fp).
-VMAC_RETENTION_INIT_CYCLES = 1
+#: worker state-retention init, 25 cycles + 1 with float partials. PopLibs wrote
+#: ``25 + floatPartials ? 1 : 0`` (C++ reads ``(25 + fp) ? 1 : 0`` = 1) until graphcore/poplibs
+#: commit 38f82620 (2023-05-18, "fix precedence in conv-vmac estimator", mk2-main) made it
+#: ``25 + floatPartials``; ipukern follows the fixed estimator.
+VMAC_RETENTION_INIT_CYCLES = 25
 VMAC_CONV_GROUP_CYCLES = 32
 VMAC_IN_GROUP_CYCLES = 24
 #: worker start: cgpg 4 (half / float partials), cgpg 8, cgpg 16
@@ -73,7 +75,7 @@ def _vmac_parts(machine: MachineSpec, method: VertexMethod, d: _Dims) -> dict[st
     n_cg = ceil_div(d.groups, cgpg)
     n_ig = d.in_chans
     work = n_cg * n_ig * inner
-    total = (VMAC_SUPERVISOR_CYCLES + VMAC_CORE_INIT_CYCLES + VMAC_RETENTION_INIT_CYCLES
+    total = (VMAC_SUPERVISOR_CYCLES + VMAC_CORE_INIT_CYCLES + VMAC_RETENTION_INIT_CYCLES + fp
              + n_cg * (zero + VMAC_CONV_GROUP_CYCLES + n_ig * (VMAC_IN_GROUP_CYCLES + inner)
                        + reduction))
     return {"weight_load": 0, "workers": work, "zeroing": n_cg * zero,
