@@ -10,6 +10,10 @@ from .machine import BOW, GC2, GC200, PRESETS, MachineSpec, get_machine
 from .core.memory import MemoryReport, TileMemory, TileMemoryError
 from .ops.conv import ConvRun, clear_plan_cache, conv2d, estimate_conv2d, plan_conv2d
 from .ops.matmul import MatmulRun, estimate_matmul, matmul
+from .ops.conv_grad import (conv2d_backward_data, conv2d_backward_weight,
+                            estimate_conv2d_backward_data, estimate_conv2d_backward_weight)
+from .ops.matmul_grad import (estimate_matmul_backward_data, estimate_matmul_backward_weight,
+                              matmul_backward_data, matmul_backward_weight)
 from .conv.params import ConvParams
 from .core.profile import Profile, SuperstepRecord
 from .core.program import ComputeSet, Exchange, ExchangeError, Program, Superstep, VertexBatch
@@ -37,6 +41,9 @@ __all__ = [
     "ConvParams", "Profile", "SuperstepRecord",
     "conv2d", "estimate_conv2d", "plan_conv2d", "ConvRun", "clear_plan_cache",
     "matmul", "estimate_matmul", "MatmulRun",
+    "conv2d_backward_data", "conv2d_backward_weight", "estimate_conv2d_backward_data",
+    "estimate_conv2d_backward_weight", "matmul_backward_data", "matmul_backward_weight",
+    "estimate_matmul_backward_data", "estimate_matmul_backward_weight",
     "Exchange", "ExchangeError", "ComputeSet", "VertexBatch", "Superstep", "Program",
     "TileMapping", "TileTensor",
     "Graph", "GraphTensor", "grid_mapping", "choose_grid",
