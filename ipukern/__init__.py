@@ -12,6 +12,8 @@ from .ops.conv import ConvRun, clear_plan_cache, conv2d, estimate_conv2d, plan_c
 from .ops.matmul import MatmulRun, estimate_matmul, matmul
 from .ops.conv_grad import (conv2d_backward_data, conv2d_backward_weight,
                             estimate_conv2d_backward_data, estimate_conv2d_backward_weight)
+from .ops.optim import (Optimizer, OptimizerRun, estimate_optimizer_step, get_optimizer,
+                        optimizer_step)
 from .ops.matmul_grad import (estimate_matmul_backward_data, estimate_matmul_backward_weight,
                               matmul_backward_data, matmul_backward_weight)
 from .conv.params import ConvParams
@@ -44,6 +46,7 @@ __all__ = [
     "conv2d_backward_data", "conv2d_backward_weight", "estimate_conv2d_backward_data",
     "estimate_conv2d_backward_weight", "matmul_backward_data", "matmul_backward_weight",
     "estimate_matmul_backward_data", "estimate_matmul_backward_weight",
+    "Optimizer", "OptimizerRun", "optimizer_step", "estimate_optimizer_step", "get_optimizer",
     "Exchange", "ExchangeError", "ComputeSet", "VertexBatch", "Superstep", "Program",
     "TileMapping", "TileTensor",
     "Graph", "GraphTensor", "grid_mapping", "choose_grid",

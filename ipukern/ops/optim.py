@@ -1,0 +1,420 @@
+"""Optimizer steps on the simulated IPU: SGD, SGD with momentum, Adam and LAMB.
+
+Each step is an element-wise tile program over the parameters, their gradients and the
+optimizer state, run for real (float32 arithmetic in ``torch.optim``'s order, so one step
+equals PyTorch's to rounding) and costed with the popops element-wise estimators.
+
+Cycle model
+-----------
+The update of one parameter block on one tile is one vertex: a fused element-wise map
+(PopLibs' ``popops::map`` fuses an expression into one generated codelet). Per worker it
+costs the popops setup (``ELEMENTWISE_WORKER_OVERHEAD``) plus, per 64-bit vector of
+float32 elements, one cycle per input load and per output store and the inner-loop cycles
+of every operation from PopLibs' ``lib/popops/popopsCycleEstimators.hpp``
+(``binaryOpPerfInfo`` / ``unaryOpPerfInfo``, float): ADD/SUBTRACT/MULTIPLY 1 cycle per
+natural vector, SQUARE 2 per 2 elements, SQRT 10 per 2, DIVIDE 10 per 2. Six workers and the
+supervisor overhead as for every popops vertex (``ipukern.core.cost``).
+
+LAMB needs each tensor's norms: each tile's partial sums of p² and r² are exchanged to the
+tensor's first tile, summed into the trust ratio there and the ratio is broadcast back
+(two more supersteps, costed as exchanges).
+
+Optimizer state (momentum, Adam/LAMB moments) is float32. ``state_location="chip"`` keeps
+it in tile memory; ``"host"`` keeps it in host/streaming memory: it is streamed in before
+the update and out after it, each costed at the host-link rate
+(``MachineSpec.host_bytes_per_second``: PCIe Gen4 x16, 64 GB/s, reference/ipu-hardware.md
+[S6]); on chip it then occupies tile memory only during the step.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from ..core.cost import ELEMENTWISE_WORKER_OVERHEAD, SUPERVISOR_OVERHEAD, ceil_div
+from ..core.engine import Device
+from ..core.profile import Profile
+from ..core.program import Superstep, VertexBatch
+from ..core.tensor import TileMapping
+from ..dtypes import canonical_dtype
+from ..machine import GC200, MachineSpec, get_machine
+
+__all__ = [
+    "OPTIMIZERS",
+    "Optimizer",
+    "OptimizerRun",
+    "estimate_optimizer_step",
+    "get_optimizer",
+    "optimizer_step",
+    "optimizer_vertex_cycles",
+]
+
+#: state slots (float32 tensors shaped like the parameter) and their torch.optim names
+OPTIMIZERS = {"sgd": (), "sgd_momentum": ("momentum_buffer",),
+              "adam": ("exp_avg", "exp_avg_sq"), "lamb": ("exp_avg", "exp_avg_sq")}
+#: a parameter is spread over tiles in blocks of at least this many elements (small
+#: tensors use few tiles, as poputil::mapTensorLinearly's minimum elements per tile)
+MIN_ELEMS_PER_TILE = 64
+
+# inner-loop cycles per 64-bit vector of float32 (2 elements), popopsCycleEstimators.hpp
+_ADD = _MUL = 1
+_SQUARE = 2
+_SQRT = 10
+_DIVIDE = 10
+
+
+@dataclass(frozen=True)
+class Optimizer:
+    """An optimizer and its hyper-parameters (``torch.optim`` names and defaults;
+    LAMB as in You et al. 2020, Algorithm 2, with Adam bias correction)."""
+
+    name: str = "sgd"
+    lr: float = 1e-3
+    momentum: float = 0.9
+    dampening: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float | None = None
+    weight_decay: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.name not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer {self.name!r}; choose from {sorted(OPTIMIZERS)}")
+        for k in ("lr", "momentum", "dampening", "weight_decay"):
+            v = getattr(self, k)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v < 0:
+                raise ValueError(f"optimizer {k} must be a finite number >= 0, got {v!r}")
+        b = tuple(self.betas)
+        if len(b) != 2 or not all(0 <= x < 1 for x in b):
+            raise ValueError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
+        object.__setattr__(self, "betas", (float(b[0]), float(b[1])))
+        if self.eps is None:
+            object.__setattr__(self, "eps", 1e-6 if self.name == "lamb" else 1e-8)
+
+    @property
+    def state_names(self) -> tuple[str, ...]:
+        return OPTIMIZERS[self.name]
+
+    @property
+    def n_state(self) -> int:
+        """float32 state tensors per parameter."""
+        return len(self.state_names)
+
+
+def get_optimizer(spec: Any) -> Optimizer:
+    """An :class:`Optimizer` from itself or a name ("sgd", "sgd_momentum", "adam", "lamb")."""
+    if isinstance(spec, Optimizer):
+        return spec
+    if isinstance(spec, str):
+        return Optimizer(spec)
+    raise TypeError(f"optimizer must be a name or an ipukern.Optimizer, got {spec!r}")
+
+
+def _vector_cycles(opt: Optimizer, phase: str) -> tuple[int, int, int]:
+    """(loads, stores, op cycles) per 64-bit vector of one fused update vertex."""
+    wd = 2 * _ADD if opt.weight_decay else 0          # d = g + wd * p
+    if phase == "lamb_apply":
+        return 2, 1, 2 * _MUL
+    return {
+        "sgd": (2, 1, wd + 2 * _MUL),
+        "sgd_momentum": (3, 2, wd + 3 * _MUL + 2 * _MUL),
+        "adam": (4, 3, wd + 3 * _ADD + 4 * _MUL + _SQRT + _DIVIDE + _ADD + _DIVIDE + 2 * _MUL),
+        "lamb": (4, 3, 3 * _ADD + 4 * _MUL + 2 * _MUL + _SQRT + _ADD + _DIVIDE + wd
+                 + 2 * _SQUARE + 2 * _ADD),
+    }[opt.name]
+
+
+def optimizer_vertex_cycles(machine: MachineSpec, opt: Optimizer, n_elems: np.ndarray,
+                            phase: str | None = None) -> np.ndarray:
+    """Cycles of the fused update vertex over ``n_elems`` float32 elements on one tile."""
+    n = np.asarray(n_elems, dtype=np.int64)
+    loads, stores, ops = _vector_cycles(opt, phase or opt.name)
+    vw = machine.vector_elems("float32")
+    vectors = ceil_div(ceil_div(n, machine.n_workers), vw)
+    worker = ELEMENTWISE_WORKER_OVERHEAD + vectors * (loads + stores + ops)
+    return np.where(n > 0, machine.n_workers * worker + SUPERVISOR_OVERHEAD, 0)
+
+
+def _ratio_cycles(machine: MachineSpec, k: np.ndarray) -> np.ndarray:
+    """Trust-ratio vertex: sum k (p², r²) pairs, two square roots and a divide."""
+    k = np.asarray(k, dtype=np.int64)
+    return SUPERVISOR_OVERHEAD + machine.n_workers * ELEMENTWISE_WORKER_OVERHEAD + k * 2 * _ADD \
+        + 2 * _SQRT + _DIVIDE
+
+
+@dataclass
+class OptimizerRun:
+    """Result of :func:`optimizer_step`: updated ``params`` and ``state`` (one dict per
+    parameter, torch.optim names) and the ``profile`` of the step."""
+
+    params: list[np.ndarray]
+    state: list[dict[str, np.ndarray]]
+    profile: Profile
+
+
+class _Codelet:
+    def __init__(self, name: str, fn: str, keys: tuple[str, ...]):
+        self.name, self.fn, self.keys = name, fn, keys
+
+    def run(self, data, batch, n_threads):
+        from ..graph.tilefn import _set_numba_threads
+        from . import _optim_kernels as k
+        _set_numba_threads(n_threads)
+        getattr(k, self.fn)(data, batch.tiles, *[batch.args[key] for key in self.keys])
+
+
+class _NoData:
+    """A host-link transfer: the bytes are placed by the host; only the time is modelled."""
+
+    name = "host_stream"
+
+    def run(self, data, batch, n_threads):
+        return None
+
+
+@dataclass
+class _OptimProgram:
+    device: Device
+    steps: list = field(default_factory=list)
+    p: list = field(default_factory=list)
+    g: list = field(default_factory=list)
+    s: list = field(default_factory=list)
+    hyper: np.ndarray | None = None
+
+
+def _mappings(shapes, n_tiles: int) -> list[TileMapping]:
+    """Each parameter spread linearly over its own run of tiles, starting where the
+    previous one ended (so small tensors do not all land on tile 0)."""
+    out, start = [], 0
+    for shp in shapes:
+        n = int(np.prod(shp, dtype=np.int64))
+        k = max(1, min(n_tiles, n // MIN_ELEMS_PER_TILE))
+        tiles = (start + np.arange(k)) % n_tiles
+        out.append(TileMapping.linear(n, k, grain=2, tiles=tiles))
+        start = (start + k) % n_tiles
+    return out
+
+
+def _build(opt: Optimizer, shapes, dtype: str, machine: MachineSpec, state_location: str,
+           n_state_override: int | None = None) -> _OptimProgram:
+    dev = Device(machine)
+    prog = _OptimProgram(dev)
+    NT = machine.n_tiles
+    maps = _mappings(shapes, NT)
+    lamb = opt.name == "lamb"
+    cat_state = "optimizer state" if state_location == "chip" else "optimizer state (streamed)"
+    tiles, offs, ns = [], [], []
+    for i, (shp, mp) in enumerate(zip(shapes, maps)):
+        p = dev.add_tensor(f"param{i}", shp, dtype, mp, "weights")
+        g = dev.add_tensor(f"grad{i}", shp, dtype, mp, "gradients")
+        st = [dev.add_tensor(f"{nm}{i}", shp, "float32", mp, cat_state) for nm in opt.state_names]
+        r = dev.add_tensor(f"lamb_r{i}", shp, "float32", mp, "scratch") if lamb else None
+        prog.p.append(p)
+        prog.g.append(g)
+        prog.s.append(st)
+        cnt = p.tile_block(NT)[1]
+        t = np.flatnonzero(cnt > 0)
+        o = np.full((t.size, 5), 0, dtype=np.int64)
+        for j, tt in enumerate([p, g] + st + ([None] * (2 - len(st))) + [r]):
+            if tt is not None:
+                o[:, j] = tt.tile_block(NT)[0][t]
+        tiles.append(t)
+        offs.append(o)
+        ns.append(cnt[t])
+    tiles_a = np.concatenate(tiles).astype(np.int32)
+    off_a = np.concatenate(offs)
+    n_a = np.concatenate(ns)
+    prog.hyper = np.zeros(9, dtype=np.float64)
+    isz = np.dtype(dtype).itemsize
+    used = [0, 1] + [2 + k for k in range(opt.n_state)] + ([4] if lamb else [])
+    regions = [(off_a[:, j], n_a * (isz if j < 2 else 4)) for j in used]
+    if state_location == "host" and opt.n_state:
+        prog.steps.append(_host_step("stream optimizer state in", dev, tiles_a, n_a, opt))
+    if not lamb:
+        vb = VertexBatch(_Codelet(f"{opt.name}_update", opt.name, ("off", "n", "h")), tiles_a,
+                         {"off": off_a, "n": n_a, "h": prog.hyper},
+                         optimizer_vertex_cycles(machine, opt, n_a), regions=regions,
+                         why=f"{opt.name} update of {int(n_a.max())} float32 elements "
+                             "(fused popops map)")
+        prog.steps.append(Superstep(f"{opt.name} update", compute=dev.compute_set([vb], name="update"),
+                                    category="optimizer"))
+    else:
+        prog.steps += _lamb_steps(dev, opt, tiles, tiles_a, off_a, n_a, prog.hyper, regions)
+    if state_location == "host" and opt.n_state:
+        prog.steps.append(_host_step("stream optimizer state out", dev, tiles_a, n_a, opt))
+    return prog
+
+
+def _host_step(name: str, dev: Device, tiles: np.ndarray, n: np.ndarray, opt: Optimizer) -> Superstep:
+    m = dev.machine
+    nbytes = int(n.sum()) * 4 * opt.n_state
+    cyc = int(np.ceil(nbytes * m.clock_hz / m.host_bytes_per_second))
+    t = np.unique(tiles)[:1]
+    vb = VertexBatch(_NoData(), t, {}, np.full(t.size, cyc),
+                     why=f"{nbytes} B of optimizer state over the host link at "
+                         f"{m.host_bytes_per_second / 1e9:g} GB/s")
+    return Superstep(name, compute=dev.compute_set([vb], name=name), category="host")
+
+
+def _lamb_steps(dev, opt, tiles_per_param, tiles_a, off_a, n_a, hyper, regions) -> list[Superstep]:
+    m = dev.machine
+    NT = m.n_tiles
+    V = tiles_a.size
+    # per vertex: partial sums (8 B) on its tile; per parameter: the owner (first tile)
+    # receives k pairs; every vertex gets the ratio (4 B) on its tile
+    sums = dev.alloc("lamb.partials", np.bincount(tiles_a, minlength=NT) * 8, "scratch")
+    ratio = dev.alloc("lamb.ratio", np.bincount(tiles_a, minlength=NT) * 4, "scratch")
+    owners = np.array([t[0] for t in tiles_per_param], dtype=np.int32)
+    ks = np.array([t.size for t in tiles_per_param], dtype=np.int64)
+    recv = dev.alloc("lamb.gathered", np.bincount(owners, weights=ks * 8, minlength=NT).astype(np.int64),
+                     "exchange")
+    # slot of each vertex among the vertices of its tile, and among its parameter's tiles
+    order = np.argsort(tiles_a, kind="stable")
+    slot = np.empty(V, dtype=np.int64)
+    counts = np.bincount(tiles_a, minlength=NT)
+    slot[order] = np.arange(V) - np.repeat(np.cumsum(counts) - counts, counts)[np.arange(V)]
+    param_of = np.repeat(np.arange(len(tiles_per_param)), ks)
+    j_in_param = np.arange(V) - np.repeat(np.cumsum(ks) - ks, ks)
+    owner_slot = np.zeros(len(owners), dtype=np.int64)     # base of each parameter on its owner
+    seen: dict[int, int] = {}
+    for i, o in enumerate(owners):
+        owner_slot[i] = seen.get(int(o), 0)
+        seen[int(o)] = owner_slot[i] + ks[i]
+    sums_off = sums[tiles_a] + slot * 8
+    ratio_off = ratio[tiles_a] + slot * 4
+    own_t = owners[param_of]
+    gather_off = recv[own_t] + (owner_slot[param_of] + j_in_param) * 8
+    a = VertexBatch(_Codelet("lamb_direction", "lamb_direction", ("off", "n", "h", "sums")), tiles_a,
+                    {"off": off_a, "n": n_a, "h": hyper, "sums": sums_off},
+                    optimizer_vertex_cycles(m, opt, n_a), regions=regions + [(sums_off, np.full(V, 8))],
+                    why=f"lamb moments, direction and partial norms of {int(n_a.max())} elements")
+    ex1 = dev.exchange(tiles_a, sums_off, own_t, gather_off, np.full(V, 8), name="lamb partial norms")
+    first = j_in_param == 0
+    rsrc = recv[owners] + owner_slot * 8
+    rdst = ratio_off[first]
+    b = VertexBatch(_Codelet("lamb_ratio", "lamb_ratio", ("src", "k", "dst")), owners,
+                    {"src": rsrc, "k": ks, "dst": rdst}, _ratio_cycles(m, ks),
+                    regions=[(rsrc, ks * 8), (rdst, np.full(owners.size, 4))],
+                    why="lamb trust ratio ||p|| / ||r||")
+    ex2_keep = ~first
+    ex2 = dev.exchange(own_t[ex2_keep], ratio_off[first][param_of[ex2_keep]], tiles_a[ex2_keep],
+                       ratio_off[ex2_keep], np.full(int(ex2_keep.sum()), 4), name="lamb ratio broadcast")
+    c = VertexBatch(_Codelet("lamb_apply", "lamb_apply", ("off", "n", "h", "ratio")), tiles_a,
+                    {"off": off_a, "n": n_a, "h": hyper, "ratio": ratio_off},
+                    optimizer_vertex_cycles(m, opt, n_a, "lamb_apply"),
+                    regions=[(off_a[:, 0], n_a * 4), (off_a[:, 4], n_a * 4), (ratio_off, np.full(V, 4))],
+                    why="lamb apply p -= lr * ratio * r")
+    return [Superstep("lamb direction", compute=dev.compute_set([a], name="lamb direction"),
+                      exchange=ex1, category="optimizer"),
+            Superstep("lamb trust ratio", compute=dev.compute_set([b], name="lamb ratio"),
+                      exchange=ex2 if ex2_keep.any() else None, category="optimizer"),
+            Superstep("lamb apply", compute=dev.compute_set([c], name="lamb apply"),
+                      category="optimizer")]
+
+
+def _hyper(opt: Optimizer, step: int, out: np.ndarray) -> None:
+    b1, b2 = opt.betas
+    bc1, bc2 = 1 - b1 ** step, 1 - b2 ** step
+    out[:] = 0
+    out[0], out[1] = opt.lr, opt.weight_decay
+    if opt.name == "sgd_momentum":
+        out[2], out[3], out[4] = opt.momentum, 1 - opt.dampening, 1.0 if step == 1 else 0.0
+    elif opt.name == "adam":
+        out[2:8] = (1 - b1, b2, opt.eps, opt.lr / bc1, np.sqrt(bc2), 1 - b2)
+    elif opt.name == "lamb":
+        out[2:9] = (b1, b2, opt.eps, 1 / bc1, 1 / bc2, 1 - b2, 1 - b1)
+
+
+def _profile_kw(opt: Optimizer, shapes, location: str) -> dict[str, Any]:
+    n = sum(int(np.prod(s, dtype=np.int64)) for s in shapes)
+    return {"info": {"op": "optimizer_step", "optimizer": opt.name, "pass": "update",
+                     "parameters": n, "state_location": location,
+                     "layer": f"{opt.name} over {len(shapes)} tensors, {n} parameters"}}
+
+
+def _check_location(state_location: str) -> None:
+    if state_location not in ("chip", "host"):
+        raise ValueError(f"state_location must be 'chip' or 'host', got {state_location!r}")
+
+
+def optimizer_step(params: Sequence[np.ndarray], grads: Sequence[np.ndarray],
+                   state: Sequence[dict[str, np.ndarray]] | None = None, *,
+                   optimizer: Any = "sgd", step: int = 1, machine: MachineSpec | str = GC200,
+                   state_location: str = "chip") -> OptimizerRun:
+    """One optimizer step over float32 parameters, computed tile by tile.
+
+    Parameters
+    ----------
+    params, grads : sequences of float32 ndarrays (same shapes, pairwise)
+    state : one dict per parameter (``torch.optim`` state names: ``momentum_buffer``,
+        ``exp_avg``, ``exp_avg_sq``), or None for a fresh optimizer (zeros; step 1).
+    optimizer : name or :class:`Optimizer`
+    step : int
+        The step number (1 = first), for Adam/LAMB bias correction and the first momentum
+        step (which, as in torch, stores the gradient as the buffer).
+    state_location : {"chip", "host"}
+        Where the optimizer state lives between steps (see module docstring).
+
+    Returns
+    -------
+    OptimizerRun
+    """
+    opt = get_optimizer(optimizer)
+    _check_location(state_location)
+    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+        raise ValueError(f"step must be an int >= 1, got {step!r}")
+    params, grads = list(params), list(grads)
+    if len(params) != len(grads) or not params:
+        raise ValueError(f"need one gradient per parameter, got {len(params)} parameters and "
+                         f"{len(grads)} gradients")
+    for i, (p, g) in enumerate(zip(params, grads)):
+        for nm, a in (("parameter", p), ("gradient", g)):
+            if not isinstance(a, np.ndarray) or canonical_dtype(a.dtype) != "float32":
+                raise TypeError(f"{nm} {i} must be a float32 ndarray (optimizer steps execute "
+                                f"in float32), got {getattr(a, 'dtype', type(a).__name__)}")
+        if p.shape != g.shape:
+            raise ValueError(f"gradient {i} has shape {g.shape} but parameter {i} has {p.shape}")
+    if state is not None and len(state) != len(params):
+        raise ValueError(f"need one state dict per parameter, got {len(state)}")
+    shapes = [p.shape for p in params]
+    prog = _build(opt, shapes, "float32", get_machine(machine), state_location)
+    dev = prog.device
+    _hyper(opt, step, prog.hyper)
+    with dev.arena.lock:
+        for i in range(len(params)):
+            dev.write(prog.p[i], params[i])
+            dev.write(prog.g[i], grads[i])
+            for nm, t in zip(opt.state_names, prog.s[i]):
+                if state is not None and nm not in state[i]:
+                    raise ValueError(f"state {i} has no {nm!r} (a {opt.name} state holds "
+                                     f"{list(opt.state_names)})")
+                dev.write(t, np.zeros(t.shape, np.float32) if state is None else state[i][nm])
+        profile = dev.run(dev.program(prog.steps, label=f"{opt.name} step"), "execute",
+                          **_profile_kw(opt, shapes, state_location))
+        new_p = [dev.read(t) for t in prog.p]
+        new_s = [{nm: dev.read(t) for nm, t in zip(opt.state_names, st)} for st in prog.s]
+    return OptimizerRun(params=new_p, state=new_s, profile=profile)
+
+
+def estimate_optimizer_step(shapes: Sequence[Sequence[int]], *, optimizer: Any = "sgd",
+                            dtype: Any = "float32", machine: MachineSpec | str = GC200,
+                            state_location: str = "chip") -> Profile:
+    """The cycles :func:`optimizer_step` reports for parameters of these shapes (no data).
+
+    ``dtype`` is the parameters' and gradients' storage type (memory); the update runs in
+    float32 either way.
+    """
+    opt = get_optimizer(optimizer)
+    _check_location(state_location)
+    shapes = [tuple(int(x) for x in s) for s in shapes]
+    if not shapes or any(int(np.prod(s)) < 1 for s in shapes):
+        raise ValueError(f"need at least one non-empty parameter shape, got {shapes}")
+    prog = _build(opt, shapes, canonical_dtype(dtype), get_machine(machine), state_location)
+    return prog.device.run(prog.device.program(prog.steps, label=f"{opt.name} step"), "estimate",
+                           **_profile_kw(opt, shapes, state_location))
+
+
+def with_lr(opt: Any, lr: float) -> Optimizer:
+    """``opt`` with another learning rate."""
+    return replace(get_optimizer(opt), lr=float(lr))

@@ -1,0 +1,141 @@
+"""Optimizer steps on the tiles against torch.optim (one and two steps) and a float64 LAMB."""
+import numpy as np
+import pytest
+
+import ipukern as ik
+from ipukern.core.cost import ELEMENTWISE_WORKER_OVERHEAD, SUPERVISOR_OVERHEAD
+from ipukern.ops.optim import optimizer_vertex_cycles
+
+SHAPES = [(16, 8, 3, 3), (16,), (10, 16), (3,), (300, 7)]
+
+
+def _data(seed=0):
+    rng = np.random.default_rng(seed)
+    ps = [rng.standard_normal(s).astype(np.float32) for s in SHAPES]
+    gs = [[rng.standard_normal(s).astype(np.float32) for s in SHAPES] for _ in range(2)]
+    return ps, gs
+
+
+TORCH = [
+    ("sgd", {"lr": 0.1}, "SGD", {"lr": 0.1}),
+    ("sgd", {"lr": 0.1, "weight_decay": 0.01}, "SGD", {"lr": 0.1, "weight_decay": 0.01}),
+    ("sgd_momentum", {"lr": 0.1, "momentum": 0.9, "weight_decay": 0.01}, "SGD",
+     {"lr": 0.1, "momentum": 0.9, "weight_decay": 0.01}),
+    ("sgd_momentum", {"lr": 0.05, "momentum": 0.8, "dampening": 0.1}, "SGD",
+     {"lr": 0.05, "momentum": 0.8, "dampening": 0.1}),
+    ("adam", {"lr": 0.01}, "Adam", {"lr": 0.01}),
+    ("adam", {"lr": 0.01, "betas": (0.8, 0.99), "eps": 1e-6, "weight_decay": 0.01}, "Adam",
+     {"lr": 0.01, "betas": (0.8, 0.99), "eps": 1e-6, "weight_decay": 0.01}),
+]
+
+
+@pytest.mark.parametrize("name,kw,tname,tkw", TORCH, ids=lambda v: str(v) if isinstance(v, str) else "")
+def test_equals_torch_optim_over_two_steps(name, kw, tname, tkw):
+    torch = pytest.importorskip("torch")
+    ps, gs = _data()
+    tp = [torch.tensor(p, requires_grad=True) for p in ps]
+    topt = getattr(torch.optim, tname)(tp, **tkw)
+    opt = ik.Optimizer(name, **kw)
+    params, state = ps, None
+    for step in (1, 2):
+        for t, g in zip(tp, gs[step - 1]):
+            t.grad = torch.tensor(g)
+        topt.step()
+        run = ik.optimizer_step(params, gs[step - 1], state, optimizer=opt, step=step)
+        params, state = run.params, run.state
+        for a, t in zip(params, tp):
+            ref = t.detach().numpy()
+            # float32, same operation order: a few ulps of the parameter
+            np.testing.assert_allclose(a, ref, rtol=1e-6, atol=1e-7)
+        for i, t in enumerate(tp):
+            for nm in opt.state_names:
+                np.testing.assert_allclose(state[i][nm], topt.state[t][nm].numpy(), rtol=1e-6,
+                                           atol=1e-7)
+        est = ik.estimate_optimizer_step(SHAPES, optimizer=opt)
+        assert est.total_cycles == run.profile.total_cycles > 0
+
+
+def _lamb_ref(p, g, m, v, step, lr, b1, b2, eps, wd):
+    """LAMB (You et al. 2020, Alg. 2, bias-corrected moments, phi = identity) in float64."""
+    p, g, m, v = (a.astype(np.float64) for a in (p, g, m, v))
+    m = b1 * m + (1 - b1) * g
+    v = b2 * v + (1 - b2) * g * g
+    r = (m / (1 - b1 ** step)) / (np.sqrt(v / (1 - b2 ** step)) + eps) + wd * p
+    pn, rn = np.linalg.norm(p), np.linalg.norm(r)
+    ratio = pn / rn if pn > 0 and rn > 0 else 1.0
+    return p - lr * ratio * r, m, v
+
+
+def test_lamb_matches_float64_reference():
+    ps, gs = _data(1)
+    ps[3][:] = 0                                   # zero norm: trust ratio 1
+    opt = ik.Optimizer("lamb", lr=0.02, weight_decay=0.01)
+    params, state = ps, None
+    ms = [np.zeros_like(p) for p in ps]
+    vs = [np.zeros_like(p) for p in ps]
+    refs = [p.astype(np.float64) for p in ps]
+    for step in (1, 2):
+        run = ik.optimizer_step(params, gs[step - 1], state, optimizer=opt, step=step)
+        out = [_lamb_ref(refs[i], gs[step - 1][i], ms[i], vs[i], step, 0.02, 0.9, 0.999, 1e-6, 0.01)
+               for i in range(len(ps))]
+        refs = [o[0] for o in out]
+        ms = [o[1] for o in out]
+        vs = [o[2] for o in out]
+        params, state = run.params, run.state
+        for a, ref in zip(params, refs):
+            np.testing.assert_allclose(a, ref, rtol=2e-6, atol=1e-6)
+    names = [s.name for s in run.profile.supersteps]
+    assert names == ["lamb direction", "lamb trust ratio", "lamb apply"]
+    assert run.profile.supersteps[0].bytes_exchanged > 0
+
+
+def test_cycle_model_by_hand():
+    m = ik.GC200
+    # adam, 1200 elements on one tile: 200 per worker = 100 vectors; per vector 4 loads,
+    # 3 stores, ops 3 add + 4 mul + sqrt 10 + divide 10 + add 1 + divide 10 + 2 = 40
+    cyc = int(optimizer_vertex_cycles(m, ik.Optimizer("adam"), np.array([1200]))[0])
+    assert cyc == 6 * (ELEMENTWISE_WORKER_OVERHEAD + 100 * (4 + 3 + 40)) + SUPERVISOR_OVERHEAD
+    sgd = int(optimizer_vertex_cycles(m, ik.Optimizer("sgd"), np.array([1200]))[0])
+    assert sgd == 6 * (ELEMENTWISE_WORKER_OVERHEAD + 100 * (2 + 1 + 2)) + SUPERVISOR_OVERHEAD
+
+
+def test_state_location_host_costs_the_host_link():
+    shapes = [(4_000_000,), (1000, 1000)]
+    chip = ik.estimate_optimizer_step(shapes, optimizer="adam")
+    host = ik.estimate_optimizer_step(shapes, optimizer="adam", state_location="host")
+    n_bytes = 5_000_000 * 4 * 2
+    one_way = int(np.ceil(n_bytes * ik.GC200.clock_hz / ik.GC200.host_bytes_per_second))
+    streams = [s for s in host.supersteps if s.category == "host"]
+    assert [s.compute_cycles for s in streams] == [one_way, one_way]
+    assert host.total_cycles == chip.total_cycles + 2 * (one_way + ik.GC200.sync_cycles)
+    sgd = ik.estimate_optimizer_step(shapes, optimizer="sgd", state_location="host")
+    assert not [s for s in sgd.supersteps if s.category == "host"]     # no state to stream
+    # the state is on the tiles in both cases (transiently when streamed)
+    assert chip.memory.by_category["optimizer state"].sum() == n_bytes
+
+
+def test_host_state_executes_identically():
+    ps, gs = _data(2)
+    a = ik.optimizer_step(ps, gs[0], optimizer="sgd_momentum")
+    b = ik.optimizer_step(ps, gs[0], optimizer="sgd_momentum", state_location="host")
+    for x, y in zip(a.params, b.params):
+        np.testing.assert_array_equal(x, y)
+    assert b.profile.total_cycles > a.profile.total_cycles
+
+
+def test_bad_input():
+    p = [np.zeros(4, np.float32)]
+    with pytest.raises(ValueError, match="unknown optimizer"):
+        ik.optimizer_step(p, p, optimizer="adagrad")
+    with pytest.raises(ValueError, match="shape"):
+        ik.optimizer_step(p, [np.zeros(5, np.float32)])
+    with pytest.raises(TypeError, match="float32"):
+        ik.optimizer_step([np.zeros(4, np.float16)], [np.zeros(4, np.float16)])
+    with pytest.raises(ValueError, match="state_location"):
+        ik.optimizer_step(p, p, state_location="disk")
+    with pytest.raises(ValueError, match="exp_avg"):
+        ik.optimizer_step(p, p, [{}], optimizer="adam", step=2)
+    with pytest.raises(ValueError, match="lr"):
+        ik.Optimizer("sgd", lr=-1.0)
+    with pytest.raises(ValueError, match="step"):
+        ik.optimizer_step(p, p, step=0)
