@@ -17,7 +17,8 @@ from ..conv.passes import backward_data_pass, weight_update_pass
 from ..core.profile import Profile
 from ..dtypes import canonical_dtype
 from ..machine import GC200, MachineSpec, get_machine
-from .conv import ConvRun, _as_array, _profile_kw, _program
+from ._cache import as_array, cached_program, execute, profile_kw
+from .conv import ConvRun
 
 __all__ = ["conv2d_backward_data", "conv2d_backward_weight", "estimate_conv2d_backward_data",
            "estimate_conv2d_backward_weight"]
@@ -29,10 +30,10 @@ def _params(input_shape, weight_shape, stride, padding, dilation, groups, dtype,
 
 
 def _pass_profile_kw(prog, fwd: ConvParams, op: str) -> dict[str, Any]:
-    kw = _profile_kw(prog)
+    kw = profile_kw(prog, op)
     # useful work is the forward conv's MAC count: inserted zeros are not counted
     kw["flops"] = fwd.flops
-    kw["info"].update({"op": op, "pass": "bwd" if op.endswith("data") else "wu",
+    kw["info"].update({"pass": "bwd" if op.endswith("data") else "wu",
                        "layer": fwd.describe(), "pass_conv": prog.plan.params.describe()})
     return kw
 
@@ -49,12 +50,8 @@ def _check_dtype(a: np.ndarray, dtype: str, name: str, other: str) -> None:
 
 
 def _run(params: ConvParams, machine, method, x, w, fwd: ConvParams, op: str):
-    prog = _program(params, get_machine(machine), False, method)
-    dev = prog.device
-    with dev.arena.lock:
-        prog.write_inputs(x, w)
-        profile = dev.run(prog.program, "execute", **_pass_profile_kw(prog, fwd, op))
-        out = dev.read(prog.y)
+    prog = cached_program(params, get_machine(machine), False, method)
+    out, profile = execute(prog, x, w, None, _pass_profile_kw(prog, fwd, op))
     return out, profile, prog.plan
 
 
@@ -84,8 +81,8 @@ def conv2d_backward_data(grad_output: np.ndarray, weight: np.ndarray,
         ``output`` = dL/dx (N, C, H, W); ``profile`` with ``info["pass"] == "bwd"`` and
         ``flops`` the forward conv's; ``plan`` of the pass conv.
     """
-    gy = _as_array(grad_output, "grad_output")
-    w = _as_array(weight, "weight")
+    gy = as_array(grad_output, "grad_output")
+    w = as_array(weight, "weight")
     dtype = canonical_dtype(gy.dtype)
     _check_dtype(w, dtype, "weight", "grad_output")
     fwd = _params(input_shape, w.shape, stride, padding, dilation, groups, dtype, partials)
@@ -119,8 +116,8 @@ def conv2d_backward_weight(grad_output: np.ndarray, x: np.ndarray, weight_shape:
     ConvRun
         ``output`` = dL/dw (C_out, C/groups, kh, kw); ``profile`` (``info["pass"] == "wu"``).
     """
-    gy = _as_array(grad_output, "grad_output")
-    x = _as_array(x, "x")
+    gy = as_array(grad_output, "grad_output")
+    x = as_array(x, "x")
     dtype = canonical_dtype(x.dtype)
     _check_dtype(gy, dtype, "grad_output", "x")
     fwd = _params(x.shape, weight_shape, stride, padding, dilation, groups, dtype, partials)
@@ -132,7 +129,7 @@ def conv2d_backward_weight(grad_output: np.ndarray, x: np.ndarray, weight_shape:
 
 
 def _estimate(pass_params: ConvParams, fwd: ConvParams, machine, method, op: str) -> Profile:
-    prog = _program(pass_params, get_machine(machine), False, method)
+    prog = cached_program(pass_params, get_machine(machine), False, method)
     return prog.device.run(prog.program, "estimate", **_pass_profile_kw(prog, fwd, op))
 
 

@@ -17,7 +17,7 @@ import numpy as np
 from ..core.profile import Profile
 from ..dtypes import canonical_dtype
 from ..machine import GC200, MachineSpec
-from .conv import _as_array
+from ._cache import as_array
 from .matmul import MatmulRun, _layout, estimate_matmul, matmul
 
 __all__ = [
@@ -86,8 +86,8 @@ def _relabel(prof: Profile, op: str, pass_: str) -> Profile:
 
 
 def _operands(grad_output, other, name: str, shape):
-    gy = _as_array(grad_output, "grad_output")
-    other = _as_array(other, name)
+    gy = as_array(grad_output, "grad_output")
+    other = as_array(other, name)
     if canonical_dtype(gy.dtype) != canonical_dtype(other.dtype):
         raise TypeError(f"grad_output is {gy.dtype} but {name} is {other.dtype}: both must have "
                         "the same dtype")
