@@ -158,9 +158,7 @@ class _Codelet:
         self.name, self.fn, self.keys = name, fn, keys
 
     def run(self, data, batch, n_threads):
-        from ..graph.tilefn import _set_numba_threads
         from . import _optim_kernels as k
-        _set_numba_threads(n_threads)
         getattr(k, self.fn)(data, batch.tiles, *[batch.args[key] for key in self.keys])
 
 
