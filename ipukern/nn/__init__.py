@@ -43,11 +43,12 @@ from .network import Network
 from .ops import OpPlan
 from .profile import NetworkProfile
 from .torch_import import UnsupportedTorchNode, from_torch
+from .train_exec import TrainStepRun, train_step
 
 __all__ = [  # noqa: RUF022 - grouped: framework, then the layer set
     "Network", "NetworkProfile", "NetworkRun", "NetworkProgram", "estimate_network", "run_network",
     "compile_network", "clear_network_caches", "OpPlan", "Layout", "Rearrangement", "Resident",
-    "UnsupportedTorchNode", "from_torch", "models", "layers",
+    "UnsupportedTorchNode", "from_torch", "models", "layers", "TrainStepRun", "train_step",
     "Layer", "PlanContext", "Conv2d", "BatchNorm2d", "Activation", "ReLU", "ReLU6", "SiLU", "GELU",
     "Sigmoid", "Tanh", "Add", "AddParam", "MaxPool2d", "AvgPool2d", "GlobalAvgPool", "Reshape",
     "Flatten", "Permute", "Linear", "MatMul", "LayerNorm", "Softmax", "ScaleChannels", "Embedding",

@@ -1,0 +1,274 @@
+"""Training steps of a network: forward, backward, optimizer update; memory with liveness.
+
+Program order (one row per layer pass, as PopLibs/PopART schedule a training step):
+
+1. the forward pass (batch norms compute batch statistics: one extra "fwd" row each);
+2. the backward pass in reverse layer order: per layer its backward-data ("bwd") and
+   weight-update ("wu") rows (:mod:`ipukern.nn.backward`); with ``recompute=`` the
+   forward of each recomputed segment runs again (rows ``<layer> (recompute)``) just before
+   that segment's backward;
+3. the optimizer update over every parameter (:func:`ipukern.estimate_optimizer_step`).
+
+Memory at every row is what is live then, per tile: every layer's weights; their
+gradients from their weight-update row to the optimizer; the optimizer state (the whole
+program when on chip, only the optimizer row when streamed from the host); activations
+from production to their last use, where *stashed* activations stay live until the
+backward of their consumers; activation gradients from the backward row that produces
+them to the one that consumes them; and the row's own buffers.
+
+Recomputation: ``recompute`` lists checkpoint layers. Activations produced by a
+checkpoint (and network inputs) are stashed; every other activation of a segment
+(the layers after one checkpoint up to the next) is freed after its forward use and
+recomputed before the segment's backward. The last segment (ending at the loss) is not
+recomputed. An activation used outside its own segment stays stashed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..core.memory import TileMemoryError
+from ..ops.optim import estimate_optimizer_step, get_optimizer
+from .backward import PassRow, backward_rows, bn_stats_row
+from .compile import compile_network
+from .layers import PlanContext
+from .network import Network
+from .profile import NetworkProfile
+
+__all__ = ["estimate_training", "training_schedule"]
+
+
+@dataclass
+class _Row:
+    name: str
+    op: str
+    pass_: str
+    method: str
+    records: list
+    flops: int
+    own: np.ndarray
+    in_shapes: tuple = ()
+    out_shape: tuple = ()
+    rearrange: int = 0
+    fwd_step: int = -1        # forward step index this row belongs to
+
+    @property
+    def cycles(self) -> int:
+        return sum(r.total_cycles for r in self.records) + self.rearrange
+
+
+def _segments(prog, recompute) -> list[int] | None:
+    """Segment index of each forward step (None: no recomputation)."""
+    if recompute is None:
+        return None
+    names = [recompute] if isinstance(recompute, str) else list(recompute)
+    nodes = {s.node: i for i, s in enumerate(prog.steps)}
+    layer_names = {n for s in prog.steps for n in s.layers}
+    for n in names:
+        if n not in layer_names:
+            raise ValueError(f"recompute checkpoint {n!r} is not a layer of network "
+                             f"{prog.net.name!r}")
+    cut = sorted({nodes[n] if n in nodes else next(i for i, s in enumerate(prog.steps) if n in s.layers)
+                  for n in names})
+    seg = np.zeros(len(prog.steps), dtype=np.int64)
+    for c in cut:
+        seg[c + 1:] += 1
+    return seg.tolist()
+
+
+def training_schedule(net: Network, batch: int, ctx: PlanContext, *, recompute: Any = None,
+                      optimizer: Any = "sgd_momentum", state_location: str = "chip"):
+    """The rows of a training step and their per-tile live bytes (reserve excluded).
+
+    Returns (rows, live (n_rows, n_tiles), weights (n_tiles,), flops, optimizer profile).
+    """
+    opt = get_optimizer(optimizer)
+    prog = compile_network(net, batch, ctx, fold_bn=False)
+    nt = ctx.machine.n_tiles
+    steps = prog.steps
+    F = len(steps)
+    seg = _segments(prog, recompute)
+    last_seg = seg[-1] if seg else 0
+    produced = {s.node: i for i, s in enumerate(steps)}
+    consumers: dict[str, list[int]] = {}
+    for i, s in enumerate(steps):
+        for src in s.srcs:
+            consumers.setdefault(src, []).append(i)
+
+    def has_grad(src: str) -> bool:
+        return src in produced and prog.layouts.get(src) is not None
+
+    # ---- forward rows
+    rows: list[_Row] = []
+    fwd_row = {}
+    for i, s in enumerate(steps):
+        if s.op == "batchnorm":
+            r = bn_stats_row(s, ctx)
+            rows.append(_Row(r.name, r.op, "fwd", r.method, r.records, r.flops, r.total_bytes, s.in_shapes,
+                             s.out_shape, 0, i))
+        own = s.plan.total_bytes - s.plan.weight_bytes
+        recs = s.records()
+        fwd_row[i] = len(rows)
+        rows.append(_Row(s.name, s.op, "fwd", s.plan.method, recs, s.plan.flops, own, s.in_shapes,
+                         s.out_shape, 0, i))
+    # ---- backward rows, reverse order, with recomputation before each segment
+    bwd_first: dict[int, int] = {}    # step -> first backward row index
+    bwd_last: dict[int, int] = {}
+    recompute_row: dict[int, int] = {}  # segment -> first recompute row
+    wu_row: dict[int, int] = {}
+    seg_done: set[int] = set()
+    for i in range(F - 1, -1, -1):
+        s = steps[i]
+        if seg is not None and seg[i] != last_seg and seg[i] not in seg_done:
+            seg_done.add(seg[i])
+            members = [j for j in range(F) if seg[j] == seg[i]]
+            recompute_row[seg[i]] = len(rows)
+            for j in members:
+                sj = steps[j]
+                rows.append(_Row(f"{sj.name} (recompute)", sj.op, "fwd", sj.plan.method, sj.records(),
+                                 sj.plan.flops, sj.plan.total_bytes - sj.plan.weight_bytes,
+                                 sj.in_shapes, sj.out_shape, 0, j))
+        prs: list[PassRow] = backward_rows(s, ctx, [has_grad(src) for src in s.srcs])
+        bwd_first[i] = len(rows)
+        for r in prs:
+            if r.pass_ == "wu":
+                wu_row[i] = len(rows)
+            rows.append(_Row(r.name, r.op, r.pass_, r.method, r.records, r.flops, r.total_bytes,
+                             s.in_shapes, s.out_shape, 0, i))
+        if not prs:   # a view: keep the row index well defined, no cost
+            rows.append(_Row(f"{s.name}.grad", s.op, "bwd", "view", [], 0, np.zeros(nt, np.int64),
+                             s.in_shapes, s.out_shape, 0, i))
+        bwd_last[i] = len(rows) - 1
+    # ---- optimizer
+    trainable = [s for k, s in net.param_shapes().items()
+                 if not k.endswith(("running_mean", "running_var"))]
+    oprof = None
+    if trainable:
+        oprof = estimate_optimizer_step(trainable, optimizer=opt, dtype=ctx.dtype,
+                                        machine=ctx.machine, state_location=state_location)
+        opt_row = len(rows)
+        rows.append(_Row(f"optimizer ({opt.name})", "optimizer", "update", opt.name, list(oprof.supersteps),
+                         0, np.zeros(nt, np.int64), (), (), 0, -1))
+    else:
+        opt_row = len(rows) - 1
+    R = len(rows)
+    # ---- liveness
+    diff = np.zeros((R + 1, nt), dtype=np.int64)
+
+    def live(lo: int, hi: int, b: np.ndarray) -> None:
+        if hi >= lo:
+            diff[lo] += b
+            diff[hi + 1] -= b
+
+    weights = np.zeros(nt, dtype=np.int64)
+    for i, s in enumerate(steps):
+        weights += s.plan.weight_bytes
+        if i in wu_row:
+            live(wu_row[i], opt_row, s.plan.weight_bytes)          # weight gradients
+    isz = np.dtype(ctx.dtype).itemsize
+    state = (weights * 4 * opt.n_state) // isz
+    if state_location == "chip":
+        live(0, R - 1, state)
+    else:
+        live(opt_row, opt_row, state)
+    for name, lay in prog.layouts.items():
+        if lay is None:
+            continue
+        b = lay.bytes_per_tile(nt)
+        p = produced.get(name, -1)
+        start = fwd_row[p] if p >= 0 else 0
+        cons = consumers.get(name, [])
+        out = name in net.outputs
+        fwd_end = max([fwd_row[c] for c in cons] + ([fwd_row[F - 1]] if out else []) + [start])
+        if cons:
+            need_until = bwd_last[min(cons)]       # backward of its first consumer
+        else:
+            need_until = fwd_end
+        recomputed = (seg is not None and p >= 0 and seg[p] != last_seg
+                      and name not in _checkpoint_nodes(prog, recompute)
+                      and all(seg[c] == seg[p] for c in cons))
+        if recomputed:
+            live(start, fwd_end, b)
+            live(recompute_row[seg[p]], need_until, b)
+        else:
+            live(start, max(fwd_end, need_until), b)
+        if p >= 0 and has_grad(name) and cons:
+            live(bwd_first[max(cons)], bwd_last[p], b)            # its gradient
+    acts = np.cumsum(diff, axis=0)[:R]
+    own = np.stack([r.own for r in rows]) if rows else np.zeros((0, nt), np.int64)
+    total = acts + own + weights[None, :]
+    flops = sum(r.flops for r in rows)
+    return rows, total, weights, flops, oprof
+
+
+def _checkpoint_nodes(prog, recompute) -> set[str]:
+    names = [recompute] if isinstance(recompute, str) else list(recompute or [])
+    out = set()
+    for s in prog.steps:
+        if any(n in s.layers for n in names):
+            out.add(s.node)
+    return out
+
+
+def estimate_training(net: Network, batch: int, ctx: PlanContext, *, recompute: Any = None,
+                      optimizer: Any = "sgd_momentum", allow_overflow: bool = False,
+                      state_location: str = "chip") -> NetworkProfile:
+    """The profile of one training step (see the module docstring); called by
+    :func:`ipukern.estimate_network` with ``training=True``."""
+    if state_location not in ("chip", "host"):
+        raise ValueError(f"state_location must be 'chip' or 'host', got {state_location!r}")
+    rows, live, weights, flops, oprof = training_schedule(
+        net, batch, ctx, recompute=recompute, optimizer=optimizer, state_location=state_location)
+    steps = []
+    records = []
+    for r in rows:
+        x = sum(rec.exchange_cycles for rec in r.records)
+        steps.append({"name": r.name, "op": r.op, "in_shapes": r.in_shapes, "out_shape": r.out_shape,
+                      "pass": r.pass_, "method": r.method, "cycles": r.cycles, "exchange": x,
+                      "rearrange": 0, "flops": r.flops})
+        records += r.records
+    opt = get_optimizer(optimizer)
+    prof = NetworkProfile(machine=ctx.machine, batch=batch, dtype=ctx.dtype, partials=ctx.partials,
+                          steps=steps, records=records, live=live, weights=weights, flops=flops,
+                          label=f"{net.name} training step", training=True,
+                          max_batch_fn=lambda: _max_batch(net, ctx, recompute, opt, state_location, batch),
+                          info={"optimizer": opt.name, "state_location": state_location,
+                                "recompute": recompute})
+    mem = prof._memory
+    if not mem["fits"] and not allow_overflow:
+        raise TileMemoryError(
+            f"network {net.name!r} training step (batch {batch}) does not fit: at "
+            f"{mem['busiest_layer']!r} (row {mem['busiest_step']}) tile {mem['busiest_tile']} needs "
+            f"{mem['peak_bytes']:,} B > budget {mem['budget_bytes']:,} B (incl. "
+            f"{mem['reserve_bytes']:,} B reserved); pass allow_overflow=True to get the report",
+            tile=mem["busiest_tile"], requested=mem["peak_bytes"], used=mem["peak_bytes"],
+            budget=mem["budget_bytes"])
+    return prof
+
+
+def _fits(net, batch, ctx, recompute, opt, state_location) -> bool:
+    try:
+        _, live, _, _, _ = training_schedule(net, batch, ctx, recompute=recompute, optimizer=opt,
+                                             state_location=state_location)
+    except MemoryError:
+        return False
+    return int(live.max()) + ctx.machine.reserved_bytes_per_tile <= ctx.machine.tile_bytes
+
+
+def _max_batch(net, ctx, recompute, opt, state_location, start: int, limit: int = 4096) -> int:
+    """Largest batch whose training step fits (0 if batch 1 does not): doubling from 1,
+    then bisection, with the real planner and liveness."""
+    def fits(b: int) -> bool:
+        return _fits(net, b, ctx, recompute, opt, state_location)
+    if not fits(1):
+        return 0
+    lo = 1
+    while lo < limit and fits(2 * lo):
+        lo *= 2
+    hi = 2 * lo
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return min(lo, limit)

@@ -1,0 +1,138 @@
+"""Training steps: one executed step equals torch.autograd + torch.optim.SGD; the training
+estimate's rows, liveness (optimizer state, recomputation) and op-level consistency."""
+import numpy as np
+import pytest
+
+import ipukern as ik
+from ipukern.nn import layers as L
+from ipukern.nn import train_step
+from ipukern.nn.training import training_schedule
+
+
+def small_net(c=8, hw=12, classes=5):
+    net = ik.Network("small")
+    x = net.input("x", (3, hw, hw))
+    y = net.input("labels", (), kind="int")
+    h = net.add(L.Conv2d(3, c, 3, padding=1), x, name="conv1")
+    h = net.add(L.BatchNorm2d(c), h, name="bn1")
+    h = net.add(L.ReLU(), h, name="relu1")
+    h2 = net.add(L.Conv2d(c, c, 3, padding=1), h, name="conv2")
+    h2 = net.add(L.ReLU(), h2, name="relu2")
+    h = net.add(L.Add(), h, h2, name="res")
+    h = net.add(L.MaxPool2d(2), h, name="pool")
+    h = net.add(L.Conv2d(c, 2 * c, 3, stride=2, padding=1, groups=2), h, name="conv3")
+    h = net.add(L.ReLU(), h, name="relu3")
+    h = net.add(L.GlobalAvgPool(), h, name="gap")
+    h = net.add(L.Flatten(), h, name="flat")
+    h = net.add(L.Linear(2 * c, classes), h, name="fc")
+    net.output(net.add(L.SoftmaxCrossEntropy(), h, y, name="loss"))
+    return net
+
+
+def test_one_sgd_step_equals_torch():
+    torch = pytest.importorskip("torch")
+    net = small_net()
+    params = net.init_params(seed=0)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 3, 12, 12)).astype(np.float32)
+    labels = rng.integers(0, 5, 4)
+    run = train_step(net, x, labels, params, optimizer=ik.Optimizer("sgd", lr=0.1))
+
+    class Ref(torch.nn.Module):
+        def __init__(self, c=8, classes=5):
+            super().__init__()
+            self.conv1 = torch.nn.Conv2d(3, c, 3, padding=1, bias=False)
+            self.bn1 = torch.nn.BatchNorm2d(c)
+            self.conv2 = torch.nn.Conv2d(c, c, 3, padding=1, bias=False)
+            self.conv3 = torch.nn.Conv2d(c, 2 * c, 3, stride=2, padding=1, groups=2, bias=False)
+            self.fc = torch.nn.Linear(2 * c, classes)
+
+        def forward(self, v):
+            h = torch.relu(self.bn1(self.conv1(v)))
+            h = h + torch.relu(self.conv2(h))
+            h = torch.nn.functional.max_pool2d(h, 2)
+            h = torch.relu(self.conv3(h)).mean(dim=(2, 3))
+            return self.fc(h)
+
+    m = Ref()
+    sd = m.state_dict()
+    m.load_state_dict({k: torch.tensor(params[k]) if k in params else v for k, v in sd.items()})
+    m.train()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    loss = torch.nn.functional.cross_entropy(m(torch.tensor(x)), torch.tensor(labels))
+    loss.backward()
+    opt.step()
+    assert run.loss == pytest.approx(loss.item(), rel=1e-5)
+    after = m.state_dict()
+    trained = [k for k in params if not k.endswith(("running_mean", "running_var"))]
+    assert sorted(run.grads) == sorted(trained)
+    for k in trained:
+        np.testing.assert_allclose(run.params[k], after[k].numpy(), rtol=1e-5, atol=1e-6, err_msg=k)
+    assert run.profile.training and run.profile.total_cycles > 0
+
+
+def _rows(prof, pass_):
+    return [r for r in prof.layers if r["pass"] == pass_]
+
+
+def test_training_estimate_rows_match_the_ops():
+    net = small_net(c=16, hw=16)
+    prof = ik.estimate_network(net, batch=4, dtype="float16", partials="float", training=True,
+                               optimizer="adam")
+    by_name = {r["name"]: r for r in prof.layers}
+    assert {"fwd", "bwd", "wu", "update"} <= {r["pass"] for r in prof.layers}
+    # the first conv's input is the network input: no backward-data pass
+    assert "conv1.grad_input" not in by_name and "conv1.grad_weight" in by_name
+    hp = {"stride": 2, "padding": 1, "groups": 2, "dtype": "float16", "partials": "float"}
+    bwd = ik.estimate_conv2d_backward_data((4, 16, 8, 8), (32, 8, 3, 3), **hp)
+    wu = ik.estimate_conv2d_backward_weight((4, 16, 8, 8), (32, 8, 3, 3), **hp)
+    assert by_name["conv3.grad_input"]["cycles"] == bwd.total_cycles
+    assert by_name["conv3.grad_weight"]["cycles"] == wu.total_cycles
+    n_params = sum(int(np.prod(s)) for k, s in net.param_shapes().items()
+                   if not k.endswith(("running_mean", "running_var")))
+    opt = ik.estimate_optimizer_step([s for k, s in net.param_shapes().items()
+                                      if not k.endswith(("running_mean", "running_var"))],
+                                     optimizer="adam", dtype="float16")
+    assert by_name["optimizer (adam)"]["cycles"] == opt.total_cycles
+    assert opt.info["parameters"] == n_params
+    assert prof.total_cycles == sum(r["cycles"] for r in prof.layers)
+    # backward rows run in reverse layer order
+    order = [r["name"].split(".")[0] for r in _rows(prof, "bwd") + _rows(prof, "wu")]
+    assert order.index("fc") < order.index("conv3") < order.index("conv2")
+
+
+def test_optimizer_state_liveness_by_hand():
+    net = small_net()
+    ctx = ik.nn.layers.PlanContext(ik.GC200, "float16", "float16")
+    rows_c, live_c, w, _, _ = training_schedule(net, 4, ctx, optimizer="adam")
+    rows_h, live_h, _, _, _ = training_schedule(net, 4, ctx, optimizer="adam", state_location="host")
+    state = (w * 4 * 2) // 2                # two float32 moments per float16 weight
+    opt_row = len(rows_c) - 1
+    assert rows_c[opt_row].op == "optimizer"
+    np.testing.assert_array_equal(live_c[:opt_row] - live_h[:opt_row],
+                                  np.broadcast_to(state, live_c[:opt_row].shape))
+    np.testing.assert_array_equal(live_c[opt_row], live_h[opt_row])
+    # weight gradients are live from their weight-update row to the optimizer
+    wu = [i for i, r in enumerate(rows_c) if r.pass_ == "wu"]
+    assert wu and all(rows_c[i].fwd_step >= 0 for i in wu)
+
+
+def test_recompute_lowers_memory_and_raises_cycles():
+    net = small_net(c=16, hw=32)
+    kw = {"batch": 32, "dtype": "float32", "partials": "float", "training": True, "optimizer": "sgd",
+          "allow_overflow": True}
+    base = ik.estimate_network(net, **kw)
+    rc = ik.estimate_network(net, recompute=["relu1", "pool"], **kw)
+    assert rc.total_cycles > base.total_cycles
+    assert rc.step_peak_bytes.max() < base.step_peak_bytes.max()
+    assert any(r["name"].endswith("(recompute)") for r in rc.layers)
+    with pytest.raises(ValueError, match="checkpoint 'nope'"):
+        ik.estimate_network(net, recompute=["nope"], **kw)
+
+
+def test_bad_training_options():
+    net = small_net()
+    with pytest.raises(ValueError, match="unknown optimizer"):
+        ik.estimate_network(net, batch=2, training=True, optimizer="adagrad")
+    with pytest.raises(ValueError, match="state_location"):
+        ik.estimate_network(net, batch=2, training=True, state_location="disk")
