@@ -212,7 +212,7 @@ def _costs_from_network(net: Any, micro_batch: int, chip: Any, dtype: str, parti
                                   "which this build does not have; pass costs=[LayerCost(...)]") from e
     layers = [n for n, _ in net.layers]
     cycles: dict[str, dict[str, int]] = {n: {"fwd": 0, "bwd": 0, "wu": 0} for n in layers}
-    for row in prof.steps:
+    for row in prof.layers:
         if "pass" not in row:
             raise NotImplementedError("the network profile has no per-pass rows; pass costs=")
         if row["pass"] not in ("fwd", "bwd", "wu"):
