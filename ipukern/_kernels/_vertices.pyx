@@ -97,8 +97,9 @@ def binary(unsigned char[:, ::1] data,      # IN/OUT: arena, row t = tile t's me
     _check_common("binary", tiles, data.shape[0], dt, n_threads)
     if op < 0 or op > 4:
         raise ValueError(f"binary: op code {op} outside 0..4")
-    for name, arr in (("out", out_off), ("a", a_off), ("b", b_off)):
-        _check_runs("binary", name, tiles, arr, n, ipk_dt_size(dt), stride)
+    _check_runs("binary", "out", tiles, out_off, n, ipk_dt_size(dt), stride)
+    _check_runs("binary", "a", tiles, a_off, n, ipk_dt_size(dt), stride)
+    _check_runs("binary", "b", tiles, b_off, n, ipk_dt_size(dt), stride)
     for v in prange(tiles.shape[0], nogil=True, schedule="static", num_threads=n_threads):
         po = base + tiles[v] * stride + out_off[v]
         pa = base + tiles[v] * stride + a_off[v]

@@ -290,7 +290,8 @@ class Exchange:
             return
         from .._kernels import _exchange
         st, so, dt, do, nb = self._pieces()
-        _exchange.copy_runs(data, data, st, so, dt, do, nb, self.thread_bounds(n_threads))
+        # check=False: the table was validated when built and its extent against data above
+        _exchange.copy_runs(data, data, st, so, dt, do, nb, self.thread_bounds(n_threads), False)
 
 
 class ArgViews(NamedTuple):
