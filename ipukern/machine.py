@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -44,7 +45,28 @@ DATASHEET_EXCHANGE = 8e12
 
 
 def _frozen_map(d: Mapping[tuple[str, str], int]) -> tuple[tuple[str, str, int], ...]:
-    return tuple(sorted((a, b, int(v)) for (a, b), v in d.items()))
+    return tuple(sorted((a, b, v) for (a, b), v in d.items()))
+
+
+#: upper bounds that keep per-tile arrays and per-worker loops reasonable (a real IPU has
+#: 1472 tiles and 6 workers; multi-IPU systems stay far below 2**24 tiles)
+_INT_LIMITS = {"n_tiles": 2**24, "tile_bytes": 2**32, "n_workers": 64, "vector_width_bits": 4096,
+               "tiles_per_exchange_bus": 64}
+
+
+def _check_int(fname: str, v: Any, low: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < low:
+        want = "a positive int" if low == 1 else "an int >= 0"
+        raise ValueError(f"MachineSpec.{fname} must be {want}, got {v!r}")
+    return int(v)
+
+
+def _check_float(fname: str, v: Any, *, positive: bool) -> None:
+    ok = (not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+          and (v > 0 if positive else v >= 0))
+    if not ok:
+        want = "a finite number > 0" if positive else "a finite number >= 0"
+        raise ValueError(f"MachineSpec.{fname} must be {want}, got {v!r}")
 
 
 @dataclass(frozen=True)
@@ -105,29 +127,37 @@ class MachineSpec:
 
     # ------------------------------------------------------------------ validation
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str):
+            raise ValueError(f"MachineSpec.name must be a str, got {self.name!r}")
         if self.generation not in ("Mk1", "Mk2"):
             raise ValueError(f"generation must be 'Mk1' or 'Mk2', got {self.generation!r}")
         for fname in ("n_tiles", "tile_bytes", "n_workers", "vector_width_bits",
                       "load_bytes_per_cycle", "store_bytes_per_cycle",
                       "coeff_load_bytes_per_cycle", "tiles_per_exchange_bus",
                       "memcpy_bytes_per_cycle"):
-            v = getattr(self, fname)
-            if not isinstance(v, int) or v <= 0:
-                raise ValueError(f"MachineSpec.{fname} must be a positive int, got {v!r}")
-        for fname in ("sync_cycles", "exchange_overhead_cycles", "reserved_bytes_per_tile"):
-            v = getattr(self, fname)
-            if not isinstance(v, int) or v < 0:
-                raise ValueError(f"MachineSpec.{fname} must be a non-negative int, got {v!r}")
-        if not (self.clock_hz > 0 and math.isfinite(self.clock_hz)):
-            raise ValueError(f"MachineSpec.clock_hz must be positive, got {self.clock_hz!r}")
-        if not (self.exchange_bytes_per_cycle > 0 and math.isfinite(self.exchange_bytes_per_cycle)):
-            raise ValueError("MachineSpec.exchange_bytes_per_cycle must be positive, "
-                             f"got {self.exchange_bytes_per_cycle!r}")
+            object.__setattr__(self, fname, _check_int(fname, getattr(self, fname), 1))
+        for fname in ("sync_cycles", "exchange_overhead_cycles", "reserved_bytes_per_tile", "n_links"):
+            object.__setattr__(self, fname, _check_int(fname, getattr(self, fname), 0))
+        for fname, hi in _INT_LIMITS.items():
+            if getattr(self, fname) > hi:
+                raise ValueError(f"MachineSpec.{fname} must be at most {hi}, got {getattr(self, fname)!r}")
+        if self.vector_width_bits % 32:
+            raise ValueError("MachineSpec.vector_width_bits must be a multiple of 32 (whole fp32 "
+                             f"lanes), got {self.vector_width_bits}")
+        _check_float("clock_hz", self.clock_hz, positive=True)
+        _check_float("exchange_bytes_per_cycle", self.exchange_bytes_per_cycle, positive=True)
+        _check_float("link_bytes_per_second", self.link_bytes_per_second, positive=False)
+        _check_float("host_bytes_per_second", self.host_bytes_per_second, positive=True)
         if self.reserved_bytes_per_tile >= self.tile_bytes:
             raise ValueError(f"reserved_bytes_per_tile ({self.reserved_bytes_per_tile}) must be "
                              f"below tile_bytes ({self.tile_bytes})")
         if isinstance(self.amp_conv_units, Mapping):  # accept a dict, store a hashable tuple
             object.__setattr__(self, "amp_conv_units", _frozen_map(self.amp_conv_units))
+        for entry in self.amp_conv_units:
+            if (len(entry) != 3 or entry[0] not in DTYPES or entry[1] not in DTYPES
+                    or isinstance(entry[2], bool) or not isinstance(entry[2], int) or entry[2] < 1):
+                raise ValueError("MachineSpec.amp_conv_units entries must be (input dtype, partials "
+                                 f"dtype, units >= 1) with float16/float32 names, got {entry!r}")
 
     # ------------------------------------------------------------------ derivation
     def replace(self, **changes: Any) -> "MachineSpec":

@@ -1,4 +1,5 @@
 """Machine presets: the constants the project and the datasheets give, and derivations."""
+import numpy as np
 import pytest
 
 import ipukern as ik
@@ -59,3 +60,26 @@ def test_get_machine():
     with pytest.raises(TypeError):
         ik.get_machine(3)
     assert "1472" in ik.GC200.describe()
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"n_tiles": True}, "n_tiles must be a positive int, got True"),
+    ({"n_tiles": 2.0}, "n_tiles must be a positive int"),
+    ({"n_links": -1}, "n_links must be an int >= 0"),
+    ({"exchange_bytes_per_cycle": float("nan")}, "exchange_bytes_per_cycle must be a finite number > 0"),
+    ({"link_bytes_per_second": float("nan")}, "link_bytes_per_second must be a finite number >= 0"),
+    ({"host_bytes_per_second": -1.0}, "host_bytes_per_second must be a finite number > 0"),
+    ({"clock_hz": float("inf")}, "clock_hz must be a finite number > 0"),
+    ({"vector_width_bits": 24}, "vector_width_bits must be a multiple of 32"),
+    ({"n_workers": 10**6}, "n_workers must be at most 64"),
+    ({"amp_conv_units": {("float16", "float8"): 4}}, "amp_conv_units entries"),
+])
+def test_machine_spec_rejects_nonsense_in_one_line(change, match):
+    with pytest.raises(ValueError, match=match) as e:
+        ik.GC200.replace(**change)
+    assert "\n" not in str(e.value)
+
+
+def test_machine_spec_accepts_numpy_integers():
+    m = ik.GC200.replace(n_tiles=np.int64(16))
+    assert type(m.n_tiles) is int and m == ik.GC200.replace(n_tiles=16)

@@ -9,9 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from .._checks import MAX_DIM, as_int, as_shape
 from ..dtypes import DTYPES, canonical_dtype, partials_dtype
 
-__all__ = ["ConvParams", "pair"]
+__all__ = ["ConvParams", "pair", "MAX_KERNEL_PARAM"]
+
+#: largest kernel size, stride and dilation the compute kernels take (IPK_CONV_MAX_K)
+MAX_KERNEL_PARAM = 64
 
 
 def pair(value: Any, name: str, *, minimum: int) -> tuple[int, int]:
@@ -29,6 +33,8 @@ def pair(value: Any, name: str, *, minimum: int) -> tuple[int, int]:
         raise TypeError(f"{name} must be an int or a pair of ints, got {value!r}")
     if v[0] < minimum or v[1] < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
+    if max(v) > MAX_DIM:
+        raise ValueError(f"{name} must be at most {MAX_DIM}, got {value!r}")
     return v
 
 
@@ -54,14 +60,15 @@ class ConvParams:
     def __post_init__(self) -> None:
         for name in ("batch", "in_channels", "out_channels", "in_h", "in_w", "kernel_h",
                      "kernel_w", "groups"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise TypeError(f"{name} must be an int, got {v!r}")
-            if v < 1:
-                raise ValueError(f"{name} must be >= 1, got {v}")
+            object.__setattr__(self, name, as_int(getattr(self, name), name, minimum=1, maximum=MAX_DIM))
         object.__setattr__(self, "stride", pair(self.stride, "stride", minimum=1))
         object.__setattr__(self, "padding", pair(self.padding, "padding", minimum=0))
         object.__setattr__(self, "dilation", pair(self.dilation, "dilation", minimum=1))
+        for name, v in (("kernel_h", self.kernel_h), ("kernel_w", self.kernel_w),
+                        ("stride", max(self.stride)), ("dilation", max(self.dilation))):
+            if v > MAX_KERNEL_PARAM:
+                raise ValueError(f"{name} {v} is above {MAX_KERNEL_PARAM}, the largest kernel size, "
+                                 "stride or dilation the compute kernels support")
         object.__setattr__(self, "dtype", canonical_dtype(self.dtype))
         object.__setattr__(self, "partials", partials_dtype(self.partials, self.dtype))
         if self.in_channels % self.groups:
@@ -86,16 +93,16 @@ class ConvParams:
 
         ``padding`` may also be ``"valid"`` (0) or ``"same"`` (stride 1 only, like PyTorch).
         """
-        input_shape = tuple(input_shape)
-        weight_shape = tuple(weight_shape)
+        input_shape = as_shape(input_shape, "input shape")
+        weight_shape = as_shape(weight_shape, "weight shape")
         if len(input_shape) != 4:
             raise ValueError(f"input must have rank 4 (N, C, H, W), got shape {input_shape}")
         if len(weight_shape) != 4:
             raise ValueError(f"weight must have rank 4 (C_out, C/groups, kh, kw), got shape {weight_shape}")
         if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
             raise ValueError(f"groups must be a positive int, got {groups!r}")
-        n, c, h, w = (int(x) for x in input_shape)
-        co, cig, kh, kw = (int(x) for x in weight_shape)
+        n, c, h, w = input_shape
+        co, cig, kh, kw = weight_shape
         if c % groups:
             raise ValueError(f"input channels ({c}) are not divisible by groups ({groups})")
         if cig != c // groups:

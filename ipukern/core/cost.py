@@ -9,6 +9,7 @@ contexts are barrel-scheduled, so a vertex whose slowest worker takes W worker c
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -17,22 +18,48 @@ from ..dtypes import DTYPES, canonical_dtype
 from ..machine import MachineSpec
 
 __all__ = [
-    "exchange_cycles", "tile_exchange_cycles", "exchange_loads",
+    "exchange_rate", "exchange_cycles", "tile_exchange_cycles", "exchange_loads",
     "elementwise_cycles", "elementwise_cycles_array", "reduce_cycles",
     "zero_cycles", "cast_cycles", "cast_cycles_array", "reduce_cycles_array",
 ]
 
 # --------------------------------------------------------------------------- exchange
 
-def _bpc16(machine: MachineSpec) -> int:
-    # PopLibs keeps bytes/cycle as an integer x16 so fractional rates ceil-divide exactly
-    # (popops/ExchangeEstimator.cpp) [S16]
-    return max(1, int(round(16 * machine.exchange_bytes_per_cycle)))
+#: exchange rates are rounded to 1/scale B/cycle with at least this many steps (< 1.6% off)
+_MIN_RATE_STEPS = 64
+
+
+def exchange_rate(machine: MachineSpec) -> tuple[int, int]:
+    """The exchange rate as a fraction of integers: ``rate / scale`` bytes per cycle.
+
+    PopLibs keeps bytes/cycle as an integer x16 so fractional rates ceil-divide exactly
+    (popops/ExchangeEstimator.cpp) [S16]; every preset rate is >= 4 B/cycle, where x16 is
+    within 1.6%. Slower fabrics (what-if studies) double the scale until the rounded rate
+    has at least 64 steps, instead of clamping every rate under 1/32 B/cycle to 1/16
+    (which made 1 GB/s and 100 GB/s cost the same on a GC200).
+    """
+    bpc = machine.exchange_bytes_per_cycle
+    scale = 16
+    if 16 * bpc < _MIN_RATE_STEPS - 0.5:
+        scale = 16 << max(0, math.ceil(math.log2((_MIN_RATE_STEPS - 0.5) / (16 * bpc))))
+    return scale, max(1, int(round(scale * bpc)))
+
+
+def _ceil_rate(scaled_bytes: np.ndarray, factor: int, rate: int) -> np.ndarray:
+    """``ceil(scaled_bytes * factor / rate)`` exactly, as int64 (ValueError past 2**62)."""
+    scaled_bytes = np.asarray(scaled_bytes, dtype=np.int64)
+    if not scaled_bytes.size or int(scaled_bytes.max()) <= (2**62) // factor:
+        return -(-(scaled_bytes * factor) // rate)
+    out = [-(-int(x) * factor // rate) for x in scaled_bytes.reshape(-1)]   # exact Python ints
+    if max(out) >= 2**62:
+        raise ValueError(f"an exchange of {int(scaled_bytes.max())} B needs {max(out)} cycles at "
+                         "this exchange rate: more than a cycle counter holds")
+    return np.asarray(out, dtype=np.int64).reshape(scaled_bytes.shape)
 
 
 def exchange_cycles(nbytes: Any, machine: MachineSpec, *, with_overhead: bool = False) -> Any:
     """Cycles for one tile to receive ``nbytes`` at the machine's exchange rate:
-    ``ceil(16 * nbytes / round(16 * bytes_per_cycle))``.
+    ``ceil(nbytes * scale / rate)`` with :func:`exchange_rate` (x16 on every preset).
 
     Parameters
     ----------
@@ -47,15 +74,16 @@ def exchange_cycles(nbytes: Any, machine: MachineSpec, *, with_overhead: bool = 
     -------
     int or ndarray of int64
     """
+    scale, rate = exchange_rate(machine)
     if isinstance(nbytes, np.ndarray):
         nb = nbytes.astype(np.int64)
         if nb.size and nb.min() < 0:
             raise ValueError("nbytes must be >= 0")
-        cyc = -(-16 * nb // _bpc16(machine))
+        cyc = _ceil_rate(nb, scale, rate)
         return np.where(nb > 0, cyc + machine.exchange_overhead_cycles, 0) if with_overhead else cyc
     if nbytes < 0:
         raise ValueError(f"nbytes must be >= 0, got {nbytes}")
-    cyc = -(-16 * int(nbytes) // _bpc16(machine))
+    cyc = int(_ceil_rate(np.array([int(nbytes)]), scale, rate)[0])
     return cyc + machine.exchange_overhead_cycles if (with_overhead and nbytes > 0) else cyc
 
 
@@ -161,10 +189,11 @@ def _exchange_loads_stacked(st, so, dt, nb, n_tiles, tiles_per_bus, recv):
 def tile_exchange_cycles(recv_bytes: np.ndarray, paired_bytes: np.ndarray,
                          send_bytes: np.ndarray, machine: MachineSpec) -> np.ndarray:
     """Per-tile exchange cycles: ``ceil(max(recv - paired/2, send) / bytes_per_cycle)``
-    using PopLibs' x16 integer rate (no fixed overhead; the caller adds it once)."""
+    using :func:`exchange_rate` (no fixed overhead; the caller adds it once)."""
     # work in half-bytes so the paired 2x rate stays integral
     load2 = np.maximum(2 * recv_bytes - paired_bytes, 2 * send_bytes)
-    return -(-(load2 * 8) // _bpc16(machine))
+    scale, rate = exchange_rate(machine)
+    return _ceil_rate(load2, scale // 2, rate)
 
 
 # --------------------------------------------------------------------------- vertices

@@ -24,6 +24,7 @@ from ..conv.planner import ConvPlan
 from ..core.profile import Profile
 from ..dtypes import canonical_dtype
 from ..machine import GC200, MachineSpec, get_machine
+from .._checks import as_shape
 from ._cache import as_array, cached_program, execute, profile_kw
 from ._torch import like_input, shape_and_dtype, to_numpy
 
@@ -79,7 +80,7 @@ def _promote(shape_a: Any, shape_b: Any) -> tuple[tuple[int, ...], tuple[int, ..
 
 
 def _layout(shape_a: Sequence[int], shape_b: Sequence[int]) -> _Layout:
-    sa, sb = tuple(int(s) for s in shape_a), tuple(int(s) for s in shape_b)
+    sa, sb = as_shape(shape_a, "shape of a", minimum=0), as_shape(shape_b, "shape of b", minimum=0)
     if len(sa) < 2 or len(sb) < 2:
         raise ValueError(f"matmul needs operands of rank >= 2 ((..., M, K) @ (..., K, N)), "
                          f"got shapes {sa} and {sb}")

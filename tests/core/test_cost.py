@@ -82,3 +82,24 @@ def test_exchange_loads_broadcast_by_hand():
     assert recv.tolist() == [0, 0, 100, 100, 100, 0]
     assert paired.tolist() == [0, 0, 100, 100, 0, 0]
     assert send.tolist() == [100, 0, 0, 0, 0, 0]
+
+
+@pytest.mark.parametrize("bandwidth", [1e9, 1e10, 1e11, 1.2e11, 5e11, 2e12])
+def test_slow_exchange_rates_are_not_clamped(bandwidth):
+    """Rates under 1/32 B/cycle used to round to 1/16 (~122 GB/s on a GC200): 1 GB/s and
+    100 GB/s gave identical cycles. Now every rate is within 1.6% of bytes / rate."""
+    m = ik.GC200.replace(exchange_bandwidth=bandwidth)
+    exact = 10**6 / m.exchange_bytes_per_cycle
+    got = cost.exchange_cycles(10**6, m)
+    assert abs(got - exact) <= 0.016 * exact + 1
+    recv = np.array([10**6, 0, 5])
+    per_tile = cost.tile_exchange_cycles(recv, np.zeros(3, np.int64), np.zeros(3, np.int64), m)
+    assert per_tile[0] == got and per_tile[1] == 0
+
+
+def test_exchange_cycles_scale_with_bandwidth_and_preset_rates_are_unchanged():
+    slow = cost.exchange_cycles(10**6, ik.GC200.replace(exchange_bandwidth=1e9))
+    fast = cost.exchange_cycles(10**6, ik.GC200.replace(exchange_bandwidth=1e11))
+    assert 95 < slow / fast < 105
+    assert cost.exchange_rate(ik.GC200) == (16, 390)          # PopLibs' x16 integer rate
+    assert cost.exchange_cycles(1000, ik.GC200) == 42
