@@ -8,7 +8,8 @@ from .core.engine import Device, get_num_threads, run_program, set_num_threads
 from .graph import Graph, GraphTensor, choose_grid, grid_mapping
 from .machine import BOW, GC2, GC200, PRESETS, MachineSpec, get_machine
 from .core.memory import MemoryReport, TileMemory, TileMemoryError
-from .ops.conv import ConvRun, clear_plan_cache, conv2d, estimate_conv2d, plan_conv2d
+from .ops.conv import (ConvRun, clear_plan_cache, conv2d, estimate_conv2d, plan_cache_info, plan_conv2d,
+                       set_plan_cache_limit)
 from .ops.matmul import MatmulRun, estimate_matmul, matmul
 from .ops.conv_grad import (conv2d_backward_data, conv2d_backward_weight,
                             estimate_conv2d_backward_data, estimate_conv2d_backward_weight)
@@ -42,6 +43,7 @@ __all__ = [
     "TileMemory", "TileMemoryError", "MemoryReport",
     "ConvParams", "Profile", "SuperstepRecord",
     "conv2d", "estimate_conv2d", "plan_conv2d", "ConvRun", "clear_plan_cache",
+    "set_plan_cache_limit", "plan_cache_info",
     "matmul", "estimate_matmul", "MatmulRun",
     "conv2d_backward_data", "conv2d_backward_weight", "estimate_conv2d_backward_data",
     "estimate_conv2d_backward_weight", "matmul_backward_data", "matmul_backward_weight",

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..dtypes import DTYPES, canonical_dtype
 from ..machine import GC200, MachineSpec, get_machine
-from .memory import Arena, TileMemory
+from .memory import Arena, TileMemory, TileMemoryError
 from .profile import Profile
 from .program import ComputeSet, Exchange, Program, Superstep, VertexBatch, balanced_bounds
 from .tensor import TileMapping, TileTensor
@@ -24,6 +24,9 @@ from .threads import get_num_threads, set_num_threads
 
 __all__ = ["Device", "run_program", "set_num_threads", "get_num_threads"]
 
+#: an overflowing device's arena (one row per tile, as long as the fullest tile) may take
+#: at most this many times the machine's SRAM of host memory
+MAX_OVERFLOW_ARENA_FACTOR = 2
 _DEVICE_IDS = itertools.count()
 
 
@@ -113,8 +116,26 @@ class Device:
     # ------------------------------------------------------------------ data
     @property
     def arena(self) -> Arena:
-        """The device's bytes, created on first use and grown as allocations grow."""
+        """The device's bytes, created on first use and grown as allocations grow.
+
+        Raises
+        ------
+        TileMemoryError
+            For an overflowing device (``allow_overflow=True``) whose arena would exceed
+            :data:`MAX_OVERFLOW_ARENA_FACTOR` times the machine's SRAM: every row is as long
+            as the fullest tile, so one 16 MB tile on a GC200 would reserve 1472 x 16 MB.
+            Estimate mode and the memory report need no arena.
+        """
         need = max(64, self.memory.high_water)
+        limit = MAX_OVERFLOW_ARENA_FACTOR * self.machine.total_bytes
+        if need > self.machine.tile_bytes and need * self.machine.n_tiles > limit:
+            t = int(np.argmax(self.memory.used))
+            raise TileMemoryError(
+                f"executing needs a {need * self.machine.n_tiles / 2**30:.1f} GiB host arena "
+                f"({self.machine.n_tiles} tiles x {need} B, the fullest tile {t}), more than "
+                f"{MAX_OVERFLOW_ARENA_FACTOR}x the machine's {self.machine.total_bytes / 2**20:.0f} MiB "
+                "of SRAM; estimate mode and the memory report work without it",
+                tile=t, requested=need, used=need, budget=self.memory.budget)
         with self._arena_lock:
             if self._arena is None:
                 self._arena = Arena(self.machine.n_tiles, need)

@@ -4,12 +4,14 @@ Private to :mod:`ipukern.ops`; :mod:`.conv` and :mod:`.matmul` import these name
 """
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
 from typing import Any
 
 import numpy as np
 
+from .._checks import as_int
 from ..conv.build import ConvProgram, build_conv_program
 from ..conv.params import ConvParams
 from ..conv.planner import plan_conv
@@ -17,20 +19,75 @@ from ..core.profile import Profile
 from ..dtypes import canonical_dtype
 from ..machine import MachineSpec
 
-__all__ = ["PLAN_CACHE_SIZE", "clear_plan_cache", "cached_program", "profile_kw", "as_array",
+__all__ = ["PLAN_CACHE_SIZE", "DEFAULT_PLAN_CACHE_BYTES", "clear_plan_cache", "set_plan_cache_limit",
+           "plan_cache_info", "cached_program", "profile_kw", "as_array",
            "execute"]
 
-#: built programs kept for re-use, keyed by (params, machine, bias, method, vertex); each
-#: holds a device whose arena keeps the pages it touched, so the cache is small
+#: built programs kept for re-use, keyed by (params, machine, bias, method, vertex). Each
+#: holds a device whose arena (created on the first execute) keeps the pages it touched,
+#: so the cache is bounded both by entries and by the host bytes of those arenas.
 PLAN_CACHE_SIZE = 8
+#: default bound of the arenas' host bytes; ``IPUKERN_PLAN_CACHE_BYTES`` overrides it
+DEFAULT_PLAN_CACHE_BYTES = 512 * 2**20
 _CACHE: "OrderedDict[tuple, ConvProgram]" = OrderedDict()
 _CACHE_LOCK = threading.Lock()
+
+
+def _env_bytes() -> int:
+    env = os.environ.get("IPUKERN_PLAN_CACHE_BYTES", "").strip()
+    if not env:
+        return DEFAULT_PLAN_CACHE_BYTES
+    if not env.isdigit():
+        raise ValueError(f"IPUKERN_PLAN_CACHE_BYTES must be a number of bytes, got {env!r}")
+    return int(env)
+
+
+_LIMITS = {"entries": PLAN_CACHE_SIZE, "bytes": _env_bytes()}
 
 
 def clear_plan_cache() -> None:
     """Forget every cached plan and program (and the host memory their arenas hold)."""
     with _CACHE_LOCK:
         _CACHE.clear()
+
+
+def set_plan_cache_limit(max_bytes: int | None = None, *, max_entries: int | None = None) -> None:
+    """Bound the plan cache of :func:`~ipukern.conv2d` and :func:`~ipukern.matmul`.
+
+    Parameters
+    ----------
+    max_bytes : int, optional
+        Host bytes the cached programs' arenas may hold together (default 512 MiB, or
+        ``IPUKERN_PLAN_CACHE_BYTES``). After each execution the least recently used
+        programs are dropped until the total fits; a program whose arena alone is larger
+        is not kept at all (its memory is freed once the call returns). 0 keeps no arena.
+    max_entries : int, optional
+        Programs kept (default 8), whether executed or only estimated.
+    """
+    if max_bytes is not None:
+        _LIMITS["bytes"] = as_int(max_bytes, "max_bytes", minimum=0)
+    if max_entries is not None:
+        _LIMITS["entries"] = as_int(max_entries, "max_entries", minimum=0)
+    with _CACHE_LOCK:
+        _trim_locked()
+
+
+def plan_cache_info() -> dict[str, int]:
+    """Entries and arena bytes the plan cache holds now, and its limits."""
+    with _CACHE_LOCK:
+        return {"entries": len(_CACHE),
+                "arena_bytes": sum(p.device.arena_bytes for p in _CACHE.values()),
+                "max_entries": _LIMITS["entries"], "max_bytes": _LIMITS["bytes"]}
+
+
+def _trim_locked() -> None:
+    """Drop least recently used programs beyond the limits (caller holds the lock)."""
+    while len(_CACHE) > _LIMITS["entries"]:
+        _CACHE.popitem(last=False)
+    total = sum(p.device.arena_bytes for p in _CACHE.values())
+    while _CACHE and total > _LIMITS["bytes"]:
+        _, old = _CACHE.popitem(last=False)
+        total -= old.device.arena_bytes
 
 
 def cached_program(params: ConvParams, machine: MachineSpec, bias: bool, method: str | None,
@@ -48,8 +105,7 @@ def cached_program(params: ConvParams, machine: MachineSpec, bias: bool, method:
         # another thread may have built the same program meanwhile: keep the first one
         prog = _CACHE.setdefault(key, prog)
         _CACHE.move_to_end(key)
-        while len(_CACHE) > PLAN_CACHE_SIZE:
-            _CACHE.popitem(last=False)
+        _trim_locked()
     return prog
 
 
@@ -75,6 +131,8 @@ def as_array(a: Any, name: str) -> np.ndarray:
         else:
             raise TypeError(f"{name} must be a NumPy array, got {type(a).__name__}")
     canonical_dtype(a.dtype)  # TypeError for unsupported dtypes
+    if not a.dtype.isnative:
+        a = a.astype(a.dtype.newbyteorder("="))   # big-endian data: converted, like every input
     return a
 
 
@@ -87,4 +145,6 @@ def execute(prog: ConvProgram, x: np.ndarray, w: np.ndarray, bias: np.ndarray | 
         prog.write_inputs(x, w, bias)
         profile = dev.run(prog.program, "execute", **kw)
         out = dev.read(prog.y)
+    with _CACHE_LOCK:
+        _trim_locked()                            # the program's arena exists now
     return out, profile

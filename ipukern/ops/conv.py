@@ -10,10 +10,12 @@ from ..conv.planner import ConvPlan
 from ..core.profile import Profile
 from ..dtypes import canonical_dtype
 from ..machine import GC200, MachineSpec, get_machine
-from ._cache import as_array, cached_program, clear_plan_cache, execute, profile_kw
+from ._cache import (as_array, cached_program, clear_plan_cache, execute, plan_cache_info, profile_kw,
+                     set_plan_cache_limit)
 from ._torch import like_input, shape_and_dtype, to_numpy
 
-__all__ = ["ConvRun", "conv2d", "estimate_conv2d", "plan_conv2d", "clear_plan_cache"]
+__all__ = ["ConvRun", "conv2d", "estimate_conv2d", "plan_conv2d", "clear_plan_cache",
+           "set_plan_cache_limit", "plan_cache_info"]
 
 @dataclass
 class ConvRun:

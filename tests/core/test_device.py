@@ -5,6 +5,7 @@ import pytest
 
 import ipukern as ik
 from ipukern.core.collectives import all_reduce
+from threads import race
 
 
 @pytest.fixture
@@ -58,3 +59,13 @@ def test_core_all_reduce_on_a_raw_tensor(dev, rng):
     y = dev.add_tensor("y", (10,), "float32", ik.TileMapping.linear(10, 3))
     with pytest.raises(ValueError, match="same number of elements"):
         all_reduce(dev, y)
+
+
+def test_threads_racing_to_the_first_arena_get_the_same_one():
+    """Device.arena used to be created without a lock: two threads could each make one and
+    run unserialised (different arena locks) on whichever was stored last."""
+    for _ in range(100):
+        dev = ik.Device(ik.GC200.replace(n_tiles=32))
+        dev.alloc("x", 1000)
+        arenas, errors = race(getattr, [(dev, "arena")] * 6)
+        assert not errors and len({id(a) for a in arenas}) == 1
