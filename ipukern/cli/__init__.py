@@ -18,7 +18,10 @@ Subcommands
 
 Exit codes: 0 success; 2 usage errors (argparse: bad option, unparsable number, unknown
 preset); 1 model errors and unwritable outputs, reported in one line (an impossible layer,
-a layer that does not fit the tiles, a missing compiled kernel, --out naming a file).
+a layer that does not fit the tiles, a number too large, a missing compiled kernel, --out
+naming a file); 130 interrupted (Ctrl-C), also one line. Outputs are written under
+temporary names and renamed into place only once all of them are written, so a failure
+leaves no partial set of files.
 
 A progress indicator goes to stderr for work that takes more than about a second, only when
 stderr is a terminal (``--progress`` forces it, ``--no-progress`` silences it), so piped
@@ -68,7 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (argparse exits with 2 on usage errors)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:
+        print("ipukern: interrupted", file=sys.stderr)
+        return 130
     # `--json -`: the JSON alone goes to stdout (for pipes and jq); the readable report to stderr
     args.json_stream = sys.stdout
     to_stderr = (contextlib.redirect_stdout(sys.stderr) if getattr(args, "json", None) == "-"
@@ -76,14 +83,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with to_stderr:
             return args.func(args)
+    except KeyboardInterrupt:
+        print(f"ipukern {args.command}: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         # the reader went away (`ipukern conv | head`): stop quietly, as other Unix tools do,
         # and keep Python from complaining when it flushes stdout at exit
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141                                    # 128 + SIGPIPE, what a shell reports
-    except (TileMemoryError, ValueError, RuntimeError, OSError) as e:
-        msg = " ".join(str(e).split())
+    except (TileMemoryError, MemoryError, ValueError, TypeError, ArithmeticError, RuntimeError,
+            OSError) as e:
+        msg = " ".join(str(e).split()) or type(e).__name__
         print(f"ipukern {args.command}: error: {msg}", file=sys.stderr)
         return 1
 

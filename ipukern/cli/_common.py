@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -143,9 +145,72 @@ def cpg_list(text: str) -> list[int | str]:
 
 def machine_list(text: str) -> list:
     try:
-        return [get_machine(v.strip()) for v in text.split(",") if v.strip()]
+        out = [get_machine(v.strip()) for v in text.split(",") if v.strip()]
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+    if not out:
+        raise argparse.ArgumentTypeError(f"expected a machine preset ({', '.join(PRESETS)}), got {text!r}")
+    return out
+
+
+def one_machine(text: str) -> Any:
+    machines = machine_list(text)
+    if len(machines) != 1:
+        raise argparse.ArgumentTypeError(f"expected one machine preset, got {text!r}")
+    return machines[0]
+
+
+class Outputs:
+    """Files a command writes, staged under temporary names next to their targets and
+    renamed into place only when every one was written: a failure leaves none behind.
+
+    Use :meth:`stage` to get the temporary path to write to, then :meth:`commit`; leaving
+    the ``with`` block on an exception removes the temporary files.
+    """
+
+    def __init__(self) -> None:
+        self._staged: list[tuple[Path, Path]] = []
+
+    def stage(self, target: str | Path, *, suffix: str | None = None) -> Path:
+        """A temporary path for ``target`` (with ``suffix``, e.g. ".png" for matplotlib)."""
+        target = Path(target)
+        if target.is_dir():
+            raise OSError(f"{target} is a directory")
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix or target.suffix,
+                                   dir=target.parent if str(target.parent) else ".")
+        os.close(fd)
+        self._staged.append((Path(tmp), target))
+        return Path(tmp)
+
+    def drop(self, *targets: str | Path) -> None:
+        """Give up the staged files for these targets (e.g. plots without matplotlib)."""
+        names = {str(Path(t)) for t in targets}
+        for tmp, target in self._staged:
+            if str(target) in names:
+                tmp.unlink(missing_ok=True)
+        self._staged = [(t, f) for t, f in self._staged if str(f) not in names]
+
+    def commit(self) -> list[Path]:
+        """Rename every staged file to its target; returns the targets."""
+        for _, target in self._staged:
+            if target.is_dir():
+                raise OSError(f"{target} is a directory")
+        umask = os.umask(0)
+        os.umask(umask)
+        for tmp, target in self._staged:
+            os.chmod(tmp, 0o666 & ~umask)       # mkstemp makes 0600; outputs get the usual mode
+            os.replace(tmp, target)
+        done = [target for _, target in self._staged]
+        self._staged = []
+        return done
+
+    def __enter__(self) -> "Outputs":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for tmp, _ in self._staged:
+            tmp.unlink(missing_ok=True)
+        self._staged = []
 
 
 def gpu_list(text: str) -> list:
@@ -247,30 +312,32 @@ def _with_suffix(path: str, suffix: str) -> str:
 
 
 def write_views(profile: Any, args: argparse.Namespace, *, suffix: str = "") -> None:
-    """The files asked for with --json / --trace / --*-png; ``suffix`` goes before each
-    file's extension (one set of files per machine variant)."""
+    """The files asked for with --json / --trace / --*-png, all or none, under exactly the
+    names given (a PNG path without an extension still gets PNG data under that name);
+    ``suffix`` goes before each file's extension (one set of files per machine variant)."""
     if args.json == "-":
         args.json_stream.write(profile.to_json(indent=1) + "\n")
         args.json_stream.flush()
-    elif args.json:
-        path = _with_suffix(args.json, suffix)
-        Path(path).write_text(profile.to_json(indent=1))
-        print(f"wrote {path}")
-    if args.trace:
-        path = _with_suffix(args.trace, suffix)
-        profile.to_trace(path)
-        print(f"wrote {path} (open it in ui.perfetto.dev or chrome://tracing)")
-    if args.memory_png or args.timeline_png or args.activity_png:
-        from .. import plots
-        try:
-            for opt, draw in ((args.memory_png, plots.plot_memory_heatmap),
-                              (args.timeline_png, plots.plot_timeline),
-                              (args.activity_png, plots.plot_activity)):
-                if opt:
-                    path = draw(profile, _with_suffix(opt, suffix))
-                    print(f"wrote {path}")
-        except ImportError:
-            print(f"profile PNGs not written: {plots.PLOT_INSTALL_HINT}", file=sys.stderr)
+    trace = _with_suffix(args.trace, suffix) if args.trace else None
+    with Outputs() as out:
+        if args.json and args.json != "-":
+            out.stage(_with_suffix(args.json, suffix)).write_text(profile.to_json(indent=1))
+        if trace:
+            profile.to_trace(out.stage(trace))
+        pngs = [(_with_suffix(opt, suffix), fn) for opt, fn in (
+            (args.memory_png, "plot_memory_heatmap"), (args.timeline_png, "plot_timeline"),
+            (args.activity_png, "plot_activity")) if opt]
+        if pngs:
+            from .. import plots
+            try:
+                for path, fn in pngs:
+                    getattr(plots, fn)(profile, out.stage(path, suffix=".png"))
+            except ImportError:
+                print(f"profile PNGs not written: {plots.PLOT_INSTALL_HINT}", file=sys.stderr)
+                out.drop(*(p for p, _ in pngs))
+        for path in out.commit():
+            note = " (open it in ui.perfetto.dev or chrome://tracing)" if str(path) == trace else ""
+            print(f"wrote {path}{note}")
 
 
 def add_common(p: argparse.ArgumentParser, *, machine_default: str = "GC200") -> None:
@@ -294,7 +361,7 @@ def add_common(p: argparse.ArgumentParser, *, machine_default: str = "GC200") ->
 def add_run_options(p: argparse.ArgumentParser) -> None:
     """Options shared by the single-op commands (conv, matmul)."""
     mg = p.add_mutually_exclusive_group()
-    mg.add_argument("--machine", type=lambda v: machine_list(v)[0], default=PRESETS["GC200"],
+    mg.add_argument("--machine", type=one_machine, default=PRESETS["GC200"],
                     metavar="NAME", help="IPU preset: GC200 (default), BOW or GC2")
     mg.add_argument("--machine-file", dest="machine", type=machine_file, metavar="FILE.toml",
                     help="a machine described in a TOML file (a preset's variant or a full "

@@ -6,8 +6,8 @@ from pathlib import Path
 import sys
 from typing import Any
 
-from ._common import (PRESETS, Progress, add_common, apply_bandwidths, cpg_list, exchange_note, gpu_list,
-                      int_list, machine_file, machine_list, progress_enabled, shape_arg)
+from ._common import (PRESETS, Outputs, Progress, add_common, apply_bandwidths, cpg_list, exchange_note,
+                      gpu_list, int_list, machine_file, machine_list, progress_enabled, shape_arg)
 
 
 def _cmd_scaling(args: argparse.Namespace) -> int:
@@ -67,19 +67,19 @@ def _cmd_scaling(args: argparse.Namespace) -> int:
             by_layer.setdefault(s["layer"], []).append(s["channels_per_group"])
         print("skipped (channels per group that do not divide the channels): " + "; ".join(
             f"{k} cpg {','.join(map(str, v))}" for k, v in by_layer.items()))
-    csv_path = out_dir / "scaling.csv"
-    json_path = out_dir / "scaling.json"
-    result.to_csv(csv_path)
-    result.to_json(json_path)
-    written = [csv_path, json_path]
-    if not args.no_plot:
-        from .. import plots
-        try:
-            written.append(plots.plot_scaling(result, out_dir / f"scaling.{args.format}",
-                                              size=args.size))
-        except ImportError:
-            print(f"scaling.{args.format} not written: {plots.PLOT_INSTALL_HINT}",
-                  file=sys.stderr)
+    with Outputs() as out:
+        result.to_csv(out.stage(out_dir / "scaling.csv"))
+        result.to_json(out.stage(out_dir / "scaling.json"))
+        if not args.no_plot:
+            from .. import plots
+            plot = out_dir / f"scaling.{args.format}"
+            try:
+                plots.plot_scaling(result, out.stage(plot), size=args.size)
+            except ImportError:
+                out.drop(plot)
+                print(f"scaling.{args.format} not written: {plots.PLOT_INSTALL_HINT}",
+                      file=sys.stderr)
+        written = out.commit()
     if not args.quiet:
         print(f"\n{len(result)} rows in {result.meta['host_seconds']:.1f} s; wrote "
               + ", ".join(str(p) for p in written))

@@ -1,0 +1,88 @@
+"""The command line under hostile input: one line and an exit code, never a traceback;
+Ctrl-C exits 130; outputs appear all together or not at all, under the names given."""
+import argparse
+import contextlib
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ipukern.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["--shape", "1,8,8,8", "--cpg", "1", "--gpus", "none", "--no-progress"]
+
+
+@pytest.mark.parametrize("argv, rc, message", [
+    (["conv", "--shape", "1,4,6,6", "--padding", "99999999999999999999"], 1, "padding must be at most"),
+    (["conv", "--shape", "1,4,6,6", "--machine", ""], 2, "expected a machine preset"),
+    (["matmul", "--shape", "4,99999999999999,4"], 1, "must be between"),
+    (["conv", "--shape", "1,4,200,6", "--kernel", "65,1"], 1, "kernel_h 65 is above 64"),
+    (["matmul", "--shape", "4,4,4", "--machine", "GC200,BOW"], 2, "expected one machine preset"),
+])
+def test_bad_numbers_exit_with_one_line(capsys, argv, rc, message):
+    with pytest.raises(SystemExit) if rc == 2 else contextlib.nullcontext():
+        assert main(argv) == rc
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    if rc == 1:
+        assert len(err.strip().splitlines()) == 1
+
+
+def test_keyboard_interrupt_in_a_command_is_one_line_and_130(monkeypatch, capsys):
+    import ipukern.cli as cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    class Parser:
+        def parse_args(self, argv):
+            return argparse.Namespace(command="conv", func=interrupted)
+
+    monkeypatch.setattr(cli, "build_parser", Parser)
+    assert main(["conv"]) == 130
+    assert capsys.readouterr().err.strip() == "ipukern conv: interrupted"
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_ctrl_c_during_a_sweep_exits_130_without_a_traceback(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-m", "ipukern", "scaling", "--layer", "all", "--gpus", "none",
+                             "--no-progress", "--no-plot", "--out", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    proc.stdout.readline()                      # the sweep has started
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and err.strip().endswith("interrupted")
+    assert not list(tmp_path.iterdir())         # nothing half-written
+
+
+def test_a_failed_output_leaves_no_partial_set(tmp_path, capsys):
+    (tmp_path / "scaling.json").mkdir()         # the JSON cannot be written
+    assert main(["scaling", *TINY, "--no-plot", "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "scaling.json is a directory" in err and len(err.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["scaling.json"]   # no csv, no temp files
+
+
+def test_outputs_keep_the_names_given(tmp_path, capsys):
+    js = tmp_path / "profile"                   # no suffix
+    png = tmp_path / "noext"
+    argv = ["conv", "--shape", "1,4,6,6", "--gpu", "", "--json", str(js)]
+    has_mpl = importlib.util.find_spec("matplotlib") is not None
+    if has_mpl:
+        argv += ["--memory-png", str(png)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"wrote {js}" in out and js.read_text().startswith("{")
+    if has_mpl:
+        assert f"wrote {png}" in out and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["profile"] + (["noext"] if has_mpl else []))
+    umask = os.umask(0)
+    os.umask(umask)
+    assert js.stat().st_mode & 0o777 == 0o666 & ~umask     # not mkstemp's private 0600
