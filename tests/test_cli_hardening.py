@@ -86,3 +86,11 @@ def test_outputs_keep_the_names_given(tmp_path, capsys):
     umask = os.umask(0)
     os.umask(umask)
     assert js.stat().st_mode & 0o777 == 0o666 & ~umask     # not mkstemp's private 0600
+
+
+def test_views_without_matplotlib_write_the_json_only(tmp_path, capsys, no_matplotlib):
+    js, png = tmp_path / "p.json", tmp_path / "m.png"
+    assert main(["conv", "--shape", "1,4,6,6", "--gpu", "", "--json", str(js), "--memory-png", str(png)]) == 0
+    captured = capsys.readouterr()
+    assert "profile PNGs not written" in captured.err and f"wrote {js}" in captured.out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json"]

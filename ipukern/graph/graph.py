@@ -395,7 +395,7 @@ class Graph:
 
         ``from_tile`` defaults to the one tile holding ``src``; each destination block must
         have as many elements as the source block. The fabric sends the block once
-        (cost: the busiest receiver, see :mod:`ipukern.cost`).
+        (cost: the busiest receiver, see :mod:`ipukern.core.cost`).
         """
         src, dst = self._as_tensor(src, "source"), self._as_tensor(dst, "destination")
         if src.dtype != dst.dtype:
