@@ -48,8 +48,17 @@ def _frozen_map(d: Mapping[tuple[str, str], int]) -> tuple[tuple[str, str, int],
     return tuple(sorted((a, b, v) for (a, b), v in d.items()))
 
 
-#: upper bounds that keep per-tile arrays and per-worker loops reasonable (a real IPU has
-#: 1472 tiles and 6 workers; multi-IPU systems stay far below 2**24 tiles)
+#: exchange rates above this (1 MiB per cycle per tile; the GC200 does ~24) would overflow
+#: the integer cycle arithmetic
+_MAX_EXCHANGE_BYTES_PER_CYCLE = 2**20
+_INT_FIELDS = ("n_tiles", "tile_bytes", "n_workers", "vector_width_bits", "load_bytes_per_cycle",
+               "store_bytes_per_cycle", "coeff_load_bytes_per_cycle", "tiles_per_exchange_bus",
+               "memcpy_bytes_per_cycle", "sync_cycles", "exchange_overhead_cycles",
+               "reserved_bytes_per_tile", "n_links")
+_NON_NEGATIVE = ("sync_cycles", "exchange_overhead_cycles", "reserved_bytes_per_tile", "n_links")
+#: upper bounds (every other int field: 2**32) that keep per-tile arrays, per-worker loops and
+#: cycle arithmetic reasonable (a real IPU has 1472 tiles and 6 workers; multi-IPU systems
+#: stay far below 2**24 tiles)
 _INT_LIMITS = {"n_tiles": 2**24, "tile_bytes": 2**32, "n_workers": 64, "vector_width_bits": 4096,
                "tiles_per_exchange_bus": 64}
 
@@ -131,14 +140,11 @@ class MachineSpec:
             raise ValueError(f"MachineSpec.name must be a str, got {self.name!r}")
         if self.generation not in ("Mk1", "Mk2"):
             raise ValueError(f"generation must be 'Mk1' or 'Mk2', got {self.generation!r}")
-        for fname in ("n_tiles", "tile_bytes", "n_workers", "vector_width_bits",
-                      "load_bytes_per_cycle", "store_bytes_per_cycle",
-                      "coeff_load_bytes_per_cycle", "tiles_per_exchange_bus",
-                      "memcpy_bytes_per_cycle"):
-            object.__setattr__(self, fname, _check_int(fname, getattr(self, fname), 1))
-        for fname in ("sync_cycles", "exchange_overhead_cycles", "reserved_bytes_per_tile", "n_links"):
-            object.__setattr__(self, fname, _check_int(fname, getattr(self, fname), 0))
-        for fname, hi in _INT_LIMITS.items():
+        for fname in _INT_FIELDS:
+            low = 0 if fname in _NON_NEGATIVE else 1
+            object.__setattr__(self, fname, _check_int(fname, getattr(self, fname), low))
+        for fname in _INT_FIELDS:
+            hi = _INT_LIMITS.get(fname, 2**32)
             if getattr(self, fname) > hi:
                 raise ValueError(f"MachineSpec.{fname} must be at most {hi}, got {getattr(self, fname)!r}")
         if self.vector_width_bits % 32:
@@ -146,6 +152,10 @@ class MachineSpec:
                              f"lanes), got {self.vector_width_bits}")
         _check_float("clock_hz", self.clock_hz, positive=True)
         _check_float("exchange_bytes_per_cycle", self.exchange_bytes_per_cycle, positive=True)
+        if self.exchange_bytes_per_cycle > _MAX_EXCHANGE_BYTES_PER_CYCLE:
+            raise ValueError(f"MachineSpec.exchange_bytes_per_cycle must be at most "
+                             f"{_MAX_EXCHANGE_BYTES_PER_CYCLE} B/cycle/tile, got "
+                             f"{self.exchange_bytes_per_cycle!r}")
         _check_float("link_bytes_per_second", self.link_bytes_per_second, positive=False)
         _check_float("host_bytes_per_second", self.host_bytes_per_second, positive=True)
         if self.reserved_bytes_per_tile >= self.tile_bytes:
