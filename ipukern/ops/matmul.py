@@ -67,7 +67,7 @@ class _Layout:
 def _promote(shape_a: Any, shape_b: Any) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
     """NumPy's 1-D rule: a 1-D a is (1, K), a 1-D b is (K, 1), and the added dimension is
     removed from the result. Returns the promoted shapes and the axes to drop from the output."""
-    sa, sb = tuple(int(s) for s in shape_a), tuple(int(s) for s in shape_b)
+    sa, sb = as_shape(shape_a, "shape of a", minimum=0), as_shape(shape_b, "shape of b", minimum=0)
     if not sa or not sb:
         raise ValueError(f"matmul operands must be at least 1-D (as in numpy.matmul), got "
                          f"shapes {sa} and {sb}")
