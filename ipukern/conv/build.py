@@ -488,11 +488,12 @@ def _weight_tensor(dev: Device, buf: _ConvBuffers) -> TileTensor:
         base = buf.store_off[st] + (j // M) * slice_stride[st] if S > 1 else buf.w_off[st]
         # one run per (group, out-chan); when the tile holds every input channel of a
         # group, a group's out-chans are contiguous in both layouts: one run per group
+        # (a tile with fewer out-chan grains than serial slices has empty slices: no runs)
         whole = geo.C[leaders] == p.in_per_group
-        per_g = np.where(whole, 1, Kj[leaders, j])
+        per_g = np.where(whole, Kj[leaders, j] > 0, Kj[leaders, j])
         li, pos = expand(geo.G[leaders] * per_g)
         L = leaders[li]
-        K_ = np.maximum(Kj[L, j], 1)
+        K_ = Kj[L, j]
         g_l = pos // per_g[li]
         k_l = np.where(whole[li], 0, pos - g_l * per_g[li])
         co = (geo.g0[L] + g_l) * p.out_per_group + geo.k0[L] + ks[L, j] + k_l

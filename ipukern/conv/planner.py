@@ -48,6 +48,7 @@ import numpy as np
 from ..core.cost import (cast_cycles_array, ceil_div, elementwise_cycles_array, exchange_cycles,
                          reduce_cycles_array)
 from ..core.memory import TileMemoryError
+from ..core.tensor import split_candidates
 from ..dtypes import DTYPES
 from ..machine import MachineSpec
 from .estimators import VertexMethod, candidate_methods, conv_vertex_cycles_array, vertex_field
@@ -138,25 +139,6 @@ class ConvPlan:
                 "breakdown": dict(self.breakdown)}
 
 
-def split_candidates(n_grains: int, limit: int) -> np.ndarray:
-    """Split counts worth trying for ``n_grains``: for every distinct per-part size
-    ceil(n/s), the smallest s giving it (larger s would only idle tiles), up to ``limit``."""
-    n_grains = max(1, int(n_grains))
-    out = []
-    prev = None
-    s = 1
-    while s <= min(n_grains, limit):
-        per = -(-n_grains // s)
-        smallest = -(-n_grains // per)
-        if per != prev:
-            out.append(smallest)
-            prev = per
-        # jump to the next s that lowers the per-part size
-        s = max(s + 1, -(-n_grains // (per - 1)) if per > 1 else n_grains + 1)
-    return np.unique(np.array(out, dtype=np.int64))
-
-
-
 def _aligned(nbytes):
     return ceil_div(nbytes, _ALIGN) * _ALIGN
 
@@ -196,11 +178,14 @@ def plan_conv(params: ConvParams, machine: MachineSpec, *, bias: bool = False,
     ------
     TileMemoryError
         If no candidate fits even with serial splits; the message gives the smallest
-        per-tile requirement found and the budget.
+        per-tile requirement found and the budget. Raised at once when the conv's tensors
+        alone exceed the whole chip.
     ValueError
-        If ``method`` names no valid candidate for this conv.
+        If ``method`` names no valid candidate for this conv, or no split of the conv
+        suits any candidate (e.g. a forced SLIC with stride_w > 2).
     """
     p = params
+    _check_fits_chip(p, machine)
     cands = candidate_methods(machine, p.dtype, p.partials, p.in_per_group, p.out_per_group,
                               p.kernel_w, p.stride[1], n_groups=p.groups)
     if method is not None:
@@ -233,14 +218,46 @@ def plan_conv(params: ConvParams, machine: MachineSpec, *, bias: bool = False,
         return ConvPlan(params=p, machine=machine, method=cand, split=b.split, serial=b.serial,
                         bias=bias, estimated_cycles=b.cycles, estimated_bytes_per_tile=b.nbytes,
                         breakdown=b.breakdown, n_candidates=n_scored)
-    need, cand, serial = smallest if smallest else (0, None, 1)
+    if smallest is None:
+        # no candidate got as far as sizing a tile: every split was invalid for the methods
+        tried = sorted({c.method for c in cands})
+        hints = "; ".join(_NO_SPLIT_HINTS.get(m, m) for m in tried)
+        raise ValueError(f"no valid split of {p.describe()} over {machine.name}'s "
+                         f"{machine.n_tiles} tiles for {'/'.join(tried)}: {hints}")
+    need, cand, serial = smallest
     raise TileMemoryError(
         f"no plan for {p.describe()} fits {machine.name}'s tiles, even with serial splits: the "
         f"smallest busiest-tile requirement found is {need} B "
-        f"({cand.label() if cand else '-'}, {serial} serial slices) but the budget is "
+        f"({cand.label()}, {serial} serial slices) but the budget is "
         f"{machine.tile_budget_bytes} B per tile ({machine.tile_bytes} B minus "
         f"{machine.reserved_bytes_per_tile} B reserved)",
         tile=-1, requested=int(need), used=0, budget=machine.tile_budget_bytes)
+
+
+#: why a vertex method can have no valid split at all (see _channel_axes, _split_vectors)
+_NO_SPLIT_HINTS = {
+    "SLIC": "SLIC needs stride_w <= 2 and no dilation",
+    "VMAC": "VMAC computes one output channel per group per tile, so it needs at least as "
+            "many tiles as output channels per group",
+    "AMP": "AMP needs the conv's channel grouping on the tiles",
+    "HMAC": "HMAC needs the conv's channel grouping on the tiles",
+}
+
+
+def _check_fits_chip(p: ConvParams, machine: MachineSpec) -> None:
+    """Reject at once a conv whose input, weights and output alone exceed the whole chip's
+    data budget: every element lives on some tile, so no split can fit it (and searching
+    splits of astronomically large layers would take long)."""
+    need = sum(p.nbytes().values())
+    per_tile = ceil_div(need, machine.n_tiles)
+    if per_tile > machine.tile_budget_bytes:
+        raise TileMemoryError(
+            f"no plan for {p.describe()} fits {machine.name}'s tiles: the smallest busiest-tile "
+            f"requirement found is {per_tile} B (its input, weights and output, {need} B, "
+            f"spread evenly over {machine.n_tiles} tiles) but the budget is "
+            f"{machine.tile_budget_bytes} B per tile ({machine.tile_bytes} B minus "
+            f"{machine.reserved_bytes_per_tile} B reserved)",
+            tile=-1, requested=int(per_tile), used=0, budget=machine.tile_budget_bytes)
 
 
 def _serial_candidates(p: ConvParams) -> np.ndarray:

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..dtypes import DTYPES, canonical_dtype
 
-__all__ = ["TileMapping", "TileTensor", "split_bounds", "expand"]
+__all__ = ["TileMapping", "TileTensor", "split_bounds", "split_candidates", "expand"]
 
 
 def split_bounds(n: int, parts: int, grain: int = 1) -> np.ndarray:
@@ -27,6 +27,28 @@ def split_bounds(n: int, parts: int, grain: int = 1) -> np.ndarray:
     n_grains = -(-n // grain)
     bounds = (np.arange(parts + 1, dtype=np.int64) * n_grains) // parts * grain
     return np.minimum(bounds, n)
+
+
+def split_candidates(n_grains: int, limit: int) -> np.ndarray:
+    """Split counts worth trying for ``n_grains``: for every distinct per-part size
+    ceil(n/s), the smallest s giving it (larger s would only idle tiles), up to ``limit``.
+
+    There are O(sqrt(n)) such counts and the loop jumps between them, so this is fast for
+    any n (a matmul's 2**31 inner dimension included). Returns sorted int64 values.
+    """
+    n_grains = max(1, int(n_grains))
+    out = []
+    prev = None
+    s = 1
+    while s <= min(n_grains, limit):
+        per = -(-n_grains // s)
+        smallest = -(-n_grains // per)
+        if per != prev:
+            out.append(smallest)
+            prev = per
+        # jump to the next s that lowers the per-part size
+        s = max(s + 1, -(-n_grains // (per - 1)) if per > 1 else n_grains + 1)
+    return np.unique(np.array(out, dtype=np.int64))
 
 
 def expand(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

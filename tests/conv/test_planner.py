@@ -3,6 +3,7 @@ import pytest
 
 import ipukern as ik
 from ipukern.conv.params import ConvParams
+from ipukern.conv.estimators import candidate_methods
 from ipukern.conv.planner import plan_conv, split_candidates
 
 
@@ -103,3 +104,51 @@ def test_planner_estimate_matches_the_built_program(shape, w, kw):
     prof = ik.estimate_conv2d(shape, w, dtype="float16", **kw)
     planned = prof.info["planner_estimate_cycles"]
     assert abs(planned - prof.total_cycles) <= 0.05 * prof.total_cycles
+
+
+# --------------------------------------------------------------------------- hardening
+def test_layers_larger_than_the_chip_are_rejected_before_any_search():
+    # (16, 2**31) @ (2**31, 16): 2**31 in-channels used to enumerate ~2**30 HMAC
+    # groupings (about 100 s); the tensors alone exceed the chip, so it fails at once
+    p = ConvParams.from_shapes((1, 2**31, 1, 16), (16, 2**31, 1, 1), dtype="float16")
+    with pytest.raises(ik.TileMemoryError, match=r"requirement found is \d+ B .*spread evenly") as e:
+        plan_conv(p, ik.GC200)
+    assert e.value.requested > e.value.budget == ik.GC200.tile_budget_bytes
+    with pytest.raises(ik.TileMemoryError):
+        ik.estimate_matmul((16, 99999999999999), (99999999999999, 16))
+
+
+def test_hmac_groupings_are_the_distinct_in_group_counts():
+    """HMAC tries the smallest icpg for each distinct number of in-groups, enumerated in
+    O(sqrt(C)) instead of looping over every channel count."""
+    def brute(ci, grain):
+        seen, out = set(), []
+        rounded = -(-ci // grain) * grain
+        for icpg in range(grain, rounded + 1, grain):
+            n_in = -(-rounded // icpg)
+            if n_in not in seen:
+                seen.add(n_in)
+                out.append(icpg)
+        return out
+
+    for dt, grain in (("float16", 2), ("float32", 1)):
+        for ci in (1, 2, 3, 7, 64, 97, 1000, 4099):
+            got = [m.in_chans_per_group for m in candidate_methods(ik.GC200, dt, dt, ci, 4, 1, 1)
+                   if m.method == "HMAC"]
+            assert sorted(got) == brute(ci, grain)
+    huge = [m for m in candidate_methods(ik.GC200, "float16", "float32", 2**31, 16, 1, 1)
+            if m.method == "HMAC"]
+    assert len(huge) <= 2 * 2**15 + 2                     # 2 sqrt(2**30) distinct counts
+
+
+def test_forced_method_without_a_valid_split_says_why():
+    # dilated SLIC and VMAC with more out-channels than tiles have no split at all; the
+    # error used to be a TileMemoryError saying the requirement was 0 B
+    p = ConvParams.from_shapes((1, 16, 16, 16), (16, 1, 3, 3), groups=16, dilation=2, padding=2,
+                               dtype="float16")
+    with pytest.raises(ValueError, match="no valid split .* SLIC needs stride_w <= 2 and no dilation"):
+        plan_conv(p, ik.GC200, method="SLIC")
+    p = ConvParams.from_shapes((1, 16, 16, 16), (16, 16, 3, 3), dtype="float16")
+    with pytest.raises(ValueError, match="VMAC computes one output channel per group per tile") as e:
+        plan_conv(p, ik.GC200.replace(n_tiles=4), method="VMAC")
+    assert "0 B" not in str(e.value)

@@ -3,6 +3,7 @@ combineConvGroups factors (``lib/poplin/ConvPlan.cpp``)."""
 from __future__ import annotations
 
 from ...core.cost import ceil_div
+from ...core.tensor import split_candidates
 from ...dtypes import DTYPES, canonical_dtype
 from ...machine import MachineSpec
 from .methods import _FLOAT, _HALF, VertexMethod, _positive_int
@@ -136,15 +137,12 @@ def candidate_methods(machine: MachineSpec, in_dtype: str, partials_dtype: str,
         for ch in chains:
             for cg, c in groupings:
                 found.append(VertexMethod("SLIC", dt, slic_pt, cg, c, c, slic_chains=ch))
+    # HMAC: every icpg (in grains) that lowers the number of in-groups, i.e. the smallest
+    # icpg for each distinct ceil(Ci / icpg): O(sqrt(Ci)) of them, enumerated directly
     grain = 2 if half_in else 1
-    rounded = ceil_div(ci, grain) * grain
-    previous = 0
-    for icpg in range(grain, rounded + 1, grain):
-        n_in = ceil_div(rounded, icpg)
-        if n_in == previous:
-            continue
-        previous = n_in
-        found.append(VertexMethod("HMAC", dt, pt, 1, icpg, 2 if pt == _HALF else 1))
+    n_grains = ceil_div(ci, grain)
+    for s in split_candidates(n_grains, n_grains):
+        found.append(VertexMethod("HMAC", dt, pt, 1, int(s) * grain, 2 if pt == _HALF else 1))
     if half_in:
         for cg in [machine.vector_elems(dt)] + ([8, 16] if pt == _HALF else []):
             found.append(VertexMethod("VMAC", dt, pt, cg, 1, 1))
