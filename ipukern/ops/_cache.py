@@ -14,14 +14,13 @@ import numpy as np
 from .._checks import as_int
 from ..conv.build import ConvProgram, build_conv_program
 from ..conv.params import ConvParams
-from ..conv.planner import plan_conv
+from ..conv.planner import ConvPlan, plan_conv
 from ..core.profile import Profile
 from ..dtypes import canonical_dtype
 from ..machine import MachineSpec
 
 __all__ = ["PLAN_CACHE_SIZE", "DEFAULT_PLAN_CACHE_BYTES", "clear_plan_cache", "set_plan_cache_limit",
-           "plan_cache_info", "cached_program", "profile_kw", "as_array",
-           "execute"]
+           "plan_cache_info", "cached_plan", "cached_program", "profile_kw", "as_array", "execute"]
 
 #: built programs kept for re-use, keyed by (params, machine, bias, method, vertex). Each
 #: holds a device whose arena (created on the first execute) keeps the pages it touched,
@@ -29,7 +28,10 @@ __all__ = ["PLAN_CACHE_SIZE", "DEFAULT_PLAN_CACHE_BYTES", "clear_plan_cache", "s
 PLAN_CACHE_SIZE = 8
 #: default bound of the arenas' host bytes; ``IPUKERN_PLAN_CACHE_BYTES`` overrides it
 DEFAULT_PLAN_CACHE_BYTES = 512 * 2**20
+#: plans alone (small records) kept for re-use, e.g. both orientations of a matmul
+PLAN_ONLY_CACHE_SIZE = 256
 _CACHE: "OrderedDict[tuple, ConvProgram]" = OrderedDict()
+_PLANS: "OrderedDict[tuple, ConvPlan | Exception]" = OrderedDict()
 _CACHE_LOCK = threading.Lock()
 
 
@@ -49,6 +51,29 @@ def clear_plan_cache() -> None:
     """Forget every cached plan and program (and the host memory their arenas hold)."""
     with _CACHE_LOCK:
         _CACHE.clear()
+        _PLANS.clear()
+
+
+def cached_plan(params: ConvParams, machine: MachineSpec, bias: bool,
+                method: str | None) -> ConvPlan:
+    """``plan_conv`` through a small LRU cache (a planning error is cached and re-raised)."""
+    key = (params, machine, bias, method)
+    with _CACHE_LOCK:
+        hit = _PLANS.get(key)
+        if hit is not None:
+            _PLANS.move_to_end(key)
+    if hit is None:
+        try:
+            hit = plan_conv(params, machine, bias=bias, method=method)
+        except (ValueError, MemoryError) as e:
+            hit = e
+        with _CACHE_LOCK:
+            hit = _PLANS.setdefault(key, hit)
+            while len(_PLANS) > PLAN_ONLY_CACHE_SIZE:
+                _PLANS.popitem(last=False)
+    if isinstance(hit, Exception):
+        raise hit
+    return hit
 
 
 def set_plan_cache_limit(max_bytes: int | None = None, *, max_entries: int | None = None) -> None:
@@ -99,7 +124,7 @@ def cached_program(params: ConvParams, machine: MachineSpec, bias: bool, method:
         if prog is not None:
             _CACHE.move_to_end(key)
             return prog
-    plan = plan_conv(params, machine, bias=bias, method=method)
+    plan = cached_plan(params, machine, bias, method)
     prog = build_conv_program(plan, vertex=vertex)
     with _CACHE_LOCK:
         # another thread may have built the same program meanwhile: keep the first one

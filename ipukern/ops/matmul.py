@@ -11,6 +11,12 @@ A of shape (G, M, K) and B of shape (G, K, N):
 No data is copied to make these views. In the plan, the conv axes therefore read:
 groups = G, in-chans = K (a split here is a K-split with a partial-sum reduction),
 out-chans = M, cols = N.
+
+Like PopLibs' planner (``ConvPlan.cpp``, swapOperands), the other orientation is planned
+too: ``C^T = B^T A^T`` with B^T as the weights (N out-channels) and A's rows as the
+streamed field (M columns). The one with the lower planned cycles runs (ties keep the
+first); the profile's ``info["orientation"]`` says which. The transposed operands and
+result are rearranged on the host, outside the simulated program.
 """
 from __future__ import annotations
 
@@ -25,7 +31,7 @@ from ..core.profile import Profile
 from ..dtypes import canonical_dtype
 from ..machine import GC200, MachineSpec, get_machine
 from .._checks import as_shape
-from ._cache import as_array, cached_program, execute, profile_kw
+from ._cache import as_array, cached_plan, cached_program, execute, profile_kw
 from ._torch import like_input, shape_and_dtype, to_numpy
 
 __all__ = ["MatmulRun", "matmul", "estimate_matmul", "matmul_conv_params"]
@@ -106,16 +112,56 @@ def _layout(shape_a: Sequence[int], shape_b: Sequence[int]) -> _Layout:
 def matmul_conv_params(shape_a: Sequence[int], shape_b: Sequence[int], dtype: Any,
                        partials: Any = "float") -> ConvParams:
     """The 1x1 grouped conv that computes ``a @ b`` for these shapes."""
-    lay = _layout(shape_a, shape_b)
-    return ConvParams(batch=1, in_channels=lay.G * lay.K, out_channels=lay.G * lay.M, in_h=1,
-                      in_w=lay.N, kernel_h=1, kernel_w=1, groups=lay.G, dtype=dtype,
+    return _conv_params(_layout(shape_a, shape_b), dtype, partials, False)
+
+
+#: the two ways to map C = A @ B onto a conv: A as the weights (field = N), or, transposed,
+#: C^T = B^T A^T with B^T as the weights (field = M)
+ORIENTATIONS = {"A@B": "1x1 conv: groups=G, in-chans=K, out-chans=M, cols=N (A as weights)",
+                "(B^T A^T)^T": "1x1 conv: groups=G, in-chans=K, out-chans=N, cols=M "
+                               "(B^T as weights)"}
+
+
+def _conv_params(lay: _Layout, dtype: str, partials: Any, transposed: bool) -> ConvParams:
+    out, cols = (lay.N, lay.M) if transposed else (lay.M, lay.N)
+    return ConvParams(batch=1, in_channels=lay.G * lay.K, out_channels=lay.G * out, in_h=1,
+                      in_w=cols, kernel_h=1, kernel_w=1, groups=lay.G, dtype=dtype,
                       partials=partials)
 
 
-def _profile(prog, lay: _Layout) -> dict[str, Any]:
+def _transposed_is_cheaper(direct: ConvParams, transposed: ConvParams, machine: MachineSpec,
+                           method: str | None) -> bool:
+    """Whether the planner's estimate of the transposed orientation beats the direct one."""
+    def cycles(p: ConvParams) -> float:
+        try:
+            return cached_plan(p, machine, False, method).estimated_cycles
+        except (ValueError, MemoryError):
+            return float("inf")
+    a, b = cycles(direct), cycles(transposed)
+    if a == b == float("inf"):
+        return False            # let the direct orientation raise its own error
+    return b < a
+
+
+def _orient(lay: _Layout, dtype: str, partials: Any, machine: MachineSpec,
+            method: str | None) -> tuple[ConvParams, bool]:
+    """The conv to run and whether it is the transposed orientation (the same choice with or
+    without a user vertex, so swapping the vertex never changes the plan)."""
+    direct = _conv_params(lay, dtype, partials, False)
+    if lay.M == lay.N:
+        return direct, False
+    transposed = _conv_params(lay, dtype, partials, True)
+    if _transposed_is_cheaper(direct, transposed, machine, method):
+        return transposed, True
+    return direct, False
+
+
+def _profile(prog, lay: _Layout, transposed: bool) -> dict[str, Any]:
     kw = profile_kw(prog, "matmul")
     kw["info"]["layer"] = f"G{lay.G} ({lay.M}x{lay.K}) @ ({lay.K}x{lay.N}) {prog.plan.params.dtype}"
-    kw["info"]["mapping"] = "1x1 conv: groups=G, in-chans=K, out-chans=M, cols=N"
+    orientation = "(B^T A^T)^T" if transposed else "A@B"
+    kw["info"]["orientation"] = orientation
+    kw["info"]["mapping"] = ORIENTATIONS[orientation]
     return kw
 
 
@@ -139,10 +185,13 @@ def matmul(a: np.ndarray, b: np.ndarray, *, machine: MachineSpec | str = GC200,
         Force a vertex method ("AMP", "HMAC", ...).
     vertex : TileFunction, optional
         A user tile function ``f(a, b, c)`` (see :mod:`ipukern.graph.tilefn`) that replaces the
-        built-in per-tile matmul vertex: on every tile it gets the tile's A block (m, k),
-        B block (k, n) and its fp32 partials (m, n) to overwrite. The plan, exchanges and
-        reductions stay the library's; the profile marks the compute as a user estimate.
-        float32 only, and only plans with one batch element per tile.
+        built-in per-tile matmul vertex: on every tile it gets the tile's block of the
+        weights operand ``a`` (m, k), of the streamed operand ``b`` (k, n) and its fp32
+        partials ``c`` (m, n) to overwrite with ``a @ b``. The weights operand is A, or B^T
+        when the transposed orientation runs (``profile.info["orientation"]``; then b is
+        A^T and c is C^T). The plan, exchanges and reductions stay the library's; the
+        profile marks the compute as a user estimate. float32 only, and only plans with
+        one batch element per tile.
 
     Returns
     -------
@@ -158,7 +207,8 @@ def matmul(a: np.ndarray, b: np.ndarray, *, machine: MachineSpec | str = GC200,
     if canonical_dtype(b.dtype) != dtype:
         raise TypeError(f"a is {a.dtype} but b is {b.dtype}: both must have the same dtype")
     lay = _layout(a.shape, b.shape)
-    params = matmul_conv_params(a.shape, b.shape, dtype, partials)
+    machine = get_machine(machine)
+    params, transposed = _orient(lay, dtype, partials, machine, method)
     if lay.mode == "fold_a":
         w = np.ascontiguousarray(a).reshape(lay.M, lay.K, 1, 1)
         x = np.ascontiguousarray(b).reshape(1, lay.K, 1, lay.N)
@@ -174,8 +224,15 @@ def matmul(a: np.ndarray, b: np.ndarray, *, machine: MachineSpec | str = GC200,
         bb = np.broadcast_to(b, batch + b.shape[-2:])
         w = np.ascontiguousarray(ab).reshape(lay.G * lay.M, lay.K, 1, 1)
         x = np.ascontiguousarray(bb).reshape(1, lay.G * lay.K, 1, lay.N)
-    prog = cached_program(params, get_machine(machine), False, method, vertex)
-    out, profile = execute(prog, x, w, None, _profile(prog, lay))
+    if transposed:
+        # C^T = B^T A^T per group: B^T (G*N, K) are the weights, A^T (G*K, M) the input
+        a3, b3 = w.reshape(lay.G, lay.M, lay.K), x.reshape(lay.G, lay.K, lay.N)
+        w = np.ascontiguousarray(b3.transpose(0, 2, 1)).reshape(lay.G * lay.N, lay.K, 1, 1)
+        x = np.ascontiguousarray(a3.transpose(0, 2, 1)).reshape(1, lay.G * lay.K, 1, lay.M)
+    prog = cached_program(params, machine, False, method, vertex)
+    out, profile = execute(prog, x, w, None, _profile(prog, lay, transposed))
+    if transposed:
+        out = out.reshape(lay.G, lay.N, lay.M).transpose(0, 2, 1)
     if lay.mode == "fold_b":
         g = lay.N // b.shape[-1]
         out = out.reshape(lay.M, g, -1).transpose(1, 0, 2)
@@ -199,6 +256,7 @@ def estimate_matmul(shape_a: Any, shape_b: Any, *, dtype: Any = None,
         dtype = a_dtype if a_dtype is not None else "float16"
     shape_a, shape_b, _ = _promote(shape_a, shape_b)
     lay = _layout(shape_a, shape_b)
-    params = matmul_conv_params(shape_a, shape_b, canonical_dtype(dtype), partials)
-    prog = cached_program(params, get_machine(machine), False, method)
-    return prog.device.run(prog.program, "estimate", **_profile(prog, lay))
+    machine = get_machine(machine)
+    params, transposed = _orient(lay, canonical_dtype(dtype), partials, machine, method)
+    prog = cached_program(params, machine, False, method)
+    return prog.device.run(prog.program, "estimate", **_profile(prog, lay, transposed))

@@ -97,3 +97,37 @@ def test_bad_dtypes():
         ik.matmul(np.zeros((2, 2), np.float32), np.zeros((2, 2), np.float16))
     with pytest.raises(TypeError, match="unsupported dtype"):
         ik.estimate_matmul((2, 2), (2, 2), dtype="int8")
+
+
+# --------------------------------------------------------------------------- orientation
+def conv_cycles(g, k, cols, out, dtype="float16"):
+    return ik.estimate_conv2d((1, g * k, 1, cols), (g * out, k, 1, 1), groups=g,
+                              dtype=dtype).total_cycles
+
+
+@pytest.mark.parametrize("sa, sb, orientation", [
+    # one tall, narrow A per tile: streaming A's 2048 rows through a 16-output AMP 1x1
+    # vertex beats 16 columns against 2048 output channels (2.4x)
+    ((1472, 2048, 16), (1472, 16, 16), "(B^T A^T)^T"),
+    # one row of A against a square B: B^T as weights would stream a single position
+    ((1, 4096), (4096, 4096), "A@B"),
+])
+def test_both_orientations_are_planned_and_the_cheaper_runs(sa, sb, orientation):
+    g = sa[0] if len(sa) == 3 else 1
+    m, k, n = sa[-2], sa[-1], sb[-1]
+    prof = ik.estimate_matmul(sa, sb, dtype="float16")
+    assert prof.info["orientation"] == orientation
+    direct, transposed = conv_cycles(g, k, n, m), conv_cycles(g, k, m, n)
+    chosen, other = (transposed, direct) if orientation != "A@B" else (direct, transposed)
+    assert prof.total_cycles == chosen < other
+    assert ("out-chans=N" in prof.info["mapping"]) == (orientation != "A@B")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("sa, sb", [((1000, 16), (16, 8)),          # plain
+                                    ((4, 256, 16), (4, 16, 16)),    # batched (groups)
+                                    ((2, 700, 16), (16, 16))])      # a's batch folded into M
+def test_transposed_orientation_matches_numpy_and_its_estimate(sa, sb, dtype):
+    run = check(sa, sb, dtype)
+    assert run.profile.info["orientation"] == "(B^T A^T)^T"
+    assert ik.estimate_matmul(sa, sb, dtype=dtype).total_cycles == run.profile.total_cycles
