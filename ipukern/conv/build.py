@@ -203,7 +203,7 @@ def _allocate(dev: Device, plan: ConvPlan, geo: TileGeometry) -> _ConvBuffers:
     isz, psz = DTYPES[p.dtype].itemsize, DTYPES[p.partials].itemsize
     sl = _slices(plan, geo)
     reduce_needed = R > 1
-    cast_needed = (not reduce_needed) and p.partials != p.dtype
+    cast_needed = (not reduce_needed) and plan.conv_output_dtype != p.dtype
 
     def alloc(name: str, nbytes: np.ndarray, category: str) -> np.ndarray:
         full = np.zeros(dev.machine.n_tiles, dtype=np.int64)

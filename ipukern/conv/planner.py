@@ -51,12 +51,13 @@ from ..core.memory import TileMemoryError
 from ..core.tensor import split_candidates
 from ..dtypes import DTYPES
 from ..machine import MachineSpec
-from .estimators import VertexMethod, candidate_methods, conv_vertex_cycles_array, vertex_field
+from .estimators import (VertexMethod, candidate_methods, conv_vertex_cycles_array,
+                         direct_output_candidates, vertex_field)
 from .layout import MAX_INPUT_OWNERS, Split
 from .params import ConvParams
 
 __all__ = ["ConvPlan", "PlanCandidate", "plan_conv", "rank_candidates", "split_candidates",
-           "MAX_REDUCTION_DEPTH"]
+           "writes_output_type", "MAX_REDUCTION_DEPTH"]
 
 #: input-channel splits are reduced in one reduce-scatter stage; PopLibs switches to two
 #: stages at depth 16 (reference §4.3), which this planner does not model
@@ -104,6 +105,12 @@ class ConvPlan:
     estimated_bytes_per_tile: int
     breakdown: dict = field(default_factory=dict, compare=False)
     n_candidates: int = 0
+
+    @property
+    def conv_output_dtype(self) -> str:
+        """What the conv vertex writes: the partials type, or the output type itself for
+        a direct-output AMP candidate (see :func:`writes_output_type`)."""
+        return self.params.dtype if writes_output_type(self.params, self.method) else self.params.partials
 
     @property
     def tiles_used(self) -> int:
@@ -188,6 +195,9 @@ def plan_conv(params: ConvParams, machine: MachineSpec, *, bias: bool = False,
     _check_fits_chip(p, machine)
     cands = candidate_methods(machine, p.dtype, p.partials, p.in_per_group, p.out_per_group,
                               p.kernel_w, p.stride[1], n_groups=p.groups)
+    # direct-output candidates come last, so a tie keeps the requested partials type
+    cands += direct_output_candidates(machine, p.dtype, p.partials, p.in_per_group,
+                                      p.kernel_h, p.kernel_w)
     if method is not None:
         cands = [c for c in cands if c.method == method.upper()]
         if not cands:
@@ -242,6 +252,13 @@ _NO_SPLIT_HINTS = {
     "AMP": "AMP needs the conv's channel grouping on the tiles",
     "HMAC": "HMAC needs the conv's channel grouping on the tiles",
 }
+
+
+def writes_output_type(p: ConvParams, method: VertexMethod) -> bool:
+    """Whether ``method`` is a direct-output candidate: an AMP accumulating in the output
+    type although the conv asked for other partials (no reduction may follow it)."""
+    return (method.method == "AMP" and method.partials_dtype == p.dtype
+            and method.partials_dtype != p.partials)
 
 
 def _check_fits_chip(p: ConvParams, machine: MachineSpec) -> None:
@@ -304,6 +321,8 @@ def _channel_axes(p: ConvParams, cand: VertexMethod, T: int):
         if p.out_per_group > T:
             return None
         i_ax, o_ax = split_candidates(n_i, MAX_REDUCTION_DEPTH), np.array([p.out_per_group])
+    elif writes_output_type(p, cand):
+        i_ax, o_ax = np.array([1]), split_candidates(n_o, T)   # no reduction may follow
     else:
         i_ax, o_ax = split_candidates(n_i, MAX_REDUCTION_DEPTH), split_candidates(n_o, T)
     if i_ax.max() > MAX_REDUCTION_DEPTH:
@@ -359,7 +378,7 @@ def _score_method(p: ConvParams, machine: MachineSpec, cand: VertexMethod, bias:
     c = _lower_bound_prune(p, machine, cand, c, bound)
     if c is None:
         return _MethodScore(n_all, None, None)
-    c = _with_windows(p, c)
+    c = _with_windows(p, c, writes_output_type(p, cand))
     og = _method_grains(p, cand)[2]
     serial, smallest = _fewest_serial_slices(p, machine, og, c, serials, bias)
     fits = serial > 0
@@ -434,7 +453,7 @@ def _lower_bound_prune(p: ConvParams, machine: MachineSpec, cand: VertexMethod, 
     return c.take(sel) if sel.size else None
 
 
-def _with_windows(p: ConvParams, c: _Table) -> _Table:
+def _with_windows(p: ConvParams, c: _Table, direct_output: bool) -> _Table:
     """Add the input window (WR x WC, bytes), the weight-sharing group size M, the
     reduction depth R and what finishes each slice (reduce or cast)."""
     isz = DTYPES[p.dtype].itemsize
@@ -448,7 +467,7 @@ def _with_windows(p: ConvParams, c: _Table) -> _Table:
     c["M"] = c.bs * c.hs * c.ws
     c["R"] = c.is_
     c["reduce_needed"] = c.R > 1
-    c["cast_needed"] = (~c.reduce_needed) & (p.partials != p.dtype)
+    c["cast_needed"] = (~c.reduce_needed) & (p.partials != p.dtype) & (not direct_output)
     return c
 
 
@@ -603,6 +622,8 @@ def rank_candidates(params: ConvParams, machine: MachineSpec, *, bias: bool = Fa
     p = params
     cands = candidate_methods(machine, p.dtype, p.partials, p.in_per_group, p.out_per_group,
                               p.kernel_w, p.stride[1], n_groups=p.groups)
+    cands += direct_output_candidates(machine, p.dtype, p.partials, p.in_per_group,
+                                      p.kernel_h, p.kernel_w)
     fg = _field_grid(p, machine.n_tiles)
     serials = _serial_candidates(p)
     fit, nofit = [], []

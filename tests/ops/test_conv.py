@@ -260,3 +260,43 @@ def test_serial_split_plans_compute_the_right_result(shape, wshape, kw, dtype, b
     est = ik.estimate_conv2d(shape, wshape, dtype=dtype, machine=TINY, bias=bias, **kw)
     assert est.total_cycles == run.profile.total_cycles
     assert run.profile.memory.max_bytes <= TINY.tile_bytes
+
+
+# --------------------------------------------------------------------------- direct output
+@pytest.mark.parametrize("shape, w_shape, groups", [
+    ((1, 16, 56, 56), (64, 16, 1, 1), 1),        # 1x1 conv, 16 in-channels: one AMP pass
+    ((2, 256, 14, 14), (256, 16, 1, 1), 16),     # grouped 1x1, 16 channels per group
+])
+def test_direct_output_amp_is_chosen_where_it_wins(shape, w_shape, groups, monkeypatch):
+    """With fp16 inputs, float partials requested and a 1x1 kernel whose in-channels fit
+    one AMP pass, the half->half 16-unit AMP writes the output directly (no partials, no
+    cast) at twice the half->float rate."""
+    prof = ik.estimate_conv2d(shape, w_shape, groups=groups, dtype="float16")
+    assert "half->half" in prof.info["method"]
+    assert not [s for s in prof.supersteps if s.name == "cast"]
+    import ipukern.conv.planner as planner
+    ik.clear_plan_cache()
+    monkeypatch.setattr(planner, "direct_output_candidates", lambda *a, **k: [])
+    without = ik.estimate_conv2d(shape, w_shape, groups=groups, dtype="float16")
+    ik.clear_plan_cache()
+    assert "half->float" in without.info["method"]
+    assert prof.total_cycles < 0.8 * without.total_cycles
+
+
+def test_direct_output_amp_results_are_exact():
+    # the AMP sums in single precision and rounds once: the float-partials bound holds
+    x, wt, b, run, ref, mag = run_case(2, 32, 9, 11, 48, 1, 2, dtype="float16", bias=True)
+    assert "half->half" in run.plan.method.label() and run.plan.conv_output_dtype == "float16"
+    assert np.all(np.abs(run.output.astype(np.float64) - ref) <= U * np.abs(ref) + (U + 1e-6) * mag)
+    est = ik.estimate_conv2d(x.shape, wt.shape, groups=2, dtype="float16", bias=True)
+    assert est.total_cycles == run.profile.total_cycles
+
+
+def test_direct_output_needs_a_1x1_kernel_and_one_amp_pass():
+    from ipukern.conv.estimators import direct_output_candidates
+    m = ik.GC200
+    assert direct_output_candidates(m, "float16", "float32", 16, 1, 1)
+    assert not direct_output_candidates(m, "float16", "float32", 17, 1, 1)    # two passes
+    assert not direct_output_candidates(m, "float16", "float32", 16, 3, 3)    # kernel
+    assert not direct_output_candidates(m, "float32", "float32", 8, 1, 1)     # fp32 inputs
+    assert not direct_output_candidates(m, "float16", "float16", 16, 1, 1)    # already half

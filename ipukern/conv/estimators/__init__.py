@@ -60,7 +60,7 @@ from ...core.cost import cast_cycles, reduce_cycles  # shared with the built-in 
 from ...machine import MachineSpec
 from ._common import _check_machine, _Dims, _total, _vertex_dims, worker_segments, zeroing_cycles
 from .amp import _amp_1x1_parts, _amp_nx1_parts, amp_1x1_cycles, amp_nx1_cycles, amp_uses_1x1
-from .candidates import candidate_methods, combine_group_factors
+from .candidates import candidate_methods, combine_group_factors, direct_output_candidates
 from .hmac import _hmac_dot_cycles, _hmac_parts, _hmac_uses_1x1, hmac_cycles
 from .methods import METHODS, TileConv, VertexCost, VertexMethod, _positive_int, useful_macs
 from .slic import _check_slic_tile, _slic_parts, slic_cycles
@@ -69,7 +69,8 @@ from .vmac import _check_vmac_tile, _vmac_parts, vmac_cycles
 
 __all__ = [
     "METHODS", "VertexMethod", "TileConv", "VertexCost",
-    "candidate_methods", "combine_group_factors", "worker_segments", "useful_macs",
+    "candidate_methods", "combine_group_factors", "direct_output_candidates", "worker_segments",
+    "useful_macs",
     "amp_uses_1x1", "amp_nx1_cycles", "amp_1x1_cycles", "slic_cycles", "vmac_cycles",
     "hmac_cycles", "zeroing_cycles", "cast_cycles", "reduce_cycles",
     "conv_vertex_cycles", "conv_vertex_cycles_array", "vertex_field",

@@ -8,7 +8,7 @@ from ...dtypes import DTYPES, canonical_dtype
 from ...machine import MachineSpec
 from .methods import _FLOAT, _HALF, VertexMethod, _positive_int
 
-__all__ = ["candidate_methods", "combine_group_factors"]
+__all__ = ["candidate_methods", "combine_group_factors", "direct_output_candidates"]
 
 
 def combine_group_factors(machine: MachineSpec, in_dtype: str, in_per_group: int,
@@ -160,3 +160,35 @@ def candidate_methods(machine: MachineSpec, in_dtype: str, partials_dtype: str,
                 DTYPES[m.partials_dtype].itemsize)
 
     return sorted(unique, key=rank)
+
+
+def direct_output_candidates(machine: MachineSpec, in_dtype: str, partials_dtype: str,
+                             in_per_group: int, kernel_h: int, kernel_w: int) -> list[VertexMethod]:
+    """AMP candidates that write the output type directly although float partials were
+    requested (``ConvVertexType.cpp``): with half inputs and float partials, a 1x1 kernel
+    whose input channels per group fit one AMP pass (icpg) needs no partial sums at all when
+    no reduction follows, so PopLibs also tries the half->half AMP (16 units on Mk2, twice
+    the half->float rate). The planner uses them only for splits without an in-channel
+    split. The AMP sums in single precision internally and rounds once to half, which is
+    exactly what float partials plus a cast give.
+
+    Parameters
+    ----------
+    machine : MachineSpec
+    in_dtype, partials_dtype : str
+        The conv's input and requested partials types.
+    in_per_group : int
+    kernel_h, kernel_w : int
+
+    Returns
+    -------
+    list of VertexMethod
+        half->half AMP methods (empty when the transform does not apply).
+    """
+    dt, pt = canonical_dtype(in_dtype), canonical_dtype(partials_dtype)
+    if (dt, pt) != (_HALF, _FLOAT) or (kernel_h, kernel_w) != (1, 1):
+        return []
+    if machine.amp_units(_HALF, _HALF) == 0:
+        return []
+    return [m for m in _amp_candidates(machine, _HALF, _HALF, 1)
+            if m.partials_dtype == _HALF and in_per_group <= m.in_chans_per_group]
