@@ -257,6 +257,9 @@ def build_conv_program(plan: ConvPlan, device: Device | None = None, *,
     weights and of slice j's partials), then the last slice's finishing.
     """
     p = plan.params
+    if plan.split.n_tiles > plan.machine.n_tiles:   # a hand-made plan; the planner never does this
+        raise ValueError(f"plan split {plan.split.shape} needs {plan.split.n_tiles} tiles; "
+                         f"{plan.machine.name} has {plan.machine.n_tiles}")
     dev = device if device is not None else Device(plan.machine)
     geo = geometry(p, plan.split)
     buf = _allocate(dev, plan, geo)

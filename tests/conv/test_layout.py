@@ -2,7 +2,7 @@
 the input and weight slices its outputs need (checked with NumPy slicing, no conv kernel)."""
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import assume, given, strategies as st
 
 import ipukern as ik
 from ipukern.conv.estimators import candidate_methods
@@ -93,7 +93,15 @@ def test_random_layouts(n, cpg, g, h, wid, k, s, pad, d, seed):
     split = Split(groups=int(rng.integers(1, g + 1)), in_chans=int(rng.integers(1, cpg + 1)),
                   batch=int(rng.integers(1, n + 1)), rows=int(rng.integers(1, p.out_h + 1)),
                   cols=int(rng.integers(1, p.out_w + 1)), out_chans=int(rng.integers(1, 3)))
+    assume(split.n_tiles <= ik.GC200.n_tiles)     # a split the machine can hold
     check_first_exchange(p, split, seed=seed)
+
+
+def test_a_split_larger_than_the_machine_is_refused():
+    p = ConvParams.from_shapes((3, 9, 12, 12), (6, 3, 1, 1), padding=2, groups=3)
+    split = Split(groups=3, in_chans=3, batch=3, rows=14, cols=4, out_chans=1)
+    with pytest.raises(ValueError, match="needs 1512 tiles"):
+        build_conv_program(make_plan(p, split, 1))
 
 
 def test_split_ranges():
