@@ -86,13 +86,11 @@ def test_vector_formats(profile, tmp_path, suffix, magic):
     assert out.read_bytes()[:len(magic)] == magic
 
 
-def test_paper_scaling_plot_styles(tmp_path):
-    """Every layer has its own marker and an Okabe-Ito colour; the first layer is on top."""
-    pytest.importorskip("matplotlib")
+
+def _drawn_figure(draw):
+    """Run ``draw()`` and return its result and the matplotlib Figure it saved."""
     from matplotlib.figure import Figure
 
-    layers = [ConvLayer(f"l{i}", channels=16, height=8, width=8) for i in range(3)]
-    rows = grouped_conv_sweep(layers, channels_per_group=(1, 4), batch=1, gpus=("A100_40GB",))
     captured = {}
     real_savefig = Figure.savefig
 
@@ -102,11 +100,20 @@ def test_paper_scaling_plot_styles(tmp_path):
 
     Figure.savefig = spy
     try:
-        out = plots.plot_scaling(rows, tmp_path / "s.pdf", size="column")
+        result = draw()
     finally:
         Figure.savefig = real_savefig
+    return result, captured["fig"]
+
+
+def test_paper_scaling_plot_styles(tmp_path):
+    """Every layer has its own marker and an Okabe-Ito colour; the first layer is on top."""
+    pytest.importorskip("matplotlib")
+
+    layers = [ConvLayer(f"l{i}", channels=16, height=8, width=8) for i in range(3)]
+    rows = grouped_conv_sweep(layers, channels_per_group=(1, 4), batch=1, gpus=("A100_40GB",))
+    out, fig = _drawn_figure(lambda: plots.plot_scaling(rows, tmp_path / "s.pdf", size="column"))
     assert out.read_bytes()[:4] == b"%PDF"
-    fig = captured["fig"]
     assert fig.get_figwidth() == pytest.approx(3.5)
     ratio_ax = fig.axes[1]
     lines = [ln for ln in ratio_ax.get_lines() if ln.get_marker() not in ("*", "None", "")]
@@ -123,23 +130,11 @@ def test_paper_scaling_plot_styles(tmp_path):
 def test_coinciding_layers_stay_visible(tmp_path):
     """A layer drawn below another has larger markers and a wider line (a visible ring)."""
     pytest.importorskip("matplotlib")
-    from matplotlib.figure import Figure
 
     same = [ConvLayer(n, channels=16, height=8, width=8) for n in ("head", "twin")]
     rows = grouped_conv_sweep(same, channels_per_group=(1, 4), batch=1, gpus=("A100_40GB",))
-    captured = {}
-    real_savefig = Figure.savefig
-
-    def spy(self, *a, **k):
-        captured["fig"] = self
-        return real_savefig(self, *a, **k)
-
-    Figure.savefig = spy
-    try:
-        plots.plot_scaling(rows, tmp_path / "s.png")
-    finally:
-        Figure.savefig = real_savefig
-    lines = [ln for ln in captured["fig"].axes[1].get_lines() if ln.get_marker() not in ("*", "None", "")]
+    _, fig = _drawn_figure(lambda: plots.plot_scaling(rows, tmp_path / "s.png"))
+    lines = [ln for ln in fig.axes[1].get_lines() if ln.get_marker() not in ("*", "None", "")]
     head = next(ln for ln in lines if ln.get_color() == plots.OKABE_ITO[0])
     twin = next(ln for ln in lines if ln.get_color() == plots.OKABE_ITO[1])
     assert head.get_zorder() > twin.get_zorder()
