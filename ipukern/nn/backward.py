@@ -37,10 +37,10 @@ import numpy as np
 from ..conv.params import ConvParams
 from ..conv.passes import backward_data_pass, weight_update_pass
 from ..core.profile import SuperstepRecord
-from ..ops._cache import cached_program
 from ..ops.matmul import matmul_conv_params
 from ..ops.matmul_grad import _pass_shapes
 from . import cycles
+from .convops import conv_program
 from .ops import compute_record
 
 __all__ = ["PassRow", "backward_rows", "bn_stats_row"]
@@ -66,7 +66,9 @@ class PassRow:
 
 
 def _conv_row(name: str, op: str, pass_: str, params: ConvParams, machine, flops: int) -> PassRow:
-    prog = cached_program(params, machine, False, None)
+    # the network's program cache (layers of equal shape share one, cleared with the
+    # network caches), not the op-level LRU: a network has more distinct passes than it holds
+    prog = conv_program(params, machine, False)
     return PassRow(name, op, pass_, prog.plan.method.label(), list(prog.program.records), flops,
                    prog.device.memory.used.copy(), {"plan": prog.plan.describe(),
                                                     "pass_conv": params.describe()})

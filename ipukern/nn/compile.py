@@ -32,8 +32,11 @@ PROGRAM_CACHE_SIZE = 16
 
 
 def clear_network_caches() -> None:
-    """Forget cached op plans, rearrangements and compiled networks (and conv programs)."""
+    """Forget cached op plans, rearrangements, compiled networks, training schedules and
+    conv programs."""
     from .convops import clear_program_cache
+    from .training import clear_schedule_cache
+    clear_schedule_cache()
     with _LOCK:
         _PLANS.clear()
         _REARR.clear()

@@ -14,6 +14,7 @@ through a host array between layers.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -28,7 +29,8 @@ from ..core.tensor import TileMapping
 from ..dtypes import DTYPES
 from ..machine import MachineSpec
 
-__all__ = ["Layout", "Rearrangement", "Resident", "linear_layout", "rows_layout"]
+__all__ = ["Layout", "Rearrangement", "Resident", "copy_table", "linear_layout", "rearrangement_loads",
+           "rows_layout"]
 
 
 @dataclass(eq=False)
@@ -126,13 +128,31 @@ class Layout:
         return res
 
 
-def _permuted_pieces(shape, perm, m: TileMapping, off: np.ndarray, isz: int):
+def _rows_of(shape, perm) -> tuple[int, int]:
+    """``(k, row)``: the longest trailing block of k axes the permutation leaves in place,
+    and its element count (a stored row that is contiguous in logical order too)."""
     nd = len(shape)
-    # rows: the longest trailing block of axes the permutation leaves in place
     k = 0
     while k < nd and perm[nd - 1 - k] == nd - 1 - k:
         k += 1
-    row = int(np.prod(shape[nd - k:], dtype=np.int64)) if k else 1
+    return k, (int(np.prod(shape[nd - k:], dtype=np.int64)) if k else 1)
+
+
+def _logical_rows(shape, perm, k: int, r: np.ndarray) -> np.ndarray:
+    """Logical row index of each stored row index ``r`` (rows of the k trailing axes)."""
+    nd = len(shape)
+    lead = perm[:nd - k]
+    if not lead:
+        return np.zeros_like(r)
+    idx = np.unravel_index(r, [shape[p] for p in lead])
+    coords = [None] * (nd - k)
+    for pos, axis in enumerate(lead):
+        coords[axis] = idx[pos]
+    return np.ravel_multi_index(coords, [shape[i] for i in range(nd - k)])
+
+
+def _permuted_pieces(shape, perm, m: TileMapping, off: np.ndarray, isz: int):
+    k, row = _rows_of(shape, perm)
     # cut stored intervals at row boundaries
     s, c = m.start, m.count
     first_row = s // row
@@ -143,15 +163,7 @@ def _permuted_pieces(shape, perm, m: TileMapping, off: np.ndarray, isz: int):
     a = np.maximum(s[rep], r * row)
     b = np.minimum(s[rep] + c[rep], (r + 1) * row)
     boff = off[rep] + (a - s[rep]) * isz
-    # stored row index -> logical row index
-    lead = perm[:nd - k]
-    stored_shape = [shape[p] for p in lead]
-    idx = np.unravel_index(r, stored_shape) if stored_shape else ()
-    logical_lead_shape = [shape[i] for i in range(nd - k)]
-    coords = [None] * (nd - k)
-    for pos, axis in enumerate(lead):
-        coords[axis] = idx[pos]
-    lrow = np.ravel_multi_index(coords, logical_lead_shape) if coords else np.zeros_like(r)
+    lrow = _logical_rows(shape, perm, k, r)
     lstart = lrow * row + (a - r * row)
     order = np.argsort(lstart, kind="stable")
     return (lstart[order], (b - a)[order], m.tile[rep][order].astype(np.int64), boff[order])
@@ -242,6 +254,100 @@ def _sorted_union(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return c[keep]
 
 
+def copy_table(src: Layout, dst: Layout) -> tuple[np.ndarray, ...]:
+    """The exact copy table moving ``src`` into ``dst``: one copy per run contiguous in
+    both layouts, ``(src_tile, src_off, dst_tile, dst_off, nbytes)``."""
+    isz = src.itemsize
+    s0, _, st, so = src.pieces()
+    d0, _, dt, do = dst.pieces()
+    bounds = _sorted_union(s0, d0)
+    seg_len = np.diff(np.append(bounds, src.n_elems))
+    i = np.searchsorted(s0, bounds, side="right") - 1
+    j = np.searchsorted(d0, bounds, side="right") - 1
+    return (st[i], so[i] + (bounds - s0[i]) * isz, dt[j], do[j] + (bounds - d0[j]) * isz,
+            seg_len * isz)
+
+
+def rearrangement_loads(src: Layout, dst: Layout, n_tiles: int, tiles_per_bus: int, *,
+                        exact: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Per-tile ``(recv, paired, send)`` bytes of the copy table from ``src`` to ``dst``
+    (as :func:`ipukern.core.cost.exchange_loads` computes them) and its number of copies.
+
+    The table is never built when the source's bytes are disjoint on every tile (always
+    for packed layouts): every logical element is copied exactly once, so a tile receives
+    the bytes ``dst`` puts on it and sends the bytes ``src`` has on it; no source region
+    goes to two tiles, so no bus pairing applies; and the copies are the runs between the
+    union of both layouts' piece boundaries (:func:`_piece_starts`). ``exact=True`` (or a
+    source with overlapping bytes) costs the built table instead; the tests prove both
+    agree.
+    """
+    if exact or not _disjoint_bytes(src):
+        table = copy_table(src, dst)
+        st, so, dt, _, nb = table
+        recv, paired, send = cost.exchange_loads(st.astype(np.int64), so, dt.astype(np.int64), nb,
+                                                 n_tiles, tiles_per_bus)
+        return recv, paired, send, int(nb.size)
+    return (dst.bytes_per_tile(n_tiles), np.zeros(n_tiles, dtype=np.int64),
+            src.bytes_per_tile(n_tiles), _count_segments(src, dst))
+
+
+def _disjoint_bytes(lay: Layout) -> bool:
+    """Whether no two of the layout's intervals share a byte of one tile."""
+    if lay.offsets is None:
+        return True          # packed: each tile's intervals back to back
+    m = lay.mapping
+    order = np.lexsort((lay.offsets, m.tile))
+    t, o = m.tile[order], lay.offsets[order]
+    end = o + m.count[order] * lay.itemsize
+    return not bool(((t[1:] == t[:-1]) & (o[1:] < end[:-1])).any())
+
+
+def _piece_starts(lay: Layout) -> tuple[int, np.ndarray]:
+    """The logical starts of :meth:`Layout.pieces` as ``(row, extra)``: every multiple of
+    ``row`` in [0, n) (the stored rows :func:`_permuted_pieces` cuts at, which are logical
+    rows too), and the logical positions ``extra`` (unsorted) of the interval starts inside
+    a row. Without a permutation, row = n and ``extra`` the mapping's other starts."""
+    m = lay.mapping
+    if lay.perm is None:
+        return lay.n_elems, m.start[1:]
+    k, row = _rows_of(lay.shape, lay.perm)
+    s = m.start[m.start % row != 0]
+    r = s // row
+    lrow = _logical_rows(lay.shape, lay.perm, k, r)
+    return row, lrow * row + (s - r * row)
+
+
+#: up to this many elements, common piece starts are counted on a bitmap (n bytes)
+_BITMAP_ELEMS = 1 << 27
+
+
+def _count_common(a: np.ndarray, b: np.ndarray, n: int) -> int:
+    """How many values two arrays of distinct positions in [0, n) share."""
+    if not a.size or not b.size:
+        return 0
+    if n <= _BITMAP_ELEMS:
+        mark = np.zeros(n, dtype=bool)
+        mark[b] = True
+        return int(np.count_nonzero(mark[a]))
+    a, b = np.sort(a), np.sort(b)
+    i = np.minimum(np.searchsorted(b, a), b.size - 1)
+    return int(np.count_nonzero(b[i] == a))
+
+
+def _count_segments(a: Layout, b: Layout) -> int:
+    """Size of the union of both layouts' piece starts: the copies of the table."""
+    n = a.n_elems
+    if n == 0:
+        return 0
+    r1, x1 = _piece_starts(a)
+    r2, x2 = _piece_starts(b)
+    # rows divide n, so each layout has n / row row starts; both share those of the lcm
+    rows = n // r1 + n // r2 - n // math.lcm(r1, r2)
+    x1 = x1[x1 % r2 != 0]
+    x2 = x2[x2 % r1 != 0]
+    return rows + int(x1.size) + int(x2.size) - _count_common(x1, x2, n)
+
+
 class Rearrangement:
     """The exchange that moves a tensor from layout ``src`` to layout ``dst``.
 
@@ -251,6 +357,9 @@ class Rearrangement:
     reads the producer's buffer, as Poplar aliases a tensor it does not rearrange) and
     cost nothing. The cost is that of one exchange superstep: the busiest tile's
     received or sent bytes at the exchange rate, plus the exchange overhead and a sync.
+
+    The cost is computed without building the copy table (see :func:`rearrangement_loads`);
+    the table is built on first use by :meth:`run`.
     """
 
     def __init__(self, machine: MachineSpec, src: Layout, dst: Layout, *, name: str = "rearrange"):
@@ -265,32 +374,27 @@ class Rearrangement:
         self.identity = src.same_as(dst)
         if self.identity:
             self.cycles = 0
-            self.table = None
             self.bytes = 0
+            self.n_copies = 0
             self.why = "same layout: no copy"
             self.busiest_tile = -1
             return
-        isz = src.itemsize
-        s0, _, st, so = src.pieces()
-        d0, _, dt, do = dst.pieces()
-        bounds = _sorted_union(s0, d0)
-        seg_len = np.diff(np.append(bounds, src.n_elems))
-        i = np.searchsorted(s0, bounds, side="right") - 1
-        j = np.searchsorted(d0, bounds, side="right") - 1
-        self.table = (st[i], so[i] + (bounds - s0[i]) * isz, dt[j], do[j] + (bounds - d0[j]) * isz,
-                      seg_len * isz)
-        recv, paired, send = cost.exchange_loads(st[i].astype(np.int64), self.table[1],
-                                                 dt[j].astype(np.int64), self.table[4],
-                                                 machine.n_tiles, machine.tiles_per_exchange_bus)
+        recv, paired, send, self.n_copies = rearrangement_loads(
+            src, dst, machine.n_tiles, machine.tiles_per_exchange_bus)
         per_tile = cost.tile_exchange_cycles(recv, paired, send, machine)
         t = int(np.argmax(per_tile))
         self.busiest_tile = t
         self.cycles = int(per_tile[t]) + machine.exchange_overhead_cycles
-        self.bytes = int(self.table[4].sum())
+        self.bytes = int(src.n_elems) * src.itemsize
         self.recv_bytes = recv
         self.why = (f"{name}: tile {t} moves {max(int(recv[t]), int(send[t]))} B at "
                     f"{machine.exchange_bytes_per_cycle:.2f} B/cycle + "
                     f"{machine.exchange_overhead_cycles} overhead")
+
+    @cached_property
+    def table(self) -> tuple[np.ndarray, ...] | None:
+        """The copies ``(src_tile, src_off, dst_tile, dst_off, nbytes)`` (None if identity)."""
+        return None if self.identity else copy_table(self.src, self.dst)
 
     def record(self, index: int = 0) -> SuperstepRecord | None:
         """The exchange superstep (None for an identity)."""
@@ -299,7 +403,7 @@ class Rearrangement:
         return SuperstepRecord(index=index, name=self.name, category="rearrange",
                                compute_cycles=0, sync_cycles=self.machine.sync_cycles,
                                exchange_cycles=self.cycles, exchange_tile=self.busiest_tile,
-                               bytes_exchanged=self.bytes, n_copies=int(self.table[4].size),
+                               bytes_exchanged=self.bytes, n_copies=self.n_copies,
                                exchange_why=self.why)
 
     def run(self, src: Resident, dst_data: np.ndarray | None = None) -> Resident | None:

@@ -24,6 +24,8 @@ recomputed. An activation used outside its own segment stays stashed.
 """
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +40,18 @@ from .network import Network
 from .profile import NetworkProfile
 
 __all__ = ["estimate_training", "training_schedule"]
+
+#: training schedules kept (LRU), by network version, batch, context and options: the
+#: max-batch search and repeated estimates reuse them
+SCHEDULE_CACHE_SIZE = 16
+_SCHEDULES: OrderedDict[tuple, tuple] = OrderedDict()
+_LOCK = threading.Lock()
+
+
+def clear_schedule_cache() -> None:
+    """Forget the cached training schedules (part of ``clear_network_caches``)."""
+    with _LOCK:
+        _SCHEDULES.clear()
 
 
 @dataclass
@@ -83,8 +97,29 @@ def training_schedule(net: Network, batch: int, ctx: PlanContext, *, recompute: 
     """The rows of a training step and their per-tile live bytes (reserve excluded).
 
     Returns (rows, live (n_rows, n_tiles), weights (n_tiles,), flops, optimizer profile).
+    Cached: a repeated call returns the same (read-only) objects.
     """
     opt = get_optimizer(optimizer)
+    rkey = (recompute,) if recompute is None or isinstance(recompute, str) else tuple(recompute)
+    key = (id(net), net._version, batch, ctx, rkey, opt, state_location)
+    with _LOCK:
+        hit = _SCHEDULES.get(key)
+        if hit is not None and hit[0] is net:
+            _SCHEDULES.move_to_end(key)
+            return hit[1]
+    res = _schedule(net, batch, ctx, recompute, opt, state_location)
+    for a in (res[1], res[2]):
+        a.flags.writeable = False
+    with _LOCK:
+        _SCHEDULES[key] = (net, res)
+        while len(_SCHEDULES) > SCHEDULE_CACHE_SIZE:
+            _SCHEDULES.popitem(last=False)
+    return res
+
+
+def _schedule(net: Network, batch: int, ctx: PlanContext, recompute: Any, opt: Any,
+              state_location: str):
+    """:func:`training_schedule` without the cache."""
     prog = compile_network(net, batch, ctx, fold_bn=False)
     nt = ctx.machine.n_tiles
     steps = prog.steps
