@@ -1,6 +1,7 @@
 """estimate_network / run_network: the public entry points for whole networks."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,26 +62,28 @@ def _fits(net: Network, batch: int, ctx: PlanContext, fold_bn: bool) -> bool:
     return int(live.max()) + ctx.machine.reserved_bytes_per_tile <= ctx.machine.tile_bytes
 
 
-def max_batch(net: Network, ctx: PlanContext, fold_bn: bool = True, start: int = 1) -> int:
-    """Largest batch whose program fits the tiles (0 if batch 1 does not), found by
-    doubling then bisection with the real planner and liveness."""
-    lo, hi = 0, None
-    b = max(1, start)
-    if _fits(net, b, ctx, fold_bn):
-        lo = b
-        while hi is None and lo < MAX_BATCH_SEARCH:
-            b = lo * 2
-            if _fits(net, b, ctx, fold_bn):
+def search_max_batch(fits: Callable[[int], bool], start: int = 1,
+                     limit: int = MAX_BATCH_SEARCH) -> int:
+    """Largest batch in [1, limit] for which ``fits`` holds (0 if batch 1 does not), for a
+    ``fits`` monotone in the batch: doubling (or halving) from ``start``, then bisection,
+    so about 2 log2(answer / start) evaluations. Starting at the batch just estimated
+    costs nothing there (its program is cached)."""
+    b = min(max(1, start), limit)
+    if fits(b):
+        lo, hi = b, None
+        while hi is None and lo < limit:
+            b = min(lo * 2, limit)
+            if fits(b):
                 lo = b
             else:
                 hi = b
         if hi is None:
             return lo
     else:
-        hi = b
+        lo, hi = 0, b
         while lo == 0 and hi > 1:
             b = hi // 2
-            if _fits(net, b, ctx, fold_bn):
+            if fits(b):
                 lo = b
             else:
                 hi = b
@@ -88,11 +91,17 @@ def max_batch(net: Network, ctx: PlanContext, fold_bn: bool = True, start: int =
             return 0
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if _fits(net, mid, ctx, fold_bn):
+        if fits(mid):
             lo = mid
         else:
             hi = mid
     return lo
+
+
+def max_batch(net: Network, ctx: PlanContext, fold_bn: bool = True, start: int = 1) -> int:
+    """Largest batch whose program fits the tiles (0 if batch 1 does not), found by
+    doubling then bisection with the real planner and liveness."""
+    return search_max_batch(lambda b: _fits(net, b, ctx, fold_bn), start)
 
 
 def network_profile(prog: NetworkProgram, *, allow_overflow: bool = False,

@@ -292,18 +292,9 @@ def _fits(net, batch, ctx, recompute, opt, state_location) -> bool:
     return int(live.max()) + ctx.machine.reserved_bytes_per_tile <= ctx.machine.tile_bytes
 
 
-def _max_batch(net, ctx, recompute, opt, state_location, start: int, limit: int = 4096) -> int:
-    """Largest batch whose training step fits (0 if batch 1 does not): doubling from 1,
-    then bisection, with the real planner and liveness."""
-    def fits(b: int) -> bool:
-        return _fits(net, b, ctx, recompute, opt, state_location)
-    if not fits(1):
-        return 0
-    lo = 1
-    while lo < limit and fits(2 * lo):
-        lo *= 2
-    hi = 2 * lo
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    return min(lo, limit)
+def _max_batch(net, ctx, recompute, opt, state_location, start: int) -> int:
+    """Largest batch whose training step fits (0 if batch 1 does not): doubling or halving
+    from the estimated batch (its schedule is cached), then bisection, with the real
+    planner and liveness (:func:`ipukern.nn.api.search_max_batch`)."""
+    from .api import search_max_batch
+    return search_max_batch(lambda b: _fits(net, b, ctx, recompute, opt, state_location), start)

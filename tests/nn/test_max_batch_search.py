@@ -1,0 +1,67 @@
+"""The max-batch search (doubling/halving from the estimated batch, then bisection) and the
+training-schedule cache behind fast repeated estimates."""
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import ipukern as ik
+from ipukern import nn
+from ipukern.nn.api import search_max_batch
+from ipukern.nn.layers import PlanContext
+from ipukern.nn.training import _fits, training_schedule
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 5000), st.integers(1, 5000), st.integers(1, 4096))
+def test_search_finds_the_largest_fitting_batch(answer, start, limit):
+    calls = []
+
+    def fits(b):
+        assert 1 <= b <= limit
+        calls.append(b)
+        return b <= answer
+
+    assert search_max_batch(fits, start, limit) == min(answer, limit)
+    # doubling/halving then bisection: logarithmic evaluations, never a linear scan
+    assert len(calls) <= 2 * math.log2(max(answer, start, 2)) + 3
+
+
+def chain(per_sample):
+    """Two element-wise layers (a, b) on a flat input: memory linear in the batch."""
+    net = nn.Network("chain")
+    h = net.input("x", (per_sample,))
+    for name, layer in (("a", nn.ReLU()), ("b", nn.Sigmoid())):
+        h = net.add(layer, h, name=name)
+    net.output(h)
+    return net
+
+
+def test_training_max_batch_equals_a_linear_scan():
+    m = ik.GC200
+    net = chain(m.n_tiles * 2048)
+    ctx = PlanContext(m, "float32", "float32")
+    opt = ik.Optimizer("sgd")
+    brute = 0
+    while _fits(net, brute + 1, ctx, None, opt, "chip"):
+        brute += 1
+    assert 2 <= brute < 100
+    for start in (1, brute, brute + 1, 64):
+        prof = nn.estimate_network(net, batch=start, dtype="float32", partials="float",
+                                   training=True, optimizer="sgd", allow_overflow=True)
+        assert prof.memory["max_batch"] == brute
+        assert prof.fits == (start <= brute)
+
+
+def test_training_schedule_is_cached_until_the_network_changes():
+    net = chain(64)
+    ctx = PlanContext(ik.GC200, "float32", "float32")
+    a = training_schedule(net, 2, ctx)
+    assert training_schedule(net, 2, ctx) is a
+    assert not a[1].flags.writeable                      # shared: read-only
+    assert training_schedule(net, 3, ctx) is not a
+    nn.clear_network_caches()
+    b = training_schedule(net, 2, ctx)
+    assert b is not a and b[1].tolist() == a[1].tolist()
+    net.add(nn.ReLU(), "b", name="c")                    # a new version of the network
+    assert training_schedule(net, 2, ctx) is not b
