@@ -4,15 +4,19 @@ Supersteps (S = serial out-chan slices, R = input-channel split = reduction dept
 
 0. exchange: input windows (shares of the core + halos), weights of slice 0, bias;
 1..S. compute: conv vertex of slice j-1 on every tile, plus finishing slice j-2
-   (reduce / cast / bias); exchange: weights of slice j, partials of slice j-1 to their
-   reducing tiles (reduce-scatter);
+   (the last reduce stage / cast / bias); exchange: weights of slice j, partials of slice
+   j-1 to their first-stage reducing tiles (reduce-scatter);
+   with a multi-stage reduction (``conv.reduce``: R >= 16), after each conv superstep one
+   superstep per intermediate stage: compute that stage's sums, exchange its results to
+   the next stage's reducers;
 S+1. compute: finishing of the last slice (when any finishing is needed).
 
 Buffers per tile (one allocation each, offsets in the tile):
 ``window [B][WR][G*C][WC]``, ``weights [G][K_j][C][kh][kw]`` (one slice), a weight store
 when serial (the slices this tile owns), partials ``[2][B][G][K_j][OR][OC]`` (double
 buffered when serial), outputs (every slice, or every slice's chunk when reduced), a
-receive buffer for partial chunks, and the bias ``[G][K]``.
+receive buffer for partial chunks (shared by the reduction stages), one buffer per
+intermediate stage's sums, and the bias ``[G][K]``.
 """
 from __future__ import annotations
 
@@ -34,6 +38,7 @@ from .estimators import TileConv, vertex_field
 from .layout import (CopyTable, StridedCopies, TileGeometry, geometry, owned_input_intervals,
                      window_copies)
 from .planner import ConvPlan
+from .reduce import reduce_stages, stage_range
 
 __all__ = ["ConvProgram", "build_conv_program"]
 
@@ -124,7 +129,7 @@ class _ConvBuffers:
     """A planned conv laid out on a device: every per-tile buffer offset and slice size.
 
     Arrays indexed ``[t]`` cover the T tiles the plan uses, ``[t, j]`` also the serial
-    slice j, ``[t, j, r]`` also the reduction chunk r. Offsets are arrays over every
+    slice j. Offsets are arrays over every
     machine tile (unused tiles hold 0 bytes). Buffers a plan does not need are ``None``:
     the weight store without serial slices, partials when the conv vertex writes the output
     type, the receive buffer without an input-channel split, the bias without one.
@@ -142,9 +147,9 @@ class _ConvBuffers:
     Kj: np.ndarray              # [t, j] out-chans of slice j
     out_j: np.ndarray           # [t, j] outputs of slice j
     wj_elems: np.ndarray        # [t, j] weight elements of slice j
-    chunk_lo: np.ndarray        # [t, j, r] reduction chunk r of slice j's outputs
-    chunk_hi: np.ndarray
-    chunk_stride: np.ndarray    # [t] largest chunk (output and receive-slot stride)
+    stages: tuple               # partials summed per output at each reduction stage
+    chunk_stride: np.ndarray    # [t] largest final chunk of a slice (output stride)
+    stage_stride: list          # [s][t] largest range held after stage s (slot stride)
     group_leader: np.ndarray    # [t] first tile of t's weight-sharing group
     win_off: np.ndarray
     w_off: np.ndarray
@@ -154,6 +159,7 @@ class _ConvBuffers:
     part_stride: np.ndarray | None = None
     out_starts: np.ndarray | None = None   # [t, j] (not reduced) slice j's first output
     recv_off: np.ndarray | None = None
+    mid_off: list | None = None                # [s - 1][t] stage s's sums (0 < s < n)
     bias_off: np.ndarray | None = None
 
     @property
@@ -178,6 +184,19 @@ class _ConvBuffers:
         buf = (j % 2) if self.S > 1 else 0
         return self.part_off[t] + buf * self.part_stride[t] * self.psz
 
+    def stage_range(self, j: int, t: np.ndarray, s: int) -> tuple[np.ndarray, np.ndarray]:
+        """Outputs [lo, hi) of slice j's block that tiles t hold after reduction stage s."""
+        return stage_range(self.out_j[t, j], self.geo.ii[t], self.stages, s)
+
+    def stage_buf(self, j: int, t: np.ndarray, s: int) -> np.ndarray:
+        """Where tiles t hold slice j's sums after stage s (0: the conv partials); the
+        buffer's first element is the tile's range start."""
+        if s == 0:
+            return self.part_buf(j, t)
+        if s == len(self.stages):
+            return self.out_off[t] + j * self.chunk_stride[t] * self.isz
+        return self.mid_off[s - 1][t]
+
 
 def _slices(plan: ConvPlan, geo: TileGeometry) -> dict[str, np.ndarray]:
     """Serial slices of each tile's out-chans (ks[t, j] .. ks[t, j + 1]) and reduction chunks."""
@@ -188,11 +207,15 @@ def _slices(plan: ConvPlan, geo: TileGeometry) -> dict[str, np.ndarray]:
     Kj = np.diff(ks, axis=1)
     out_j = (geo.B * geo.G)[:, None] * Kj * (geo.OR * geo.OC)[:, None]
     wj_elems = geo.G[:, None] * Kj * (geo.C * p.kernel_h * p.kernel_w)[:, None]
-    chunk_lo = (np.arange(R)[None, None, :] * out_j[:, :, None]) // R
-    chunk_hi = ((np.arange(R) + 1)[None, None, :] * out_j[:, :, None]) // R
-    chunk_stride = (-(-out_j.max(axis=1) // R)) if geo.n_tiles else np.zeros(0, np.int64)
-    return dict(ks=ks, Kj=Kj, out_j=out_j, wj_elems=wj_elems, chunk_lo=chunk_lo,
-                chunk_hi=chunk_hi, chunk_stride=chunk_stride)
+    stages = reduce_stages(R) if R > 1 else ()
+    # the range each tile holds after each stage, largest over the slices
+    stage_stride = [np.zeros(geo.n_tiles, np.int64)]
+    for s_ in range(1, len(stages) + 1):
+        lo, hi = stage_range(out_j, geo.ii[:, None], stages, s_)
+        stage_stride.append((hi - lo).max(axis=1) if geo.n_tiles else np.zeros(0, np.int64))
+    chunk_stride = stage_stride[-1] if stages else np.zeros(geo.n_tiles, np.int64)
+    return dict(ks=ks, Kj=Kj, out_j=out_j, wj_elems=wj_elems, stages=stages,
+                chunk_stride=chunk_stride, stage_stride=stage_stride)
 
 
 def _allocate(dev: Device, plan: ConvPlan, geo: TileGeometry) -> _ConvBuffers:
@@ -232,8 +255,11 @@ def _allocate(dev: Device, plan: ConvPlan, geo: TileGeometry) -> _ConvBuffers:
         out_bytes = extra["out_starts"][:, -1] * isz
     out_off = alloc("conv.output", out_bytes, "outputs")
     if reduce_needed:
-        extra["recv_off"] = alloc("conv.partials_in", (R - 1) * sl["chunk_stride"] * psz,
-                                  "exchange")
+        st, stride = sl["stages"], sl["stage_stride"]
+        recv = np.max([(f - 1) * stride[s_] for s_, f in enumerate(st, start=1)], axis=0)
+        extra["recv_off"] = alloc("conv.partials_in", recv * psz, "exchange")
+        extra["mid_off"] = [alloc(f"conv.reduce_stage{s_}", stride[s_] * psz, "partials")
+                            for s_ in range(1, len(st))]
     if plan.bias:
         extra["bias_off"] = alloc("conv.bias", geo.G * geo.K * isz, "weights")
     return _ConvBuffers(plan=plan, geo=geo, isz=isz, psz=psz, M=M, Os=s.out_chans,
@@ -281,17 +307,26 @@ def build_conv_program(plan: ConvPlan, device: Device | None = None, *,
     steps = [Superstep("exchange inputs and weights", category="exchange",
                        exchange=_exchange(dev, CopyTable.concat(first), "inputs+weights",
                                           shared_bus))]
+    n_st = len(buf.stages)
     for j in range(S):
         batches = [_conv_batch(buf, j, codelet, vertex)]
         if j >= 1 and finishing:
             batches += _finish_batches(buf, j - 1)
         tabs = ([_weight_copies(buf, j + 1)] if j + 1 < S else []) + (
-            [_partial_copies(buf, j)] if buf.reduce_needed else [])
+            [_stage_copies(buf, j, 1)] if buf.reduce_needed else [])
         xch = (_exchange(dev, CopyTable.concat(tabs), "weights+partials" if S > 1 else "partials",
                          False) if tabs else None)
         name = f"conv slice {j}" if S > 1 else "conv"
         steps.append(Superstep(name, compute=dev.compute_set(batches, name=name), exchange=xch,
                                category="compute"))
+        # intermediate reduction stages of this slice: sum, then send to the next stage
+        for s_ in range(1, n_st):
+            name = f"reduce stage {s_}" + (f" slice {j}" if S > 1 else "")
+            steps.append(Superstep(
+                name, compute=dev.compute_set([_stage_sum(buf, j, s_)], name=name),
+                exchange=_exchange(dev, _stage_copies(buf, j, s_ + 1), f"partials stage {s_ + 1}",
+                                   False),
+                category="reduction"))
     if finishing:
         name = "reduce" if buf.reduce_needed else ("cast" if buf.cast_needed else "bias")
         steps.append(Superstep(name, compute=dev.compute_set(_finish_batches(buf, S - 1), name=name),
@@ -319,23 +354,57 @@ def _weight_copies(buf: _ConvBuffers, j: int) -> CopyTable:
     return CopyTable(st[t], src[t], t, buf.w_off[t], nb[t])
 
 
-def _partial_copies(buf: _ConvBuffers, j: int) -> CopyTable:
-    """Reduce-scatter of slice j's partials: chunk r of every tile goes to its in-chan-r
-    peer, into the receive slot of the sender's in-chan index (skipping the peer's own)."""
-    geo, psz = buf.geo, buf.psz
+def _stage_peers(buf: _ConvBuffers, s: int, t: np.ndarray):
+    """Tiles t's stage-s digit m, and a function giving the group member with digit k
+    (stage s groups the in-chan tiles that differ only in digit s; see conv.reduce)."""
+    stride = int(np.prod(buf.stages[:s - 1], dtype=np.int64))   # in-chan distance of digit s
+    m = (buf.geo.ii[t] // stride) % buf.stages[s - 1]
     i_stride = buf.M * buf.Os            # tile-index distance between in-chan blocks
+    return m, lambda k: t + (k - m) * stride * i_stride
+
+
+def _stage_copies(buf: _ConvBuffers, j: int, s: int) -> CopyTable:
+    """Stage s of slice j's reduce-scatter: every tile receives, from each other member of
+    its stage-s group, that member's stage s-1 sums over the tile's stage-s range, into
+    receive slot k (k = the sender's digit, less one past the receiver's own)."""
+    psz, f = buf.psz, buf.stages[s - 1]
+    t = np.arange(buf.geo.n_tiles)
+    lo, hi = buf.stage_range(j, t, s)
+    prev_lo, _ = buf.stage_range(j, t, s - 1)
+    m, peer = _stage_peers(buf, s, t)
     tabs = []
-    for r in range(buf.R):
-        src_r = geo.ii                                         # source's in-chan index
-        send = (src_r != r) & (buf.chunk_hi[:, j, r] > buf.chunk_lo[:, j, r])
-        t = np.flatnonzero(send)
-        dst = t + (r - src_r[t]) * i_stride
-        slot = np.where(src_r[t] < r, src_r[t], src_r[t] - 1)
+    for k in range(f):
+        send = (m != k) & (hi > lo)
+        d = t[send]
+        src = peer(k)[send]
+        slot = np.where(k < m[send], k, k - 1)
         tabs.append(CopyTable(
-            t, buf.part_buf(j, t) + buf.chunk_lo[t, j, r] * psz,
-            dst, buf.recv_off[dst] + slot * buf.chunk_stride[dst] * psz,
-            (buf.chunk_hi[t, j, r] - buf.chunk_lo[t, j, r]) * psz))
+            src, buf.stage_buf(j, src, s - 1) + (lo[send] - prev_lo[send]) * psz,
+            d, buf.recv_off[d] + slot * buf.stage_stride[s][d] * psz, (hi - lo)[send] * psz))
     return CopyTable.concat(tabs)
+
+
+def _stage_sum(buf: _ConvBuffers, j: int, s: int) -> VertexBatch:
+    """Stage s of slice j on every tile with outputs: sum its own stage s-1 piece (in place)
+    and the f - 1 received ones, in digit order (deterministic), into its stage-s buffer;
+    the last stage writes the output type, the others the partials type."""
+    p, f = buf.plan.params, buf.stages[s - 1]
+    T = buf.geo.n_tiles
+    lo, hi = buf.stage_range(j, np.arange(T), s)
+    t = np.flatnonzero(hi > lo)
+    lo, hi = lo[t], hi[t]
+    prev_lo, _ = buf.stage_range(j, t, s - 1)
+    m, _ = _stage_peers(buf, s, t)
+    own = buf.stage_buf(j, t, s - 1) + (lo - prev_lo) * buf.psz
+    srcs = [np.where(k == m, own, buf.recv_off[t]
+                     + np.where(k < m, k, k - 1) * buf.stage_stride[s][t] * buf.psz)
+            for k in range(f)]
+    last = s == len(buf.stages)
+    out_dt = p.dtype if last else p.partials
+    stage = f" (stage {s} of {len(buf.stages)})" if len(buf.stages) > 1 else ""
+    return sum_rows(buf.plan.machine, t, buf.stage_buf(j, t, s), srcs, hi - lo, p.partials,
+                    out_dt, why=f"reduce {f} partials of {int((hi - lo).max())} outputs "
+                                f"{p.partials}->{out_dt}{stage}")
 
 
 def _bias_owner(buf: _ConvBuffers) -> np.ndarray:
@@ -393,23 +462,16 @@ def _conv_batch(buf: _ConvBuffers, j: int, codelet: ConvCodelet, vertex: Any) ->
 
 def _finish_batches(buf: _ConvBuffers, j: int) -> list[VertexBatch]:
     """Slice j's finishing: reduce (or cast) its partials into the output, then the bias."""
-    p, m, geo = buf.plan.params, buf.plan.machine, buf.geo
+    p, m = buf.plan.params, buf.plan.machine
     out = []
     if buf.reduce_needed:
-        T, R, psz = geo.n_tiles, buf.R, buf.psz
-        own_lo, own_hi = buf.chunk_lo[np.arange(T), j, geo.ii], buf.chunk_hi[np.arange(T), j, geo.ii]
-        t = np.flatnonzero(own_hi > own_lo)
-        r = geo.ii[t]
-        lo, hi = buf.chunk_lo[t, j, r], buf.chunk_hi[t, j, r]
-        own = buf.part_buf(j, t) + lo * psz
-        srcs = [np.where(i2 == r, own,
-                         buf.recv_off[t] + np.where(i2 < r, i2, i2 - 1) * buf.chunk_stride[t] * psz)
-                for i2 in range(R)]
-        dst = buf.out_off[t] + j * buf.chunk_stride[t] * buf.isz
-        out.append(sum_rows(m, t, dst, srcs, hi - lo, p.partials, p.dtype,
-                            why=f"reduce {R} partials of {int((hi - lo).max())} outputs "
-                                f"{p.partials}->{p.dtype}"))
-        e0, n_el = lo, hi - lo
+        n_st = len(buf.stages)
+        batch = _stage_sum(buf, j, n_st)
+        out.append(batch)
+        t = batch.tiles.astype(np.int64)
+        dst = buf.stage_buf(j, t, n_st)
+        e0, hi = buf.stage_range(j, t, n_st)
+        n_el = hi - e0
     else:
         t = np.flatnonzero(buf.out_j[:, j] > 0)
         dst = buf.out_off[t] + buf.out_starts[t, j] * buf.isz
@@ -513,7 +575,7 @@ def _output_tensor(dev: Device, buf: _ConvBuffers) -> TileTensor:
     """The output tensor's mapping: every slice's [B][G][K_j][OR][OC] block, by rows (or
     whole channel planes when a tile holds full-width rows), cut into chunks when reduced."""
     plan, geo, osz = buf.plan, buf.geo, buf.isz
-    ks, Kj, chunk_lo, chunk_hi, out_off = buf.ks, buf.Kj, buf.chunk_lo, buf.chunk_hi, buf.out_off
+    ks, Kj, out_off = buf.ks, buf.Kj, buf.out_off
     p = plan.params
     T = geo.n_tiles
     R = plan.split.in_chans
@@ -551,20 +613,40 @@ def _output_tensor(dev: Device, buf: _ConvBuffers) -> TileTensor:
             counts.append(count)
             offs.append(out_off[ti] + (buf.out_starts[ti, j] + e0) * osz)
             continue
-        # cut each run at the R chunk boundaries; chunk r lives on the in-chan-r tile
-        lo = np.maximum(e0[:, None], chunk_lo[ti, j, :])
-        hi = np.minimum((e0 + count)[:, None], chunk_hi[ti, j, :])
-        rr, cc = np.nonzero(lo < hi)
-        lo, hi = lo[rr, cc], hi[rr, cc]
+        # cut each run at the final ranges of the block's R in-chan tiles (conv.reduce)
+        rr, cc, lo, hi, r_lo = _cut_at_final_ranges(buf, buf.out_j[ti, j], e0, e0 + count)
         src_tile = ti[rr]
         red_tile = src_tile + (cc - geo.ii[src_tile]) * (buf.M * buf.Os)
         tiles.append(red_tile)
         starts.append(start[rr] + (lo - e0[rr]))
         counts.append(hi - lo)
-        offs.append(out_off[red_tile]
-                    + (j * buf.chunk_stride[red_tile] + lo - chunk_lo[src_tile, j, cc]) * osz)
+        offs.append(out_off[red_tile] + (j * buf.chunk_stride[red_tile] + lo - r_lo) * osz)
     return dev.add_tensor_view("y", p.output_shape, p.dtype, _cat(tiles), _cat(starts),
                                _cat(counts), _cat(offs))
+
+
+def _cut_at_final_ranges(buf: _ConvBuffers, P: np.ndarray, a: np.ndarray, b: np.ndarray):
+    """Cut runs [a, b) of blocks of P outputs at the final reduction ranges of the block's
+    in-chan tiles. Returns (run index, in-chan index, piece lo, piece hi, that tile's range
+    start) per non-empty piece. The ranges partition [0, P) in digit-reversed order, so
+    each run finds its first and last range by binary search over the sorted starts."""
+    R, n_st = buf.R, len(buf.stages)
+    parts = []
+    for Pv in np.unique(P):
+        sel = np.flatnonzero(P == Pv)
+        r_lo, r_hi = stage_range(int(Pv), np.arange(R), buf.stages, n_st)
+        order = np.lexsort((r_hi, r_lo))                       # empty ranges first on ties
+        starts = r_lo[order]
+        first = np.searchsorted(starts, a[sel], side="right") - 1
+        last = np.searchsorted(starts, b[sel], side="left") - 1
+        i, k = expand(np.maximum(last - first + 1, 0))
+        run = sel[i]
+        c = order[first[i] + k]
+        lo = np.maximum(a[run], r_lo[c])
+        hi = np.minimum(b[run], r_hi[c])
+        keep = lo < hi
+        parts.append((run[keep], c[keep], lo[keep], hi[keep], r_lo[c][keep]))
+    return tuple(_cat([q[n] for q in parts]) for n in range(5))
 
 
 def _bias_tensor(dev: Device, buf: _ConvBuffers) -> TileTensor:

@@ -34,9 +34,14 @@ R         reduction depth (= is_): partials summed per output
 T         tiles on the machine
 ========  ==========================================================================
 
+Input-channel splits range up to the tile count; their partial sums are reduced in
+PopLibs' stages (:mod:`.reduce`: 1 stage below depth 16, 2 from 16, 3 from 125). Below
+``MAX_SINGLE_STAGE_DEPTH`` every split is scored; above it a geometric subset (ratio
+``DEEP_SPLIT_RATIO``) of the splits whose exact stages stay close to PopLibs' plan, which
+bounds the search at a few dozen in-channel splits however large K is.
+
 Modelled and documented simplifications: kernel dimensions are never split across tiles;
-input-channel splits are capped at ``MAX_REDUCTION_DEPTH`` and reduced in one
-reduce-scatter stage; only output channels are split serially.
+only output channels are split serially.
 """
 from __future__ import annotations
 
@@ -55,13 +60,17 @@ from .estimators import (VertexMethod, candidate_methods, conv_vertex_cycles_arr
                          direct_output_candidates, vertex_field)
 from .layout import MAX_INPUT_OWNERS, Split
 from .params import ConvParams
+from .reduce import planner_tries_depth, reduce_stages
 
 __all__ = ["ConvPlan", "PlanCandidate", "plan_conv", "rank_candidates", "split_candidates",
-           "writes_output_type", "MAX_REDUCTION_DEPTH"]
+           "writes_output_type", "MAX_SINGLE_STAGE_DEPTH"]
 
-#: input-channel splits are reduced in one reduce-scatter stage; PopLibs switches to two
-#: stages at depth 16 (reference §4.3), which this planner does not model
-MAX_REDUCTION_DEPTH = 16
+#: input-channel splits below this depth are reduced in one stage and all scored; deeper
+#: ones are reduced in 2-3 stages (PopLibs' ConvReducePlan.cpp, reference §4.3)
+MAX_SINGLE_STAGE_DEPTH = 16
+#: deeper in-channel splits are scored on a geometric grid of this ratio (the cost is
+#: smooth in the split, and this keeps planning time flat in K)
+DEEP_SPLIT_RATIO = 1.5
 #: before any plan is known, score only split vectors within this factor of the best
 #: compute lower bound of the method
 LB_SLACK = 2.0
@@ -120,12 +129,20 @@ class ConvPlan:
     def reduction_depth(self) -> int:
         return self.split.in_chans
 
+    @property
+    def reduction_stages(self) -> tuple[int, ...]:
+        """Partials summed per output at each reduction stage (empty: no reduction)."""
+        return reduce_stages(self.split.in_chans) if self.split.in_chans > 1 else ()
+
     def describe(self) -> str:
         s = self.split
         serial = f", {self.serial} serial out-chan slices" if self.serial > 1 else ""
+        st = self.reduction_stages
+        red = (f", reduced in {len(st)} stages ({'x'.join(map(str, st))})"
+               if len(st) > 1 else "")
         return (f"{self.method.label()}; splits groups {s.groups} x in-chans {s.in_chans} x "
                 f"batch {s.batch} x rows {s.rows} x cols {s.cols} x out-chans {s.out_chans} "
-                f"= {s.n_tiles} tiles{serial}")
+                f"= {s.n_tiles} tiles{serial}{red}")
 
     def candidates(self, k: int = 5) -> list["PlanCandidate"]:
         """The ``k`` best plans of the vertex methods the planner weighed for this conv,
@@ -141,6 +158,7 @@ class ConvPlan:
                 "splits": {"groups": s.groups, "in_chans": s.in_chans, "batch": s.batch,
                            "rows": s.rows, "cols": s.cols, "out_chans": s.out_chans},
                 "serial_out_chan_split": self.serial,
+                "reduction_stages": list(self.reduction_stages),
                 "tiles_used": s.n_tiles, "estimated_cycles": self.estimated_cycles,
                 "estimated_bytes_per_tile": self.estimated_bytes_per_tile,
                 "breakdown": dict(self.breakdown)}
@@ -320,15 +338,30 @@ def _channel_axes(p: ConvParams, cand: VertexMethod, T: int):
     elif cand.method == "VMAC":
         if p.out_per_group > T:
             return None
-        i_ax, o_ax = split_candidates(n_i, MAX_REDUCTION_DEPTH), np.array([p.out_per_group])
+        i_ax, o_ax = in_chan_splits(n_i, T), np.array([p.out_per_group])
     elif writes_output_type(p, cand):
         i_ax, o_ax = np.array([1]), split_candidates(n_o, T)   # no reduction may follow
     else:
-        i_ax, o_ax = split_candidates(n_i, MAX_REDUCTION_DEPTH), split_candidates(n_o, T)
-    if i_ax.max() > MAX_REDUCTION_DEPTH:
-        return None
+        i_ax, o_ax = in_chan_splits(n_i, T), split_candidates(n_o, T)
     g_ax = split_candidates(ceil_div(p.groups, gg), T)
     return g_ax, i_ax, o_ax
+
+
+def in_chan_splits(n_grains: int, T: int) -> np.ndarray:
+    """In-channel splits the planner scores for ``n_grains`` in-channel grains on ``T``
+    tiles: every useful split below ``MAX_SINGLE_STAGE_DEPTH``; above it the splits whose
+    staged reduction PopLibs would run (:func:`~.reduce.planner_tries_depth`), thinned to a
+    geometric grid of ratio ``DEEP_SPLIT_RATIO`` (always keeping the deepest)."""
+    cands = split_candidates(n_grains, T)
+    small = cands[cands < MAX_SINGLE_STAGE_DEPTH]
+    deep = [int(r) for r in cands[cands >= MAX_SINGLE_STAGE_DEPTH] if planner_tries_depth(int(r))]
+    kept: list[int] = []
+    for r in deep:
+        if not kept or r >= kept[-1] * DEEP_SPLIT_RATIO:
+            kept.append(r)
+    if deep and kept[-1] != deep[-1]:
+        kept.append(deep[-1])
+    return np.concatenate([small, np.array(kept, dtype=np.int64)])
 
 
 class _Table(dict):
@@ -448,6 +481,13 @@ def _lower_bound_prune(p: ConvParams, machine: MachineSpec, cand: VertexMethod, 
     every other method's candidates."""
     kk = p.kernel_h * p.kernel_w
     lb = (c.G_t * c.C_t * c.K_t * c.B_t * c.OR * c.OC * kk) / cand.macs_per_cycle_bound(machine)
+    if bound is not None:
+        # a reduction's first stage moves at least half of the tile's partials, at the
+        # exchange rate, and adds a superstep (sync) per stage: also a lower bound
+        outs = c.G_t * c.K_t * c.B_t * c.OR * c.OC
+        red = (outs * DTYPES[p.partials].itemsize / (2 * machine.exchange_bytes_per_cycle)
+               + machine.sync_cycles)
+        lb = lb + np.where(c.is_ > 1, red, 0)
     cut = bound if bound is not None else LB_SLACK * lb.min()
     sel = np.flatnonzero(lb <= cut)
     return c.take(sel) if sel.size else None
@@ -466,6 +506,7 @@ def _with_windows(p: ConvParams, c: _Table, direct_output: bool) -> _Table:
     c["win_b"] = c.B_t * c.WR * c.G_t * c.C_t * c.WC * isz
     c["M"] = c.bs * c.hs * c.ws
     c["R"] = c.is_
+    c["f1"], c["f2"], c["f3"] = _stage_depths(c.R)
     c["reduce_needed"] = c.R > 1
     c["cast_needed"] = (~c.reduce_needed) & (p.partials != p.dtype) & (not direct_output)
     return c
@@ -481,14 +522,53 @@ def _tile_bytes(p: ConvParams, og: int, c: _Table, serial: np.ndarray,
     w_b = c.G_t * K_s * c.C_t * kk * isz                           # one slice of weights
     w_store = np.where(serial > 1, ceil_div(serial, c.M) * w_b, 0)   # owned slices
     out_s = c.B_t * c.G_t * K_s * c.OR * c.OC                      # outputs of one slice
-    chunk = ceil_div(out_s, c.R)
+    chunk, recv, mid_b = _reduction_sizes(c, out_s, psz)
     n_part_bufs = np.where(serial > 1, 2, 1)                       # double-buffered if serial
     part_b = np.where(c.reduce_needed | c.cast_needed, n_part_bufs * out_s * psz, 0)
     out_b = serial * np.where(c.reduce_needed, chunk, out_s) * isz
-    recv_b = np.where(c.reduce_needed, (c.R - 1) * chunk * psz, 0)
+    recv_b = np.where(c.reduce_needed, recv * psz, 0)
     bias_b = c.G_t * c.K_t * isz if bias else 0
-    mem = sum(_aligned(x) for x in (c.win_b, w_b, w_store, part_b, out_b, recv_b, bias_b))
+    mem = sum(_aligned(x) for x in (c.win_b, w_b, w_store, part_b, out_b, recv_b, bias_b, mid_b))
     return {"mem": mem, "K_s": K_s, "w_b": w_b, "out_s": out_s, "chunk": chunk}
+
+
+def _stage_depths(R: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per split vector, the depths of the (up to 3) reduction stages of :func:`~.reduce.
+    reduce_stages` (absent stages 1). Depths below ``MAX_SINGLE_STAGE_DEPTH`` are one stage;
+    deeper ones are looked up once per value."""
+    R = np.asarray(R, dtype=np.int64)
+    f = [R, np.ones_like(R), np.ones_like(R)]
+    deep = np.flatnonzero(R >= MAX_SINGLE_STAGE_DEPTH)
+    if deep.size:
+        uniq, inv = np.unique(R[deep], return_inverse=True)
+        table = np.ones((uniq.size, 3), dtype=np.int64)
+        for i, r in enumerate(uniq):
+            st = reduce_stages(int(r))
+            table[i, :len(st)] = st
+        f[0] = R.copy()
+        for k in range(3):
+            f[k][deep] = table[inv.reshape(-1), k]
+    return f[0], f[1], f[2]
+
+
+def _reduction_sizes(c: _Table, out_s: np.ndarray, psz: int) -> tuple[np.ndarray, ...]:
+    """Per split vector, the busiest tile's reduction buffers for ``out_s`` outputs reduced
+    in the stages ``c.f1, c.f2, c.f3``: the final chunk and the receive buffer (elements;
+    shared by the stages, the largest one's), and the aligned bytes of the intermediate
+    stages' sums."""
+    size = ceil_div(out_s, c.f1)
+    chunk, recv = size, (c.f1 - 1) * size
+    mid_b = np.zeros_like(size)
+    deep = np.flatnonzero(c.f2 > 1)
+    if deep.size:
+        s1 = size[deep]
+        s2 = ceil_div(s1, c.f2[deep])
+        s3 = ceil_div(s2, c.f3[deep])
+        recv[deep] = np.maximum(recv[deep], np.maximum((c.f2[deep] - 1) * s2, (c.f3[deep] - 1) * s3))
+        chunk = chunk.copy()
+        chunk[deep] = s3
+        mid_b[deep] = _aligned(s1 * psz) + np.where(c.f3[deep] > 1, _aligned(s2 * psz), 0)
+    return chunk, recv, mid_b
 
 
 def _fewest_serial_slices(p: ConvParams, machine: MachineSpec, og: int, c: _Table,
@@ -519,7 +599,7 @@ def _costs(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: _Table,
     (inputs + weights, later slices' weights, partials), reduction or cast, bias, syncs.
 
     Raises ValueError when the method cannot run some tile (caught by the caller)."""
-    isz, psz = DTYPES[p.dtype].itemsize, DTYPES[p.partials].itemsize
+    isz = DTYPES[p.dtype].itemsize
     vb, vh, vw = vertex_field(p, c.B_t, c.OR, c.OC)
     conv = conv_vertex_cycles_array(machine, cand, conv_groups=c.G_t, in_chans=c.C_t,
                                     out_chans=c.K_s, batch=vb, out_h=vh, out_w=vw,
@@ -538,23 +618,57 @@ def _costs(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: _Table,
     out = {"conv": conv}
     out["ex_in"] = exchange_cycles(in_eff + w_eff, machine, with_overhead=True)
     out["ex_w"] = exchange_cycles(w_eff, machine, with_overhead=True)   # later slices' weights
-    red_bytes = np.where(c.reduce_needed, (c.R - 1) * c.chunk * psz, 0)
-    out["red_x"] = exchange_cycles(red_bytes, machine, with_overhead=True)
-    out["red_c"] = np.where(c.reduce_needed,
-                            reduce_cycles_array(machine, c.chunk, c.R, p.partials, p.dtype), 0)
+    out["red_x"], out["red_c"], n_stages = _reduction_cycles(p, machine, c)
     out["cast_c"] = np.where(c.cast_needed,
                              cast_cycles_array(machine, c.out_s, p.partials, p.dtype), 0)
     n_bias = np.where(c.reduce_needed, c.chunk, c.out_s)
     out["bias_c"] = (elementwise_cycles_array(machine, n_bias, p.dtype) if bias
                      else np.zeros_like(conv))
     # supersteps: exchange-in, one per slice (conv; plus the previous slice's reduce/cast
-    # and bias), and a final one for the last slice's reduce/cast/bias
+    # and bias), one per intermediate reduction stage of each slice, and a final one for
+    # the last slice's reduce/cast/bias
     finishing = c.reduce_needed | c.cast_needed | bias
-    out["sync"] = (1 + c.serial + finishing.astype(np.int64)) * machine.sync_cycles
+    out["sync"] = ((1 + c.serial * np.maximum(n_stages, 1) + finishing.astype(np.int64))
+                   * machine.sync_cycles)
     out["total"] = (out["ex_in"] + c.serial * conv + (c.serial - 1) * out["ex_w"]
                     + c.serial * (out["red_x"] + out["red_c"] + out["cast_c"] + out["bias_c"])
                     + out["sync"])
     return out
+
+
+def _reduction_cycles(p: ConvParams, machine: MachineSpec, c: _Table
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per split vector, one slice's reduction: exchange cycles (with a fixed overhead per
+    stage), reduce-vertex cycles summed over the stages, and the number of stages (0: no
+    reduction). Stage s's busiest tile receives ``f_s - 1`` pieces of its range and sums
+    ``f_s`` partials per output (intermediate stages in the partials type)."""
+    psz = DTYPES[p.partials].itemsize
+    on = c.R > 1
+    size = ceil_div(c.out_s, c.f1)
+    red_x = np.where(on, exchange_cycles((c.f1 - 1) * size * psz, machine, with_overhead=True), 0)
+    red_c = np.where(on, reduce_cycles_array(machine, size, c.f1, p.partials, p.dtype), 0)
+    n_stages = on.astype(np.int64) + (c.f2 > 1) + (c.f3 > 1)
+    deep = np.flatnonzero(c.f2 > 1)
+    if deep.size:
+        # every stage of the multi-stage rows at once: (row, stage) pairs, stage 1 included
+        s1 = size[deep]
+        s2 = ceil_div(s1, c.f2[deep])
+        s3 = ceil_div(s2, c.f3[deep])
+        f3 = c.f3[deep]
+        row = np.concatenate([deep, deep, deep[f3 > 1]])
+        sz = np.concatenate([s1, s2, s3[f3 > 1]])
+        f = np.concatenate([c.f1[deep], c.f2[deep], f3[f3 > 1]])
+        last = np.concatenate([np.zeros(deep.size, bool), f3 == 1, np.ones(int((f3 > 1).sum()), bool)])
+        cyc = np.zeros_like(sz)
+        for sel, out_dt in ((last, p.dtype), (~last, p.partials)):
+            if sel.any():
+                cyc[sel] = reduce_cycles_array(machine, sz[sel], f[sel], p.partials, out_dt)
+        red_c[deep] = 0
+        np.add.at(red_c, row, cyc)
+        x = exchange_cycles((f - 1) * sz * psz, machine, with_overhead=True)
+        red_x[deep] = 0
+        np.add.at(red_x, row, x)
+    return red_x, red_c, n_stages
 
 
 def _pick_near_tie(c: _Table, total: np.ndarray) -> int:
