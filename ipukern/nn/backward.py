@@ -7,83 +7,68 @@ and built here exactly as :func:`ipukern.conv2d_backward_data` /
 :func:`ipukern.matmul_backward_weight` do (:mod:`ipukern.conv.passes`), so their rows carry
 the real programs' superstep records and per-tile memory.
 
-Every other layer's backward is an element-wise or reduction program over the gradient,
-costed with the same popops/popnn estimators as the forward ops (:mod:`ipukern.nn.cycles`),
-in the layout of the forward op's output (gradients are produced where their activations
-live):
+Every other layer's backward is an executable tile program (:mod:`ipukern.nn.grad_ops`):
+its rows' records are what the estimate costs and their ``runs`` what
+:func:`ipukern.nn.train_step` executes. Per-channel sums (batch-norm statistics and
+gradients, layer-norm gain/bias, biases, position embeddings) are cross-tile reductions
+(:mod:`ipukern.nn.tile_reduce`). Input gradients are computed in the layout the forward op
+wanted and return to the producer's layout by the inverse rearrangement (costed), adding
+to an earlier consumer's gradient where a tensor fans out:
 
 ==================  ==================================================================
-activation          NonLinearityGrad: the non-linearity's derivative and a multiply
-add (+act)          nothing (the gradient fans out); a fused activation's derivative
-batchnorm (train)   forward statistics: two streaming reductions (sum, sum of squares);
-                    backward: two reductions (dbeta, dgamma) and two broadcast passes
-max/avg pooling     the pooling-grad vertex walks the same windows as the forward
-global avg pool     one broadcast multiply over the input
-reshape/flatten     nothing (a view); permute: the same rearrangement as the forward
-linear/conv bias    one streaming reduction of the output gradient
-softmax             a row reduction of g*y and two element-wise passes
-layer norm          three row reductions and four element-wise passes
-cross-entropy loss  softmax minus one-hot: the forward loss transform again
-embedding           multiUpdateAdd: the forward gather's exchange and copy again
-scale channels      a broadcast multiply (dx) and a multiply + plane reduction (ds)
+activation          popnn NonLinearityGrad (:mod:`ipukern.nn.grad_cycles`)
+add (+act)          the gradient fans out; a fused activation's NonLinearityGrad
+batchnorm (train)   forward: cross-tile sum / sum of squares, owner rsqrt, scale/shift
+                    broadcast; backward: cross-tile sums of g and g*x, 3 passes for dx
+max/avg pooling     popnn Max/SumPoolingGrad; global avg pool: SumPoolingGrad, window 1
+reshape/flatten     views; permute: the inverse rearrangement exchange
+linear/conv bias    cross-tile per-channel sum of the output gradient
+softmax             a row reduction of g*y and three element-wise passes
+layer norm          row statistics again, two row reductions, seven passes; gain/bias
+                    gradients as a cross-tile reduction
+cross-entropy loss  popnn LossTransform (softmax minus one-hot) and a 1/N scale
+embedding           multiUpdateAdd: the gather's exchange in reverse, zero + add
+scale channels      cost only (not executed): a broadcast multiply and plane sums
 ==================  ==================================================================
 """
 from __future__ import annotations
-
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..conv.params import ConvParams
 from ..conv.passes import backward_data_pass, weight_update_pass
-from ..core.profile import SuperstepRecord
-from ..ops.matmul import matmul_conv_params
+from ..ops.matmul import _layout, _orient
 from ..ops.matmul_grad import _pass_shapes
 from . import cycles
 from .convops import conv_program
+from .grad_ops import EXECUTABLE, PassRow, bn_stats_row, deliver_rows, flush_rows, vector_grad_rows
 from .ops import compute_record
+from .tile_reduce import channel_reduce
 
 __all__ = ["PassRow", "backward_rows", "bn_stats_row"]
 
 
-@dataclass
-class PassRow:
-    """One backward-side pass of one layer (a row of the training profile)."""
-
-    name: str
-    op: str
-    pass_: str
-    method: str
-    records: list[SuperstepRecord]
-    flops: int
-    #: per-tile working bytes while the pass runs (its own buffers)
-    total_bytes: np.ndarray
-    info: dict = field(default_factory=dict)
-
-    @property
-    def cycles(self) -> int:
-        return sum(r.total_cycles for r in self.records)
-
-
-def _conv_row(name: str, op: str, pass_: str, params: ConvParams, machine, flops: int) -> PassRow:
+def _conv_row(name: str, op: str, pass_: str, params: ConvParams, machine, flops: int, run=None) -> PassRow:
     # the network's program cache (layers of equal shape share one, cleared with the
     # network caches), not the op-level LRU: a network has more distinct passes than it holds
     prog = conv_program(params, machine, False)
     return PassRow(name, op, pass_, prog.plan.method.label(), list(prog.program.records), flops,
                    prog.device.memory.used.copy(), {"plan": prog.plan.describe(),
-                                                    "pass_conv": params.describe()})
+                                                    "pass_conv": params.describe(), "measured": True},
+                   runs=() if run is None else (run,))
 
 
-def _matmul_rows(name, op, shape_a, shape_b, ctx, *, grad_a: bool, grad_b_pass: str | None):
+def _matmul_rows(name, op, shape_a, shape_b, ctx, *, grad_a: bool, grad_b_pass: str | None, runs=None):
     rows = []
     fl = 2 * int(np.prod(shape_a)) * int(shape_b[-1])
     for which, pass_, wanted in (("a", "bwd", grad_a), ("b", grad_b_pass, grad_b_pass is not None)):
         if not wanted:
             continue
         la, lb = _pass_shapes(shape_a, shape_b, which)
-        p = matmul_conv_params(la, lb, ctx.dtype, ctx.partials)
+        # the orientation ipukern.matmul would run (C = A B or C^T = B^T A^T)
+        p, _ = _orient(_layout(la, lb), ctx.dtype, ctx.partials, ctx.machine, None)
         rows.append(_conv_row(f"{name}.{'grad_a' if which == 'a' else 'grad_b'}", op, pass_, p,
-                              ctx.machine, fl))
+                              ctx.machine, fl, None if runs is None else runs[which]))
     return rows
 
 
@@ -93,111 +78,138 @@ def _vec_row(machine, name, op, pass_, method, tile_cycles, why, flops=0, nbytes
     return PassRow(name, op, pass_, method, [rec], int(flops), zeros if nbytes is None else nbytes)
 
 
-def bn_stats_row(step, ctx) -> PassRow:
-    """Training batch norm's forward statistics (mean and variance per channel)."""
-    m = ctx.machine
-    n = step.plan.output.elems_per_tile(m.n_tiles)
-    cyc = 2 * cycles.binary_cycles(m, n, ctx.dtype, 1)
-    return _vec_row(m, f"{step.name}.stats", "batchnorm", "fwd", "reduce(sum, sum of squares)", cyc,
-                    f"batch-norm statistics: 2 streaming reductions of {int(n.max())} elements",
-                    3 * step.plan.output.n_elems)
+def _host(env, node: str, shape=None) -> np.ndarray:
+    v = env.live[node]
+    a = v.to_host() if hasattr(v, "to_host") else np.asarray(v)
+    return a if shape is None else a.reshape(shape)
 
 
-def backward_rows(step, ctx, needs_input_grad: list[bool]) -> list[PassRow]:
+def _conv_runs(step, ctx):
+    """Execute the conv passes (planned convs of their own, :mod:`ipukern.ops.conv_grad`):
+    operands leave the tiles and the results return to them through the host."""
+    from ..ops.conv_grad import conv2d_backward_data, conv2d_backward_weight
+    from .layout import Resident
+    L, node, nt = step.layer, step.node, ctx.machine.n_tiles
+    hp = {"stride": L.stride, "padding": L.padding, "dilation": L.dilation, "groups": L.groups}
+
+    def gi(env):
+        r = conv2d_backward_data(env.grad(step).to_host(), env.p(step, "weight"), step.in_shapes[0],
+                                 **hp, **env.kw)
+        env.cycles += r.profile.total_cycles
+        env.tmp[(node, 0)] = Resident.from_host(step.rearrs[0].src, nt, r.output)
+
+    def gw(env):
+        r = conv2d_backward_weight(env.grad(step).to_host(), _host(env, step.srcs[0]),
+                                   L.weight_shape(), **hp, **env.kw)
+        env.cycles += r.profile.total_cycles
+        env.pgrads[f"{node}.weight"] = r.output
+    return gi, gw
+
+
+def _matmul_runs(step, ctx, linear: bool):
+    from ..ops.matmul_grad import matmul_backward_data, matmul_backward_weight
+    from .layout import Resident
+    L, node, nt = step.layer, step.node, ctx.machine.n_tiles
+    s0 = step.in_shapes[0]
+
+    def operands(env):
+        g = env.grad(step).to_host()
+        return g.reshape(-1, L.out_features) if linear else g
+
+    def ga(env):
+        g = operands(env)
+        if linear:
+            b = np.ascontiguousarray(env.p(step, "weight").T)
+            r = matmul_backward_data(g, (g.shape[0], L.in_features), b, **env.kw)
+        else:
+            r = matmul_backward_data(g, s0, _host(env, step.srcs[1]), **env.kw)
+        env.cycles += r.profile.total_cycles
+        env.tmp[(node, 0)] = Resident.from_host(step.rearrs[0].src, nt, r.output.reshape(s0))
+
+    def gb(env):
+        g = operands(env)
+        if linear:
+            r = matmul_backward_weight(g, _host(env, step.srcs[0], (-1, L.in_features)),
+                                       (L.in_features, L.out_features), **env.kw)
+            env.pgrads[f"{node}.weight"] = np.ascontiguousarray(r.output.T)
+        else:
+            r = matmul_backward_weight(g, _host(env, step.srcs[0]), step.in_shapes[1], **env.kw)
+            env.tmp[(node, 1)] = Resident.from_host(step.rearrs[1].src, nt, r.output)
+        env.cycles += r.profile.total_cycles
+    return {"a": ga, "b": gb}
+
+
+def _bias_row(step, ctx, channels: int, inner: int) -> PassRow:
+    """Bias gradient: the output gradient summed per channel across the tiles."""
+    cr = channel_reduce(ctx.machine, step.plan.output, channels, inner, quantities=1,
+                        name="bias gradient")
+
+    def run(env):
+        env.pgrads[f"{step.node}.bias"] = cr.reduce([env.grad(step).view()])[:, 0]
+    return PassRow(f"{step.name}.grad_bias", step.op, "wu", "reduce", list(cr.records),
+                   int(step.plan.output.n_elems), cr.total_bytes, runs=(run,))
+
+
+def backward_rows(step, ctx, needs_input_grad: list[bool],
+                  accumulate: list[bool] | None = None) -> list[PassRow]:
     """The backward-data and weight-update rows of one forward step (reverse order of
     execution is the caller's business). ``needs_input_grad[k]``: input k is a tensor
-    whose gradient someone needs (False for network inputs and host data)."""
+    whose gradient someone needs (False for network inputs and host data);
+    ``accumulate[k]``: its gradient adds to one delivered before (several consumers).
+    Rows carry ``runs`` executing them (:func:`ipukern.nn.train_step`) where the op is
+    executable."""
     m = ctx.machine
-    nt = m.n_tiles
     layer = step.layer
     op = step.op
     name = step.name
-    n_out = step.plan.output.elems_per_tile(nt)
+    acc = list(accumulate) if accumulate is not None else [False] * len(step.srcs)
     dt = ctx.dtype
     if op == "conv2d":
         fwd = ConvParams.from_shapes(step.in_shapes[0], layer.weight_shape(), stride=layer.stride,
                                      padding=layer.padding, dilation=layer.dilation,
                                      groups=layer.groups, dtype=dt, partials=ctx.partials)
+        gi, gw = _conv_runs(step, ctx)
         rows = []
         if needs_input_grad[0]:
             rows.append(_conv_row(f"{name}.grad_input", op, "bwd", backward_data_pass(fwd).params, m,
-                                  fwd.flops))
+                                  fwd.flops, gi))
+            rows += deliver_rows(step, 0, ctx, acc[0], rearrange=False)
         rows.append(_conv_row(f"{name}.grad_weight", op, "wu", weight_update_pass(fwd).params, m,
-                              fwd.flops))
+                              fwd.flops, gw))
         if layer.bias:
-            rows.append(_bias_row(m, name, op, n_out, dt))
-        return rows
-    if op == "linear":
-        s = step.in_shapes[0]
-        rows_ = int(np.prod(s[:-1]))
-        rows = _matmul_rows(name, op, (rows_, layer.in_features), (layer.in_features, layer.out_features),
-                            ctx, grad_a=needs_input_grad[0], grad_b_pass="wu")
-        if layer.bias:
-            rows.append(_bias_row(m, name, op, n_out, dt))
-        return rows
-    if op == "matmul":
-        return _matmul_rows(name, op, step.in_shapes[0], step.in_shapes[1], ctx,
-                            grad_a=needs_input_grad[0], grad_b_pass="bwd" if needs_input_grad[1] else None)
+            rows.append(_bias_row(step, ctx, layer.out_channels, int(np.prod(step.out_shape[2:]))))
+        return flush_rows(rows)
+    if op in ("linear", "matmul"):
+        lin = op == "linear"
+        runs = _matmul_runs(step, ctx, lin)
+        if lin:
+            rows_ = int(np.prod(step.in_shapes[0][:-1]))
+            rows = _matmul_rows(name, op, (rows_, layer.in_features), (layer.in_features, layer.out_features),
+                                ctx, grad_a=needs_input_grad[0], grad_b_pass="wu", runs=runs)
+        else:
+            rows = _matmul_rows(name, op, step.in_shapes[0], step.in_shapes[1], ctx,
+                                grad_a=needs_input_grad[0],
+                                grad_b_pass="bwd" if needs_input_grad[1] else None, runs=runs)
+        out = []
+        for r in rows:
+            out.append(r)
+            k = 0 if r.name.endswith("grad_a") else 1
+            if r.pass_ == "bwd":
+                out += deliver_rows(step, k, ctx, acc[k], rearrange=False)
+        if lin and layer.bias:
+            out.append(_bias_row(step, ctx, layer.out_features, 1))
+        return flush_rows(out)
+    if op in EXECUTABLE:
+        return flush_rows(vector_grad_rows(step, ctx, needs_input_grad, acc))
+    n_out = step.plan.output.elems_per_tile(m.n_tiles)
     return _vector_rows(step, ctx, n_out)
 
 
-def _bias_row(m, name, op, n_out, dt) -> PassRow:
-    return _vec_row(m, f"{name}.grad_bias", op, "wu", "reduce", cycles.binary_cycles(m, n_out, dt, 1),
-                    f"bias gradient: streaming reduction of {int(n_out.max())} elements per tile")
-
-
 def _vector_rows(step, ctx, n_out) -> list[PassRow]:
-    m = ctx.machine
-    nt = m.n_tiles
-    dt = ctx.dtype
-    layer, op, name = step.layer, step.op, step.name
-
-    def row(pass_, method, cyc, why, flops=0):
-        return [_vec_row(m, f"{name}.grad", op, pass_, method, cyc, why, flops)]
-
-    if op == "activation":
-        cyc = cycles.nonlinearity_cycles(m, n_out, layer.kind, dt) + cycles.binary_cycles(m, n_out, dt, 2)
-        return row("bwd", "NonLinearityGrad", cyc, f"{layer.kind}' * grad over {int(n_out.max())} elements",
-                   2 * step.plan.output.n_elems)
-    if op == "add":
-        if getattr(layer, "act", None) is None:
-            return []
-        cyc = cycles.nonlinearity_cycles(m, n_out, layer.act, dt) + cycles.binary_cycles(m, n_out, dt, 2)
-        return row("bwd", "NonLinearityGrad", cyc, f"fused {layer.act}' * grad")
-    if op == "batchnorm":
-        cyc = 2 * cycles.binary_cycles(m, n_out, dt, 2) + 2 * cycles.binary_cycles(m, n_out, dt, 2)
-        return row("bwd", "reduce+broadcast", cyc, "batch-norm grad: 2 reductions (dbeta, dgamma) and "
-                   "2 broadcast passes", 6 * step.plan.output.n_elems)
-    if op in ("maxpool", "avgpool"):
-        recs = [_relabel(r, f"{name}.grad") for r in step.plan.records]
-        return [PassRow(f"{name}.grad", op, "bwd", f"{step.plan.method}Grad", recs, step.plan.flops,
-                        np.zeros(nt, np.int64))]
-    if op == "global_avgpool":
-        n_in = step.plan.inputs[0].elems_per_tile(nt)
-        return row("bwd", "BroadcastScale", cycles.binary_cycles(m, n_in, dt, 1),
-                   "broadcast grad / (H*W) over the input")
-    if op in ("reshape", "flatten"):
-        return []
-    if op in ("permute", "softmax_cross_entropy", "embedding"):
-        recs = [_relabel(r, f"{name}.grad") for r in step.plan.records]
-        pass_ = "wu" if op == "embedding" else "bwd"
-        return [PassRow(f"{name}.grad", op, pass_, step.plan.method, recs, 0, np.zeros(nt, np.int64))]
-    if op == "softmax":
-        L = step.out_shape[-1]
-        rows = n_out // max(L, 1)
-        cyc = cycles.reduce_rows_cycles(m, rows, L, dt) + 2 * cycles.binary_cycles(m, n_out, dt, 2)
-        return row("bwd", "reduce+mul", cyc, f"softmax grad: {int(rows.max())} rows of {L}")
-    if op == "layernorm":
-        L = step.out_shape[-1]
-        rows = n_out // max(L, 1)
-        cyc = 3 * cycles.reduce_rows_cycles(m, rows, L, dt) + 4 * cycles.binary_cycles(m, n_out, dt, 2)
-        return row("bwd", "reduce+mul", cyc, f"layer-norm grad: {int(rows.max())} rows of {L}")
-    if op == "scale_channels":
+    """Cost-only backward rows of the ops :func:`ipukern.nn.train_step` does not execute."""
+    m, dt = ctx.machine, ctx.dtype
+    if step.op == "scale_channels":
         cyc = 2 * cycles.binary_cycles(m, n_out, dt, 2) + cycles.binary_cycles(m, n_out, dt, 1)
-        return row("bwd", "mul+reduce", cyc, "grad x: broadcast mul; grad s: mul + plane sums")
-    raise NotImplementedError(f"layer {name!r}: no backward pass for op {op!r}")
-
-
-def _relabel(r: SuperstepRecord, name: str) -> SuperstepRecord:
-    from dataclasses import replace
-    return replace(r, name=name)
+        return [_vec_row(m, f"{step.name}.grad", step.op, "bwd", "mul+reduce", cyc,
+                         "grad x: broadcast mul; grad s: mul + plane sums")]
+    raise NotImplementedError(f"layer {step.name!r}: no backward pass for op {step.op!r}")

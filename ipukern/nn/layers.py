@@ -183,7 +183,7 @@ class Conv2d(Layer):
         p = super().init_params(shapes, rng)
         if self.bias:
             fan_in = int(np.prod(self.weight_shape()[1:]))
-            p["bias"] = rng.uniform(-1, 1, self.out_channels).astype(np.float32) / np.sqrt(fan_in)
+            p["bias"] = (rng.uniform(-1, 1, self.out_channels) / np.sqrt(fan_in)).astype(np.float32)
         return p
 
     def forward(self, ctx, layouts, shapes, *, bias: bool | None = None):

@@ -34,6 +34,7 @@ import numpy as np
 from ..core.memory import TileMemoryError
 from ..ops.optim import estimate_optimizer_step, get_optimizer
 from .backward import PassRow, backward_rows, bn_stats_row
+from .grad_ops import accumulate_flags
 from .compile import compile_network
 from .layers import PlanContext
 from .network import Network
@@ -149,6 +150,7 @@ def _schedule(net: Network, batch: int, ctx: PlanContext, recompute: Any, opt: A
         rows.append(_Row(s.name, s.op, "fwd", s.plan.method, recs, s.plan.flops, own, s.in_shapes,
                          s.out_shape, 0, i))
     # ---- backward rows, reverse order, with recomputation before each segment
+    acc = accumulate_flags(steps)
     bwd_first: dict[int, int] = {}    # step -> first backward row index
     bwd_last: dict[int, int] = {}
     recompute_row: dict[int, int] = {}  # segment -> first recompute row
@@ -165,7 +167,7 @@ def _schedule(net: Network, batch: int, ctx: PlanContext, recompute: Any, opt: A
                 rows.append(_Row(f"{sj.name} (recompute)", sj.op, "fwd", sj.plan.method, sj.records(),
                                  sj.plan.flops, sj.plan.total_bytes - sj.plan.weight_bytes,
                                  sj.in_shapes, sj.out_shape, 0, j))
-        prs: list[PassRow] = backward_rows(s, ctx, [has_grad(src) for src in s.srcs])
+        prs: list[PassRow] = backward_rows(s, ctx, [has_grad(src) for src in s.srcs], acc[i])
         bwd_first[i] = len(rows)
         for r in prs:
             if r.pass_ == "wu":
