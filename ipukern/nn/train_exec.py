@@ -32,7 +32,8 @@ from .grad_ops import EXECUTABLE, GradEnv, accumulate_flags, bn_stats_row
 from .layout import Resident
 from .profile import NetworkProfile
 
-__all__ = ["TrainStepRun", "train_step"]
+__all__ = ["PassState", "TrainStepRun", "backward_steps", "forward_steps", "train_step",
+           "training_program"]
 
 #: layer ops the execute path supports
 SUPPORTED = ("conv2d", "linear", "matmul") + EXECUTABLE
@@ -53,6 +54,152 @@ class TrainStepRun:
     cycles: int = 0
 
 
+class _Values:
+    """Host view of tile-resident tensors by node name (forward values or activation
+    gradients): reading fetches from the tiles, writing places in the node's layout."""
+
+    def __init__(self, st: PassState, store: dict):
+        self.st, self.store = st, store
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        v = self.store[name]
+        return v.to_host() if isinstance(v, Resident) else np.asarray(v)
+
+    def __setitem__(self, name: str, value) -> None:
+        self.st.receive(name, value, gradient=self.store is self.st.env.grads)
+
+    def __contains__(self, name) -> bool:
+        return name in self.store
+
+    def __iter__(self):
+        return iter(list(self.store))
+
+    def __len__(self) -> int:
+        return len(self.store)
+
+    def get(self, name: str, default=None):
+        return self[name] if name in self.store else default
+
+    def keys(self):
+        return list(self.store)
+
+    def items(self):
+        return [(k, self[k]) for k in list(self.store)]
+
+    def update(self, values: dict) -> None:
+        for k, v in dict(values).items():
+            self[k] = v
+
+
+class PassState:
+    """One (micro-)batch's tensors through the steps of a compiled training network.
+
+    The tensors live on the tiles (a :class:`~ipukern.nn.grad_ops.GradEnv`): ``host`` and
+    ``grads_act`` are host views of the forward values and of the activation gradients by
+    node name (reading fetches, writing places them in the node's layout), ``grads`` holds
+    the parameter gradients and ``cycles`` the executed programs' cycles. A pipeline stage
+    seeds the tensors it receives (:meth:`receive`) and runs :func:`forward_steps` /
+    :func:`backward_steps` on its own steps only.
+    """
+
+    def __init__(self, prog, params: dict[str, np.ndarray], x_name: str, label_name: str,
+                 labels: np.ndarray, machine: Any = "GC200", partials: Any = "float"):
+        self.prog, self.params, self.x_name, self.label_name = prog, params, x_name, label_name
+        self.labels = np.asarray(labels)
+        self.machine, self.partials = machine, partials
+        self.env = GradEnv(prog.machine, {}, params, {label_name: self.labels},
+                           {"machine": machine, "partials": partials})
+        self.env.live[label_name] = self.labels
+        self.host = _Values(self, self.env.live)
+        self.grads_act = _Values(self, self.env.grads)
+
+    @property
+    def grads(self) -> dict[str, np.ndarray]:
+        return self.env.pgrads
+
+    @property
+    def cycles(self) -> int:
+        return self.env.cycles
+
+    def receive(self, name: str, value: Any, *, gradient: bool = False) -> None:
+        """Place a value computed elsewhere (the network input, the labels, an activation
+        or, with ``gradient=True``, an activation gradient sent by another pipeline stage)
+        on the tiles in its compiled layout."""
+        prog, env = self.prog, self.env
+        lay = prog.input_layouts.get(name) if name in prog.input_layouts else prog.layouts.get(name)
+        int_input = name in prog.input_layouts and lay is None
+        value = np.asarray(value) if int_input else np.asarray(value, np.float32)
+        if gradient:
+            env.grads[name] = Resident.from_host(lay, prog.machine.n_tiles, value)
+            return
+        if name in prog.input_layouts:
+            env.feeds[name] = value
+        env.live[name] = value if lay is None else Resident.from_host(lay, prog.machine.n_tiles, value)
+
+
+def training_program(net, batch: int, machine: Any = "GC200", partials: Any = "float"):
+    """``(program, data input name, label input name)``: ``net`` compiled for float32
+    training steps of ``batch`` samples (batch norms unfolded), checked executable."""
+    net = _check_net(net)
+    loss_nodes = [n for n in net.outputs if net.nodes[n].layer is not None
+                  and net.nodes[n].layer.op == "softmax_cross_entropy"]
+    if len(net.outputs) != 1 or not loss_nodes:
+        raise ValueError(f"train_step needs a network whose one output is a SoftmaxCrossEntropy loss; "
+                         f"network {net.name!r} outputs {net.outputs}")
+    lab = net.nodes[loss_nodes[0]].inputs[1]
+    data = [n for n in net.inputs if n != lab]
+    if len(data) != 1 or lab not in net.inputs:
+        raise ValueError(f"train_step needs one data input and one labels input, network "
+                         f"{net.name!r} has inputs {net.inputs}")
+    ctx = _context("float32", partials, machine)
+    prog = compile_network(net, batch, ctx, fold_bn=False)
+    for s in prog.steps:
+        if s.op not in SUPPORTED:
+            raise NotImplementedError(f"train_step: layer {s.name!r} ({s.op}) has no executable "
+                                      f"backward yet; supported: {', '.join(SUPPORTED)}")
+    return prog, data[0], lab
+
+
+def forward_steps(st: PassState, steps) -> None:
+    """Run ``steps`` (in order) forward on the tiles; their inputs must be in ``st``.
+    Batch norms normalise with their batch statistics (a cross-tile reduction)."""
+    env, prog = st.env, st.prog
+    nt = prog.machine.n_tiles
+    for s in steps:
+        if s.op == "batchnorm":
+            row = bn_stats_row(s, prog.ctx)
+            row.runs[0](env)
+            env.cycles += row.cycles
+            scale, shift = env.bn_affine
+            src = s.rearrs[0].run(env.live[s.srcs[0]])
+            out = Resident(s.plan.output, nt)
+            out.view()[...] = src.view() * scale + shift
+            env.live[s.node] = out
+        else:
+            env.live[s.node] = s.plan.run([env.live[n] for n in s.srcs], s.rearrs, s.params(env.params))
+        env.cycles += sum(r.total_cycles for r in s.records())
+
+
+def backward_steps(st: PassState, steps) -> None:
+    """Backward of ``steps`` (given in forward order, run in reverse) on the tiles: the
+    rows :func:`ipukern.estimate_network` costs, executed. Parameter gradients go to
+    ``st.grads``, activation gradients to ``st.grads_act`` (seed those arriving from later
+    steps first; the loss is seeded with dL/dL = 1)."""
+    env, prog = st.env, st.prog
+    index = {s.node: i for i, s in enumerate(prog.steps)}
+    acc = accumulate_flags(prog.steps)
+    for s in reversed(list(steps)):
+        if s.op == "softmax_cross_entropy" and s.node not in env.grads:
+            env.grads[s.node] = Resident.from_host(s.plan.output, prog.machine.n_tiles,
+                                                   np.ones((), np.float32))
+        needs = [src in index and prog.layouts.get(src) is not None for src in s.srcs]
+        for row in backward_rows(s, prog.ctx, needs, acc[index[s.node]]):
+            for fn in row.runs:
+                fn(env)
+            if not row.info.get("measured"):
+                env.cycles += row.cycles
+
+
 def train_step(net, x: Any, labels: Any, params: dict[str, np.ndarray] | None = None, *,
                optimizer: Any = "sgd", state: dict | None = None, step: int = 1,
                machine: Any = "GC200", partials: Any = "float") -> TrainStepRun:
@@ -68,6 +215,7 @@ def train_step(net, x: Any, labels: Any, params: dict[str, np.ndarray] | None = 
         ``"<layer>.<param>" -> array`` (None: the network's own / ``init_params(0)``).
     optimizer : name or :class:`~ipukern.Optimizer`
     state, step : the optimizer state by parameter name and the step number.
+    machine, partials : the machine and partials type of the passes.
 
     Returns
     -------
@@ -75,47 +223,19 @@ def train_step(net, x: Any, labels: Any, params: dict[str, np.ndarray] | None = 
     """
     from .api import estimate_network
     net = _check_net(net)
-    loss_nodes = [n for n in net.outputs if net.nodes[n].layer is not None
-                  and net.nodes[n].layer.op == "softmax_cross_entropy"]
-    if len(net.outputs) != 1 or not loss_nodes:
-        raise ValueError(f"train_step needs a network whose one output is a SoftmaxCrossEntropy loss; "
-                         f"network {net.name!r} outputs {net.outputs}")
-    lab = net.nodes[loss_nodes[0]].inputs[1]
-    data = [n for n in net.inputs if n != lab]
-    if len(data) != 1 or lab not in net.inputs:
-        raise ValueError(f"train_step needs one data input and one labels input, network "
-                         f"{net.name!r} has inputs {net.inputs}")
-    kind = net.nodes[data[0]].kind
-    x = np.asarray(x, dtype=np.float32 if kind == "float" else np.int64)
-    labels = np.asarray(labels)
+    x = np.asarray(x)
     if x.ndim < 1:
-        raise ValueError(f"train_step: input {data[0]!r} needs a batch axis, got shape {x.shape}")
-    batch = x.shape[0]
+        raise ValueError(f"train_step: the input needs a batch axis, got shape {x.shape}")
+    prog, x_name, lab = training_program(net, x.shape[0], machine, partials)
     if params is None:
         params = net.params if net.params is not None else net.init_params(seed=0)
     net.check_params(params)
-    ctx = _context("float32", partials, machine)
-    prog = compile_network(net, batch, ctx, fold_bn=False)
-    for s in prog.steps:
-        if s.op not in SUPPORTED:
-            raise NotImplementedError(f"train_step: layer {s.name!r} ({s.op}) has no executable "
-                                      f"backward yet; supported: {', '.join(SUPPORTED)}")
-    env = GradEnv(ctx.machine, {}, params, {data[0]: x, lab: labels},
-                  {"machine": machine, "partials": partials})
-    _forward(prog, env, ctx)
-    loss = float(env.live[net.outputs[0]].to_host())
-    env.grads[net.outputs[0]] = Resident.from_host(prog.layouts[net.outputs[0]], ctx.machine.n_tiles,
-                                                   np.ones((), np.float32))     # the seed dL/dL
-    produced = {s.node for s in prog.steps}
-    acc = accumulate_flags(prog.steps)
-    for i in range(len(prog.steps) - 1, -1, -1):
-        s = prog.steps[i]
-        needs = [src in produced and prog.layouts.get(src) is not None for src in s.srcs]
-        for row in backward_rows(s, ctx, needs, acc[i]):
-            for fn in row.runs:
-                fn(env)
-            if not row.info.get("measured"):
-                env.cycles += row.cycles
+    st = PassState(prog, params, x_name, lab, np.asarray(labels), machine, partials)
+    st.receive(x_name, x)
+    forward_steps(st, prog.steps)
+    loss = float(st.host[net.outputs[0]])
+    backward_steps(st, prog.steps)
+    env = st.env
     grads = env.pgrads
     opt = get_optimizer(optimizer)
     names = [k for k in net.param_shapes() if not k.endswith(("running_mean", "running_var"))]
@@ -126,28 +246,7 @@ def train_step(net, x: Any, labels: Any, params: dict[str, np.ndarray] | None = 
     new.update(dict(zip(names, run.params)))
     new.update(env.running)
     env.cycles += run.profile.total_cycles
-    prof = estimate_network(net, batch, "float32", partials, machine, training=True, optimizer=opt,
+    prof = estimate_network(net, x.shape[0], "float32", partials, machine, training=True, optimizer=opt,
                             allow_overflow=True)
     return TrainStepRun(loss=loss, params=new, grads={k: grads[k] for k in names},
                         state=dict(zip(names, run.state)), profile=prof, cycles=env.cycles)
-
-
-def _forward(prog, env: GradEnv, ctx) -> None:
-    """The forward pass on the tiles; batch norms normalise with their batch statistics."""
-    nt = ctx.machine.n_tiles
-    for name, v in env.feeds.items():
-        lay = prog.input_layouts.get(name)
-        env.live[name] = v if lay is None else Resident.from_host(lay, nt, v)
-    for s in prog.steps:
-        if s.op == "batchnorm":
-            row = bn_stats_row(s, ctx)
-            row.runs[0](env)
-            env.cycles += row.cycles
-            scale, shift = env.bn_affine
-            src = s.rearrs[0].run(env.live[s.srcs[0]])
-            out = Resident(s.plan.output, nt)
-            out.view()[...] = src.view() * scale + shift
-            env.live[s.node] = out
-        else:
-            env.live[s.node] = s.plan.run([env.live[n] for n in s.srcs], s.rearrs, s.params(env.params))
-        env.cycles += sum(r.total_cycles for r in s.records())

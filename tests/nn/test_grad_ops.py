@@ -15,9 +15,8 @@ from ipukern.nn import layers as L
 from ipukern.nn.api import _context
 from ipukern.nn.backward import backward_rows
 from ipukern.nn.compile import compile_network
-from ipukern.nn.grad_ops import GradEnv
 from ipukern.nn.layout import Resident
-from ipukern.nn.train_exec import _forward
+from ipukern.nn.train_exec import PassState, forward_steps
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -45,8 +44,12 @@ def run_op(layer, inputs: dict, params: dict | None = None, machine=SMALL, seed=
              for k, v in inputs.items()}
     ctx = _context("float32", "float", machine)
     prog = compile_network(net, batch, ctx, fold_bn=False)
-    env = GradEnv(ctx.machine, {}, params, feeds, {"machine": machine, "partials": "float"})
-    _forward(prog, env, ctx)
+    lab = "labels" if "labels" in feeds else "_no_labels"
+    st = PassState(prog, params, "x", lab, feeds.get(lab, np.zeros(0, np.int64)), machine, "float")
+    for k, v in feeds.items():
+        st.receive(k, v)
+    forward_steps(st, prog.steps)
+    env = st.env
     out = env.live[node].to_host()
     g = np.random.default_rng(seed + 1).standard_normal(out.shape).astype(np.float32)
     env.grads[node] = Resident.from_host(prog.layouts[node], machine.n_tiles, g)
