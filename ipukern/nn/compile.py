@@ -32,11 +32,13 @@ PROGRAM_CACHE_SIZE = 16
 
 
 def clear_network_caches() -> None:
-    """Forget cached op plans, rearrangements, compiled networks, training schedules and
-    conv programs."""
+    """Forget cached op plans, rearrangements, compiled networks, training schedules,
+    cross-tile reduction plans and conv programs."""
     from .convops import clear_program_cache
+    from .tile_reduce import clear_reduce_cache
     from .training import clear_schedule_cache
     clear_schedule_cache()
+    clear_reduce_cache()
     with _LOCK:
         _PLANS.clear()
         _REARR.clear()

@@ -33,10 +33,16 @@ from ..machine import MachineSpec
 from . import cycles
 from .layout import Layout, _copy
 
-__all__ = ["ChannelReduce", "channel_reduce"]
+__all__ = ["ChannelReduce", "channel_reduce", "clear_reduce_cache"]
 
 _CACHE: dict[tuple, tuple] = {}
 _LOCK = threading.Lock()
+
+
+def clear_reduce_cache() -> None:
+    """Forget the cached reduction plans (part of ``clear_network_caches``)."""
+    with _LOCK:
+        _CACHE.clear()
 
 
 def channel_reduce(machine: MachineSpec, layout: Layout, channels: int, inner: int, *, quantities: int,
