@@ -28,7 +28,7 @@ layer norm          row statistics again, two row reductions, seven passes; gain
                     gradients as a cross-tile reduction
 cross-entropy loss  popnn LossTransform (softmax minus one-hot) and a 1/N scale
 embedding           multiUpdateAdd: the gather's exchange in reverse, zero + add
-scale channels      cost only (not executed): a broadcast multiply and plane sums
+scale channels      a broadcast multiply (dx) and a multiply + plane sums (ds), per tile
 ==================  ==================================================================
 """
 from __future__ import annotations
@@ -39,10 +39,8 @@ from ..conv.params import ConvParams
 from ..conv.passes import backward_data_pass, weight_update_pass
 from ..ops.matmul import _layout, _orient
 from ..ops.matmul_grad import _pass_shapes
-from . import cycles
 from .convops import conv_program
 from .grad_ops import EXECUTABLE, PassRow, bn_stats_row, deliver_rows, flush_rows, vector_grad_rows
-from .ops import compute_record
 from .tile_reduce import channel_reduce
 
 __all__ = ["PassRow", "backward_rows", "bn_stats_row"]
@@ -70,12 +68,6 @@ def _matmul_rows(name, op, shape_a, shape_b, ctx, *, grad_a: bool, grad_b_pass: 
         rows.append(_conv_row(f"{name}.{'grad_a' if which == 'a' else 'grad_b'}", op, pass_, p,
                               ctx.machine, fl, None if runs is None else runs[which]))
     return rows
-
-
-def _vec_row(machine, name, op, pass_, method, tile_cycles, why, flops=0, nbytes=None) -> PassRow:
-    rec = compute_record(machine, name, tile_cycles, why)
-    zeros = np.zeros(machine.n_tiles, np.int64)
-    return PassRow(name, op, pass_, method, [rec], int(flops), zeros if nbytes is None else nbytes)
 
 
 def _host(env, node: str, shape=None) -> np.ndarray:
@@ -201,15 +193,4 @@ def backward_rows(step, ctx, needs_input_grad: list[bool],
         return flush_rows(out)
     if op in EXECUTABLE:
         return flush_rows(vector_grad_rows(step, ctx, needs_input_grad, acc))
-    n_out = step.plan.output.elems_per_tile(m.n_tiles)
-    return _vector_rows(step, ctx, n_out)
-
-
-def _vector_rows(step, ctx, n_out) -> list[PassRow]:
-    """Cost-only backward rows of the ops :func:`ipukern.nn.train_step` does not execute."""
-    m, dt = ctx.machine, ctx.dtype
-    if step.op == "scale_channels":
-        cyc = 2 * cycles.binary_cycles(m, n_out, dt, 2) + cycles.binary_cycles(m, n_out, dt, 1)
-        return [_vec_row(m, f"{step.name}.grad", step.op, "bwd", "mul+reduce", cyc,
-                         "grad x: broadcast mul; grad s: mul + plane sums")]
-    raise NotImplementedError(f"layer {step.name!r}: no backward pass for op {step.op!r}")
+    raise NotImplementedError(f"layer {name!r}: no backward pass for op {op!r}")

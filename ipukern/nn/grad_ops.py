@@ -40,7 +40,7 @@ __all__ = ["EXECUTABLE", "GradEnv", "PassRow", "accumulate_flags", "bn_stats_row
 #: ops whose backward :func:`vector_grad_rows` executes
 EXECUTABLE = ("activation", "add", "batchnorm", "maxpool", "avgpool", "global_avgpool", "reshape",
               "flatten", "permute", "softmax", "layernorm", "softmax_cross_entropy", "embedding",
-              "add_param")
+              "add_param", "scale_channels")
 
 
 @dataclass
@@ -489,10 +489,35 @@ def bn_stats_row(step, ctx) -> PassRow:
                    3 * out.n_elems, cr.total_bytes, runs=(run,))
 
 
+def _scale_channels(step, ctx):
+    """Squeeze-excitation's ``x * s``: whole planes and their scale on the same tile, so
+    ``dx = g * s`` (broadcast multiply) and ``ds = sum(g * x)`` per plane (multiply and
+    plane reduction) need no cross-tile traffic besides re-fetching x and s."""
+    m, nt, dt = ctx.machine, ctx.machine.n_tiles, ctx.dtype
+    N, C, H, W = step.in_shapes[0]
+    n = step.rearrs[0].dst.elems_per_tile(nt)
+    cyc = 2 * cycles.binary_cycles(m, n, dt, 2) + cycles.binary_cycles(m, n, dt, 1)
+    recs = _fetch_records(step, 0) + _fetch_records(step, 1) + [
+        _rec(ctx, step, cyc, f"grad x: broadcast mul; grad s: mul + plane sums over {int(n.max())} elements")]
+    put_x, put_s = _to_input(step, 0, nt), _to_input(step, 1, nt)
+
+    def run(env):
+        g = _f(env.grad(step)).reshape(nt, -1, H * W)
+        x = _f(env.fetch(step, 0)).reshape(nt, -1, H * W)
+        sc = _f(env.fetch(step, 1))
+        p = g.shape[1]
+        put_x(env, (g * sc[:, :p, None]).reshape(nt, -1))
+        gs = np.zeros((nt, sc.shape[1]), np.float32)
+        gs[:, :p] = (g * x[:, :p]).sum(axis=-1)
+        put_s(env, gs)
+    return [_row(ctx, step, "mul+reduce", recs, [run], 3 * step.plan.output.n_elems)]
+
+
 _BUILDERS = {"activation": _activation, "add": _add, "batchnorm": _batchnorm, "maxpool": _pool,
              "avgpool": _pool, "global_avgpool": _pool, "reshape": _views, "flatten": _views,
              "permute": _views, "softmax": _softmax, "layernorm": _layernorm,
-             "softmax_cross_entropy": _loss, "embedding": _embedding, "add_param": _add_param}
+             "softmax_cross_entropy": _loss, "embedding": _embedding, "add_param": _add_param,
+             "scale_channels": _scale_channels}
 
 
 def vector_grad_rows(step, ctx, needs: list[bool], accumulate: list[bool]) -> list[PassRow]:

@@ -138,16 +138,38 @@ def test_cnn_step_equals_torch_and_its_estimate():
     assert rows["bn1.stats"]["pass"] == "fwd" and rows["res.grad_rearrange1"]["cycles"] >= 0
 
 
-def test_train_step_refuses_what_it_cannot_run():
+def test_squeeze_excitation_step_equals_torch():
     net = ik.Network("se")
-    x = net.input("x", (4, 4, 4))
+    x = net.input("x", (6, 5, 5))
     y = net.input("labels", (), kind="int")
     s = net.add(L.GlobalAvgPool(), x, name="gap")
+    s = net.add(L.Conv2d(6, 3, 1, bias=True), s, name="sq")
+    s = net.add(L.ReLU(), s, name="sr")
+    s = net.add(L.Conv2d(3, 6, 1, bias=True), s, name="ex")
+    s = net.add(L.Sigmoid(), s, name="sg")
     h = net.add(L.ScaleChannels(), x, s, name="se")
-    h = net.add(L.Flatten(), h, name="flat")
-    net.output(net.add(L.SoftmaxCrossEntropy(), net.add(L.Linear(64, 3), h, name="fc"), y, name="loss"))
-    with pytest.raises(NotImplementedError, match="'se' .scale_channels"):
-        train_step(net, np.zeros((2, 4, 4, 4), np.float32), np.zeros(2, int), machine=SMALL)
+    h = net.add(L.Conv2d(6, 4, 3), h, name="c")
+    h = net.add(L.Flatten(), net.add(L.GlobalAvgPool(), h, name="gap2"), name="flat")
+    net.output(net.add(L.SoftmaxCrossEntropy(), net.add(L.Linear(4, 3), h, name="fc"), y, name="loss"))
+    params = net.init_params(seed=5)
+    rng = np.random.default_rng(6)
+    xv = rng.standard_normal((3, 6, 5, 5)).astype(np.float32)
+    labels = rng.integers(0, 3, 3)
+    run = train_step(net, xv, labels, params, machine=SMALL)
+    P = {k: torch.tensor(v, requires_grad=True) for k, v in params.items()}
+    tx = torch.tensor(xv)
+    sc = torch.sigmoid(F.conv2d(F.relu(F.conv2d(tx.mean(dim=(2, 3), keepdim=True), P["sq.weight"],
+                                                P["sq.bias"])), P["ex.weight"], P["ex.bias"]))
+    h = F.conv2d(tx * sc, P["c.weight"]).mean(dim=(2, 3))
+    loss = F.cross_entropy(F.linear(h, P["fc.weight"], P["fc.bias"]), torch.tensor(labels))
+    loss.backward()
+    assert run.loss == pytest.approx(loss.item(), rel=1e-5)
+    for k, p in P.items():
+        np.testing.assert_allclose(run.grads[k], p.grad.numpy(), rtol=1e-4, atol=1e-5, err_msg=k)
+    assert run.cycles == run.profile.total_cycles
+
+
+def test_train_step_refuses_networks_without_a_loss():
     bad = ik.Network("noloss")
     bad.output(bad.add(L.ReLU(), bad.input("x", (3,)), name="r"))
     with pytest.raises(ValueError, match="SoftmaxCrossEntropy"):
