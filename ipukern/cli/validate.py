@@ -14,6 +14,10 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     out_dir = Path(args.out)
     if out_dir.exists() and not out_dir.is_dir():
         raise ValueError(f"--out {out_dir} exists and is not a directory")
+    if args.systems:
+        return _cmd_systems(args, out_dir)
+    if args.only:
+        raise ValueError("--only selects rows of --systems")
     measurements = validation.load_measurements(args.measurements)
     groups = [g.strip() for g in args.group.split(",") if g.strip()] if args.group else None
     with Progress("validate", enabled=progress_enabled(args)) as bar:
@@ -39,6 +43,34 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_systems(args: argparse.Namespace, out_dir: Path) -> int:
+    """``--systems``: published training runs (MLPerf, Graphcore's table) next to the model."""
+    from ..validation.systems import load_published, systems_report
+
+    if args.group or args.measurements:
+        raise ValueError("--group and --measurements apply to the measurement table, not --systems")
+    runs = load_published()
+    ids = [i.strip() for i in args.only.split(",") if i.strip()] if args.only else None
+    with Progress("validate --systems", enabled=progress_enabled(args)) as bar:
+        report = systems_report(runs, ids=ids, progress=bar)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    print(report.format_table())
+    if report.scaling:
+        print()
+        print(report.format_scaling())
+    written = [report.to_csv(out_dir / "systems.csv"), out_dir / "systems.json"]
+    report.to_json(out_dir / "systems.json")
+    if not args.quiet:
+        s = report.summary()
+        print(f"\n{s['modelled']} of {s['rows']} rows modelled; geometric-mean model/published:")
+        for kind, k in s["by_kind"].items():
+            ds = f" (8 TB/s exchange: {k['geomean_datasheet_ratio']})" if k["geomean_datasheet_ratio"] else ""
+            print(f"  {kind}: throughput {k['geomean_throughput_ratio']}{ds}, time-to-train "
+                  f"{k['geomean_minutes_ratio']} ({k['modelled']} of {k['rows']} rows)")
+        print("wrote " + ", ".join(str(p) for p in written))
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     v = sub.add_parser(
         "validate", help="compare the model with published measurements of real IPUs",
@@ -49,7 +81,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "validation.json and validation.png into --out.",
         epilog="examples:\n"
                "  ipukern validate                      # every group, writes into .\n"
-               "  ipukern validate --out results/ --no-plot",
+               "  ipukern validate --out results/ --no-plot\n"
+               "  ipukern validate --systems --only mlperf1.0-resnet-pod16",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     v.add_argument("--out", default=".", metavar="DIR", help="output directory (default .)")
     v.add_argument("--group", metavar="NAMES", default=None,
@@ -57,6 +90,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--measurements", metavar="CSV", default=None,
                    help="a measurement table with the packaged columns (default: the packaged one)")
     v.add_argument("--no-plot", action="store_true", help="do not draw validation.png")
+    v.add_argument("--systems", action="store_true",
+                   help="instead: the published training runs (MLPerf v1.0/v1.1 on POD16/POD64 and DGX "
+                        "A100, Graphcore's performance table) through estimate_training; writes "
+                        "systems.csv and systems.json")
+    v.add_argument("--only", metavar="IDS", default=None,
+                   help="with --systems: comma-separated row ids (default: all rows; the full table "
+                        "takes about a minute)")
     v.add_argument("-q", "--quiet", action="store_true", help="print only the per-group summary")
     prog = v.add_mutually_exclusive_group()
     prog.add_argument("--progress", dest="progress", action="store_true", default=None,

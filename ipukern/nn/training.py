@@ -98,9 +98,11 @@ def training_schedule(net: Network, batch: int, ctx: PlanContext, *, recompute: 
     """The rows of a training step and their per-tile live bytes (reserve excluded).
 
     Returns (rows, live (n_rows, n_tiles), weights (n_tiles,), flops, optimizer profile).
+    ``optimizer=None``: no optimizer row (a caller that costs the update itself, such as a
+    pipeline stage of :func:`ipukern.estimate_training`, whose parameters need not fit one chip).
     Cached: a repeated call returns the same (read-only) objects.
     """
-    opt = get_optimizer(optimizer)
+    opt = None if optimizer is None else get_optimizer(optimizer)
     rkey = (recompute,) if recompute is None or isinstance(recompute, str) else tuple(recompute)
     key = (id(net), net._version, batch, ctx, rkey, opt, state_location)
     with _LOCK:
@@ -182,7 +184,7 @@ def _schedule(net: Network, batch: int, ctx: PlanContext, recompute: Any, opt: A
     trainable = [s for k, s in net.param_shapes().items()
                  if not k.endswith(("running_mean", "running_var"))]
     oprof = None
-    if trainable:
+    if trainable and opt is not None:
         oprof = estimate_optimizer_step(trainable, optimizer=opt, dtype=ctx.dtype,
                                         machine=ctx.machine, state_location=state_location)
         opt_row = len(rows)
@@ -205,7 +207,7 @@ def _schedule(net: Network, batch: int, ctx: PlanContext, recompute: Any, opt: A
         if i in wu_row:
             live(wu_row[i], opt_row, s.plan.weight_bytes)          # weight gradients
     isz = np.dtype(ctx.dtype).itemsize
-    state = (weights * 4 * opt.n_state) // isz
+    state = (weights * 4 * (opt.n_state if opt is not None else 0)) // isz
     if state_location == "chip":
         live(0, R - 1, state)
     else:
@@ -266,12 +268,13 @@ def estimate_training(net: Network, batch: int, ctx: PlanContext, *, recompute: 
                       "pass": r.pass_, "method": r.method, "cycles": r.cycles, "exchange": x,
                       "rearrange": 0, "flops": r.flops})
         records += r.records
-    opt = get_optimizer(optimizer)
+    opt = None if optimizer is None else get_optimizer(optimizer)
     prof = NetworkProfile(machine=ctx.machine, batch=batch, dtype=ctx.dtype, partials=ctx.partials,
                           steps=steps, records=records, live=live, weights=weights, flops=flops,
                           label=f"{net.name} training step", training=True,
                           max_batch_fn=lambda: _max_batch(net, ctx, recompute, opt, state_location, batch),
-                          info={"optimizer": opt.name, "state_location": state_location,
+                          info={"optimizer": None if opt is None else opt.name,
+                                "state_location": state_location,
                                 "recompute": recompute})
     mem = prof._memory
     if not mem["fits"] and not allow_overflow:

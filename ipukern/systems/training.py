@@ -201,12 +201,15 @@ def _auto(costs: list[LayerCost], n_stages: int, fits) -> list[list[str]]:
 
 
 def _costs_from_network(net: Any, micro_batch: int, chip: Any, dtype: str, partials: Any,
-                        optimizer: str) -> list[LayerCost]:
-    """Per-layer costs from ``estimate_network(training=True)`` on one chip."""
+                        checkpoints: list[str] | None = None) -> list[LayerCost]:
+    """Per-layer costs from ``estimate_network(training=True)`` on one chip, without the
+    optimizer row (the update is costed per stage, whose parameters need not fit one chip).
+    With ``checkpoints`` the recomputed forward rows count in their layer's ``fwd_cycles``
+    and only what PopLibs-style recomputation keeps is stashed (:func:`_stashed_inputs`)."""
     from ..nn import estimate_network
     try:
         prof = estimate_network(net, micro_batch, dtype, partials, machine=chip, training=True,
-                                optimizer=optimizer, allow_overflow=True)
+                                recompute=checkpoints, optimizer=None, allow_overflow=True)
     except NotImplementedError as e:
         raise NotImplementedError("estimate_training needs the training passes (ipukern.nn.training), "
                                   "which this build does not have; pass costs=[LayerCost(...)]") from e
@@ -224,14 +227,34 @@ def _costs_from_network(net: Any, micro_batch: int, chip: Any, dtype: str, parti
     for pname, shp in net.param_shapes().items():
         layer = pname.rsplit(".", 1)[0]
         params[layer] = params.get(layer, 0) + math.prod(shp)
+    stashed = _stashed_inputs(net, checkpoints)
     out = []
     for name, _layer in net.layers:
         d = cycles.get(name, {"fwd": 0, "bwd": 0, "wu": 0})
-        ins = net.nodes[name].inputs
         out.append(LayerCost(name, d["fwd"], d["bwd"], d["wu"], params.get(name, 0),
-                             stash_bytes=sum(math.prod(shapes[i]) for i in ins) * item,
+                             stash_bytes=sum(math.prod(shapes[i]) for i in stashed[name]) * item,
                              out_bytes=math.prod(shapes[name]) * item))
     return out
+
+
+def _stashed_inputs(net: Any, checkpoints: list[str] | None) -> dict[str, list[str]]:
+    """Per layer, the inputs kept for its backward pass: all of them without checkpoints;
+    with checkpoints (the rule of :mod:`ipukern.nn.training`) a network input, a checkpoint's
+    output, an input from another segment, or any input of the last segment (not recomputed)."""
+    names = [n for n, _ in net.layers]
+    ins = {n: list(net.nodes[n].inputs) for n in names}
+    if not checkpoints:
+        return ins
+    cuts = set(checkpoints)
+    seg: dict[str, int] = {}
+    k = 0
+    for n in names:
+        seg[n] = k
+        if n in cuts:
+            k += 1
+    last = k
+    return {n: [i for i in ins[n] if i not in seg or i in cuts or seg[n] == last or seg[i] != seg[n]]
+            for n in names}
 
 
 def _owner(row_name: str, layers: list[str]) -> str:
@@ -283,8 +306,11 @@ def estimate_training(net: Any = None, system: System | str = "POD16", *, micro_
         1, 2, 4, 8 or 16 (GCL replica sizes); > 1 pipelines the network.
     pipeline : None, "auto", list of split layers, or list of stage layer lists
     dtype, partials : str
-    recompute : bool or None
-        Re-run each stage's forward in its backward; stash only the stage input.
+    recompute : bool, list of str, or None
+        True: re-run each stage's forward in its backward and stash only the stage input.
+        A list of layer names: recomputation checkpoints inside the network (as in
+        :func:`ipukern.estimate_network`), e.g. the ResNet-50 MLPerf configs' "pipeline splits"
+        on one IPU; the recomputed forward rows are part of the per-layer costs.
     optimizer : {"sgd", "sgd_momentum", "adam", "lamb"}
     optimizer_state : {"chip", "streaming"}
     replicated_sharding : bool
@@ -311,10 +337,18 @@ def estimate_training(net: Any = None, system: System | str = "POD16", *, micro_
         raise ValueError(f"optimizer_state must be 'chip' or 'streaming', got {optimizer_state!r}")
     dt = canonical_dtype(dtype)
     item = DTYPES[dt].itemsize
+    checkpoints = None
+    if isinstance(recompute, (list, tuple)):
+        if costs is not None:
+            raise ValueError("recompute checkpoints need a network (the costs= rows are fixed)")
+        checkpoints = [str(c) for c in recompute]
+        recompute = False    # the recomputed rows are inside the per-layer costs
+    elif recompute is not None and not isinstance(recompute, bool):
+        raise ValueError(f"recompute must be a bool, None or a list of layer names, got {recompute!r}")
     if costs is None:
         if net is None:
             raise ValueError("give a network or costs=")
-        costs = _costs_from_network(net, mb, chip, dt, partials, optimizer)
+        costs = _costs_from_network(net, mb, chip, dt, partials, checkpoints)
     costs = _check_costs(costs)
     if sample_bytes is None:
         sample_bytes = (sum(math.prod(net.nodes[i].sample_shape) for i in net.inputs) * item

@@ -16,16 +16,15 @@ ever fitted to a point (the machine presets are used exactly as they are).
 """
 from __future__ import annotations
 
-import csv
 import json
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from ..machine import MachineSpec, get_machine
+from ._table import read_table, write_table
 from .models import MODELLERS, parse_params
 
 __all__ = [
@@ -140,14 +139,7 @@ class ValidationResult:
 
     def to_csv(self, path: str | Path) -> Path:
         """One line per measurement: the source fields, model values and ratios."""
-        path = Path(path)
-        dicts = [r.to_dict() for r in self.rows]
-        with path.open("w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(dicts[0]) if dicts else list(_FIELDS),
-                               lineterminator="\n")
-            w.writeheader()
-            w.writerows(dicts)
-        return path
+        return write_table(path, [r.to_dict() for r in self.rows], _FIELDS)
 
     def to_json(self, path: str | Path | None = None) -> str:
         """``{"variants", "summary", "rows"}`` as JSON; written to ``path`` when given."""
@@ -197,19 +189,10 @@ def load_measurements(path: str | Path | None = None) -> list[Measurement]:
     Raises ValueError naming the row when a field is missing or not a number, a measured
     value is not positive, a row has no source, or an id repeats.
     """
-    if path is None:
-        text = resources.files(__package__).joinpath("measurements.csv").read_text()
-        where = "measurements.csv"
-    else:
-        text = Path(path).read_text()
-        where = str(path)
-    reader = csv.DictReader(text.splitlines())
-    missing = [f for f in _FIELDS if f not in (reader.fieldnames or [])]
-    if missing:
-        raise ValueError(f"{where}: missing columns {missing}")
+    where, records = read_table("measurements.csv", path, _FIELDS)
     out: list[Measurement] = []
     seen: set[str] = set()
-    for lineno, rec in enumerate(reader, start=2):
+    for lineno, rec in records:
         try:
             m = Measurement(**{k: rec[k] or "" for k in _FIELDS if k not in ("clock_ghz", "measured")},
                             clock_ghz=float(rec["clock_ghz"]), measured=float(rec["measured"]))

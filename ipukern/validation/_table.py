@@ -1,0 +1,35 @@
+"""CSV tables of the validation package: read a packaged (or user) table, write results."""
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterator, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+
+def read_table(filename: str, path: str | Path | None,
+               fields: Sequence[str]) -> tuple[str, Iterator[tuple[int, dict[str, str]]]]:
+    """``(where, rows)``: the packaged ``filename`` unless ``path`` is given; ``rows`` yields
+    ``(line number, record)``. Raises ValueError naming the missing columns."""
+    if path is None:
+        text = resources.files(__package__).joinpath(filename).read_text()
+        where = filename
+    else:
+        text = Path(path).read_text()
+        where = str(path)
+    reader = csv.DictReader(text.splitlines())
+    missing = [f for f in fields if f not in (reader.fieldnames or [])]
+    if missing:
+        raise ValueError(f"{where}: missing columns {missing}")
+    return where, enumerate(reader, start=2)
+
+
+def write_table(path: str | Path, dicts: list[dict[str, Any]], fields: Sequence[str]) -> Path:
+    """One line per dict (header from the first, or ``fields`` when there is none)."""
+    path = Path(path)
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(dicts[0]) if dicts else list(fields), lineterminator="\n")
+        w.writeheader()
+        w.writerows(dicts)
+    return path
