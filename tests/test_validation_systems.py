@@ -147,3 +147,21 @@ def test_cli_systems(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "unknown id" in err and len(err.strip().splitlines()) == 1
     assert main(["validate", "--only", "x", "--out", str(out), "--no-progress"]) != 0
+
+
+def test_pipelined_bert_row_on_bert_base():
+    """The BERT POD16 row's path (4-stage pipeline, per-stage recompute, LAMB state in
+    Streaming Memory, sharding, 2 sequences per pack) on BERT-Base at 16 tokens."""
+    run = next(r for r in vs.load_published() if r.id == "mlperf1.0-bert-pod16")
+    q = "encoder.layer.{}.attention.self.query"
+    small = replace(run, network="bert_base", network_args="seq_len=16",
+                    pipeline="|".join(q.format(i) for i in (3, 6, 9)))
+    (row,) = vs.systems_report([small], datasheet=False).rows
+    assert not row.reason, row.reason
+    assert row.details["stages"] == 4 and row.model_datasheet is None
+    parts = row.details["parts_ms"]
+    assert parts["streaming memory"] > 0 and parts["fill/drain"] > 0
+    assert row.how.startswith("pipeline compute (slowest stage")
+    # samples/s of packs x 2 sequences per pack = the step's sequences over its time
+    seqs = run.replicas * run.micro_batch * run.gradient_accumulation * 2
+    assert row.model_throughput == pytest.approx(seqs / (row.details["step_ms"] / 1e3), rel=1e-3)
