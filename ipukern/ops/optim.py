@@ -195,8 +195,8 @@ def _mappings(shapes, n_tiles: int) -> list[TileMapping]:
 
 
 def _build(opt: Optimizer, shapes, dtype: str, machine: MachineSpec, state_location: str,
-           n_state_override: int | None = None) -> _OptimProgram:
-    dev = Device(machine)
+           n_state_override: int | None = None, *, allow_overflow: bool = False) -> _OptimProgram:
+    dev = Device(machine, allow_overflow=allow_overflow)
     prog = _OptimProgram(dev)
     NT = machine.n_tiles
     maps = _mappings(shapes, NT)
@@ -408,7 +408,10 @@ def estimate_optimizer_step(shapes: Sequence[Sequence[int]], *, optimizer: Any =
     shapes = [tuple(int(x) for x in s) for s in shapes]
     if not shapes or any(int(np.prod(s)) < 1 for s in shapes):
         raise ValueError(f"need at least one non-empty parameter shape, got {shapes}")
-    prog = _build(opt, shapes, canonical_dtype(dtype), get_machine(machine), state_location)
+    # A cost estimate, not a placement: the caller (the network's liveness model) decides
+    # whether the state fits, so a table too large for one chip is still costed.
+    prog = _build(opt, shapes, canonical_dtype(dtype), get_machine(machine), state_location,
+                  allow_overflow=True)
     return prog.device.run(prog.device.program(prog.steps, label=f"{opt.name} step"), "estimate",
                            **_profile_kw(opt, shapes, state_location))
 

@@ -114,6 +114,19 @@ def test_state_location_host_costs_the_host_link():
     assert chip.memory.by_category["optimizer state"].sum() == n_bytes
 
 
+def test_estimate_costs_state_larger_than_the_chip():
+    # 120 M parameters with Adam: 960 MB of float32 state, more than a GC200 holds. The
+    # estimate still costs the update (the network's liveness model reports the overflow);
+    # executing it is refused.
+    shapes = [(120_000_000,)]
+    est = ik.estimate_optimizer_step(shapes, optimizer="adam")
+    assert est.total_cycles > 0
+    assert est.memory.by_category["optimizer state"].sum() == 120_000_000 * 4 * 2
+    assert est.memory.by_category["optimizer state"].max() > ik.GC200.tile_budget_bytes
+    half = ik.estimate_optimizer_step([(60_000_000,)], optimizer="adam")
+    assert half.total_cycles < est.total_cycles
+
+
 def test_host_state_executes_identically():
     ps, gs = _data(2)
     a = ik.optimizer_step(ps, gs[0], optimizer="sgd_momentum")
