@@ -207,3 +207,44 @@ def test_deep_split_search_is_bounded():
     splits = planner_mod.in_chan_splits(2 ** 27, 1472)
     assert splits.max() >= 1000 and len(splits) < 40
     assert all(s < 16 or planner_tries_depth(int(s)) for s in splits)
+
+
+def _conv_ref(x, w, pad):
+    """float64 direct conv (stride 1, groups 1) and the same with |x|, |w|."""
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    n, c, h, wd = x.shape
+    k, _, kh, kw = w.shape
+    ho, wo = h + 2 * pad - kh + 1, wd + 2 * pad - kw + 1
+    out = np.zeros((n, k, ho, wo))
+    mag = np.zeros_like(out)
+    for i in range(kh):
+        for j in range(kw):
+            win = xp[:, :, i:i + ho, j:j + wo]
+            out += np.einsum("nchw,kc->nkhw", win, w[:, :, i, j].astype(np.float64))
+            mag += np.einsum("nchw,kc->nkhw", np.abs(win), np.abs(w[:, :, i, j]).astype(np.float64))
+    return out, mag
+
+
+@pytest.mark.parametrize("R, rows, out_split", [(20, 2, 2), (27, 1, 2), (36, 3, 1)])
+def test_3x3_conv_with_halos_and_a_staged_reduction(R, rows, out_split):
+    p = ConvParams(batch=2, in_channels=8 * R + 5, out_channels=32, in_h=7, in_w=6, kernel_h=3,
+                   kernel_w=3, padding=1)
+    amp = next(c for c in candidate_methods(SMALL, p.dtype, p.partials, p.in_per_group,
+                                            p.out_per_group, p.kernel_w, p.stride[1])
+               if c.method == "AMP")
+    split = Split(in_chans=R, rows=rows, out_chans=out_split, in_grain=amp.in_chans_per_group,
+                  out_grain=amp.out_chans_per_group)
+    plan = ConvPlan(params=p, machine=SMALL, method=amp, split=split, serial=1, bias=True,
+                    estimated_cycles=0, estimated_bytes_per_tile=0)
+    cp = build_conv_program(plan)
+    rng = np.random.default_rng(R)
+    x = rng.standard_normal(p.input_shape).astype(np.float32)
+    w = rng.standard_normal(p.weight_shape).astype(np.float32)
+    b = rng.standard_normal(p.out_channels).astype(np.float32)
+    cp.write_inputs(x, w, b)
+    run = cp.device.run(cp.program, "execute")
+    assert cp.device.run(cp.program, "estimate").total_cycles == run.total_cycles
+    ref, mag = _conv_ref(x, w, 1)
+    y = cp.device.read(cp.y).astype(np.float64)
+    assert np.all(np.abs(y - ref - b[None, :, None, None]) <= 1e-5 * (mag + np.abs(b)[None, :, None, None]))
+    assert sum(run.breakdown().values()) == run.total_cycles
