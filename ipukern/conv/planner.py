@@ -650,24 +650,23 @@ def _reduction_cycles(p: ConvParams, machine: MachineSpec, c: _Table
     n_stages = on.astype(np.int64) + (c.f2 > 1) + (c.f3 > 1)
     deep = np.flatnonzero(c.f2 > 1)
     if deep.size:
-        # every stage of the multi-stage rows at once: (row, stage) pairs, stage 1 included
+        # every stage of the multi-stage rows at once (stage 1 again: it now writes partials)
+        n, f3 = deep.size, c.f3[deep]
         s1 = size[deep]
         s2 = ceil_div(s1, c.f2[deep])
-        s3 = ceil_div(s2, c.f3[deep])
-        f3 = c.f3[deep]
-        row = np.concatenate([deep, deep, deep[f3 > 1]])
-        sz = np.concatenate([s1, s2, s3[f3 > 1]])
-        f = np.concatenate([c.f1[deep], c.f2[deep], f3[f3 > 1]])
-        last = np.concatenate([np.zeros(deep.size, bool), f3 == 1, np.ones(int((f3 > 1).sum()), bool)])
+        s3 = ceil_div(s2, f3)
+        sz = np.concatenate([s1, s2, s3])
+        f = np.concatenate([c.f1[deep], c.f2[deep], f3])
+        last = np.concatenate([np.zeros(n, bool), f3 == 1, f3 > 1])
         cyc = np.zeros_like(sz)
         for sel, out_dt in ((last, p.dtype), (~last, p.partials)):
             if sel.any():
                 cyc[sel] = reduce_cycles_array(machine, sz[sel], f[sel], p.partials, out_dt)
-        red_c[deep] = 0
-        np.add.at(red_c, row, cyc)
         x = exchange_cycles((f - 1) * sz * psz, machine, with_overhead=True)
-        red_x[deep] = 0
-        np.add.at(red_x, row, x)
+        # a stage of depth 1 (absent third stage) costs nothing: cyc = cast 0 is masked
+        cyc = np.where(f > 1, cyc, 0)
+        red_c[deep] = cyc[:n] + cyc[n:2 * n] + cyc[2 * n:]
+        red_x[deep] = x[:n] + x[n:2 * n] + x[2 * n:]
     return red_x, red_c, n_stages
 
 
