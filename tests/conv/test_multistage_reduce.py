@@ -248,3 +248,30 @@ def test_3x3_conv_with_halos_and_a_staged_reduction(R, rows, out_split):
     y = cp.device.read(cp.y).astype(np.float64)
     assert np.all(np.abs(y - ref - b[None, :, None, None]) <= 1e-5 * (mag + np.abs(b)[None, :, None, None]))
     assert sum(run.breakdown().values()) == run.total_cycles
+
+
+def test_outputs_are_exchanged_only_where_the_consumer_wants_them_elsewhere():
+    # Issue 10 item 4: a conv's outputs stay where its last reduction stage leaves them, and
+    # are exchanged (and charged) only into a layout that wants them elsewhere. R = 16 in-chan
+    # tiles reduce P = 8 fp32 outputs in 4 x 4 stages: stage 1 gives each tile 2 of them,
+    # stage 2 splits those 2 into 0, 1, 0, 1, so 8 of the 16 tiles hold one output each
+    # and tile 0 holds none.
+    from ipukern.core.tensor import TileMapping
+    from ipukern.nn.layout import Layout, Rearrangement
+    M = ik.GC200.replace(n_tiles=16, exchange_bytes_per_cycle=4.0, exchange_overhead_cycles=100)
+    p = ConvParams(batch=1, in_channels=8 * 16, out_channels=8, in_h=1, in_w=1, kernel_h=1,
+                   kernel_w=1)
+    plan, cp, run, y, ref, mag = _run_plan(p, Split(in_chans=16), machine=M)
+    held = np.bincount(cp.y.mapping.tile, weights=cp.y.mapping.count, minlength=16)
+    assert held.tolist() == [0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1]
+    out = Layout(p.output_shape, "float32", cp.y.mapping, offsets=cp.y.offset)
+    # the conv's own output layout (what a consumer planned on it reads): no exchange
+    assert Rearrangement(M, out, out).cycles == 0
+    # a consumer wanting all 8 outputs on tile 0: it receives 8 x 4 B = 32 B -> 8 cycles
+    # plus the exchange overhead; the producing tiles each send 4 B
+    on0 = Layout(p.output_shape, "float32", TileMapping(8, np.array([0]), np.array([0]),
+                                                         np.array([8])))
+    r = Rearrangement(M, out, on0)
+    assert int(r.recv_bytes[0]) == 32 and r.cycles == 32 // 4 + 100
+    rec = r.record()
+    assert rec.exchange_cycles + rec.sync_cycles == r.cycles + M.sync_cycles
