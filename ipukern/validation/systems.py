@@ -107,7 +107,7 @@ class SystemsRow:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self.run)
         d.pop("not_modelled")
-        d.update(model_throughput=_round(self.model_throughput), model_minutes=_round(self.model_minutes),
+        d.update(model_throughput=_round(self.model_throughput), model_minutes=_round(self.model_minutes, 2),
                  throughput_ratio=_round(self.throughput_ratio, 3),
                  model_datasheet_throughput=_round(self.model_datasheet),
                  datasheet_ratio=_round(self.datasheet_ratio, 3), minutes_ratio=_round(self.minutes_ratio, 3),
