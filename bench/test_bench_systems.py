@@ -88,3 +88,42 @@ def test_estimate_training_resnet50_pod64(benchmark):
         "baseline": "one-chip estimate_network(training=True), cold, same run",
         "baseline_seconds": chip_s, "ratio_cold_vs_one_chip": cold_s / chip_s,
         "samples_per_second": warm.samples_per_second})
+
+
+@pytest.mark.benchmark(group="systems")
+def test_data_parallel_training_step_in_process_and_mpi(benchmark, baseline):
+    """ResNet-8 on 4 simulated GC200s of an IPU-M2000 (4 replicas, micro-batch 2): the
+    in-process step (benchmarked) vs the same step under ``mpiexec -n 4`` (one IPU per
+    rank) and vs one IPU running the whole batch (``train_step``), all in the same run."""
+    import mpi_train_step as mts
+
+    from ipukern.nn import train_step
+    from ipukern.systems.train_run import with_loss
+    pytest.importorskip("mpi4py", reason="the MPI training benchmark needs the mpi extra")
+    exe = _mpiexec()
+    if exe is None:
+        pytest.skip("no mpiexec (pip install 'ipukern[mpi]')")
+    smoke = getattr(benchmark, "disabled", False)
+    size, tiles = (8, 16) if smoke else (16, 0)
+    net, x, labels, params, system = case = mts.setup(size, tiles or None, 2)
+    run = benchmark.pedantic(lambda: mts.step(*case), rounds=1 if smoke else 2, iterations=1,
+                             warmup_rounds=0 if smoke else 1)
+    env = dict(os.environ, IPUKERN_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]))
+    res = subprocess.run([exe, "-n", "4", sys.executable, str(HERE / "mpi_train_step.py"), "--image-size",
+                          str(size), "--tiles", str(tiles), "--repeat", "0" if smoke else "2"],
+                         capture_output=True, text=True, timeout=900, env=env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    mpi = json.loads(res.stdout.strip().splitlines()[-1])
+    assert mpi["sha"] == mts.digest(run) and mpi["cycles"] == run.cycles   # bitwise the same step
+    if smoke:
+        return
+    full = with_loss(net)           # the zoo's ResNet-8 outputs logits; the step adds the loss
+    one_ipu = baseline(lambda: train_step(full, x, labels, params, optimizer="sgd_momentum",
+                                          machine=system.chip), repeat=1, min_time=0)
+    in_process = benchmark.stats.stats.min
+    benchmark.extra_info.update(
+        in_process_s=in_process, mpi_4_ranks_s=mpi["seconds"], mpi_speedup=in_process / mpi["seconds"],
+        one_ipu_train_step_s=one_ipu, ratio_vs_one_ipu=one_ipu / in_process,
+        simulated_cycles=run.cycles, simulated_phases=run.phases,
+        baseline="same step in one process / one IPU running the 4x batch (train_step), same run")

@@ -25,12 +25,14 @@ from .systems import (BOW_2000, BOW_POD16, BOW_POD64, IPU_M2000, IPU_POD16, IPU_
                       Link, LinkExchange, System, SystemConfigError, SystemDevice, SystemProgram,
                       SystemSuperstep, SystemTensor, all_gather, all_reduce, broadcast,
                       collective_seconds, get_system, reduce_scatter,
-                      LayerCost, StageMemoryError, TrainingEstimate, estimate_training)
+                      LayerCost, StageMemoryError, TrainingEstimate, TrainingRun, estimate_training,
+                      run_training_step)
 from .graph.tilefn import TileFunction, TileFunctionCompileError, TileFunctionError, TileShape, tile_function
 
 # submodules users reach as ipukern.gpu / ipukern.scaling / ipukern.plots (matplotlib is
 # imported only when a plot is drawn)
 from . import gpu, plots, scaling
+from .sweeps import network_sweep, training_sweep
 from ._version import __version__
 from . import nn
 from .nn import Network, NetworkProfile, NetworkRun, estimate_network, from_torch, models, run_network
@@ -56,6 +58,6 @@ __all__ = [
     "BOW_2000", "BOW_POD16", "BOW_POD64", "SystemDevice", "SystemProgram", "SystemSuperstep",
     "SystemTensor", "LinkExchange", "all_reduce", "reduce_scatter", "all_gather", "broadcast",
     "collective_seconds", "CollectiveCost", "LayerCost", "StageMemoryError", "TrainingEstimate",
-    "estimate_training",
+    "estimate_training", "TrainingRun", "run_training_step", "network_sweep", "training_sweep",
     "tile_function", "TileFunction", "TileFunctionError", "TileFunctionCompileError", "TileShape",
 ]

@@ -4,6 +4,8 @@
 breakdown of :func:`ipukern.estimate_training` and writes ``train.csv`` (one row per IPU),
 ``train.json`` and ``train.png`` (the pipeline schedule, IPU x time). ``--costs FILE.json``
 takes per-layer costs (a list of :class:`~ipukern.LayerCost` fields) instead of a model.
+``ipukern train MODEL --execute`` runs one real step instead (:mod:`.train_run`; also under
+``mpiexec -n K``).
 ``ipukern compare MODEL --training --systems POD16,DGX_A100 [--prices POD16=...]`` prints
 throughput, time-to-train and throughput per price of each system.
 """
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..systems import SYSTEM_PRESETS, LayerCost, StageMemoryError, estimate_training
+from . import train_run
 
 
 def _model(name: str | None) -> Any:
@@ -65,6 +68,10 @@ def _estimate(args: argparse.Namespace, system: str) -> Any:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    if args.execute:
+        return train_run.execute(args)
+    if args.tiles is not None:
+        raise ValueError("--tiles applies to --execute")
     est = _estimate(args, args.system)
     print(est.summary())
     if args.epochs is not None:
@@ -164,13 +171,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                        epilog="examples:\n"
                               "  ipukern train --costs layers.json --system POD16 --micro-batch 20\n"
                               "  ipukern train --costs layers.json --ipus-per-replica 4 --pipeline auto "
-                              "--recompute",
+                              "--recompute\n"
+                              "  mpiexec -n 4 python -m ipukern train resnet8 --system M2000 --micro-batch 2 "
+                              "--execute",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(t)
     t.add_argument("--system", default="POD16", help=f"one of {sorted(SYSTEM_PRESETS)}")
     t.add_argument("--epochs", type=float, default=None,
                    help="also report the time to train this many epochs")
     t.add_argument("--out", default="train", help="output prefix (default: train)")
+    train_run.register_flags(t)
     t.set_defaults(func=_cmd_train)
     c = sub.add_parser("compare", help="training throughput of IPU systems and DGX A100 side by side",
                        epilog="examples:\n"

@@ -2,11 +2,11 @@
 paper / Hugging Face. Every function returns a fresh :class:`~ipukern.nn.Network`."""
 from .zoo_bert import bert_base, bert_large
 from .zoo_cnn import (efficientnet_b0, efficientnet_b1, efficientnet_b2, efficientnet_b3,
-                      efficientnet_b4, mobilenet_v1, mobilenet_v2, resnet50, resnext50_32x4d,
-                      resnext101_32x4d)
+                      efficientnet_b4, mobilenet_v1, mobilenet_v2, resnet8, resnet20, resnet50,
+                      resnext50_32x4d, resnext101_32x4d)
 
 __all__ = ["bert_base", "bert_large", "efficientnet_b0", "efficientnet_b1", "efficientnet_b2",
-           "efficientnet_b3", "efficientnet_b4", "mobilenet_v1", "mobilenet_v2", "resnet50",
-           "resnext50_32x4d", "resnext101_32x4d", "MODELS"]
+           "efficientnet_b3", "efficientnet_b4", "mobilenet_v1", "mobilenet_v2", "resnet8", "resnet20",
+           "resnet50", "resnext50_32x4d", "resnext101_32x4d", "MODELS"]
 
 MODELS = {name: globals()[name] for name in __all__ if name != "MODELS"}

@@ -12,7 +12,8 @@ import math
 from . import layers as L
 from .network import Network
 
-__all__ = ["resnet50", "resnext50_32x4d", "resnext101_32x4d", "mobilenet_v1", "mobilenet_v2",
+__all__ = ["resnet8", "resnet20", "resnet_cifar", "resnet50", "resnext50_32x4d", "resnext101_32x4d",
+           "mobilenet_v1", "mobilenet_v2",
            "efficientnet_b0", "efficientnet_b1", "efficientnet_b2", "efficientnet_b3",
            "efficientnet_b4", "conv_bn_act"]
 
@@ -87,6 +88,49 @@ def resnext50_32x4d(image_size: int = 224, num_classes: int = 1000) -> Network:
 def resnext101_32x4d(image_size: int = 224, num_classes: int = 1000) -> Network:
     """ResNeXt-101 32x4d (Xie et al. 2017, Table 1 family)."""
     return _resnet("resnext101_32x4d", (3, 4, 23, 3), 32, 4, image_size, num_classes)
+
+
+def _basic_block(net, x, name, cin, cout, stride):
+    y = conv_bn_act(net, x, f"{name}.conv1", cin, cout, 3, stride, bn_name=f"{name}.bn1",
+                    act_name=f"{name}.relu1")
+    y = conv_bn_act(net, y, f"{name}.conv2", cout, cout, 3, act=None, bn_name=f"{name}.bn2")
+    idn = x
+    if stride != 1 or cin != cout:
+        idn = conv_bn_act(net, x, f"{name}.downsample.0", cin, cout, 1, stride, act=None,
+                          bn_name=f"{name}.downsample.1")
+    y = net.add(L.Add(), y, idn, name=f"{name}.add")
+    return net.add(L.ReLU(), y, name=f"{name}.relu2")
+
+
+def resnet_cifar(depth: int = 20, image_size: int = 32, num_classes: int = 10) -> Network:
+    """The CIFAR-10 ResNets of He et al. 2016 (Sec. 4.2): a 3x3 conv of 16 channels, three
+    stages of n basic blocks (16, 32, 64 channels; the 2nd and 3rd start with stride 2),
+    global average pooling and a linear classifier; ``depth = 6 n + 2`` (8, 20, 32, 44, 56,
+    110). Shortcuts that change shape are 1x1 conv + batch norm projections (the paper's
+    option B). Small enough to execute training steps quickly (tests, demos)."""
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 8 or (depth - 2) % 6:
+        raise ValueError(f"a CIFAR ResNet has depth 6n + 2 >= 8 (8, 20, 32, ...), got {depth!r}")
+    n = (depth - 2) // 6
+    net = Network(f"resnet{depth}")
+    x = net.input("x", (3, image_size, image_size))
+    y = conv_bn_act(net, x, "conv1", 3, 16, 3, bn_name="bn1", act_name="relu")
+    cin = 16
+    for stage, planes in enumerate((16, 32, 64)):
+        for b in range(n):
+            y = _basic_block(net, y, f"layer{stage + 1}.{b}", cin, planes, 2 if stage and not b else 1)
+            cin = planes
+    _classifier(net, y, cin, num_classes, "fc")
+    return net
+
+
+def resnet8(image_size: int = 32, num_classes: int = 10) -> Network:
+    """ResNet-8 for CIFAR-10 (:func:`resnet_cifar`, one block per stage)."""
+    return resnet_cifar(8, image_size, num_classes)
+
+
+def resnet20(image_size: int = 32, num_classes: int = 10) -> Network:
+    """ResNet-20 for CIFAR-10 (He et al. 2016, Table 6: 0.27 M parameters)."""
+    return resnet_cifar(20, image_size, num_classes)
 
 
 # --------------------------------------------------------------------------- MobileNets

@@ -18,6 +18,7 @@ from .collectives import (
     reduce_scatter,
 )
 from .training import LayerCost, StageMemoryError, TrainingEstimate, estimate_training
+from .train_run import TrainingRun, run_training_step
 from .spec import (
     BOW_2000,
     BOW_POD16,
@@ -38,4 +39,5 @@ __all__ = [
     "SystemProgram", "SystemSuperstep", "SystemTensor", "all_gather", "all_reduce", "broadcast",
     "collective_seconds", "get_system", "reduce_scatter",
     "LayerCost", "StageMemoryError", "TrainingEstimate", "estimate_training",
+    "TrainingRun", "run_training_step",
 ]

@@ -4,29 +4,13 @@ import numpy as np
 import pytest
 
 import ipukern as ik
-from ipukern.nn import layers as L
 from ipukern.nn import train_step
 from ipukern.nn.training import training_schedule
+from nets import tiny_cnn
 
 
 def small_net(c=8, hw=12, classes=5):
-    net = ik.Network("small")
-    x = net.input("x", (3, hw, hw))
-    y = net.input("labels", (), kind="int")
-    h = net.add(L.Conv2d(3, c, 3, padding=1), x, name="conv1")
-    h = net.add(L.BatchNorm2d(c), h, name="bn1")
-    h = net.add(L.ReLU(), h, name="relu1")
-    h2 = net.add(L.Conv2d(c, c, 3, padding=1), h, name="conv2")
-    h2 = net.add(L.ReLU(), h2, name="relu2")
-    h = net.add(L.Add(), h, h2, name="res")
-    h = net.add(L.MaxPool2d(2), h, name="pool")
-    h = net.add(L.Conv2d(c, 2 * c, 3, stride=2, padding=1, groups=2), h, name="conv3")
-    h = net.add(L.ReLU(), h, name="relu3")
-    h = net.add(L.GlobalAvgPool(), h, name="gap")
-    h = net.add(L.Flatten(), h, name="flat")
-    h = net.add(L.Linear(2 * c, classes), h, name="fc")
-    net.output(net.add(L.SoftmaxCrossEntropy(), h, y, name="loss"))
-    return net
+    return tiny_cnn(bn=True, c=c, hw=hw, classes=classes)
 
 
 def test_one_sgd_step_equals_torch():

@@ -35,8 +35,13 @@ def run(comm=None) -> dict:
     return out
 
 
-if __name__ == "__main__":
+def main(run) -> None:
+    """``run(comm)`` in one process, or under MPI with ``--mpi``; rank 0 prints its JSON."""
     comm = comm_world() if "--mpi" in sys.argv else None
     res = run(comm)
     if comm is None or comm.Get_rank() == 0:
         print(json.dumps(res, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main(run)

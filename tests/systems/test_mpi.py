@@ -34,15 +34,21 @@ def in_process():
         sys.path.remove(str(HERE))
 
 
-@pytest.mark.parametrize("ranks", [2, 4])
-def test_mpi_matches_in_process(ranks, in_process):
+def mpirun(ranks: int, *args: str) -> list[str]:
+    """``mpiexec -n ranks python args...`` (this tree first on the path, one thread per
+    rank); its stdout lines. Skips without an mpiexec."""
     exe = _mpiexec()
     if exe is None:
         pytest.skip("no mpiexec on PATH (install the mpich wheel: pip install 'ipukern[mpi]')")
     env = dict(os.environ, IPUKERN_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    res = subprocess.run([exe, "-n", str(ranks), sys.executable, str(HERE / "mpi_check.py"), "--mpi"],
-                         capture_output=True, text=True, timeout=300, env=env)
+    res = subprocess.run([exe, "-n", str(ranks), sys.executable, *args], capture_output=True, text=True,
+                         timeout=300, env=env)
     assert res.returncode == 0, res.stderr[-2000:]
-    got = json.loads(res.stdout.strip().splitlines()[-1])
+    return res.stdout.splitlines()
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_mpi_matches_in_process(ranks, in_process):
+    got = json.loads(mpirun(ranks, str(HERE / "mpi_check.py"), "--mpi")[-1])
     assert got == in_process

@@ -1,0 +1,117 @@
+"""Sweeps of network and training estimates over lists of configurations, serially or on any
+``concurrent.futures.Executor`` (a process pool, a Dask ``Client.get_executor()``, an MPI
+pool such as ``mpi4py.futures.MPIPoolExecutor``).
+
+Each configuration is a dict of keyword arguments of :func:`ipukern.estimate_network` or
+:func:`ipukern.estimate_training`; its ``"net"`` is a :class:`~ipukern.nn.Network` or the name
+of a zoo model (``ik.models.MODELS``; ``"model_kwargs"`` are passed to the model function,
+e.g. ``{"image_size": 128}``), so a configuration pickles cheaply to a worker. Every
+estimate is deterministic, so the results (their order and every number) are those of a
+serial run whatever the executor. :func:`ipukern.scaling.grouped_conv_sweep` takes the same
+``executor=``.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import inspect
+from collections.abc import Callable, Iterable
+from typing import Any
+
+__all__ = ["network_sweep", "training_sweep"]
+
+
+def _resolve_net(net: Any, model_kwargs: Any) -> Any:
+    from .nn.models import MODELS
+    if isinstance(net, str):
+        if net not in MODELS:
+            raise ValueError(f"unknown model {net!r}; models are {sorted(MODELS)}")
+        return MODELS[net](**(model_kwargs or {}))
+    if model_kwargs:
+        raise ValueError("model_kwargs apply to a zoo model name, not to a Network")
+    return net
+
+
+def _network_point(cfg: dict) -> Any:
+    from .nn import estimate_network
+    cfg = dict(cfg)
+    net = _resolve_net(cfg.pop("net"), cfg.pop("model_kwargs", None))
+    prof = estimate_network(net, **cfg)
+    # the lazy max-batch search is a closure over the network: it does not travel to another
+    # process, so no sweep result carries it (serial or not: identical results)
+    prof._max_batch_fn = None
+    return prof
+
+
+def _training_point(cfg: dict) -> Any:
+    from .systems import estimate_training
+    cfg = dict(cfg)
+    net = cfg.pop("net", None)
+    return estimate_training(_resolve_net(net, cfg.pop("model_kwargs", None)), **cfg)
+
+
+def _check(configs: Any, target: Callable) -> list[dict]:
+    if isinstance(configs, (dict, str)) or not isinstance(configs, Iterable):
+        raise TypeError("configs must be a list of dicts (keyword arguments, with 'net')")
+    configs = list(configs)
+    allowed = set(inspect.signature(target).parameters) | {"model_kwargs"}
+    for i, c in enumerate(configs):
+        if not isinstance(c, dict):
+            raise TypeError(f"config {i} must be a dict of keyword arguments, got {type(c).__name__}")
+        bad = sorted(set(c) - allowed)
+        if bad:
+            raise TypeError(f"config {i}: {target.__name__} takes no argument(s) {bad}")
+    return configs
+
+
+def _map(fn: Callable, configs: list[dict], executor: Any,
+         progress: Callable[[int, int, str], None] | None) -> list:
+    own = isinstance(executor, str) and executor == "process"
+    if own:
+        executor = concurrent.futures.ProcessPoolExecutor()
+    elif executor is not None and not isinstance(executor, concurrent.futures.Executor):
+        raise TypeError(f"executor must be a concurrent.futures.Executor, 'process' or None, "
+                        f"got {type(executor).__name__}")
+    out = []
+    try:
+        results = map(fn, configs) if executor is None else executor.map(fn, configs)
+        for i, r in enumerate(results):
+            out.append(r)
+            if progress is not None:
+                progress(i + 1, len(configs), str(configs[i].get("net", "")))
+    finally:
+        if own:
+            executor.shutdown()
+    return out
+
+
+def network_sweep(configs: Iterable[dict], *, executor: Any = None,
+                  progress: Callable[[int, int, str], None] | None = None) -> list:
+    """:func:`~ipukern.estimate_network` of every configuration, in order.
+
+    Parameters
+    ----------
+    configs : list of dict
+        Keyword arguments of ``estimate_network`` (``net`` a Network or zoo model name,
+        optional ``model_kwargs``), e.g. ``[{"net": "resnet50", "batch": b} for b in (1, 8)]``.
+    executor : concurrent.futures.Executor, "process" or None
+        Where the points run; ``"process"`` makes a ``ProcessPoolExecutor`` for the call,
+        None runs serially. Results are identical either way.
+    progress : callable(done, total, label), optional
+
+    Returns
+    -------
+    list of NetworkProfile
+        Without the lazy ``memory["max_batch"]`` search (None): call ``estimate_network`` for
+        one configuration to get it.
+    """
+    from .nn import estimate_network
+    return _map(_network_point, _check(configs, estimate_network), executor, progress)
+
+
+def training_sweep(configs: Iterable[dict], *, executor: Any = None,
+                   progress: Callable[[int, int, str], None] | None = None) -> list:
+    """:func:`~ipukern.estimate_training` of every configuration, in order (``net`` a
+    Network or zoo model name; ``system``, ``micro_batch`` ... as its keyword arguments).
+    ``executor`` and ``progress`` as :func:`network_sweep`. Returns TrainingEstimates."""
+    from .systems import estimate_training
+    return _map(_training_point, _check(configs, estimate_training), executor, progress)

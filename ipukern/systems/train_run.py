@@ -1,0 +1,469 @@
+"""Execute one training step on a System: data-parallel replicas of pipelined IPUs, in one
+process or across MPI ranks.
+
+:func:`run_training_step` runs the step :func:`~ipukern.estimate_training` costs, on real
+data:
+
+- **replicas** (data parallel): replica k takes samples ``[k B/R, (k+1) B/R)`` of the
+  global batch B and splits them into ``gradient_accumulation`` micro-batches.
+- **stages** (``ipus_per_replica`` > 1): consecutive layers on consecutive IPUs (replica
+  k's stage s on IPU ``k P + s``). Micro-batches flow through Graphcore's grouped schedule:
+  in pipeline cycle t stage s runs the forward of micro-batch ``t - s`` and the backward of
+  micro-batch ``t - 2(S-1) + s``; at the end of each cycle one
+  :class:`~ipukern.systems.bsp.LinkExchange` carries, for every replica at once, the
+  activations crossing each stage boundary forward and their gradients backward, over the
+  IPU-Links (real bytes between the IPUs' tile memories; MPI messages between ranks).
+- **gradients**: each stage accumulates its micro-batches' parameter gradients (in
+  micro-batch order), then the replicas' copies are summed by the executed
+  :func:`~ipukern.all_reduce` over the stage's IPUs and divided by ``R x M`` (the mean over
+  the global batch).
+- **optimizer**: :func:`~ipukern.optimizer_step` per stage on the reduced gradients.
+
+What executes where: a stage's forward and backward run the network's compiled programs
+(:func:`ipukern.nn.train_exec.forward_steps` / ``backward_steps``: forward, conv/matmul
+backward and weight-update passes on simulated tiles of the system's chip, the other
+backward ops on the host in float32) in the process that owns the stage's IPU; the tensors
+crossing IPUs (boundary activations, their gradients, the gradients being all-reduced) live
+in that IPU's tile memory of the :class:`~ipukern.SystemDevice` and move only by its link
+exchanges and collectives. Batch norm uses each micro-batch's own statistics (no
+cross-replica batch norm).
+
+Cycles (deterministic, the same in every process): per pipeline cycle the slowest active
+stage's forward/backward cycles (per-layer training costs of one micro-batch, as
+:func:`~ipukern.estimate_training` uses) plus the cycle's link exchange and cross-chip sync
+(from the executed link program's records); then the slowest stage's all-reduce program and
+optimizer step. Stage groups all-reduce concurrently; link sharing between the groups is not
+modelled (as in the estimate).
+"""
+from __future__ import annotations
+
+import math
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..core.tensor import TileMapping
+from ..nn.train_exec import PassState, backward_steps, forward_steps, training_program
+from ..ops.optim import get_optimizer, optimizer_step
+from .bsp import SystemDevice, SystemSuperstep
+from .collectives import all_reduce
+from .spec import get_system
+from .training import _costs_from_network, estimate_training
+
+__all__ = ["TrainingRun", "run_training_step", "with_loss"]
+
+_STATS = ("running_mean", "running_var")
+_WITH_LOSS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def with_loss(net: Any, labels: str = "labels") -> Any:
+    """``net`` itself when it already takes labels; otherwise a copy whose single output
+    (logits, like the zoo's classifiers) feeds a SoftmaxCrossEntropy loss against a new int
+    input ``labels``. Cached per network version, so repeated steps reuse one compiled
+    program. Parameters keep their names."""
+    from ..nn import layers as L
+    from ..nn.network import Network
+    if not isinstance(net, Network):
+        raise TypeError(f"expected an ipukern.nn.Network, got {type(net).__name__}")
+    if any(net.nodes[n].kind == "int" for n in net.inputs):
+        return net
+    hit = _WITH_LOSS.get(net)
+    if hit is not None and hit[0] == net._version:
+        return hit[1]
+    if len(net.outputs) != 1:
+        raise ValueError(f"network {net.name!r} has outputs {net.outputs}; a loss needs exactly one (logits)")
+    new = Network(net.name)
+    for n, node in net.nodes.items():
+        if node.layer is None:
+            new.input(n, node.sample_shape, node.kind)
+        else:
+            new.add(node.layer, *node.inputs, name=n)
+    lab = new.input(labels, (), kind="int")
+    new.output(new.add(L.SoftmaxCrossEntropy(), net.outputs[0], lab, name="loss"))
+    new.params = net.params
+    _WITH_LOSS[net] = (net._version, new)
+    return new
+
+
+@dataclass
+class TrainingRun:
+    """What :func:`run_training_step` returns.
+
+    ``loss`` is the mean loss over the global batch (before the update); ``params`` the
+    updated parameters, ``grads`` the all-reduced mean gradients and ``state`` the optimizer
+    state, by parameter name. ``cycles`` is the step's simulated length; ``phases``
+    partitions it: ``compute`` (the slowest stage's forward + backward of every
+    micro-batch), ``fill/drain`` (pipeline bubble: cycles the slowest stage waits),
+    ``link exchange`` and ``sync`` (the pipeline cycles' IPU-Link exchanges and cross-chip
+    syncs), ``all-reduce`` and ``optimizer``. ``stages`` has one row per stage, ``schedule``
+    one per pipeline cycle.
+    """
+
+    loss: float
+    params: dict[str, np.ndarray]
+    grads: dict[str, np.ndarray]
+    state: dict[str, dict[str, np.ndarray]]
+    cycles: int
+    phases: dict[str, int]
+    stages: list[dict]
+    schedule: list[dict]
+    system: str
+    replicas: int
+    ipus_per_replica: int
+    micro_batch: int
+    gradient_accumulation: int
+    clock_hz: float
+    info: dict = field(default_factory=dict)
+
+    @property
+    def seconds(self) -> float:
+        return self.cycles / self.clock_hz
+
+    def summary(self) -> str:
+        lines = [f"{self.system}: {self.replicas} replica(s) x {self.ipus_per_replica} IPU(s), micro-batch "
+                 f"{self.micro_batch} x {self.gradient_accumulation} accumulated, executed",
+                 f"loss {self.loss!r}; step {self.cycles:,} cycles = {self.seconds * 1e3:.3f} ms"]
+        for k, v in self.phases.items():
+            lines.append(f"  {k:<14} {v:>14,} cycles  {100 * v / max(1, self.cycles):5.1f} %")
+        for r in self.stages:
+            lines.append(f"  stage {r['stage']} ({r['layers'][0]}..{r['layers'][-1]}, IPUs {r['ipus']}): "
+                         f"compute {r['compute_cycles']:,}, all-reduce {r['all_reduce_cycles']:,}, "
+                         f"optimizer {r['optimizer_cycles']:,} cycles")
+        return "\n".join(lines)
+
+
+@dataclass
+class _Setup:
+    """The planned step: program, stages, boundaries and the system device."""
+
+    prog: Any
+    x_name: str
+    label_name: str
+    loss_node: str
+    R: int
+    P: int
+    M: int
+    mb: int
+    stages: list[list[str]]
+    stage_steps: list[list]
+    stage_params: list[list[str]]
+    #: per boundary b (stage b -> b + 1): the node names crossing it, in program order
+    crossing: list[list[str]]
+    fwd: list[int]
+    bwd: list[int]
+    dev: SystemDevice
+    acts: list = field(default_factory=list)
+    gacts: list = field(default_factory=list)
+    grads: list = field(default_factory=list)
+    programs: dict = field(default_factory=dict)
+
+    def ipu(self, k: int, s: int) -> int:
+        return k * self.P + s
+
+    def local(self, k: int, s: int) -> bool:
+        return self.dev.is_local(self.ipu(k, s))
+
+
+def _check_data(prog: Any, x_name: str, label_name: str, x: Any,
+                labels: Any) -> tuple[np.ndarray, np.ndarray]:
+    net = prog.net
+    x = np.asarray(x)
+    want = tuple(net.nodes[x_name].sample_shape)
+    if x.ndim != len(want) + 1 or tuple(x.shape[1:]) != want or not np.issubdtype(x.dtype, np.number):
+        raise ValueError(f"x must be a numeric array of shape (batch, {', '.join(map(str, want))}), "
+                         f"got {x.dtype} {x.shape}")
+    labels = np.asarray(labels)
+    if labels.shape != (x.shape[0],) or not np.issubdtype(labels.dtype, np.integer):
+        raise ValueError(f"labels must be {x.shape[0]} integers (one per sample), got {labels.dtype} "
+                         f"{labels.shape}")
+    classes = prog.shapes[net.nodes[net.outputs[0]].inputs[0]][-1]
+    if labels.size and (labels.min() < 0 or labels.max() >= classes):
+        raise ValueError(f"labels must lie in 0..{classes - 1}")
+    x = x.astype(np.float32)
+    if not np.isfinite(x).all():
+        raise ValueError("x holds non-finite values")
+    return x, labels
+
+
+def _int(name: str, v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+    return v
+
+
+def _plan(net: Any, x: Any, labels: Any, system: Any, replicas: Any, ipus_per_replica: Any,
+          pipeline: Any, gradient_accumulation: Any, micro_batch: Any, optimizer: str, partials: Any,
+          comm: Any) -> tuple[_Setup, np.ndarray, np.ndarray]:
+    system = get_system(system)
+    P = _int("ipus_per_replica", ipus_per_replica)
+    R = system.n_ipus // P if replicas is None else _int("replicas", replicas)
+    M = _int("gradient_accumulation", gradient_accumulation)
+    batch = np.shape(x)[0] if np.ndim(x) else 0
+    if batch < 1 or batch % (R * M):
+        raise ValueError(f"the batch ({batch}) must be a positive multiple of replicas x "
+                         f"gradient_accumulation = {R} x {M}")
+    mb = batch // (R * M)
+    if micro_batch is not None and _int("micro_batch", micro_batch) != mb:
+        raise ValueError(f"micro_batch={micro_batch} but the batch {batch} over {R} replica(s) x {M} "
+                         f"micro-batches gives {mb}")
+    chip = system.chip
+    net = with_loss(net)
+    costs = _costs_from_network(net, mb, chip, "float32", partials, optimizer)
+    sample = sum(math.prod(net.nodes[n].sample_shape) for n in net.inputs) * 4
+    # validates the configuration (IPUs, split, memory per stage) and resolves "auto"
+    est = estimate_training(None, system, micro_batch=mb, gradient_accumulation=M, replicas=R,
+                            ipus_per_replica=P, pipeline=pipeline, dtype="float32", partials=partials,
+                            optimizer=optimizer, costs=costs, sample_bytes=sample)
+    prog, x_name, label_name = training_program(net, mb, chip, partials)
+    x, labels = _check_data(prog, x_name, label_name, x, labels)
+    stage_of = {n: s for s, names in enumerate(est.stages) for n in names}
+    by_name = {c.name: c for c in costs}
+    stage_steps = [[st for st in prog.steps if stage_of[st.node] == s] for s in range(P)]
+    stage_params = [[k for k in net.param_shapes() if stage_of[k.rsplit(".", 1)[0]] == s
+                     and not k.endswith(_STATS)] for s in range(P)]
+    produced = {st.node: stage_of[st.node] for st in prog.steps}
+    last_use: dict[str, int] = {}
+    for st in prog.steps:
+        for n in st.srcs:
+            if n in produced:
+                last_use[n] = max(last_use.get(n, -1), stage_of[st.node])
+    crossing = [[n for n in produced if produced[n] <= b < last_use.get(n, -1)] for b in range(P - 1)]
+    dev = SystemDevice(system, R * P, comm=comm)
+    setup = _Setup(prog, x_name, label_name, net.outputs[0], R, P, M, mb, est.stages, stage_steps,
+                   stage_params, crossing,
+                   [sum(by_name[n].fwd_cycles for n in names) for names in est.stages],
+                   [sum(by_name[n].bwd_cycles + by_name[n].wu_cycles for n in names) for names in est.stages],
+                   dev)
+    _allocate(setup, net)
+    return setup, x, labels
+
+
+def _allocate(su: _Setup, net: Any) -> None:
+    """Boundary activation / gradient buffers and per-stage gradient buffers on the IPUs."""
+    nt = su.dev.system.chip.n_tiles
+    shapes = su.prog.shapes
+    for b, names in enumerate(su.crossing):
+        n = sum(math.prod(shapes[c]) for c in names)
+        ipus = [su.ipu(k, s) for k in range(su.R) for s in (b, b + 1)]
+        for kind, out in (("act", su.acts), ("grad", su.gacts)):
+            out.append(su.dev.add_tensor(f"{kind}{b}", (n,), "float32", TileMapping.linear(n, nt), ipus=ipus)
+                       if n else None)
+    shp = net.param_shapes()
+    for s, names in enumerate(su.stage_params):
+        n = sum(math.prod(shp[k]) for k in names)
+        su.grads.append(su.dev.add_tensor(f"grads{s}", (max(1, n),), "float32",
+                                          TileMapping.linear(max(1, n), nt),
+                                          ipus=[su.ipu(k, s) for k in range(su.R)]))
+
+
+def _link_program(su: _Setup, sends: tuple) -> Any:
+    """The cycle's link exchange: ``sends`` = ((boundary, direction), ...), every replica."""
+    prog = su.programs.get(sends)
+    if prog is None:
+        cols: list[list[np.ndarray]] = [[] for _ in range(7)]
+        for b, d in sends:
+            t = su.acts[b] if d == "fwd" else su.gacts[b]
+            if t is None:
+                continue
+            m = t.mapping
+            for k in range(su.R):
+                src, dst = su.ipu(k, b), su.ipu(k, b + 1)
+                if d == "bwd":
+                    src, dst = dst, src
+                for col, v in zip(cols, (np.full(m.tile.size, src), m.tile, t.on(src).offset,
+                                         np.full(m.tile.size, dst), m.tile, t.on(dst).offset, m.count * 4)):
+                    col.append(v)
+        steps = []
+        if cols[0]:
+            lx = su.dev.link_exchange(*(np.concatenate(c) for c in cols), name="pipeline links")
+            steps.append(SystemSuperstep("pipeline links", {}, lx, category="exchange"))
+        prog = su.programs[sends] = su.dev.program(steps, label="pipeline cycle")
+    return prog
+
+
+def _pack(names: list[str], values: dict[str, np.ndarray], shapes: dict) -> np.ndarray:
+    """One flat float32 buffer of the named tensors (zeros for those ``values`` lacks)."""
+    return np.concatenate([np.asarray(values[n], np.float32).ravel() if n in values
+                           else np.zeros(math.prod(shapes[n]), np.float32) for n in names])
+
+
+def _unpack(names: list[str], flat: np.ndarray, shapes: dict) -> dict[str, np.ndarray]:
+    out, pos = {}, 0
+    for n in names:
+        size = math.prod(shapes[n])
+        out[n] = flat[pos:pos + size].reshape(shapes[n]).astype(np.float32)   # a copy
+        pos += size
+    return out
+
+
+def _forward(su: _Setup, k: int, s: int, i: int, x: np.ndarray, labels: np.ndarray, params: dict,
+             machine: Any, partials: Any) -> PassState:
+    lo = (k * su.M + i) * su.mb
+    st = PassState(su.prog, params, su.x_name, su.label_name, labels[lo:lo + su.mb], machine, partials)
+    st.receive(su.label_name, st.labels)
+    if any(su.x_name in step.srcs for step in su.stage_steps[s]):
+        st.receive(su.x_name, x[lo:lo + su.mb])
+    ipu, dev = su.ipu(k, s), su.dev.devices[su.ipu(k, s)]
+    if s > 0 and su.acts[s - 1] is not None:
+        got = _unpack(su.crossing[s - 1], dev.read(su.acts[s - 1].on(ipu)), su.prog.shapes)
+        for n, v in got.items():
+            st.receive(n, v)
+    forward_steps(st, su.stage_steps[s])
+    if s < su.P - 1 and su.acts[s] is not None:
+        dev.write(su.acts[s].on(ipu), _pack(su.crossing[s], st.host, su.prog.shapes))
+    return st
+
+
+def _backward(su: _Setup, k: int, s: int, st: PassState, acc: dict[str, np.ndarray]) -> None:
+    ipu, dev = su.ipu(k, s), su.dev.devices[su.ipu(k, s)]
+    if s < su.P - 1 and su.gacts[s] is not None:
+        st.grads_act.update(_unpack(su.crossing[s], dev.read(su.gacts[s].on(ipu)), su.prog.shapes))
+    backward_steps(st, su.stage_steps[s])
+    for name in su.stage_params[s]:          # accumulate in micro-batch order
+        g = st.grads.get(name)
+        if g is not None:
+            acc[name] = g.astype(np.float32) if name not in acc else acc[name] + g
+    if s > 0 and su.gacts[s - 1] is not None:
+        dev.write(su.gacts[s - 1].on(ipu), _pack(su.crossing[s - 1], st.grads_act, su.prog.shapes))
+
+
+def _pipeline(su: _Setup, x: np.ndarray, labels: np.ndarray, params: dict, partials: Any):
+    """Run the grouped schedule; returns (per-(replica, stage) accumulated gradients of the
+    local IPUs, local losses by (replica, micro-batch), schedule rows)."""
+    S, M, machine = su.P, su.M, su.dev.system.chip
+    accs: dict[tuple[int, int], dict] = {(k, s): {} for k in range(su.R) for s in range(S) if su.local(k, s)}
+    stash: dict[tuple[int, int, int], PassState] = {}
+    losses: dict[tuple[int, int], float] = {}
+    schedule = []
+    for t in range(M + 2 * S - 2):
+        fwd = [(s, t - s) for s in range(S) if 0 <= t - s < M]
+        bwd = [(s, t - 2 * (S - 1) + s) for s in range(S) if 0 <= t - 2 * (S - 1) + s < M]
+        for k in range(su.R):
+            for s, i in fwd:
+                if su.local(k, s):
+                    stash[(k, s, i)] = st = _forward(su, k, s, i, x, labels, params, machine, partials)
+                    if s == S - 1:
+                        losses[(k, i)] = float(st.host[su.loss_node])
+            for s, j in bwd:
+                if su.local(k, s):
+                    _backward(su, k, s, stash.pop((k, s, j)), accs[(k, s)])
+        sends = tuple([(s, "fwd") for s, _ in fwd if s < S - 1] + [(s - 1, "bwd") for s, _ in bwd if s > 0])
+        rec = [r for r in su.dev.run(_link_program(su, sends)).supersteps] if sends else []
+        busy = [(su.fwd[s] if any(a == s for a, _ in fwd) else 0) + (su.bwd[s] if any(a == s for a, _ in bwd)
+                                                                     else 0) for s in range(S)]
+        schedule.append({"cycle": t, "forward": fwd, "backward": bwd, "compute_cycles": max(busy),
+                         "link_cycles": sum(r.exchange_cycles for r in rec),
+                         "sync_cycles": sum(r.sync_cycles for r in rec),
+                         "link_bytes": sum(r.bytes_exchanged for r in rec)})
+    return accs, losses, schedule
+
+
+def _reduce(su: _Setup, accs: dict, shapes: dict) -> tuple[dict[str, np.ndarray], list[int]]:
+    """All-reduce every stage's accumulated gradients across the replicas; the mean
+    gradients (on every rank) and each stage's all-reduce cycles."""
+    grads: dict[str, np.ndarray] = {}
+    cycles = []
+    scale = np.float32(su.R * su.M)
+    for s, names in enumerate(su.stage_params):
+        t = su.grads[s]
+        for k in range(su.R):
+            if su.local(k, s):
+                flat = _pack(names, accs[(k, s)], shapes) if names else np.zeros(1, np.float32)
+                su.dev.write(t, su.ipu(k, s), flat)
+        prof = su.dev.run(all_reduce(su.dev, t, name=f"all_reduce stage {s}")) if su.R > 1 else None
+        cycles.append(prof.total_cycles if prof is not None else 0)
+        flat = su.dev.read(t, su.ipu(0, s)) / scale
+        grads.update(_unpack(names, flat, shapes))
+    return grads, cycles
+
+
+def run_training_step(net: Any, x: Any, labels: Any, params: dict[str, np.ndarray] | None = None, *,
+                      system: Any = "POD16", replicas: int | None = None, ipus_per_replica: int = 1,
+                      pipeline: Any = None, gradient_accumulation: int = 1, micro_batch: int | None = None,
+                      optimizer: Any = "sgd", state: dict | None = None, step: int = 1,
+                      partials: Any = "float", comm: Any = None) -> TrainingRun:
+    """Execute one float32 training step of ``net`` on ``system`` (module docstring).
+
+    Parameters
+    ----------
+    net : ipukern.nn.Network
+        A classifier: one float input (batch first) and either one int labels input and a
+        SoftmaxCrossEntropy loss (as :func:`ipukern.nn.train_step`) or a single logits
+        output, to which :func:`with_loss` appends the loss.
+    x, labels : ndarray
+        The global batch: ``replicas x gradient_accumulation x micro_batch`` samples.
+    params : dict, optional
+        ``"<layer>.<param>" -> array`` (None: the network's own / ``init_params(0)``).
+    system : System or preset name
+    replicas : int, optional
+        Data-parallel replicas (default: as many as the system holds).
+    ipus_per_replica : int
+        1, 2, 4, 8 or 16; > 1 pipelines the network over that many IPUs.
+    pipeline : None, "auto", list of split layers or list of stage layer lists
+        As :func:`~ipukern.estimate_training` (None with ``ipus_per_replica`` > 1: "auto").
+    gradient_accumulation : int
+        Micro-batches per replica per step.
+    micro_batch : int, optional
+        Checked against ``len(x) / (replicas x gradient_accumulation)`` when given.
+    optimizer : name or :class:`~ipukern.Optimizer`; state, step : as :func:`~ipukern.optimizer_step`
+        (``state`` by parameter name).
+    partials : accumulation dtype of the convolutions and matmuls: "float" (the step
+        executes in float32).
+    comm : mpi4py communicator, optional
+        Run across MPI ranks (every rank calls with the same arguments; each computes the
+        stages of the IPUs it holds). All ranks return the same bits.
+
+    Returns
+    -------
+    TrainingRun
+    """
+    opt = get_optimizer(optimizer)
+    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+        raise ValueError(f"step must be an int >= 1, got {step!r}")
+    su, x, labels = _plan(net, x, labels, system, replicas, ipus_per_replica, pipeline,
+                          gradient_accumulation, micro_batch, opt.name, partials, comm)
+    net = su.prog.net
+    if params is None:
+        params = net.params if net.params is not None else net.init_params(seed=0)
+    net.check_params(params)
+    shapes = net.param_shapes()
+    accs, losses, schedule = _pipeline(su, x, labels, params, partials)
+    if comm is not None and comm.Get_size() > 1:
+        for part in comm.allgather(losses):
+            losses.update(part)
+    loss = float(np.mean([losses[(k, i)] for k in range(su.R) for i in range(su.M)]))
+    grads, ar_cycles = _reduce(su, accs, shapes)
+    chip = su.dev.system.chip
+    new, new_state, opt_cycles = dict(params), {}, []
+    for names in su.stage_params:
+        if not names:
+            opt_cycles.append(0)
+            continue
+        run = optimizer_step([np.asarray(params[n], np.float32) for n in names], [grads[n] for n in names],
+                             None if state is None else [state[n] for n in names], optimizer=opt,
+                             step=step, machine=chip)
+        new.update(zip(names, run.params))
+        new_state.update(zip(names, run.state))
+        opt_cycles.append(run.profile.total_cycles)
+    return _result(su, loss, new, grads, new_state, schedule, ar_cycles, opt_cycles)
+
+
+def _result(su: _Setup, loss, params, grads, state, schedule, ar_cycles, opt_cycles) -> TrainingRun:
+    busy = [su.M * (f + b) for f, b in zip(su.fwd, su.bwd)]
+    compute = max(busy)
+    phases = {"compute": compute,
+              "fill/drain": sum(r["compute_cycles"] for r in schedule) - compute,
+              "link exchange": sum(r["link_cycles"] for r in schedule),
+              "sync": sum(r["sync_cycles"] for r in schedule),
+              "all-reduce": max(ar_cycles), "optimizer": max(opt_cycles)}
+    stages = [{"stage": s, "layers": names, "ipus": [su.ipu(k, s) for k in range(su.R)],
+               "fwd_cycles": su.fwd[s], "bwd_cycles": su.bwd[s], "compute_cycles": busy[s],
+               "all_reduce_cycles": ar_cycles[s], "optimizer_cycles": opt_cycles[s],
+               "params": len(su.stage_params[s])} for s, names in enumerate(su.stages)]
+    sysm = su.dev.system
+    return TrainingRun(loss, params, grads, state, sum(phases.values()), phases, stages, schedule,
+                       sysm.name, su.R, su.P, su.mb, su.M, sysm.chip.clock_hz,
+                       info={"slowest_stage": int(np.argmax(busy)),
+                             "link_bytes": sum(r["link_bytes"] for r in schedule)})

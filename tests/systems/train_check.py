@@ -1,0 +1,53 @@
+"""Multi-IPU training steps on a small CNN and a 4-IPU system of 16-tile chips, in one
+process or under ``mpiexec -n K``: prints (rank 0) a JSON line with a hash of the updated
+parameters and gradients, the loss and every cycle count. test_train_run.py compares runs."""
+import hashlib
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import ipukern as ik
+
+sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent.parent)]   # run as a script
+from mpi_check import main  # noqa: E402
+from nets import data, tiny_cnn  # noqa: E402
+
+CHIP = ik.GC200.replace(n_tiles=16, name="GC200-16")
+SYSTEM = ik.System.pod(4, CHIP)
+#: (label, replicas, ipus_per_replica, gradient_accumulation, pipeline)
+CONFIGS = [("dp4", 4, 1, 1, None), ("dp2_pp2", 2, 2, 2, ["pool"]),
+           ("pp4", 1, 4, 3, ["relu1", "res", "conv3"])]
+
+
+def digest(run) -> dict:
+    h = hashlib.sha256()
+    for d in (run.params, run.grads):
+        for k in sorted(d):
+            h.update(k.encode())
+            h.update(np.ascontiguousarray(d[k]).tobytes())
+    for k in sorted(run.state):
+        for nm in sorted(run.state[k]):
+            h.update(run.state[k][nm].tobytes())
+    return {"sha": h.hexdigest(), "loss": run.loss.hex(), "cycles": run.cycles, "phases": run.phases,
+            "stages": [[r["compute_cycles"], r["all_reduce_cycles"], r["optimizer_cycles"]]
+                       for r in run.stages],
+            "schedule": [[r["compute_cycles"], r["link_cycles"], r["sync_cycles"]] for r in run.schedule]}
+
+
+def run(comm=None) -> dict:
+    net = tiny_cnn(bn=True)
+    params = net.init_params(seed=1)
+    x, labels = data(12)
+    out = {}
+    for label, reps, ipr, acc, pipe in CONFIGS:
+        r = ik.run_training_step(net, x[:reps * acc * 2], labels[:reps * acc * 2], params, system=SYSTEM,
+                                 replicas=reps, ipus_per_replica=ipr, gradient_accumulation=acc,
+                                 pipeline=pipe, optimizer=ik.Optimizer("sgd_momentum", lr=0.05),
+                                 comm=comm)
+        out[label] = digest(r)
+    return out
+
+
+if __name__ == "__main__":
+    main(run)
