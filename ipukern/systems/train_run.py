@@ -59,15 +59,16 @@ _WITH_LOSS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def with_loss(net: Any, labels: str = "labels") -> Any:
-    """``net`` itself when it already takes labels; otherwise a copy whose single output
-    (logits, like the zoo's classifiers) feeds a SoftmaxCrossEntropy loss against a new int
-    input ``labels``. Cached per network version, so repeated steps reuse one compiled
-    program. Parameters keep their names."""
+    """``net`` itself when its one output is a SoftmaxCrossEntropy loss; otherwise a copy
+    whose single output (logits, like the zoo's classifiers) feeds a SoftmaxCrossEntropy
+    loss against a new int input ``labels``. Cached per network version, so repeated steps
+    reuse one compiled program. Parameters keep their names."""
     from ..nn import layers as L
     from ..nn.network import Network
     if not isinstance(net, Network):
         raise TypeError(f"expected an ipukern.nn.Network, got {type(net).__name__}")
-    if any(net.nodes[n].kind == "int" for n in net.inputs):
+    out = net.nodes[net.outputs[0]].layer if len(net.outputs) == 1 else None
+    if getattr(out, "op", None) == "softmax_cross_entropy":
         return net
     hit = _WITH_LOSS.get(net)
     if hit is not None and hit[0] == net._version:
@@ -181,6 +182,8 @@ def _check_data(prog: Any, x_name: str, label_name: str, x: Any,
     classes = prog.shapes[net.nodes[net.outputs[0]].inputs[0]][-1]
     if labels.size and (labels.min() < 0 or labels.max() >= classes):
         raise ValueError(f"labels must lie in 0..{classes - 1}")
+    if net.nodes[x_name].kind == "int":
+        return x, labels
     x = x.astype(np.float32)
     if not np.isfinite(x).all():
         raise ValueError("x holds non-finite values")
@@ -299,10 +302,12 @@ def _unpack(names: list[str], flat: np.ndarray, shapes: dict) -> dict[str, np.nd
 
 
 def _forward(su: _Setup, k: int, s: int, i: int, x: np.ndarray, labels: np.ndarray, params: dict,
-             machine: Any, partials: Any) -> PassState:
+             machine: Any, partials: Any, running: dict) -> PassState:
     lo = (k * su.M + i) * su.mb
-    st = PassState(su.prog, params, su.x_name, su.label_name, labels[lo:lo + su.mb], machine, partials)
-    st.receive(su.label_name, st.labels)
+    # batch norms' running statistics advance micro-batch by micro-batch (as torch calling
+    # forward M times); training-mode batch norm does not read them
+    st = PassState(su.prog, {**params, **running}, su.x_name, su.label_name, labels[lo:lo + su.mb],
+                   machine, partials)
     if any(su.x_name in step.srcs for step in su.stage_steps[s]):
         st.receive(su.x_name, x[lo:lo + su.mb])
     ipu, dev = su.ipu(k, s), su.dev.devices[su.ipu(k, s)]
@@ -311,6 +316,7 @@ def _forward(su: _Setup, k: int, s: int, i: int, x: np.ndarray, labels: np.ndarr
         for n, v in got.items():
             st.receive(n, v)
     forward_steps(st, su.stage_steps[s])
+    running.update(st.env.running)
     if s < su.P - 1 and su.acts[s] is not None:
         dev.write(su.acts[s].on(ipu), _pack(su.crossing[s], st.host, su.prog.shapes))
     return st
@@ -331,9 +337,11 @@ def _backward(su: _Setup, k: int, s: int, st: PassState, acc: dict[str, np.ndarr
 
 def _pipeline(su: _Setup, x: np.ndarray, labels: np.ndarray, params: dict, partials: Any):
     """Run the grouped schedule; returns (per-(replica, stage) accumulated gradients of the
-    local IPUs, local losses by (replica, micro-batch), schedule rows)."""
+    local IPUs, local losses by (replica, micro-batch), schedule rows, replica 0's batch-norm
+    running statistics held here)."""
     S, M, machine = su.P, su.M, su.dev.system.chip
     accs: dict[tuple[int, int], dict] = {(k, s): {} for k in range(su.R) for s in range(S) if su.local(k, s)}
+    running: dict[tuple[int, int], dict] = {key: {} for key in accs}
     stash: dict[tuple[int, int, int], PassState] = {}
     losses: dict[tuple[int, int], float] = {}
     schedule = []
@@ -343,7 +351,8 @@ def _pipeline(su: _Setup, x: np.ndarray, labels: np.ndarray, params: dict, parti
         for k in range(su.R):
             for s, i in fwd:
                 if su.local(k, s):
-                    stash[(k, s, i)] = st = _forward(su, k, s, i, x, labels, params, machine, partials)
+                    stash[(k, s, i)] = st = _forward(su, k, s, i, x, labels, params, machine, partials,
+                                                     running[(k, s)])
                     if s == S - 1:
                         losses[(k, i)] = float(st.host[su.loss_node])
             for s, j in bwd:
@@ -357,7 +366,8 @@ def _pipeline(su: _Setup, x: np.ndarray, labels: np.ndarray, params: dict, parti
                          "link_cycles": sum(r.exchange_cycles for r in rec),
                          "sync_cycles": sum(r.sync_cycles for r in rec),
                          "link_bytes": sum(r.bytes_exchanged for r in rec)})
-    return accs, losses, schedule
+    held = {k: v for s in range(S) if su.local(0, s) for k, v in running[(0, s)].items()}
+    return accs, losses, schedule, held
 
 
 def _reduce(su: _Setup, accs: dict, shapes: dict) -> tuple[dict[str, np.ndarray], list[int]]:
@@ -429,10 +439,11 @@ def run_training_step(net: Any, x: Any, labels: Any, params: dict[str, np.ndarra
         params = net.params if net.params is not None else net.init_params(seed=0)
     net.check_params(params)
     shapes = net.param_shapes()
-    accs, losses, schedule = _pipeline(su, x, labels, params, partials)
+    accs, losses, schedule, running = _pipeline(su, x, labels, params, partials)
     if comm is not None and comm.Get_size() > 1:
-        for part in comm.allgather(losses):
-            losses.update(part)
+        for part_l, part_r in comm.allgather((losses, running)):
+            losses.update(part_l)
+            running.update(part_r)
     loss = float(np.mean([losses[(k, i)] for k in range(su.R) for i in range(su.M)]))
     grads, ar_cycles = _reduce(su, accs, shapes)
     chip = su.dev.system.chip
@@ -447,6 +458,7 @@ def run_training_step(net: Any, x: Any, labels: Any, params: dict[str, np.ndarra
         new.update(zip(names, run.params))
         new_state.update(zip(names, run.state))
         opt_cycles.append(run.profile.total_cycles)
+    new.update(running)
     return _result(su, loss, new, grads, new_state, schedule, ar_cycles, opt_cycles)
 
 

@@ -23,7 +23,8 @@ def net():
     return tiny_cnn()
 
 
-def test_one_replica_is_train_step_bitwise(net):
+def test_one_replica_is_train_step_bitwise():
+    net = tiny_cnn(bn=True)                 # batch norm's running statistics are updated too
     params = net.init_params(seed=0)
     x, labels = data(4)
     ref = train_step(net, x, labels, params, optimizer=SGD, machine=CHIP)
