@@ -213,7 +213,7 @@ def _plan(net: Any, x: Any, labels: Any, system: Any, replicas: Any, ipus_per_re
                          f"micro-batches gives {mb}")
     chip = system.chip
     net = with_loss(net)
-    costs = _costs_from_network(net, mb, chip, "float32", partials, optimizer)
+    costs = _costs_from_network(net, mb, chip, "float32", partials)
     sample = sum(math.prod(net.nodes[n].sample_shape) for n in net.inputs) * 4
     # validates the configuration (IPUs, split, memory per stage) and resolves "auto"
     est = estimate_training(None, system, micro_batch=mb, gradient_accumulation=M, replicas=R,
