@@ -4,9 +4,9 @@ What runs on the simulated tiles, on tile-resident tensors: the forward pass of 
 (the network's own programs), batch norm's training-mode statistics (a cross-tile
 reduction, :mod:`ipukern.nn.tile_reduce`), the backward of every vector layer (activations,
 residual add, pooling, batch norm, layer norm, softmax, softmax cross-entropy, embedding
-scatter-add, squeeze-excitation scale, views and permutes; :mod:`ipukern.nn.grad_ops`), the inverse rearrangements
-and gradient accumulation between them, every per-channel parameter gradient, each conv /
-matmul backward-data and weight-update pass (its own planned conv,
+scatter-add, squeeze-excitation scale, views and permutes; :mod:`ipukern.nn.grad_ops`),
+the inverse rearrangements and gradient accumulation between them, every per-channel
+parameter gradient, each conv / matmul backward-data and weight-update pass (its own planned conv,
 :mod:`ipukern.ops.conv_grad` / :mod:`ipukern.ops.matmul_grad`) and the optimizer update
 (:func:`ipukern.optimizer_step`). Still through the host: the operands and results of the
 conv/matmul passes (they are separate programs with their own input layouts: the gradient
