@@ -49,10 +49,28 @@ _SCHEDULES: OrderedDict[tuple, tuple] = OrderedDict()
 _LOCK = threading.Lock()
 
 
+_OPTIMIZER: dict[tuple, Any] = {}
+
+
 def clear_schedule_cache() -> None:
     """Forget the cached training schedules (part of ``clear_network_caches``)."""
     with _LOCK:
         _SCHEDULES.clear()
+        _OPTIMIZER.clear()
+
+
+def _optimizer_profile(shapes: tuple, opt, dtype: str, machine, state_location: str):
+    """The optimizer step's profile; it does not depend on the batch, so the max-batch
+    search and other batches reuse it."""
+    key = (shapes, opt, dtype, machine, state_location)
+    with _LOCK:
+        hit = _OPTIMIZER.get(key)
+    if hit is None:
+        hit = estimate_optimizer_step(list(shapes), optimizer=opt, dtype=dtype, machine=machine,
+                                      state_location=state_location)
+        with _LOCK:
+            hit = _OPTIMIZER.setdefault(key, hit)
+    return hit
 
 
 @dataclass
@@ -185,8 +203,8 @@ def _schedule(net: Network, batch: int, ctx: PlanContext, recompute: Any, opt: A
                  if not k.endswith(("running_mean", "running_var"))]
     oprof = None
     if trainable and opt is not None:
-        oprof = estimate_optimizer_step(trainable, optimizer=opt, dtype=ctx.dtype,
-                                        machine=ctx.machine, state_location=state_location)
+        oprof = _optimizer_profile(tuple(tuple(x) for x in trainable), opt, ctx.dtype, ctx.machine,
+                                   state_location)
         opt_row = len(rows)
         rows.append(_Row(f"optimizer ({opt.name})", "optimizer", "update", opt.name, list(oprof.supersteps),
                          0, np.zeros(nt, np.int64), (), (), 0, -1))
