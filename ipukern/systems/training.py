@@ -214,13 +214,14 @@ def _costs_from_network(net: Any, micro_batch: int, chip: Any, dtype: str, parti
         raise NotImplementedError("estimate_training needs the training passes (ipukern.nn.training), "
                                   "which this build does not have; pass costs=[LayerCost(...)]") from e
     layers = [n for n, _ in net.layers]
+    layer_set = set(layers)
     cycles: dict[str, dict[str, int]] = {n: {"fwd": 0, "bwd": 0, "wu": 0} for n in layers}
     for row in prof.layers:
         if "pass" not in row:
             raise NotImplementedError("the network profile has no per-pass rows; pass costs=")
         if row["pass"] not in ("fwd", "bwd", "wu"):
             continue          # the optimizer row: costed per stage below
-        cycles[_owner(row["name"], layers)][row["pass"]] += int(row["cycles"])
+        cycles[_owner(row["name"], layer_set)][row["pass"]] += int(row["cycles"])
     item = DTYPES[dtype].itemsize
     shapes = net.shapes(micro_batch)
     params: dict[str, int] = {}
@@ -257,15 +258,14 @@ def _stashed_inputs(net: Any, checkpoints: list[str] | None) -> dict[str, list[s
             for n in names}
 
 
-def _owner(row_name: str, layers: list[str]) -> str:
+def _owner(row_name: str, layers: set[str]) -> str:
     """The layer a profile row belongs to: its name, or the longest layer name the row's
-    name starts with ("conv1.grad_a", "conv1 (recompute)", "conv1: rearrange ...")."""
-    if row_name in layers:
-        return row_name
-    best = max((n for n in layers if row_name.startswith(n)), key=len, default=None)
-    if best is None:
-        raise NotImplementedError(f"profile row {row_name!r} names no layer of the network; pass costs=")
-    return best
+    name starts with ("conv1.grad_a", "conv1 (recompute)", "conv1: rearrange ..."), found
+    by looking its prefixes up, longest first (not by scanning every layer per row)."""
+    for k in range(len(row_name), 0, -1):
+        if row_name[:k] in layers:
+            return row_name[:k]
+    raise NotImplementedError(f"profile row {row_name!r} names no layer of the network; pass costs=")
 
 
 def _check_costs(costs: Any) -> list[LayerCost]:
