@@ -28,10 +28,14 @@ def test_network_forward_execute(benchmark, model):
     net = ik.models.MODELS[model](image_size=size)
     params = net.init_params(seed=0)
     x = np.random.default_rng(0).standard_normal((batch, 3, size, size)).astype(np.float32)
+    # fp32 ResNet-50 at batch 8 does not fit one GC200 in the memory model (the report says
+    # where); execute mode runs it anyway, and host speed is what this benchmark measures
+    kw = {"allow_overflow": True}
     t0 = time.perf_counter()
-    first = ik.run_network(net, x, params)                     # plan, build, first touch
+    first = ik.run_network(net, x, params, **kw)               # plan, build, first touch
     cold = time.perf_counter() - t0
-    run = benchmark.pedantic(ik.run_network, args=(net, x, params), rounds=3, iterations=1)
+    run = benchmark.pedantic(ik.run_network, args=(net, x, params), kwargs=kw, rounds=3,
+                             iterations=1)
     assert np.array_equal(run.output, first.output)
     prof = run.profile
     info = {"model": model, "batch": batch, "image_size": size, "layers": len(prof.layers),

@@ -250,11 +250,13 @@ def add_bias(unsigned char[:, ::1] data,    # IN/OUT: arena
     element e belongs to block channel c = (e // inner) % (G * K_j), i.e. group
     g = c // K_j and slice channel k = c % K_j, whose bias is bias[g * K + ks0 + k].
     """
-    cdef Py_ssize_t v, i, e, c, stride = data.shape[1]
+    cdef Py_ssize_t v, i, j, run, stride = data.shape[1]
     cdef unsigned char* base = &data[0, 0]
     cdef unsigned char* po
     cdef const unsigned char* pb
-    cdef int64_t e0, n, inner, kj, gk, K, ks0, G
+    cdef float* fo
+    cdef float bv
+    cdef int64_t e0, n, inner, kj, gk, K, ks0, G, e, c
     _check_common("add_bias", tiles, data.shape[0], dt, n_threads)
     if params.shape[0] != tiles.shape[0] or params.shape[1] != 7:
         raise ValueError(f"add_bias: params must have shape ({tiles.shape[0]}, 7)")
@@ -268,6 +270,8 @@ def add_bias(unsigned char[:, ::1] data,    # IN/OUT: arena
                 or _outside(bias_off[v], (G - 1) * K + ks0 + kj, ipk_dt_size(dt), stride)):
             raise ValueError(f"add_bias: vertex {v} (tile {tiles[v]}): params {list(params[v])} "
                              f"reach outside the arena row of {stride} B")
+    # walk the run channel by channel (runs of ``inner`` elements share one bias value): one
+    # division per vertex instead of a division and a modulo per element
     for v in prange(tiles.shape[0], nogil=True, schedule="static", num_threads=n_threads):
         po = base + tiles[v] * stride + out_off[v]
         pb = base + tiles[v] * stride + bias_off[v]
@@ -278,7 +282,23 @@ def add_bias(unsigned char[:, ::1] data,    # IN/OUT: arena
         gk = params[v, 4] * kj
         K = params[v, 5]
         ks0 = params[v, 6]
-        for i in range(n):
-            e = e0 + i
-            c = (e // inner) % gk
-            _st(po, i, _ld(po, i, dt) + _ld(pb, (c // kj) * K + ks0 + c % kj, dt), dt)
+        e = e0 % inner          # position inside the current channel run
+        c = (e0 // inner) % gk  # its block channel
+        i = 0
+        while i < n:
+            run = inner - e
+            if run > n - i:
+                run = n - i
+            bv = _ld(pb, (c // kj) * K + ks0 + c % kj, dt)
+            if dt == IPK_F32:
+                fo = <float*>po
+                for j in range(i, i + run):
+                    fo[j] = fo[j] + bv
+            else:
+                for j in range(i, i + run):
+                    _st(po, j, _ld(po, j, dt) + bv, dt)
+            i = i + run
+            e = 0
+            c = c + 1
+            if c == gk:
+                c = 0

@@ -29,6 +29,8 @@ _REARR: dict[tuple, tuple] = {}
 _INPUT_LAYOUTS: dict[tuple, Layout] = {}
 _PROGRAMS: OrderedDict[tuple, NetworkProgram] = OrderedDict()
 PROGRAM_CACHE_SIZE = 16
+#: ops whose output shares its input's buffer (their outputs never give a buffer away)
+_VIEW_METHODS = ("view", "rearrange")
 
 
 def clear_network_caches() -> None:
@@ -62,6 +64,7 @@ class Step:
     out_shape: tuple[int, ...]
     folded_bn: Any = None
     layer: Any = None
+    inplace: bool = False
 
     @property
     def rearrange_cycles(self) -> int:
@@ -179,6 +182,30 @@ class NetworkProgram:
                                    in_shapes, shapes[out_node], bn, node.layer))
             layouts[out_node] = plan.output
         self.layouts = layouts
+        self._mark_inplace()
+
+    def _mark_inplace(self) -> None:
+        """Let an element-wise step write its output over its first input's buffer when
+        that input dies there: produced by an earlier step that owns its buffer (not a
+        network input, not a view such as reshape/permute), read once in the whole program
+        (so nothing else aliases it), not a network output, and read without a copy. The
+        memory model (:meth:`liveness`) and execution (:meth:`execute`) both follow this flag.
+        """
+        producer = {s.node: s for s in self.steps}
+        uses: dict[str, int] = {}
+        for s in self.steps:
+            for src in s.srcs:
+                uses[src] = uses.get(src, 0) + 1
+        outputs = set(self.net.outputs)
+        for s in self.steps:
+            if not s.plan.inplace or not s.rearrs or s.rearrs[0] is None:
+                continue
+            src = s.srcs[0]
+            p = producer.get(src)
+            r = s.rearrs[0]
+            s.inplace = (p is not None and p.plan.method not in _VIEW_METHODS and uses[src] == 1
+                         and src not in outputs and r.identity and r.dst.offsets is None
+                         and r.src.offsets is None)
 
     # ------------------------------------------------------------------ costs
     @property
@@ -200,7 +227,8 @@ class NetworkProgram:
 
         At step i a tile holds: every layer's resident weights; every activation produced
         before step i and used at or after it (network inputs from the start, outputs to
-        the end); and step i's own buffers (wanted-input copies, working memory, its output).
+        the end); and step i's own buffers (wanted-input copies, working memory, its output,
+        except for a step that writes its output in place over its dying input).
         """
         cached = self.__dict__.get("_liveness")
         if cached is not None:
@@ -228,6 +256,8 @@ class NetworkProgram:
         for i, s in enumerate(self.steps):
             weights += s.plan.weight_bytes
             own[i] = s.plan.total_bytes - s.plan.weight_bytes
+            if s.inplace:
+                own[i] -= s.plan.output.bytes_per_tile(nt)
         self._liveness = (acts + own + weights[None, :], weights)
         return self._liveness
 
@@ -245,7 +275,10 @@ class NetworkProgram:
                 remaining[src] = remaining.get(src, 0) + 1
         for s in self.steps:
             srcs = [live[n] for n in s.srcs]
-            live[s.node] = s.plan.run(srcs, s.rearrs, s.params(params))
+            if s.inplace:
+                live[s.node] = s.plan.run(srcs, s.rearrs, s.params(params), inplace=True)
+            else:
+                live[s.node] = s.plan.run(srcs, s.rearrs, s.params(params))
             for n in s.srcs:
                 remaining[n] -= 1
                 if remaining[n] == 0 and n not in self.net.outputs:

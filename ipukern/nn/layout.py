@@ -29,8 +29,8 @@ from ..core.tensor import TileMapping
 from ..dtypes import DTYPES
 from ..machine import MachineSpec
 
-__all__ = ["Layout", "Rearrangement", "Resident", "copy_table", "linear_layout", "rearrangement_loads",
-           "rows_layout"]
+__all__ = ["CopyTable", "Layout", "Rearrangement", "Resident", "copy_table", "linear_layout",
+           "rearrangement_loads", "rows_layout"]
 
 
 @dataclass(eq=False)
@@ -239,6 +239,30 @@ def _copy(dst, src, src_row, src_off, dst_row, dst_off, nbytes) -> None:
                         balanced_bounds(nbytes, get_num_threads()))
 
 
+class CopyTable:
+    """A fixed table of row-to-row copies, converted once to the copy kernel's column types;
+    the per-thread byte ranges are cached per thread count. Tables run every time a network
+    executes (rearrangements, reading a conv's output), so nothing is recomputed per run."""
+
+    def __init__(self, src_row, src_off, dst_row, dst_off, nbytes):
+        self.cols = (np.ascontiguousarray(src_row, np.int32), np.ascontiguousarray(src_off, np.int64),
+                     np.ascontiguousarray(dst_row, np.int32), np.ascontiguousarray(dst_off, np.int64),
+                     np.ascontiguousarray(nbytes, np.int64))
+        self._bounds: dict[int, np.ndarray] = {}
+
+    def run(self, dst: np.ndarray, src: np.ndarray) -> None:
+        """Copy (every copy is range-checked by the kernel before any byte moves)."""
+        from .._kernels import _exchange
+        nb = self.cols[4]
+        if nb.size == 0:
+            return
+        n = get_num_threads()
+        b = self._bounds.get(n)
+        if b is None:
+            b = self._bounds[n] = balanced_bounds(nb, n)
+        _exchange.copy_runs(dst, src, *self.cols[:4], nb, b)
+
+
 # --------------------------------------------------------------------------- rearrangement
 def _sorted_union(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Distinct values of two sorted int64 arrays, sorted.
@@ -415,12 +439,14 @@ class Rearrangement:
                 return Resident(self.dst, self.machine.n_tiles, src.data)
             out = Resident(self.dst, self.machine.n_tiles)
             dst_data = out.data
-        if self.identity:
-            m = self.src.mapping
-            nb = m.count * self.src.itemsize
-            _copy(dst_data, src.data, m.tile, self.src.packed_offsets, m.tile,
-                  self.dst.byte_offsets, nb)
-        else:
-            st, so, dt, do, nb = self.table
-            _copy(dst_data, src.data, st, so, dt, do, nb)
+        tab = self.__dict__.get("_copies")
+        if tab is None:
+            if self.identity:
+                m = self.src.mapping
+                tab = CopyTable(m.tile, self.src.packed_offsets, m.tile, self.dst.byte_offsets,
+                                m.count * self.src.itemsize)
+            else:
+                tab = CopyTable(*self.table)
+            self.__dict__["_copies"] = tab
+        tab.run(dst_data, src.data)
         return out

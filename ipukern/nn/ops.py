@@ -67,10 +67,15 @@ class OpPlan:
         Per-tile bytes of the parameters' home copy (resident for the whole program).
     alias_inputs : tuple of bool
         Inputs read in place from the producer's buffer (no memory of their own).
+    inplace : bool
+        Element-wise in the first input's layout: the output may overwrite the first input's
+        buffer when that input dies at this op (the network decides, see
+        :class:`~ipukern.nn.compile.NetworkProgram`; then ``run(..., inplace=True)``).
     run : callable
-        ``run(srcs, rearrangements, params) -> Resident``: executes the op. ``srcs`` are the
-        producers' residents (or host arrays), ``rearrangements`` move each into the wanted
-        layout (identity ones cost nothing), ``params`` is the layer's parameter dict.
+        ``run(srcs, rearrangements, params, inplace=False) -> Resident``: executes the op.
+        ``srcs`` are the producers' residents (or host arrays), ``rearrangements`` move each
+        into the wanted layout (identity ones cost nothing), ``params`` is the layer's
+        parameter dict.
     """
 
     op: str
@@ -85,6 +90,7 @@ class OpPlan:
     run: Callable[..., Resident]
     alias_inputs: tuple[bool, ...] = ()
     info: dict[str, Any] = field(default_factory=dict)
+    inplace: bool = False
 
     @property
     def cycles(self) -> int:
@@ -140,6 +146,23 @@ def _in(srcs, rearrs, k: int) -> Resident:
     return rearrs[k].run(srcs[k])
 
 
+def _target(out: Layout, nt: int, x: Resident, inplace: bool) -> Resident:
+    """The output resident: a new buffer, or (in place) the dying input's own."""
+    return Resident(out, nt, x.data) if inplace else Resident(out, nt)
+
+
+def _act_into(kind: str, v: np.ndarray, dst: np.ndarray) -> None:
+    """``dst[...] = act_fn(kind, v)``; float32 ReLU/ReLU6 without temporaries (the same
+    ufuncs, so the same bits). ``dst`` may be ``v``."""
+    with np.errstate(all="ignore"):
+        if v.dtype == np.float32 and kind == "relu":
+            np.maximum(v, 0, out=dst)
+        elif v.dtype == np.float32 and kind == "relu6":
+            np.clip(v, 0, 6, out=dst)
+        else:
+            dst[...] = act_fn(kind, _f32(v))
+
+
 # --------------------------------------------------------------------------- element-wise
 def activation_plan(machine: MachineSpec, src: Layout, kind: str) -> OpPlan:
     """Non-linearity in the producer's layout (popnn NonLinearity1D, in place)."""
@@ -147,16 +170,16 @@ def activation_plan(machine: MachineSpec, src: Layout, kind: str) -> OpPlan:
     cyc = cycles.nonlinearity_cycles(machine, n, kind, src.dtype)
     out = Layout(src.shape, src.dtype, src.mapping)
 
-    def run(srcs, rearrs, params):
+    def run(srcs, rearrs, params, inplace=False):
         x = _in(srcs, rearrs, 0)
-        with np.errstate(all="ignore"):
-            y = act_fn(kind, _f32(x.view()))
-        return _store(Resident(out, machine.n_tiles), y)
+        res = _target(out, machine.n_tiles, x, inplace)
+        _act_into(kind, x.view(), res.view())
+        return res
 
     rec = compute_record(machine, kind, cyc, f"popnn NonLinearity1D {kind}<{src.dtype}>: "
                          f"{int(n.max())} elements on the busiest tile")
     return OpPlan(kind, "fwd", "NonLinearity1D", [src], out, [rec], int(src.n_elems),
-                  out.bytes_per_tile(machine.n_tiles), _zeros(machine), run, (True,))
+                  out.bytes_per_tile(machine.n_tiles), _zeros(machine), run, (True,), inplace=True)
 
 
 def channel_table(layout: Layout, n_tiles: int, channels: int, inner: int) -> np.ndarray:
@@ -188,7 +211,7 @@ def affine_plan(machine: MachineSpec, src: Layout, channels: int, inner: int, *,
     pbytes = np.where(n > 0, passes * channels * src.itemsize, 0)
     table_cache: list[np.ndarray] = []
 
-    def run(srcs, rearrs, params):
+    def run(srcs, rearrs, params, inplace=False):
         x = _in(srcs, rearrs, 0)
         if not table_cache:
             table_cache.append(channel_table(src, nt, channels, inner))
@@ -198,15 +221,16 @@ def affine_plan(machine: MachineSpec, src: Layout, channels: int, inner: int, *,
             y = y * np.asarray(params["scale"], np.float32).reshape(-1)[idx]
         if shift:
             y = y + np.asarray(params["shift"], np.float32).reshape(-1)[idx]
+        res = _target(out, nt, x, inplace)
         if act is not None:
-            with np.errstate(all="ignore"):
-                y = act_fn(act, y)
-        return _store(Resident(out, nt), y)
+            _act_into(act, y, res.view())
+            return res
+        return _store(res, y)
 
     rec = compute_record(machine, name, cyc, f"popops broadcast {'mul+add' if passes == 2 else 'op'} "
                          f"over {int(n.max())} elements per tile ({channels} channels)")
     return OpPlan(name, "fwd", "BroadcastVectorOuter", [src], out, [rec], passes * src.n_elems,
-                  out.bytes_per_tile(nt) + pbytes, pbytes, run, (True,))
+                  out.bytes_per_tile(nt) + pbytes, pbytes, run, (True,), inplace=True)
 
 
 def add_plan(machine: MachineSpec, a: Layout, b_shape: Sequence[int], act: str | None = None) -> OpPlan:
@@ -219,16 +243,24 @@ def add_plan(machine: MachineSpec, a: Layout, b_shape: Sequence[int], act: str |
         cyc = cyc + cycles.nonlinearity_cycles(machine, n, act, a.dtype)
     out = Layout(a.shape, a.dtype, a.mapping)
 
-    def run(srcs, rearrs, params):
+    def run(srcs, rearrs, params, inplace=False):
         x, y = _in(srcs, rearrs, 0), _in(srcs, rearrs, 1)
-        s = _f32(x.view()) + _f32(y.view())
+        res = _target(out, nt, x, inplace)
+        xv, yv, rv = x.view(), y.view(), res.view()
+        if xv.dtype == np.float32:
+            with np.errstate(all="ignore"):
+                np.add(xv, yv, out=rv)
+            if act is not None:
+                _act_into(act, rv, rv)
+            return res
+        s = _f32(xv) + _f32(yv)
         if act is not None:
-            s = act_fn(act, s)
-        return _store(Resident(out, nt), s)
+            _act_into(act, s, s)
+        return _store(res, s)
 
     rec = compute_record(machine, "add", cyc, f"popops add<{a.dtype}>: {int(n.max())} elements per tile")
     return OpPlan("add", "fwd", "BinaryOp1D", [a, b_want], out, [rec], a.n_elems,
-                  2 * out.bytes_per_tile(nt), _zeros(machine), run, (True, False))
+                  2 * out.bytes_per_tile(nt), _zeros(machine), run, (True, False), inplace=True)
 
 
 def reshape_plan(machine: MachineSpec, src: Layout, shape: Sequence[int]) -> OpPlan:
@@ -293,9 +325,14 @@ def pool_plan(machine: MachineSpec, shape: Sequence[int], dtype: str, kind: str,
         for i in range(kh):
             for j in range(kw):
                 win = v[:, :, i:i + sh * (Ho - 1) + 1:sh, j:j + sw * (Wo - 1) + 1:sw]
-                acc = win.copy() if acc is None else (np.maximum(acc, win) if mx else acc + win)
+                if acc is None:
+                    acc = win.copy()
+                elif mx:
+                    np.maximum(acc, win, out=acc)
+                else:
+                    np.add(acc, win, out=acc)
         if not mx:
-            acc = acc * np.float32(1.0 / (kh * kw))
+            acc *= np.float32(1.0 / (kh * kw))
         return _store(Resident(out, nt), acc.reshape(nt, -1))
 
     label = "global-avg-pool" if kernel is None else f"{kind}-pool {kh}x{kw}/{sh}"

@@ -174,9 +174,10 @@ def test_liveness_and_max_batch_by_hand():
     nt = m.n_tiles
     net = elementwise_chain(nt * 64)
     prof = nn.estimate_network(net, batch=3, dtype="float32", partials="float")
-    # every tile holds 64*3 float32 of each tensor; at each step two tensors are live
-    # (its input and its output): 2 * 4 * 192 = 1536 B + the reserve
-    assert list(prof.step_peak_bytes) == [1536 + m.reserved_bytes_per_tile] * 2
+    # every tile holds 64*3 float32 of each tensor: step a holds the input and a (2 * 4 * 192
+    # = 1536 B); step b writes b over a, which dies there (768 B); + the reserve
+    r = m.reserved_bytes_per_tile
+    assert list(prof.step_peak_bytes) == [1536 + r, 768 + r]
     assert prof.memory["peak_bytes"] == 1536 + m.reserved_bytes_per_tile
     # largest B with 2 * 4 * 64 * B + reserve <= tile bytes
     assert prof.memory["max_batch"] == (m.tile_bytes - m.reserved_bytes_per_tile) // 512
@@ -194,8 +195,45 @@ def test_liveness_keeps_skip_connection_alive():
     net.output(d)
     prof = nn.estimate_network(net, batch=1, dtype="float32", partials="float")
     r = ik.GC200.reserved_bytes_per_tile
-    # 4 B per tile per tensor: step a: x + a; b: a + b; c: a + b + c; d: a + c + d + copy of a
-    assert [int(v) - r for v in prof.step_peak_bytes] == [8, 8, 12, 16]
+    # 4 B per tile per tensor: step a: x + a; b: a + b (a lives on: no in-place); c: a + b
+    # (c written over b, which dies); d: a + c + copy of a (d written over c)
+    assert [int(v) - r for v in prof.step_peak_bytes] == [8, 8, 8, 12]
+
+
+def test_inplace_elementwise_lowers_peak_by_its_output_and_runs_in_place():
+    """An element-wise op whose input dies there writes over it: the peak drops by exactly
+    that op's output bytes, and execution (which reuses the buffer) still computes the
+    right values, leaving tensors that live on (skip connections, outputs) untouched."""
+    nt = ik.GC200.n_tiles
+    n = nt * 16                          # 16 float32 = 64 B per tile per tensor
+    net = nn.Network("inplace")
+    x = net.input("x", (n,))
+    a = net.add(nn.ReLU(), x, name="a")          # x is a network input: not overwritten
+    b = net.add(nn.SiLU(), a, name="b")          # a lives on (read by d): not overwritten
+    c = net.add(nn.ReLU6(), b, name="c")         # b dies here: c written over b
+    d = net.add(nn.Add(), c, a, name="d")        # c dies here: d written over c
+    e = net.add(nn.Tanh(), d, name="e")          # d is a network output: not overwritten
+    net.output(e)
+    net.output(d)
+    prog = nn.compile_network(net, 1, nn.api._context("float32", "float", ik.GC200))
+    assert [s.inplace for s in prog.steps] == [False, False, True, True, False]
+    prof = nn.estimate_network(net, batch=1, dtype="float32", partials="float")
+    r = ik.GC200.reserved_bytes_per_tile
+    # 64 B per tensor per tile without in-place: a: x + a; b: a + b; c: a + b + c;
+    # d: a + c + d + copy of a; e: d + e. In place, c and d add no buffer of their own.
+    before = [128, 128, 192, 256, 128]
+    saved = [0, 0, 64, 64, 0]
+    assert [int(v) - r for v in prof.step_peak_bytes] == [p - s for p, s in zip(before, saved)]
+    assert prof.memory["peak_bytes"] - r == 256 - 64
+    xs = np.random.default_rng(3).standard_normal((2, n)).astype(np.float32) * 4
+    run = nn.run_network(net, xs)
+    ra = np.maximum(xs.astype(np.float64), 0)
+    rd = np.clip(ra / (1 + np.exp(-ra)), 0, 6) + ra
+    assert np.abs(run.outputs["d"] - rd).max() <= 1e-5 * np.abs(rd).max()
+    assert np.abs(run.outputs["e"] - np.tanh(rd)).max() <= 1e-5
+    est2 = nn.estimate_network(net, batch=2, dtype="float32", partials="float")
+    assert run.profile.total_cycles == est2.total_cycles
+    assert list(run.profile.step_peak_bytes) == list(est2.step_peak_bytes)
 
 
 def test_overflow_raises_and_reports():
