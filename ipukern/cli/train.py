@@ -120,7 +120,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         raise ValueError("compare supports --training (training throughput) only")
     prices = _prices(args.prices)
     names = [s.strip().upper() for s in args.systems.split(",") if s.strip()]
-    print(f"{'system':<12} {'samples/s':>12} {'time to train':>14} {'samples/s per $1M':>18}")
+    rows = []
     for name in names:
         if name.replace("-", "_") in GPU_SYSTEMS:
             net = _model(args.model)
@@ -135,7 +135,10 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         sps = est.samples_per_second
         ttt = est.time_to_train(epochs=args.epochs, dataset_size=args.dataset_size) / 60
         per = f"{sps / prices[name] * 1e6:,.0f}" if name in prices else "-"
-        print(f"{name:<12} {sps:>12,.0f} {ttt:>11.1f} min {per:>18}")
+        rows.append(f"{name:<12} {sps:>12,.0f} {ttt:>11.1f} min {per:>18}")
+    # printed only once every system is estimated: a failing one leaves no partial table
+    print(f"{'system':<12} {'samples/s':>12} {'time to train':>14} {'samples/s per $1M':>18}")
+    print("\n".join(rows))
     return 0
 
 
@@ -169,6 +172,8 @@ def _common(p: argparse.ArgumentParser) -> None:
 def register(sub: argparse._SubParsersAction) -> None:
     t = sub.add_parser("train", help="estimate training on an IPU system (breakdown, CSV/JSON, schedule)",
                        epilog="examples:\n"
+                              "  ipukern train resnet50 --system POD16 --micro-batch 20 "
+                              "--gradient-accumulation 6 --recompute\n"
                               "  ipukern train --costs layers.json --system POD16 --micro-batch 20\n"
                               "  ipukern train --costs layers.json --ipus-per-replica 4 --pipeline auto "
                               "--recompute\n"
@@ -184,6 +189,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.set_defaults(func=_cmd_train)
     c = sub.add_parser("compare", help="training throughput of IPU systems and DGX A100 side by side",
                        epilog="examples:\n"
+                              "  ipukern compare resnet50 --training --systems POD16,DGX_A100 --recompute\n"
                               "  ipukern compare --costs layers.json --training --systems POD16,DGX_A100\n"
                               "  ipukern compare --costs layers.json --training "
                               "--prices POD16=150000,DGX_A100=200000",

@@ -191,7 +191,8 @@ def _auto(costs: list[LayerCost], n_stages: int, fits) -> list[list[str]]:
                 if v < best[s][j]:
                     best[s][j], arg[s][j] = v, i
     if best[n_stages][n] == inf:
-        raise StageMemoryError(f"no split of the network into {n_stages} stages fits the IPUs' memory")
+        raise StageMemoryError(f"no split of the network into {n_stages} stages fits the IPUs' memory; "
+                               f"recompute, a smaller micro-batch or more IPUs per replica would help")
     bounds, j = [n], n
     for s in range(n_stages, 0, -1):
         j = arg[s][j]
@@ -386,7 +387,8 @@ def _compose(system, costs, stages, reps, ipr, mb, m, item, recompute, optimizer
         if mem > budget:
             raise StageMemoryError(f"pipeline stage {s} ({names[0]} .. {names[-1]}) on IPU {s} needs "
                                    f"{mem:,} B > budget {budget:,} B ({chip.n_tiles} tiles x "
-                                   f"{chip.tile_budget_bytes:,} B)")
+                                   f"{chip.tile_budget_bytes:,} B); recompute, a smaller micro-batch or "
+                                   f"more IPUs per replica would lower it")
         layers = costs[i:j]
         fwd = sum(c.fwd_cycles for c in layers)
         bwd = sum(c.bwd_cycles + c.wu_cycles for c in layers) + (fwd if recompute else 0)
