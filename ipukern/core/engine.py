@@ -100,11 +100,16 @@ class Device:
             raise ValueError(f"a tensor named {name!r} already exists on this device")
         dtype = canonical_dtype(dtype)
         n = int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
-        keep = np.asarray(count) > 0
-        tile, start, count, offset = (np.asarray(a, dtype=np.int64)[keep]
+        tile, start, count, offset = (np.asarray(a, dtype=np.int64)
                                       for a in (tile, start, count, offset))
-        mapping = TileMapping(n, tile, start, count)      # sorts by start (stable)
-        offset = offset[np.argsort(start, kind="stable")]
+        keep = count > 0
+        if not keep.all():
+            tile, start, count, offset = tile[keep], start[keep], count[keep], offset[keep]
+        if start.size > 1 and (start[1:] < start[:-1]).any():
+            # sort once here (stable, as TileMapping would), so the mapping finds them sorted
+            order = np.argsort(start, kind="stable")
+            tile, start, count, offset = tile[order], start[order], count[order], offset[order]
+        mapping = TileMapping(n, tile, start, count)
         itemsize = DTYPES[dtype].itemsize
         end = offset + mapping.count * itemsize
         if mapping.tile.size and ((offset < 0).any() or (end > self.memory.used[mapping.tile]).any()):

@@ -85,9 +85,12 @@ class TileMapping:
         keep = count > 0
         if (count < 0).any():
             raise ValueError("mapping interval with negative element count")
-        tile, start, count = tile[keep], start[keep], count[keep]
-        order = np.argsort(start, kind="stable")
-        tile, start, count = tile[order], start[order], count[order]
+        if not keep.all():
+            tile, start, count = tile[keep], start[keep], count[keep]
+        # most builders already emit intervals by start: a stable sort would be the identity
+        if start.size > 1 and (start[1:] < start[:-1]).any():
+            order = np.argsort(start, kind="stable")
+            tile, start, count = tile[order], start[order], count[order]
         if self.n_elems == 0:
             if start.size:
                 raise ValueError("mapping of an empty tensor must have no intervals")
@@ -133,7 +136,13 @@ class TileMapping:
 
     def elems_per_tile(self, n_tiles: int) -> np.ndarray:
         """Number of elements each tile holds."""
-        return np.bincount(self.tile, weights=self.count, minlength=n_tiles).astype(np.int64)
+        # the mapping is immutable: count once per tile count (a copy, callers may write it)
+        cache = self.__dict__.setdefault("_per_tile", {})
+        got = cache.get(n_tiles)
+        if got is None:
+            got = cache[n_tiles] = np.bincount(self.tile, weights=self.count,
+                                               minlength=n_tiles).astype(np.int64)
+        return got.copy()
 
     @property
     def tiles_used(self) -> np.ndarray:
