@@ -395,8 +395,9 @@ class StridedCopies:
 def merge_intervals(tile: np.ndarray, start: np.ndarray, count: np.ndarray, off: np.ndarray,
                     itemsize: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Merge intervals that continue each other both in the tensor and in tile memory."""
-    o = np.argsort(start, kind="stable")
-    tile, start, count, off = tile[o], start[o], count[o], off[o]
+    if start.size > 1 and (start[1:] < start[:-1]).any():
+        o = np.argsort(start, kind="stable")                   # identity when sorted: skipped
+        tile, start, count, off = tile[o], start[o], count[o], off[o]
     if start.size < 2:
         return tile, start, count, off
     joins = ((tile[1:] == tile[:-1]) & (start[1:] == start[:-1] + count[:-1])
