@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..machine import MachineSpec, get_machine
-from ._table import read_table, write_table
+from ._table import read_table, select, write_table
 from .models import MODELLERS, parse_params
 
 __all__ = [
@@ -237,13 +237,8 @@ def run(measurements: Sequence[Measurement] | None = None, *, groups: Sequence[s
         ``rows`` in table order and ``summary[group][variant]``. A model error on a point
         (e.g. a shape that fits no plan) is recorded as that point's reason, not raised.
     """
-    ms = list(load_measurements() if measurements is None else measurements)
-    if groups is not None:
-        known = {m.group for m in ms}
-        bad = [g for g in groups if g not in known]
-        if bad:
-            raise ValueError(f"unknown group(s) {bad}; groups are {sorted(known)}")
-        ms = [m for m in ms if m.group in set(groups)]
+    ms = select(list(load_measurements() if measurements is None else measurements), groups,
+                lambda m: m.group, "group")
     rows: list[ValidationRow] = []
     for i, m in enumerate(ms):
         row = ValidationRow(m)

@@ -5,7 +5,9 @@ import csv
 from collections.abc import Iterator, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
+
+T = TypeVar("T")
 
 
 def read_table(filename: str, path: str | Path | None,
@@ -33,3 +35,15 @@ def write_table(path: str | Path, dicts: list[dict[str, Any]], fields: Sequence[
         w.writeheader()
         w.writerows(dicts)
     return path
+
+
+def select(items: list[T], wanted: Sequence[str] | None, key: Callable[[T], str], what: str) -> list[T]:
+    """The items whose ``key`` is in ``wanted`` (all when None), in table order; an unknown
+    key is a ValueError listing the known ones."""
+    if wanted is None:
+        return items
+    known = {key(x) for x in items}
+    bad = [w for w in wanted if w not in known]
+    if bad:
+        raise ValueError(f"unknown {what}(s) {bad}; {what}s are {sorted(known)}")
+    return [x for x in items if key(x) in set(wanted)]

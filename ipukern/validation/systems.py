@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._table import read_table, write_table
+from ._table import read_table, select, write_table
 
 __all__ = ["PublishedRun", "SystemsReport", "SystemsRow", "load_published", "systems_report"]
 
@@ -323,13 +323,7 @@ def systems_report(runs: Sequence[PublishedRun] | None = None, *, ids: Sequence[
         A model error on a row (a stage that does not fit, a layer without a model) becomes
         that row's reason; it is not raised.
     """
-    runs = list(load_published() if runs is None else runs)
-    if ids is not None:
-        known = {r.id for r in runs}
-        bad = [i for i in ids if i not in known]
-        if bad:
-            raise ValueError(f"unknown id(s) {bad}; ids are {sorted(known)}")
-        runs = [r for r in runs if r.id in set(ids)]
+    runs = select(list(load_published() if runs is None else runs), ids, lambda r: r.id, "id")
     nets: dict[tuple[str, str], Any] = {}
     rows: list[SystemsRow] = []
     for k, run in enumerate(runs):
