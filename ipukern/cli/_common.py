@@ -351,6 +351,11 @@ def add_common(p: argparse.ArgumentParser, *, machine_default: str = "GC200") ->
                         "such as 8e12 or 8TB, or 'both' (default and datasheet side by side)")
     p.add_argument("--gpu-efficiency", choices=["cudnn", "optimized"], default="cudnn",
                    help="GPU software the GPU model stands for (default cudnn)")
+    add_progress_options(p)
+
+
+def add_progress_options(p: argparse.ArgumentParser) -> None:
+    """The ``--progress`` / ``--no-progress`` pair (default: a progress line on a terminal only)."""
     prog = p.add_mutually_exclusive_group()
     prog.add_argument("--progress", dest="progress", action="store_true", default=None,
                       help="show a progress line on stderr even when it is not a terminal")

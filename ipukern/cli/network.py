@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ._common import PRESETS, Progress, machine_list, progress_enabled
+from ._common import PRESETS, Progress, add_progress_options, machine_list, progress_enabled
 
 
 def _cmd_network(args: argparse.Namespace) -> int:
@@ -78,9 +78,5 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="also search the largest batch that fits (re-plans the network)")
     p.add_argument("--max-rows", type=int, default=None, help="print at most this many layers")
     p.add_argument("--out", metavar="DIR", help="write CSV, JSON and PNGs here")
-    prog = p.add_mutually_exclusive_group()
-    prog.add_argument("--progress", dest="progress", action="store_true", default=None,
-                      help="show a progress line on stderr even when it is not a terminal")
-    prog.add_argument("--no-progress", dest="progress", action="store_false",
-                      help="never show a progress line")
+    add_progress_options(p)
     p.set_defaults(func=_cmd_network)

@@ -5,7 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ._common import Progress, progress_enabled
+from ._common import Progress, add_progress_options, progress_enabled
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
@@ -98,9 +98,5 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="with --systems: comma-separated row ids (default: all rows; the full table "
                         "takes about a minute)")
     v.add_argument("-q", "--quiet", action="store_true", help="print only the per-group summary")
-    prog = v.add_mutually_exclusive_group()
-    prog.add_argument("--progress", dest="progress", action="store_true", default=None,
-                      help="show a progress line on stderr even when it is not a terminal")
-    prog.add_argument("--no-progress", dest="progress", action="store_false",
-                      help="never show a progress line")
+    add_progress_options(v)
     v.set_defaults(func=_cmd_validate)
