@@ -34,6 +34,7 @@ from ..core.vertices import sum_rows
 from ..dtypes import DTYPE_CODE, DTYPES
 from . import estimators
 from .codelet import ConvCodelet
+from .homes import spread_weight_copies, spread_weight_runs
 from .estimators import TileConv, vertex_field
 from .layout import (CopyTable, StridedCopies, TileGeometry, geometry, owned_input_intervals,
                      window_copies)
@@ -341,8 +342,12 @@ def build_conv_program(plan: ConvPlan, device: Device | None = None, *,
 
 # --------------------------------------------------------------------------- exchanges
 def _weight_copies(buf: _ConvBuffers, j: int) -> CopyTable:
-    """Slice j's weights from the tile storing them to every tile of its group."""
+    """Slice j's weights from the tile(s) storing them to every tile of its group
+    (without a serial split the block's pieces are homed on several members: see
+    :mod:`ipukern.conv.homes`)."""
     T, S = buf.geo.n_tiles, buf.S
+    if S == 1:
+        return spread_weight_copies(buf)
     st = buf.group_leader + (j % buf.M) * buf.Os               # tile storing slice j
     if S > 1:
         src = buf.store_off[st] + (j // buf.M) * buf.wj_elems.max(axis=1)[st] * buf.isz
@@ -539,8 +544,12 @@ def _input_tensor(dev: Device, buf: _ConvBuffers) -> tuple[TileTensor, StridedCo
 
 def _weight_tensor(dev: Device, buf: _ConvBuffers) -> TileTensor:
     """The weight tensor's mapping: slice j of each group lives on member j % M (in the
-    store when serial, else in the leader's working buffer)."""
+    store when serial), else pieces of the block in the working buffers of several
+    members (:func:`ipukern.conv.homes.spread_weight_runs`)."""
     plan, geo, isz = buf.plan, buf.geo, buf.isz
+    if plan.serial == 1:
+        return dev.add_tensor_view("w", plan.params.weight_shape, plan.params.dtype,
+                                   *spread_weight_runs(buf))
     ks, Kj, M, Os = buf.ks, buf.Kj, buf.M, buf.Os
     p = plan.params
     S = plan.serial

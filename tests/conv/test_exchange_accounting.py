@@ -23,15 +23,18 @@ def first_exchange(p, split):
 
 
 def test_weights_never_use_the_shared_bus_rate():
-    # 4 row blocks, one out-chan block: tile 0 stores the 8 x 16 fp32 weights (512 B) and
-    # sends them to tiles 1-3. Tiles 2 and 3 share a bus and receive the same region, but
-    # PopLibs charges weights at the plain rate: 512 / 4 = 128 cycles, not 64.
+    # 4 row blocks, one out-chan block: the 8 x 16 fp32 weights (512 B, 8 out-chan rows of
+    # 64 B) are homed by use in pieces of >= 256 B (PopLibs mapWeights): rows 0-3 on tile 0,
+    # rows 4-7 on tile 1; every tile receives the pieces it does not hold. Tiles 2 and 3
+    # share a bus and receive the same regions, but PopLibs charges weights at the plain
+    # rate: 512 / 4 = 128 cycles, not 64.
     p = ConvParams.from_shapes((1, 16, 8, 4), (8, 16, 1, 1))
     x, cp = first_exchange(p, Split(rows=4))
-    assert [int(b) for b in x.recv_bytes[:4]] == [0, 512, 512, 512]
+    assert [int(b) for b in x.recv_bytes[:4]] == [256, 256, 512, 512]
     assert int(x.paired_bytes.sum()) == 0
-    # (tile 0 sends the region once, a broadcast: 512 B -> 128 cycles as well)
-    assert [int(c) for c in x.tile_cycles[:4]] == [128, 128, 128, 128]
+    # (tiles 0 and 1 send their piece once each, a broadcast: 256 B -> 64 cycles)
+    assert [int(b) for b in x.send_bytes[:4]] == [256, 256, 0, 0]
+    assert [int(c) for c in x.tile_cycles[:4]] == [64, 64, 128, 128]
     assert x.cycles == 128 + 100 and x.transfer_cycles == 128
     # the profile keeps the fixed overhead apart (ipukern's addition to PopLibs' terms)
     rec = cp.program.records[0]
