@@ -229,6 +229,11 @@ class NetworkProgram:
         before step i and used at or after it (network inputs from the start, outputs to
         the end); and step i's own buffers (wanted-input copies, working memory, its output,
         except for a step that writes its output in place over its dying input).
+
+        A step runs in two phases, as Poplar's liveness sees its programs: the
+        rearrangement copies (the inputs and their new copies live), then the op's compute
+        sets, by which time an input read only through a copy and used by no later step is
+        dead (:meth:`_phases`). The step's bytes are the larger of the two, per tile.
         """
         cached = self.__dict__.get("_liveness")
         if cached is not None:
@@ -236,12 +241,7 @@ class NetworkProgram:
         nt = self.machine.n_tiles
         S = len(self.steps)
         index = {s.node: i for i, s in enumerate(self.steps)}
-        last = {n: -1 for n in self.layouts}
-        for i, s in enumerate(self.steps):
-            for src in s.srcs:
-                last[src] = max(last[src], i)
-        for o in self.net.outputs:
-            last[o] = S - 1
+        last = self._last_use()
         diff = np.zeros((S + 1, nt), dtype=np.int64)
         for n, lay in self.layouts.items():
             if lay is None:
@@ -252,14 +252,50 @@ class NetworkProgram:
                 diff[last[n] + 1] -= lay.bytes_per_tile(nt)
         acts = np.cumsum(diff, axis=0)[:S]
         weights = np.zeros(nt, dtype=np.int64)
+        for s in self.steps:
+            weights += s.plan.weight_bytes
+        copies, freed = self._phases(last)
         own = np.zeros((S, nt), dtype=np.int64)
         for i, s in enumerate(self.steps):
-            weights += s.plan.weight_bytes
             own[i] = s.plan.total_bytes - s.plan.weight_bytes
             if s.inplace:
                 own[i] -= s.plan.output.bytes_per_tile(nt)
-        self._liveness = (acts + own + weights[None, :], weights)
+        live = np.maximum(acts + copies, acts - freed + own)
+        self._liveness = (live + weights[None, :], weights)
         return self._liveness
+
+    def _last_use(self) -> dict[str, int]:
+        """Index of the last step reading each tensor (outputs: the last step)."""
+        last = {n: -1 for n in self.layouts}
+        for i, s in enumerate(self.steps):
+            for src in s.srcs:
+                last[src] = max(last[src], i)
+        for o in self.net.outputs:
+            last[o] = len(self.steps) - 1
+        return last
+
+    def _phases(self, last: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
+        """Per step and tile: the bytes of its rearrangement copies (live in the copy
+        phase), and the bytes of its inputs that die after being copied (dead in the compute
+        phase: read only through non-identity rearrangements, not read later, not an output).
+        Poplar frees a variable after the last program that reads it."""
+        nt = self.machine.n_tiles
+        S = len(self.steps)
+        copies = np.zeros((S, nt), dtype=np.int64)
+        freed = np.zeros((S, nt), dtype=np.int64)
+        outputs = set(self.net.outputs)
+        for i, s in enumerate(self.steps):
+            read_in_place = set()
+            for src, r in zip(s.srcs, s.rearrs):
+                if r is None or r.identity:
+                    read_in_place.add(src)
+                else:
+                    copies[i] += r.dst.bytes_per_tile(nt)
+            for src in set(s.srcs) - read_in_place:
+                lay = self.layouts.get(src)
+                if lay is not None and last[src] == i and src not in outputs:
+                    freed[i] += lay.bytes_per_tile(nt)
+        return copies, freed
 
     # ------------------------------------------------------------------ execution
     def execute(self, feeds: dict[str, np.ndarray], params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

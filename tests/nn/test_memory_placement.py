@@ -70,3 +70,31 @@ def test_weight_home_pieces_by_hand():
     ref = conv2d_nchw(xs.astype(np.float64), ws.astype(np.float64), padding=1)
     assert np.abs(out - ref).max() <= 1e-4 * np.abs(ref).max()
 
+
+def test_input_copied_and_dying_is_freed_before_the_compute_phase():
+    # x (nt/2 channels of 4x8 fp32) -> relu a -> 2x2 max pool. a lies linearly over all
+    # tiles (64 B each); the pool wants whole planes (one 128 B plane on each of the first
+    # nt/2 tiles) and writes 2x4 outputs (32 B) there. a is read only through that copy and
+    # dies at the pool: live in the copy phase (a + copy), dead in the compute phase
+    # (copy + output), as Poplar frees a variable after the last program reading it.
+    m = ik.GC200
+    nt = m.n_tiles
+    net = nn.Network("pool")
+    x = net.input("x", (nt // 2, 4, 8))
+    a = net.add(nn.ReLU(), x, name="a")
+    net.output(net.add(nn.MaxPool2d(2), a, name="pool"))
+    prof = nn.estimate_network(net, batch=1, dtype="float32", partials="float")
+    r = m.reserved_bytes_per_tile
+    # step a: x + a; step pool: max(a + copy, copy + output) = max(64 + 128, 128 + 32)
+    assert [int(v) - r for v in prof.step_peak_bytes] == [128, 192]
+    prog = nn.compile_network(net, 1, nn.api._context("float32", "float", m))
+    live, _ = prog.liveness()
+    assert list(live[1, [0, nt // 2 - 1, nt // 2, nt - 1]]) == [192, 192, 64, 64]
+    # the same layer with a read later (a skip): a stays live through the compute phase
+    net2 = nn.Network("pool_skip")
+    x = net2.input("x", (nt // 2, 4, 8))
+    a = net2.add(nn.ReLU(), x, name="a")
+    net2.output(net2.add(nn.MaxPool2d(2), a, name="pool"))
+    net2.output(a)
+    prof2 = nn.estimate_network(net2, batch=1, dtype="float32", partials="float")
+    assert [int(v) - r for v in prof2.step_peak_bytes] == [128, 64 + 128 + 32]
