@@ -13,6 +13,7 @@ serial run whatever the executor. :func:`ipukern.scaling.grouped_conv_sweep` tak
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import inspect
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -31,11 +32,13 @@ def _resolve_net(net: Any, model_kwargs: Any) -> Any:
     return net
 
 
-def _network_point(cfg: dict) -> Any:
+def _network_point(cfg: dict, max_batch: bool = False) -> Any:
     from .nn import estimate_network
     cfg = dict(cfg)
     net = _resolve_net(cfg.pop("net"), cfg.pop("model_kwargs", None))
     prof = estimate_network(net, **cfg)
+    if max_batch:
+        _ = prof.memory["max_batch"]     # search here, in the worker (the profile caches it)
     # the lazy max-batch search is a closure over the network: it does not travel to another
     # process, so no sweep result carries it (serial or not: identical results)
     prof._max_batch_fn = None
@@ -85,7 +88,8 @@ def _map(fn: Callable, configs: list[dict], executor: Any,
 
 
 def network_sweep(configs: Iterable[dict], *, executor: Any = None,
-                  progress: Callable[[int, int, str], None] | None = None) -> list:
+                  progress: Callable[[int, int, str], None] | None = None,
+                  max_batch: bool = False) -> list:
     """:func:`~ipukern.estimate_network` of every configuration, in order.
 
     Parameters
@@ -97,15 +101,21 @@ def network_sweep(configs: Iterable[dict], *, executor: Any = None,
         Where the points run; ``"process"`` makes a ``ProcessPoolExecutor`` for the call,
         None runs serially. Results are identical either way.
     progress : callable(done, total, label), optional
+    max_batch : bool, default False
+        Also search each point's largest batch that fits (``memory["max_batch"]``, where the
+        point runs). The search compiles the network at about 2 log2(answer / batch) more
+        batch sizes, so it is several times the cost of the estimate itself; without it
+        ``memory["max_batch"]`` is None.
 
     Returns
     -------
     list of NetworkProfile
-        Without the lazy ``memory["max_batch"]`` search (None): call ``estimate_network`` for
-        one configuration to get it.
     """
     from .nn import estimate_network
-    return _map(_network_point, _check(configs, estimate_network), executor, progress)
+    if not isinstance(max_batch, bool):
+        raise TypeError(f"max_batch must be True or False, got {max_batch!r}")
+    fn = functools.partial(_network_point, max_batch=True) if max_batch else _network_point
+    return _map(fn, _check(configs, estimate_network), executor, progress)
 
 
 def training_sweep(configs: Iterable[dict], *, executor: Any = None,

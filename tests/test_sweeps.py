@@ -44,6 +44,20 @@ def test_network_sweep_on_a_process_pool_equals_serial(pool):
     assert [p.to_dict() for p in got] == [p.to_dict() for p in serial]
 
 
+def test_network_sweep_fills_max_batch_when_asked(pool):
+    configs = NET_CONFIGS[:2]
+    assert [p.memory["max_batch"] for p in ik.network_sweep(configs)] == [None, None]
+    direct = ik.estimate_network(ik.models.resnet8(image_size=8), 1, machine=CHIP).memory["max_batch"]
+    assert direct >= 1
+    serial = ik.network_sweep(configs, max_batch=True)
+    assert serial[0].memory["max_batch"] == direct
+    assert all(isinstance(p.memory["max_batch"], int) and p.memory["max_batch"] >= 1 for p in serial)
+    got = ik.network_sweep(configs, executor=pool, max_batch=True)
+    assert [p.memory for p in got] == [p.memory for p in serial]
+    with pytest.raises(TypeError, match="max_batch"):
+        ik.network_sweep(configs, max_batch="yes")
+
+
 def test_training_sweep_on_a_process_pool_equals_serial(pool):
     seen = []
     serial = ik.training_sweep(TRAIN_CONFIGS, progress=lambda i, n, label: seen.append((i, n, label)))
