@@ -62,7 +62,8 @@ def _estimate(args: argparse.Namespace, system: str) -> Any:
                                  ipus_per_replica=args.ipus_per_replica, pipeline=pipeline,
                                  dtype=args.dtype, partials=args.partials, recompute=args.recompute,
                                  optimizer=args.optimizer, optimizer_state=args.optimizer_state,
-                                 replicated_sharding=args.replicated_sharding, costs=costs)
+                                 replicated_sharding=args.replicated_sharding, costs=costs,
+                                 bn_replica_group=args.bn_group)
     except StageMemoryError as e:
         raise RuntimeError(str(e)) from None
 
@@ -166,6 +167,9 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="keep the optimizer state on chip (default) or in Streaming Memory")
     p.add_argument("--replicated-sharding", action="store_true",
                    help="shard the optimizer state and update across replicas")
+    p.add_argument("--bn-group", type=int, default=1, metavar="N",
+                   help="batch norm statistics over groups of N replicas (default 1: per replica; "
+                        "Graphcore's MLPerf ResNet-50 used 2)")
     p.add_argument("--dataset-size", type=int, default=1_281_167, help="samples per epoch (ImageNet)")
 
 

@@ -78,7 +78,7 @@ def execute(args: argparse.Namespace) -> int:
                                 ipus_per_replica=args.ipus_per_replica, pipeline=pipeline,
                                 gradient_accumulation=args.gradient_accumulation,
                                 micro_batch=args.micro_batch, optimizer=args.optimizer,
-                                comm=comm)
+                                comm=comm, bn_replica_group=args.bn_group)
     except Exception:
         if rank:
             return 1                       # rank 0 reports the (same) error in one line

@@ -77,6 +77,12 @@ class GradEnv:
         self.feeds = feeds
         self.kw = kw
         self.bn: dict[str, tuple] = {}
+        #: batch-norm statistics across replicas: ``bn_group`` replicas share them; a
+        #: layer's local per-channel sums wait in ``bn_sums`` at the sync point and the
+        #: driver (:mod:`ipukern.systems.train_run`) puts the group's sums in ``bn_reduced``
+        self.bn_group = 1
+        self.bn_sums: dict[str, np.ndarray] = {}
+        self.bn_reduced: dict[str, np.ndarray] = {}
         self.running: dict[str, np.ndarray] = {}
         self.bn_affine: list[np.ndarray] | None = None
         self.cycles = 0
@@ -89,6 +95,13 @@ class GradEnv:
         if g is None:       # no gradient reaches this output: it is zero
             g = self.grads[step.node] = Resident(step.plan.output, self.nt)
         return g
+
+    def group_sums(self, node: str, count: int) -> tuple[np.ndarray, np.ndarray, int]:
+        """A batch norm's ``(local sums, sums over its replica group, elements per channel
+        in the group)`` (the local ones when no group sums were delivered)."""
+        local = self.bn_sums.pop(node)
+        got = self.bn_reduced.pop(node, None)
+        return (local, local, count) if got is None else (local, got, count * self.bn_group)
 
     def fetch(self, step, k: int) -> Resident:
         """Input k's stashed activation in the layout the forward op wanted."""
@@ -188,10 +201,12 @@ def deliver_rows(step, k: int, ctx, accumulate: bool, *, rearrange: bool = True)
     return rows + [PassRow("", step.op, "bwd", "place", [], 0, np.zeros(nt, np.int64), runs=(place,))]
 
 
-def _row(ctx, step, method, records, runs, flops=0, nbytes=None, suffix="grad", pass_="bwd") -> PassRow:
+def _row(ctx, step, method, records, runs, flops=0, nbytes=None, suffix="grad", pass_="bwd",
+         info=None) -> PassRow:
     nt = ctx.machine.n_tiles
     return PassRow(f"{step.name}.{suffix}", step.op, pass_, method, records, int(flops),
-                   np.zeros(nt, np.int64) if nbytes is None else nbytes, runs=tuple(runs))
+                   np.zeros(nt, np.int64) if nbytes is None else nbytes, info=dict(info or {}),
+                   runs=tuple(runs))
 
 
 def _rec(ctx, step, cyc, why, suffix="grad") -> SuperstepRecord:
@@ -437,21 +452,30 @@ def _batchnorm(step, ctx):
     count = out.n_elems // C
     put = _to_input(step, 0, nt)
 
-    def run(env):
+    def sums(env):
         g, x = _f(env.grad(step)), _f(env.fetch(step, 0))
-        sums = cr.reduce([g, g * x]).astype(np.float64)
+        env.bn_sums[step.node] = cr.reduce([g, g * x])
+        env.tmp[(step.node, "gx")] = (g, x)
+
+    def run(env):
+        g, x = env.tmp.pop((step.node, "gx"))
+        local, group, n = env.group_sums(step.node, count)
         mean, rstd, gamma = env.bn[step.node]
-        dbeta = sums[:, 0]
-        dgamma = rstd * (sums[:, 1] - mean * dbeta)
+        # parameter gradients from this replica's samples (all-reduced with the others);
+        # the input gradient from the group's sums (popnn normStatisticsGradients)
+        sm = local.astype(np.float64)
+        env.pgrads[f"{step.node}.weight"] = (rstd * (sm[:, 1] - mean * sm[:, 0])).astype(np.float32)
+        env.pgrads[f"{step.node}.bias"] = sm[:, 0].astype(np.float32)
+        sm = group.astype(np.float64)
+        dbeta = sm[:, 0]
+        dgamma = rstd * (sm[:, 1] - mean * dbeta)
         s = gamma * rstd
-        p = -s * rstd * dgamma / count
-        q = -s * dbeta / count - p * mean
-        env.pgrads[f"{step.node}.weight"] = dgamma.astype(np.float32)
-        env.pgrads[f"{step.node}.bias"] = dbeta.astype(np.float32)
+        p = -s * rstd * dgamma / n
+        q = -s * dbeta / n - p * mean
         S, Pp, Q = cr.broadcast(np.stack([s, p, q], axis=1))
         put(env, S * g + Pp * x + Q)
-    return [_row(ctx, step, "reduce+broadcast", cr.records + [apply], [run], 6 * out.n_elems,
-                 out.bytes_per_tile(nt) + cr.total_bytes)]
+    return [_row(ctx, step, "reduce+broadcast", cr.records + [apply], [sums, run], 6 * out.n_elems,
+                 out.bytes_per_tile(nt) + cr.total_bytes, info={"group_sync": 1})]
 
 
 def _bn_dims(step) -> tuple[int, int]:
@@ -470,23 +494,27 @@ def bn_stats_row(step, ctx) -> PassRow:
     count = out.n_elems // C
     eps, mom = step.layer.eps, 0.1
 
-    def run(env):
+    def sums(env):
         x = _f(env.live[step.srcs[0]])
-        sums = cr.reduce([x, x * x]).astype(np.float64)
-        mean = sums[:, 0] / count
-        var = np.maximum(sums[:, 1] / count - mean * mean, 0.0)
+        env.bn_sums[step.node] = cr.reduce([x, x * x])
+
+    def run(env):
+        _, group, n = env.group_sums(step.node, count)
+        sums = group.astype(np.float64)
+        mean = sums[:, 0] / n
+        var = np.maximum(sums[:, 1] / n - mean * mean, 0.0)
         rstd = 1.0 / np.sqrt(var + eps)
         gamma = np.asarray(env.params[f"{step.node}.weight"], np.float64)
         scale = gamma * rstd
         shift = np.asarray(env.params[f"{step.node}.bias"], np.float64) - mean * scale
         env.bn[step.node] = (mean, rstd, gamma)
-        unbiased = var * count / max(count - 1, 1)
+        unbiased = var * n / max(n - 1, 1)
         for k, v in (("running_mean", mean), ("running_var", unbiased)):
             old = np.asarray(env.params[f"{step.node}.{k}"], np.float64)
             env.running[f"{step.node}.{k}"] = ((1 - mom) * old + mom * v).astype(np.float32)
         env.bn_affine = cr.broadcast(np.stack([scale, shift], axis=1))
     return PassRow(f"{step.name}.stats", "batchnorm", "fwd", "reduce(sum, sum of squares)", cr.records,
-                   3 * out.n_elems, cr.total_bytes, runs=(run,))
+                   3 * out.n_elems, cr.total_bytes, info={"group_sync": 1}, runs=(sums, run))
 
 
 def _scale_channels(step, ctx):

@@ -32,8 +32,8 @@ from .grad_ops import EXECUTABLE, GradEnv, accumulate_flags, bn_stats_row
 from .layout import Resident
 from .profile import NetworkProfile
 
-__all__ = ["PassState", "TrainStepRun", "backward_steps", "forward_steps", "train_step",
-           "training_program"]
+__all__ = ["PassState", "TrainStepRun", "backward_iter", "backward_steps", "forward_iter", "forward_steps",
+           "train_step", "training_program"]
 
 #: layer ops the execute path supports
 SUPPORTED = ("conv2d", "linear", "matmul") + EXECUTABLE
@@ -163,12 +163,20 @@ def training_program(net, batch: int, machine: Any = "GC200", partials: Any = "f
 def forward_steps(st: PassState, steps) -> None:
     """Run ``steps`` (in order) forward on the tiles; their inputs must be in ``st``.
     Batch norms normalise with their batch statistics (a cross-tile reduction)."""
+    for _ in forward_iter(st, steps):
+        pass
+
+
+def forward_iter(st: PassState, steps):
+    """:func:`forward_steps` as a generator: with ``st.env.bn_group > 1`` it yields each
+    batch norm's node name once its local per-channel sums are in ``st.env.bn_sums``, so a
+    driver can put the replica group's sums in ``st.env.bn_reduced`` before it resumes."""
     env, prog = st.env, st.prog
     nt = prog.machine.n_tiles
     for s in steps:
         if s.op == "batchnorm":
             row = bn_stats_row(s, prog.ctx)
-            row.runs[0](env)
+            yield from _run_row(env, row, s.node)
             env.cycles += row.cycles
             scale, shift = env.bn_affine
             src = s.rearrs[0].run(env.live[s.srcs[0]])
@@ -180,11 +188,27 @@ def forward_steps(st: PassState, steps) -> None:
         env.cycles += sum(r.total_cycles for r in s.records())
 
 
+def _run_row(env, row, node: str):
+    """Execute a row's runs, pausing (yield ``node``) at its replica-group sync point."""
+    sync = row.info.get("group_sync") if env.bn_group > 1 else None
+    for k, fn in enumerate(row.runs):
+        if k == sync:
+            yield node
+        fn(env)
+
+
 def backward_steps(st: PassState, steps) -> None:
     """Backward of ``steps`` (given in forward order, run in reverse) on the tiles: the
     rows :func:`ipukern.estimate_network` costs, executed. Parameter gradients go to
     ``st.grads``, activation gradients to ``st.grads_act`` (seed those arriving from later
     steps first; the loss is seeded with dL/dL = 1)."""
+    for _ in backward_iter(st, steps):
+        pass
+
+
+def backward_iter(st: PassState, steps):
+    """:func:`backward_steps` as a generator, pausing at batch norms' group sync points
+    like :func:`forward_iter` (the local sums of dy and dy * x)."""
     env, prog = st.env, st.prog
     index = {s.node: i for i, s in enumerate(prog.steps)}
     acc = accumulate_flags(prog.steps)
@@ -194,8 +218,7 @@ def backward_steps(st: PassState, steps) -> None:
                                                    np.ones((), np.float32))
         needs = [src in index and prog.layouts.get(src) is not None for src in s.srcs]
         for row in backward_rows(s, prog.ctx, needs, acc[index[s.node]]):
-            for fn in row.runs:
-                fn(env)
+            yield from _run_row(env, row, s.node)
             if not row.info.get("measured"):
                 env.cycles += row.cycles
 

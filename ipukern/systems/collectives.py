@@ -42,6 +42,7 @@ __all__ = [
     "all_reduce",
     "broadcast",
     "collective_seconds",
+    "concurrent",
     "reduce_scatter",
 ]
 
@@ -255,9 +256,15 @@ def all_gather(dev: SystemDevice, t: SystemTensor, *, ipus: Any = None, method: 
 
 
 def all_reduce(dev: SystemDevice, t: SystemTensor, *, ipus: Any = None, method: str = "bidirectional",
-               name: str = "all_reduce"):
+               name: str = "all_reduce", groups: Any = None):
     """Program summing ``t`` over ``ipus`` (default: every IPU holding it), result on all.
-    ``method``: "bidirectional" (default, GCL's bidirectional ring pair) or "ring"."""
+    ``method``: "bidirectional" (default, GCL's bidirectional ring pair) or "ring".
+
+    ``groups`` (a list of disjoint IPU lists, each inside one IPU-Link domain) instead sums
+    within each group, all groups at once: their ring steps share the link exchanges, so
+    transfers of different groups crossing a link share its bandwidth."""
+    if groups is not None:
+        return _grouped_all_reduce(dev, t, groups, method, name)
     ipus = _group(dev, t, ipus)
     lay = _Layout(dev, t, name, need_recv=True)
     groups = _domains(dev.system, ipus)
@@ -274,6 +281,22 @@ def all_reduce(dev: SystemDevice, t: SystemTensor, *, ipus: Any = None, method: 
         steps += _ring_steps(lay, rings, "rs") + _ring_steps(lay, rings, "ag")
     steps += _ring_steps(lay, whole, "ag")
     return _finish(dev, lay, steps, name, name)
+
+
+def _grouped_all_reduce(dev: SystemDevice, t: SystemTensor, groups: Any, method: str, name: str):
+    groups = [_group(dev, t, g) for g in groups]
+    seen: set[int] = set()
+    for g in groups:
+        if seen & set(g):
+            raise SystemConfigError(f"all_reduce groups overlap on IPU(s) {sorted(seen & set(g))}")
+        seen |= set(g)
+        if len({i // dev.system.domain_ipus for i in g}) > 1:
+            raise SystemConfigError(f"all_reduce group {g} spans IPU-Link domains; reduce it on its own")
+    lay = _Layout(dev, t, name, need_recv=True)
+    rings = _directions([dev.system.ring(g) for g in groups if len(g) > 1], method)
+    if not rings:
+        return dev.program([], label=name)
+    return _finish(dev, lay, _ring_steps(lay, rings, "rs") + _ring_steps(lay, rings, "ag"), name, name)
 
 
 def broadcast(dev: SystemDevice, t: SystemTensor, root: int, *, ipus: Any = None,
@@ -299,6 +322,32 @@ def broadcast(dev: SystemDevice, t: SystemTensor, root: int, *, ipus: Any = None
             steps[k + c].rows.append((src, dst, tiles, lay.off[src][idx] + delta,
                                       lay.off[dst][idx] + delta, cnt * lay.item, None))
     return _finish(dev, lay, steps, name, name)
+
+
+def concurrent(dev: SystemDevice, programs: Sequence[Any], *, label: str = "concurrent"):
+    """One program running ``programs`` (on disjoint IPUs) at the same time: superstep j
+    holds every program's superstep j, and their link copies form one
+    :class:`~ipukern.LinkExchange`, so transfers of different programs crossing the same
+    link share its bandwidth (as concurrent GCL collectives do)."""
+    programs = list(programs)
+    owner: dict[int, int] = {}
+    for k, p in enumerate(programs):
+        if p.device is not dev:
+            raise ValueError("concurrent programs must be built for this SystemDevice")
+        for i in {i for st in p.steps for i in st.per_ipu}:
+            if owner.setdefault(i, k) != k:
+                raise SystemConfigError(f"programs {owner[i]} and {k} both compute on IPU {i}")
+    cols = ("src_ipu", "src_tile", "src_offset", "dst_ipu", "dst_tile", "dst_offset", "nbytes")
+    out = []
+    for j in range(max((len(p.steps) for p in programs), default=0)):
+        parts = [p.steps[j] for p in programs if j < len(p.steps)]
+        per_ipu = {i: s for st in parts for i, s in st.per_ipu.items()}
+        lxs = [st.links for st in parts if st.links is not None and st.links.nbytes.size]
+        links = (dev.link_exchange(*(np.concatenate([getattr(lx, c) for lx in lxs]) for c in cols),
+                                   name=f"{label} step {j}") if lxs else None)
+        cat = "reduction" if any(st.category == "reduction" for st in parts) else parts[0].category
+        out.append(SystemSuperstep(f"{label} {j}", per_ipu, links, category=cat))
+    return dev.program(out, label=label)
 
 
 # --------------------------------------------------------------------------- closed form

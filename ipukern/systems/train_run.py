@@ -45,9 +45,10 @@ from typing import Any
 import numpy as np
 
 from ..core.tensor import TileMapping
-from ..nn.train_exec import PassState, backward_steps, forward_steps, training_program
+from ..nn.train_exec import PassState, backward_iter, forward_iter, training_program
 from ..ops.optim import get_optimizer, optimizer_step
 from .bsp import SystemDevice, SystemSuperstep
+from .bn_group import check_bn_group, stats_program, stats_tensor
 from .collectives import all_reduce
 from .spec import get_system
 from .training import _costs_from_network, estimate_training
@@ -155,6 +156,11 @@ class _Setup:
     fwd: list[int]
     bwd: list[int]
     dev: SystemDevice
+    #: batch-norm replica group size; per stage its batch norms (node, channels) in order
+    N: int = 1
+    bn_nodes: list = field(default_factory=list)
+    #: per stage, one micro-batch's group all-reduce cycles of one pass (forward or backward)
+    bn_cycles: list = field(default_factory=list)
     acts: list = field(default_factory=list)
     gacts: list = field(default_factory=list)
     grads: list = field(default_factory=list)
@@ -198,7 +204,7 @@ def _int(name: str, v: Any) -> int:
 
 def _plan(net: Any, x: Any, labels: Any, system: Any, replicas: Any, ipus_per_replica: Any,
           pipeline: Any, gradient_accumulation: Any, micro_batch: Any, optimizer: str, partials: Any,
-          comm: Any) -> tuple[_Setup, np.ndarray, np.ndarray]:
+          comm: Any, bn_group: Any) -> tuple[_Setup, np.ndarray, np.ndarray]:
     system = get_system(system)
     P = _int("ipus_per_replica", ipus_per_replica)
     R = system.n_ipus // P if replicas is None else _int("replicas", replicas)
@@ -218,7 +224,7 @@ def _plan(net: Any, x: Any, labels: Any, system: Any, replicas: Any, ipus_per_re
     # validates the configuration (IPUs, split, memory per stage) and resolves "auto"
     est = estimate_training(None, system, micro_batch=mb, gradient_accumulation=M, replicas=R,
                             ipus_per_replica=P, pipeline=pipeline, dtype="float32", partials=partials,
-                            optimizer=optimizer, costs=costs, sample_bytes=sample)
+                            optimizer=optimizer, costs=costs, sample_bytes=sample, bn_replica_group=bn_group)
     prog, x_name, label_name = training_program(net, mb, chip, partials)
     x, labels = _check_data(prog, x_name, label_name, x, labels)
     stage_of = {n: s for s, names in enumerate(est.stages) for n in names}
@@ -238,9 +244,25 @@ def _plan(net: Any, x: Any, labels: Any, system: Any, replicas: Any, ipus_per_re
                    stage_params, crossing,
                    [sum(by_name[n].fwd_cycles for n in names) for names in est.stages],
                    [sum(by_name[n].bwd_cycles + by_name[n].wu_cycles for n in names) for names in est.stages],
-                   dev)
+                   dev, N=check_bn_group(bn_group, R))
+    setup.bn_nodes = [[(st.node, st.layer.num_features) for st in steps if st.op == "batchnorm"]
+                      if setup.N > 1 else [] for steps in stage_steps]
     _allocate(setup, net)
+    setup.bn_cycles = [sum(_bn_program(setup, s, c)[1] for _, c in nodes)
+                       for s, nodes in enumerate(setup.bn_nodes)]
     return setup, x, labels
+
+
+def _bn_program(su: _Setup, s: int, channels: int) -> tuple:
+    """(statistics tensor, concurrent group all-reduce program, its cycles) of stage s for
+    batch norms of ``channels`` channels (built once)."""
+    key = ("bn", s, channels)
+    hit = su.programs.get(key)
+    if hit is None:
+        t = stats_tensor(su.dev, f"bn{s}_{channels}", channels, [su.ipu(k, s) for k in range(su.R)])
+        prog = stats_program(su.dev, t, su.R, su.P, su.N, s, f"bn all-reduce stage {s}")
+        hit = su.programs[key] = (t, su.dev.run(prog, "estimate").total_cycles, prog)
+    return hit
 
 
 def _allocate(su: _Setup, net: Any) -> None:
@@ -302,12 +324,15 @@ def _unpack(names: list[str], flat: np.ndarray, shapes: dict) -> dict[str, np.nd
 
 
 def _forward(su: _Setup, k: int, s: int, i: int, x: np.ndarray, labels: np.ndarray, params: dict,
-             machine: Any, partials: Any, running: dict) -> PassState:
+             machine: Any, partials: Any, running: dict):
+    """Replica k's stage-s forward of micro-batch i (a generator: it yields ``(state,
+    batch norm node)`` at each group sync point and returns the PassState)."""
     lo = (k * su.M + i) * su.mb
     # batch norms' running statistics advance micro-batch by micro-batch (as torch calling
     # forward M times); training-mode batch norm does not read them
     st = PassState(su.prog, {**params, **running}, su.x_name, su.label_name, labels[lo:lo + su.mb],
                    machine, partials)
+    st.env.bn_group = su.N
     if any(su.x_name in step.srcs for step in su.stage_steps[s]):
         st.receive(su.x_name, x[lo:lo + su.mb])
     ipu, dev = su.ipu(k, s), su.dev.devices[su.ipu(k, s)]
@@ -315,24 +340,57 @@ def _forward(su: _Setup, k: int, s: int, i: int, x: np.ndarray, labels: np.ndarr
         got = _unpack(su.crossing[s - 1], dev.read(su.acts[s - 1].on(ipu)), su.prog.shapes)
         for n, v in got.items():
             st.receive(n, v)
-    forward_steps(st, su.stage_steps[s])
+    for node in forward_iter(st, su.stage_steps[s]):
+        yield st, node
     running.update(st.env.running)
     if s < su.P - 1 and su.acts[s] is not None:
         dev.write(su.acts[s].on(ipu), _pack(su.crossing[s], st.host, su.prog.shapes))
     return st
 
 
-def _backward(su: _Setup, k: int, s: int, st: PassState, acc: dict[str, np.ndarray]) -> None:
+def _backward(su: _Setup, k: int, s: int, st: PassState, acc: dict[str, np.ndarray]):
+    """Replica k's stage-s backward (a generator like :func:`_forward`)."""
     ipu, dev = su.ipu(k, s), su.dev.devices[su.ipu(k, s)]
     if s < su.P - 1 and su.gacts[s] is not None:
         st.grads_act.update(_unpack(su.crossing[s], dev.read(su.gacts[s].on(ipu)), su.prog.shapes))
-    backward_steps(st, su.stage_steps[s])
+    for node in backward_iter(st, su.stage_steps[s]):
+        yield st, node
     for name in su.stage_params[s]:          # accumulate in micro-batch order
         g = st.grads.get(name)
         if g is not None:
             acc[name] = g.astype(np.float32) if name not in acc else acc[name] + g
     if s > 0 and su.gacts[s - 1] is not None:
         dev.write(su.gacts[s - 1].on(ipu), _pack(su.crossing[s - 1], st.grads_act, su.prog.shapes))
+    return st
+
+
+def _lockstep(su: _Setup, s: int, gens: dict, order: list) -> tuple[dict, int]:
+    """Run stage s's pass on the local replicas side by side: at each batch norm in
+    ``order`` every replica's local sums are all-reduced over its group (one concurrent
+    program, run by every process) before they go on. Returns the generators' results
+    and the executed all-reduce cycles."""
+    out: dict = {}
+
+    def advance(k, g):
+        try:
+            return next(g)
+        except StopIteration as stop:
+            out[k] = stop.value
+            return None
+
+    cur = {k: advance(k, g) for k, g in gens.items()}
+    cycles = 0
+    for node, channels in order:
+        t, _, prog = _bn_program(su, s, channels)
+        for k, (st, got) in cur.items():
+            assert got == node, (got, node)
+            su.dev.write(t, su.ipu(k, s), st.env.bn_sums[node].reshape(-1))
+        cycles += su.dev.run(prog).total_cycles
+        for k, (st, _) in cur.items():
+            ipu = su.ipu(k, s)
+            st.env.bn_reduced[node] = su.dev.devices[ipu].read(t.on(ipu)).reshape(channels, 2)
+        cur = {k: advance(k, g) for k, g in gens.items()}
+    return out, cycles
 
 
 def _pipeline(su: _Setup, x: np.ndarray, labels: np.ndarray, params: dict, partials: Any):
@@ -348,21 +406,27 @@ def _pipeline(su: _Setup, x: np.ndarray, labels: np.ndarray, params: dict, parti
     for t in range(M + 2 * S - 2):
         fwd = [(s, t - s) for s in range(S) if 0 <= t - s < M]
         bwd = [(s, t - 2 * (S - 1) + s) for s in range(S) if 0 <= t - 2 * (S - 1) + s < M]
-        for k in range(su.R):
-            for s, i in fwd:
-                if su.local(k, s):
-                    stash[(k, s, i)] = st = _forward(su, k, s, i, x, labels, params, machine, partials,
-                                                     running[(k, s)])
-                    if s == S - 1:
-                        losses[(k, i)] = float(st.host[su.loss_node])
-            for s, j in bwd:
-                if su.local(k, s):
-                    _backward(su, k, s, stash.pop((k, s, j)), accs[(k, s)])
+        bn_run = 0
+        for s, i in fwd:
+            mine = [k for k in range(su.R) if su.local(k, s)]
+            done, cyc = _lockstep(su, s, {k: _forward(su, k, s, i, x, labels, params, machine, partials,
+                                                      running[(k, s)]) for k in mine}, su.bn_nodes[s])
+            bn_run += cyc
+            for k, st in done.items():
+                stash[(k, s, i)] = st
+                if s == S - 1:
+                    losses[(k, i)] = float(st.host[su.loss_node])
+        for s, j in bwd:
+            mine = [k for k in range(su.R) if su.local(k, s)]
+            _, cyc = _lockstep(su, s, {k: _backward(su, k, s, stash.pop((k, s, j)), accs[(k, s)])
+                                       for k in mine}, su.bn_nodes[s][::-1])
+            bn_run += cyc
         sends = tuple([(s, "fwd") for s, _ in fwd if s < S - 1] + [(s - 1, "bwd") for s, _ in bwd if s > 0])
         rec = [r for r in su.dev.run(_link_program(su, sends)).supersteps] if sends else []
-        busy = [(su.fwd[s] if any(a == s for a, _ in fwd) else 0) + (su.bwd[s] if any(a == s for a, _ in bwd)
-                                                                     else 0) for s in range(S)]
+        busy = [(su.fwd[s] + su.bn_cycles[s] if any(a == s for a, _ in fwd) else 0)
+                + (su.bwd[s] + su.bn_cycles[s] if any(a == s for a, _ in bwd) else 0) for s in range(S)]
         schedule.append({"cycle": t, "forward": fwd, "backward": bwd, "compute_cycles": max(busy),
+                         "bn_all_reduce_cycles": bn_run,
                          "link_cycles": sum(r.exchange_cycles for r in rec),
                          "sync_cycles": sum(r.sync_cycles for r in rec),
                          "link_bytes": sum(r.bytes_exchanged for r in rec)})
@@ -393,7 +457,7 @@ def run_training_step(net: Any, x: Any, labels: Any, params: dict[str, np.ndarra
                       system: Any = "POD16", replicas: int | None = None, ipus_per_replica: int = 1,
                       pipeline: Any = None, gradient_accumulation: int = 1, micro_batch: int | None = None,
                       optimizer: Any = "sgd", state: dict | None = None, step: int = 1,
-                      partials: Any = "float", comm: Any = None) -> TrainingRun:
+                      partials: Any = "float", comm: Any = None, bn_replica_group: int = 1) -> TrainingRun:
     """Execute one float32 training step of ``net`` on ``system`` (module docstring).
 
     Parameters
@@ -424,6 +488,10 @@ def run_training_step(net: Any, x: Any, labels: Any, params: dict[str, np.ndarra
     comm : mpi4py communicator, optional
         Run across MPI ranks (every rank calls with the same arguments; each computes the
         stages of the IPUs it holds). All ranks return the same bits.
+    bn_replica_group : int
+        Batch norms use the statistics of groups of this many consecutive replicas (their
+        concatenated micro-batches; forward and backward sums all-reduced over the group,
+        :mod:`ipukern.systems.bn_group`). 1 (default): each replica's own micro-batch.
 
     Returns
     -------
@@ -433,7 +501,7 @@ def run_training_step(net: Any, x: Any, labels: Any, params: dict[str, np.ndarra
     if isinstance(step, bool) or not isinstance(step, int) or step < 1:
         raise ValueError(f"step must be an int >= 1, got {step!r}")
     su, x, labels = _plan(net, x, labels, system, replicas, ipus_per_replica, pipeline,
-                          gradient_accumulation, micro_batch, opt.name, partials, comm)
+                          gradient_accumulation, micro_batch, opt.name, partials, comm, bn_replica_group)
     net = su.prog.net
     if params is None:
         params = net.params if net.params is not None else net.init_params(seed=0)
@@ -463,19 +531,22 @@ def run_training_step(net: Any, x: Any, labels: Any, params: dict[str, np.ndarra
 
 
 def _result(su: _Setup, loss, params, grads, state, schedule, ar_cycles, opt_cycles) -> TrainingRun:
-    busy = [su.M * (f + b) for f, b in zip(su.fwd, su.bwd)]
-    compute = max(busy)
-    phases = {"compute": compute,
-              "fill/drain": sum(r["compute_cycles"] for r in schedule) - compute,
+    busy = [su.M * (f + b + 2 * n) for f, b, n in zip(su.fwd, su.bwd, su.bn_cycles)]
+    slow = int(np.argmax(busy))
+    bn = 2 * su.M * su.bn_cycles[slow]
+    phases = {"compute": busy[slow] - bn, "bn all-reduce": bn,
+              "fill/drain": sum(r["compute_cycles"] for r in schedule) - busy[slow],
               "link exchange": sum(r["link_cycles"] for r in schedule),
               "sync": sum(r["sync_cycles"] for r in schedule),
               "all-reduce": max(ar_cycles), "optimizer": max(opt_cycles)}
     stages = [{"stage": s, "layers": names, "ipus": [su.ipu(k, s) for k in range(su.R)],
                "fwd_cycles": su.fwd[s], "bwd_cycles": su.bwd[s], "compute_cycles": busy[s],
+               "bn_all_reduce_cycles": 2 * su.M * su.bn_cycles[s],
                "all_reduce_cycles": ar_cycles[s], "optimizer_cycles": opt_cycles[s],
                "params": len(su.stage_params[s])} for s, names in enumerate(su.stages)]
     sysm = su.dev.system
     return TrainingRun(loss, params, grads, state, sum(phases.values()), phases, stages, schedule,
                        sysm.name, su.R, su.P, su.mb, su.M, sysm.chip.clock_hz,
-                       info={"slowest_stage": int(np.argmax(busy)),
+                       info={"slowest_stage": slow, "bn_replica_group": su.N,
+                             "bn_all_reduce_executed": sum(r["bn_all_reduce_cycles"] for r in schedule),
                              "link_bytes": sum(r["link_bytes"] for r in schedule)})

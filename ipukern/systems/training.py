@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..dtypes import DTYPES, canonical_dtype
+from .bn_group import bn_all_reduce_cycles, check_bn_group
 from .collectives import collective_seconds
 from .spec import System, SystemConfigError, get_system
 
@@ -69,6 +70,9 @@ class LayerCost:
     out_bytes: int
     #: working memory of the layer's passes beyond weights and stash
     work_bytes: int = 0
+    #: channels of a batch norm layer (0: not one); with ``bn_replica_group`` > 1 its
+    #: statistics are all-reduced over the replica group in each pass
+    bn_channels: int = 0
 
 
 @dataclass
@@ -105,10 +109,11 @@ class TrainingEstimate:
                  f"= global batch {self.global_batch}",
                  f"  step {self.step_seconds * 1e3:.3f} ms, {self.samples_per_second:,.0f} samples/s; "
                  f"bound by {self.bottleneck}",
-                 "  IPU stage  compute ms  fill/drain ms  links ms  sync ms  all-reduce ms  "
+                 "  IPU stage  compute ms  BN all-reduce ms  fill/drain ms  links ms  sync ms  all-reduce ms  "
                  "optimizer ms  host I/O ms  memory MB / budget"]
         for r in self.breakdown:
             lines.append(f"  {r['ipu']:>3} {r['stage']:>5}  {r['compute_s'] * 1e3:10.3f}  "
+                         f"{r.get('bn_all_reduce_s', 0.0) * 1e3:16.3f}  "
                          f"{r['fill_drain_s'] * 1e3:13.3f}  {r['links_s'] * 1e3:8.3f}  "
                          f"{r['sync_s'] * 1e3:7.3f}  "
                          f"{r['all_reduce_s'] * 1e3:13.3f}  {r['optimizer_s'] * 1e3:12.3f}  "
@@ -235,7 +240,8 @@ def _costs_from_network(net: Any, micro_batch: int, chip: Any, dtype: str, parti
         d = cycles.get(name, {"fwd": 0, "bwd": 0, "wu": 0})
         out.append(LayerCost(name, d["fwd"], d["bwd"], d["wu"], params.get(name, 0),
                              stash_bytes=sum(math.prod(shapes[i]) for i in stashed[name]) * item,
-                             out_bytes=math.prod(shapes[name]) * item))
+                             out_bytes=math.prod(shapes[name]) * item,
+                             bn_channels=_layer.num_features if _layer.op == "batchnorm" else 0))
     return out
 
 
@@ -278,7 +284,7 @@ def _check_costs(costs: Any) -> list[LayerCost]:
         raise ValueError("costs name a layer twice")
     for c in costs:
         for f in ("fwd_cycles", "bwd_cycles", "wu_cycles", "n_params", "stash_bytes", "out_bytes",
-                  "work_bytes"):
+                  "work_bytes", "bn_channels"):
             v = getattr(c, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"LayerCost {c.name!r}: {f} must be an int >= 0, got {v!r}")
@@ -290,7 +296,8 @@ def estimate_training(net: Any = None, system: System | str = "POD16", *, micro_
                       ipus_per_replica: int = 1, pipeline: Any = None, dtype: Any = "float16",
                       partials: Any = "half", recompute: Any = None, optimizer: str = "sgd_momentum",
                       optimizer_state: str = "chip", replicated_sharding: bool = False,
-                      costs: Any = None, sample_bytes: int | None = None) -> TrainingEstimate:
+                      costs: Any = None, sample_bytes: int | None = None,
+                      bn_replica_group: int = 1) -> TrainingEstimate:
     """Throughput and step time of training ``net`` on ``system`` (module docstring).
 
     Parameters
@@ -320,6 +327,12 @@ def estimate_training(net: Any = None, system: System | str = "POD16", *, micro_
         Per-layer costs of one micro-batch on one chip (default: from ``estimate_network``).
     sample_bytes : int, optional
         Host bytes per sample (default: the network's inputs in ``dtype``).
+    bn_replica_group : int
+        Batch norm statistics over groups of this many consecutive replicas (Graphcore's
+        MLPerf ResNet-50 used 2): per batch norm, pass and micro-batch, one all-reduce of
+        2 x channels float32 values over each group, all groups at once
+        (:mod:`ipukern.systems.bn_group`), counted as ``"bn all-reduce"``. 1 (default):
+        per-replica statistics, no communication.
     """
     system = get_system(system)
     chip = system.chip
@@ -332,6 +345,7 @@ def estimate_training(net: Any = None, system: System | str = "POD16", *, micro_
     if reps * ipr > system.n_ipus or reps < 1:
         raise SystemConfigError(f"{reps} replicas x {ipr} IPUs per replica = {reps * ipr} IPUs, but "
                                 f"{system.name} has {system.n_ipus}")
+    bn_group = check_bn_group(bn_replica_group, reps)
     if optimizer not in OPTIMIZER_WORDS:
         raise ValueError(f"optimizer must be one of {sorted(OPTIMIZER_WORDS)}, got {optimizer!r}")
     if optimizer_state not in ("chip", "streaming"):
@@ -372,11 +386,11 @@ def estimate_training(net: Any = None, system: System | str = "POD16", *, micro_
     if stages is None:
         stages = _auto(costs, ipr, lambda s, i, j: memory(s, i, j) <= budget)
     return _compose(system, costs, stages, reps, ipr, mb, m, item, recompute, optimizer,
-                    optimizer_state, shard, sample_bytes, memory, budget)
+                    optimizer_state, shard, sample_bytes, memory, budget, bn_group)
 
 
 def _compose(system, costs, stages, reps, ipr, mb, m, item, recompute, optimizer, optimizer_state,
-             shard, sample_bytes, memory, budget) -> TrainingEstimate:
+             shard, sample_bytes, memory, budget, bn_group) -> TrainingEstimate:
     chip = system.chip
     clock = chip.clock_hz
     pos = {c.name: k for k, c in enumerate(costs)}
@@ -399,12 +413,17 @@ def _compose(system, costs, stages, reps, ipr, mb, m, item, recompute, optimizer
                 lk = [system.link(u, v) for u, v in zip(path[:-1], path[1:])]
                 links = max(links, nb / min(x.bytes_per_second for x in lk) + sum(x.latency_s for x in lk))
         p = sum(c.n_params for c in layers)
+        # group statistics: forward and backward all-reduce per batch norm (recomputation
+        # re-runs the forward's, as PopLibs' recomputed forward does)
+        bn = (2 + recompute) * sum(bn_all_reduce_cycles(system, reps, ipr, bn_group, s, c.bn_channels)
+                                   for c in layers if c.bn_channels) if bn_group > 1 else 0
         rows.append({"stage": s, "layers": names, "compute_mb_s": (fwd + bwd) / clock, "links_s": links,
-                     "params": p, "memory_bytes": mem})
+                     "bn_mb_s": bn / clock, "params": p, "memory_bytes": mem})
     sync_s = 2 * system.sync_cycles(ipr) / clock if ipr > 1 else 0.0
     link_s = max(r["links_s"] for r in rows)
-    slow = max(rows, key=lambda r: r["compute_mb_s"])
-    cycle_s = slow["compute_mb_s"] + link_s + sync_s
+    slow = max(rows, key=lambda r: r["compute_mb_s"] + r["bn_mb_s"])
+    slow_s = slow["compute_mb_s"] + slow["bn_mb_s"]
+    cycle_s = slow_s + link_s + sync_s
     n_cycles = m + ipr - 1
     pipeline_s = n_cycles * cycle_s
     # gradients: every stage's IPUs across replicas, concurrently; the slowest group counts
@@ -435,16 +454,19 @@ def _compose(system, costs, stages, reps, ipr, mb, m, item, recompute, optimizer
             breakdown.append({
                 "ipu": k * ipr + s, "replica": k, "stage": s,
                 "layers": f"{r['layers'][0]}..{r['layers'][-1]}",
-                "compute_s": m * r["compute_mb_s"], "fill_drain_s": (ipr - 1) * cycle_s,
-                "idle_s": m * (slow["compute_mb_s"] - r["compute_mb_s"]),
+                "compute_s": m * r["compute_mb_s"], "bn_all_reduce_s": m * r["bn_mb_s"],
+                "fill_drain_s": (ipr - 1) * cycle_s,
+                "idle_s": m * (slow_s - r["compute_mb_s"] - r["bn_mb_s"]),
                 "links_s": n_cycles * link_s, "sync_s": n_cycles * sync_s, "all_reduce_s": ar[s],
                 "optimizer_s": opt[s], "streaming_s": stream[s], "host_io_s": host_io,
                 "memory_bytes": r["memory_bytes"], "budget_bytes": budget})
-    parts = {"pipeline compute": m * slow["compute_mb_s"], "fill/drain": (ipr - 1) * cycle_s,
+    parts = {"pipeline compute": m * slow["compute_mb_s"], "bn all-reduce": m * slow["bn_mb_s"],
+             "fill/drain": (ipr - 1) * cycle_s,
              "links + sync": n_cycles * (link_s + sync_s), "all-reduce": max(ar),
              "optimizer": max(opt), "streaming memory": max(stream), "host I/O": host_excess}
     top = max(parts, key=parts.get)
     why = f"{top}" + (f" (slowest stage {slow['stage']}: {slow['layers'][0]}..{slow['layers'][-1]})"
                       if top == "pipeline compute" and ipr > 1 else "")
     return TrainingEstimate(system.name, reps, ipr, mb, m, [list(s) for s in stages], step, breakdown, why,
-                            info={"parts_s": parts, "pipeline_cycle_s": cycle_s, "host_io_s": host_io})
+                            info={"parts_s": parts, "pipeline_cycle_s": cycle_s, "host_io_s": host_io,
+                                  "bn_replica_group": bn_group})

@@ -142,7 +142,7 @@ def test_mpi_runs_are_bitwise_identical_to_in_process(ranks, in_process):
 
 
 CLI = ["train", "resnet8", "--system", "M2000", "--replicas", "2", "--micro-batch", "1",
-       "--image-size", "8", "--tiles", "16", "--execute"]
+       "--image-size", "8", "--tiles", "16", "--bn-group", "2", "--execute"]
 
 
 def test_cli_execute_in_process_and_under_mpiexec(capsys):
@@ -151,6 +151,8 @@ def test_cli_execute_in_process_and_under_mpiexec(capsys):
     here = capsys.readouterr().out.splitlines()
     assert here[0].endswith("1 process(es)") and "2 replica(s) x 1 IPU(s)" in here[1]
     assert here[2].startswith("loss ") and "all-reduce" in "\n".join(here)
+    assert any(ln.split()[:2] == ["bn", "all-reduce"] and int(ln.split()[2].replace(",", "")) > 0
+               for ln in here)
     pytest.importorskip("mpi4py", reason="MPI tests need the mpi extra: pip install 'ipukern[mpi]'")
     from test_mpi import mpirun
     mpi = mpirun(2, "-m", "ipukern", *CLI)   # rank 0 alone prints: the same loss and cycles
@@ -159,7 +161,8 @@ def test_cli_execute_in_process_and_under_mpiexec(capsys):
 
 @pytest.mark.parametrize("extra,match", [(["--replicas", "8"], "8 IPUs"),
                                          (["--pipeline", "nope", "--ipus-per-replica", "2"], "'nope'"),
-                                         (["--image-size", "0"], "image-size")])
+                                         (["--image-size", "0"], "image-size"),
+                                         (["--bn-group", "3"], "must divide the 2 replicas")])
 def test_cli_execute_bad_input_is_one_line(capsys, extra, match):
     from ipukern.cli import main
     assert main(CLI + extra) == 1

@@ -15,9 +15,10 @@ from nets import data, tiny_cnn  # noqa: E402
 
 CHIP = ik.GC200.replace(n_tiles=16, name="GC200-16")
 SYSTEM = ik.System.pod(4, CHIP)
-#: (label, replicas, ipus_per_replica, gradient_accumulation, pipeline)
-CONFIGS = [("dp4", 4, 1, 1, None), ("dp2_pp2", 2, 2, 2, ["pool"]),
-           ("pp4", 1, 4, 3, ["relu1", "res", "conv3"])]
+#: (label, replicas, ipus_per_replica, gradient_accumulation, pipeline, batch-norm replica group)
+CONFIGS = [("dp4", 4, 1, 1, None, 1), ("dp2_pp2", 2, 2, 2, ["pool"], 1),
+           ("pp4", 1, 4, 3, ["relu1", "res", "conv3"], 1),
+           ("dp4_bn2", 4, 1, 1, None, 2), ("dp2_pp2_bn2", 2, 2, 2, ["pool"], 2)]
 
 
 def digest(run) -> dict:
@@ -32,7 +33,8 @@ def digest(run) -> dict:
     return {"sha": h.hexdigest(), "loss": run.loss.hex(), "cycles": run.cycles, "phases": run.phases,
             "stages": [[r["compute_cycles"], r["all_reduce_cycles"], r["optimizer_cycles"]]
                        for r in run.stages],
-            "schedule": [[r["compute_cycles"], r["link_cycles"], r["sync_cycles"]] for r in run.schedule]}
+            "schedule": [[r["compute_cycles"], r["link_cycles"], r["sync_cycles"], r["bn_all_reduce_cycles"]]
+                         for r in run.schedule]}
 
 
 def run(comm=None) -> dict:
@@ -40,11 +42,11 @@ def run(comm=None) -> dict:
     params = net.init_params(seed=1)
     x, labels = data(12)
     out = {}
-    for label, reps, ipr, acc, pipe in CONFIGS:
+    for label, reps, ipr, acc, pipe, bn in CONFIGS:
         r = ik.run_training_step(net, x[:reps * acc * 2], labels[:reps * acc * 2], params, system=SYSTEM,
                                  replicas=reps, ipus_per_replica=ipr, gradient_accumulation=acc,
                                  pipeline=pipe, optimizer=ik.Optimizer("sgd_momentum", lr=0.05),
-                                 comm=comm)
+                                 comm=comm, bn_replica_group=bn)
         out[label] = digest(r)
     return out
 
