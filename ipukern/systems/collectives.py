@@ -43,6 +43,7 @@ __all__ = [
     "broadcast",
     "collective_seconds",
     "concurrent",
+    "concurrent_seconds",
     "reduce_scatter",
 ]
 
@@ -382,6 +383,48 @@ def _ring_bandwidth(system: System, ring: list[int]) -> tuple[float, float]:
     return bw, lat
 
 
+def _ring_phase(system: System, rings: list[tuple[list[int], float]], reduce: bool, share: float,
+                dtype: str) -> tuple[int, float, float, float]:
+    """(steps, link, sync, add seconds) of concurrent ring phases in lockstep: ring r with
+    ``size`` bytes sends ``share`` of a ``size / len(r)`` chunk to its neighbour per step
+    (and, with ``share`` 0.5, the other half the other way round). Every copy follows its
+    route; the bytes of all rings crossing a directed link share its bandwidth, so a step
+    lasts the slowest route's ``max(bytes on its links / link rate) + latency``, or a tile's
+    exchange port if slower."""
+    chip = system.chip
+    item = DTYPES[dtype].itemsize
+    port_bps = chip.exchange_bytes_per_cycle * chip.clock_hz
+    load: dict[tuple[int, int], float] = {}
+    routes, steps, port, add = [], 0, 0.0, 0.0
+    n_dirs = round(1 / share)
+    for ring, size in rings:
+        k = len(ring)
+        if k < 2:
+            continue
+        chunk = size / k
+        steps = max(steps, k - 1)
+        port = max(port, chunk / chip.n_tiles / port_bps)
+        if reduce:   # one add vertex per tile and direction (the pair adds two half chunks)
+            per_tile = math.ceil(chunk / item / chip.n_tiles / n_dirs)
+            add = max(add, n_dirs * reduce_cycles(chip, per_tile, 2, dtype, dtype) / chip.clock_hz)
+        for r in ([ring] if n_dirs == 1 else [ring, ring[:1] + ring[:0:-1]]):
+            for a, b in zip(r, r[1:] + r[:1]):
+                hops = list(itertools.pairwise(system.route(a, b)))
+                routes.append(hops)
+                for h in hops:
+                    load[h] = load.get(h, 0.0) + share * chunk
+    if not steps:
+        return 0, 0.0, 0.0, 0.0
+    link = 0.0
+    for hops in routes:
+        lks = [system.link(u, v) for u, v in hops]
+        link = max(link, max(load[h] / ln.bytes_per_second for h, ln in zip(hops, lks))
+                   + sum(ln.latency_s for ln in lks))
+    n = len({i for ring, _ in rings for i in ring})
+    sync_s = (system.sync_cycles(n) + chip.exchange_overhead_cycles) / chip.clock_hz
+    return steps, steps * max(link, port), steps * sync_s, steps * add
+
+
 def collective_seconds(system: System, op: str, nbytes: float, ipus: Any = None, *,
                        dtype: str = "float32", method: str = "bidirectional") -> CollectiveCost:
     """Closed-form time of ``op`` ("all_reduce", "reduce_scatter", "all_gather",
@@ -389,61 +432,77 @@ def collective_seconds(system: System, op: str, nbytes: float, ipus: Any = None,
 
     ``method="bidirectional"`` (default) sends half of each chunk each way round the ring,
     so a link direction carries chunk / 2 per step; ``"ring"`` one way.
-    Per ring step: ``max(chunk / slowest ring link + latency, chunk / n_tiles / tile
-    exchange rate) + cross-chip sync + exchange overhead``; reduce steps add each tile's
-    share of the chunk (:func:`~ipukern.core.cost.reduce_cycles`, 2 partials), as the
-    built program does, whose chunks are a share of every tile.
+    Per ring step: ``max(bytes on the busiest link of a route / its rate + the route's
+    latency, chunk / n_tiles / tile exchange rate) + cross-chip sync + exchange overhead``
+    (routes of ring neighbours that share a link share its bandwidth: a ring of two IPUs
+    sends both half chunks over each link direction); reduce steps add each tile's share of
+    the chunk (:func:`~ipukern.core.cost.reduce_cycles`, 2 partials), as the built program
+    does, whose chunks are a share of every tile.
     """
+    return concurrent_seconds(system, op, [(nbytes, ipus)], dtype=dtype, method=method)
+
+
+def concurrent_seconds(system: System, op: str, jobs: Sequence[tuple[float, Any]], *,
+                       dtype: str = "float32", method: str = "bidirectional") -> CollectiveCost:
+    """Closed-form time of several collectives ``op`` run at once, ``jobs`` =
+    ``[(nbytes, ipus), ...]`` on disjoint IPU sets (e.g. each pipeline stage's gradient
+    all-reduce across the replicas): their ring steps run in lockstep and the bytes of all
+    jobs crossing a directed link share its bandwidth (as :func:`concurrent` programs do).
+    Returns the cost of the whole (``nbytes``: the largest job's)."""
     if op not in ("all_reduce", "reduce_scatter", "all_gather", "broadcast"):
         raise ValueError(f"unknown collective {op!r}")
-    if not (nbytes >= 0 and math.isfinite(nbytes)):
-        raise ValueError(f"nbytes must be a finite number >= 0, got {nbytes!r}")
     if method not in ("ring", "bidirectional"):
         raise ValueError(f"method must be 'ring' or 'bidirectional', got {method!r}")
     share = 0.5 if method == "bidirectional" else 1.0
-    ipus = list(range(system.n_ipus)) if ipus is None else sorted({int(i) for i in ipus})
-    n = len(ipus)
-    chip = system.chip
-    if n <= 1 or nbytes == 0:
-        return CollectiveCost(op, n, int(nbytes), 0, 0.0, 0.0, 0.0, "none")
-    sync_s = (system.sync_cycles(n) + chip.exchange_overhead_cycles) / chip.clock_hz
     dtype = canonical_dtype(dtype)
-    item = DTYPES[dtype].itemsize
-    port_bps = chip.exchange_bytes_per_cycle * chip.clock_hz
-
-    def ring_phase(ring, size, reduce, share=share):
-        k = len(ring)
-        bw, lat = _ring_bandwidth(system, ring)
-        chunk = size / k
-        steps = k - 1
-        # one add vertex per tile and direction (the pair adds two half chunks)
-        n_dirs = round(1 / share)
-        per_tile = math.ceil(chunk / item / chip.n_tiles / n_dirs)
-        add = n_dirs * reduce_cycles(chip, per_tile, 2, dtype, dtype) / chip.clock_hz if reduce else 0.0
-        link = max(share * chunk / bw + lat, chunk / chip.n_tiles / port_bps)
-        return steps, steps * link, steps * sync_s, steps * add
-
-    groups: dict[int, list[int]] = {}
-    for i in ipus:
-        groups.setdefault(i // system.domain_ipus, []).append(i)
-    inner = system.ring(next(iter(groups.values())))
-    phases = []
+    chip = system.chip
+    norm, seen = [], set()
+    for nbytes, ipus in jobs:
+        if not (nbytes >= 0 and math.isfinite(nbytes)):
+            raise ValueError(f"nbytes must be a finite number >= 0, got {nbytes!r}")
+        ipus = list(range(system.n_ipus)) if ipus is None else sorted({int(i) for i in ipus})
+        if seen & set(ipus):
+            raise SystemConfigError(f"concurrent collectives overlap on IPU(s) {sorted(seen & set(ipus))}")
+        seen |= set(ipus)
+        if len(ipus) > 1 and nbytes > 0:
+            norm.append((float(nbytes), ipus))
+    big = int(max((nb for nb, _ in jobs), default=0))
+    n = max((len(i) for _, i in norm), default=len(seen))
+    if not norm:
+        return CollectiveCost(op, n, big, 0, 0.0, 0.0, 0.0, "none")
     if op == "broadcast":
+        if len(norm) > 1:
+            raise ValueError("concurrent broadcasts are not modelled; cost them one by one")
+        nbytes, ipus = norm[0]
+        n = len(ipus)
         bw, lat = _ring_bandwidth(system, system.ring(ipus))
+        sync_s = (system.sync_cycles(n) + chip.exchange_overhead_cycles) / chip.clock_hz
         steps = 2 * n - 2
         return CollectiveCost(op, n, int(nbytes), steps, steps * (nbytes / n / bw + lat), steps * sync_s,
                               0.0, "pipelined ring")
+    inner, cross = [], []
+    hierarchical = False
+    for nbytes, ipus in norm:
+        doms: dict[int, list[int]] = {}
+        for i in ipus:
+            doms.setdefault(i // system.domain_ipus, []).append(i)
+        rings = [system.ring(g) for _, g in sorted(doms.items())]
+        inner += [(r, nbytes) for r in rings]
+        if op == "all_reduce" and len(rings) > 1:
+            hierarchical = True
+            # across domains every IPU moves its 1/N of the tensor: the rings of the IPUs
+            # at the same position of every domain, all at once
+            cross += [([r[k] for r in rings], nbytes / len(rings[0])) for k in range(len(rings[0]))]
+    phases = []
     if op in ("all_reduce", "reduce_scatter"):
-        phases.append(ring_phase(inner, nbytes, True))
+        phases.append(_ring_phase(system, inner, True, share, dtype))
     algorithm = "bidirectional ring pair" if method == "bidirectional" else "ring"
-    if op == "all_reduce" and len(groups) > 1:
-        cross = [g[0] for g in groups.values()]
-        sub = nbytes / len(inner)
-        # across domains every IPU moves its 1/N of the tensor; with the ring pair its two
-        # cross rings need not use opposite link directions, so no halving is assumed
-        phases += [ring_phase(cross, sub, True, 1.0), ring_phase(cross, sub, False, 1.0)]
+    if hierarchical:
+        # with the ring pair its two cross rings need not use opposite link directions, so
+        # no halving is assumed
+        phases += [_ring_phase(system, cross, True, 1.0, dtype), _ring_phase(system, cross, False, 1.0, dtype)]
         algorithm = "hierarchical (ring per POD64, ring across GW-Links)"
     if op in ("all_reduce", "all_gather"):
-        phases.append(ring_phase(inner, nbytes, False))
+        phases.append(_ring_phase(system, inner, False, share, dtype))
     steps, link_s, sync_total, add_s = (sum(p[i] for p in phases) for i in range(4))
-    return CollectiveCost(op, n, int(nbytes), int(steps), link_s, sync_total, add_s, algorithm)
+    return CollectiveCost(op, n, big, int(steps), link_s, sync_total, add_s, algorithm)

@@ -25,15 +25,18 @@ backward and weight-update passes on simulated tiles of the system's chip, the o
 backward ops on the host in float32) in the process that owns the stage's IPU; the tensors
 crossing IPUs (boundary activations, their gradients, the gradients being all-reduced) live
 in that IPU's tile memory of the :class:`~ipukern.SystemDevice` and move only by its link
-exchanges and collectives. Batch norm uses each micro-batch's own statistics (no
-cross-replica batch norm).
+exchanges and collectives. Batch norm uses each micro-batch's own statistics, or with
+``bn_replica_group=N`` those of N replicas' micro-batches together: the replicas of a stage
+run side by side and, at each batch norm (forward and backward), their local per-channel
+sums are all-reduced over each group by an executed collective (:mod:`.bn_group`).
 
 Cycles (deterministic, the same in every process): per pipeline cycle the slowest active
 stage's forward/backward cycles (per-layer training costs of one micro-batch, as
 :func:`~ipukern.estimate_training` uses) plus the cycle's link exchange and cross-chip sync
-(from the executed link program's records); then the slowest stage's all-reduce program and
-optimizer step. Stage groups all-reduce concurrently; link sharing between the groups is not
-modelled (as in the estimate).
+(from the executed link program's records) and, with batch-norm groups, the stage's group
+all-reduces; then the gradient all-reduce of every stage at once (one concurrent program:
+transfers of different stages crossing a link share it, as in the estimate) and the slowest
+stage's optimizer step.
 """
 from __future__ import annotations
 
@@ -49,7 +52,7 @@ from ..nn.train_exec import PassState, backward_iter, forward_iter, training_pro
 from ..ops.optim import get_optimizer, optimizer_step
 from .bsp import SystemDevice, SystemSuperstep
 from .bn_group import check_bn_group, stats_program, stats_tensor
-from .collectives import all_reduce
+from .collectives import all_reduce, concurrent
 from .spec import get_system
 from .training import _costs_from_network, estimate_training
 
@@ -434,23 +437,28 @@ def _pipeline(su: _Setup, x: np.ndarray, labels: np.ndarray, params: dict, parti
     return accs, losses, schedule, held
 
 
-def _reduce(su: _Setup, accs: dict, shapes: dict) -> tuple[dict[str, np.ndarray], list[int]]:
-    """All-reduce every stage's accumulated gradients across the replicas; the mean
-    gradients (on every rank) and each stage's all-reduce cycles."""
+def _reduce(su: _Setup, accs: dict, shapes: dict) -> tuple[dict[str, np.ndarray], list[int], int]:
+    """All-reduce every stage's accumulated gradients across the replicas, all stages at
+    once (one :func:`~ipukern.systems.collectives.concurrent` program: the stages'
+    transfers crossing a link share it). Returns the mean gradients (on every rank), each
+    stage's all-reduce cycles alone and the cycles of the concurrent program."""
     grads: dict[str, np.ndarray] = {}
-    cycles = []
     scale = np.float32(su.R * su.M)
+    progs = []
     for s, names in enumerate(su.stage_params):
         t = su.grads[s]
         for k in range(su.R):
             if su.local(k, s):
                 flat = _pack(names, accs[(k, s)], shapes) if names else np.zeros(1, np.float32)
                 su.dev.write(t, su.ipu(k, s), flat)
-        prof = su.dev.run(all_reduce(su.dev, t, name=f"all_reduce stage {s}")) if su.R > 1 else None
-        cycles.append(prof.total_cycles if prof is not None else 0)
-        flat = su.dev.read(t, su.ipu(0, s)) / scale
+        if su.R > 1:
+            progs.append(all_reduce(su.dev, t, name=f"all_reduce stage {s}"))
+    alone = [sum(r.total_cycles for r in p.records) for p in progs] or [0] * su.P
+    total = su.dev.run(concurrent(su.dev, progs, label="gradient all-reduce")).total_cycles if progs else 0
+    for s, names in enumerate(su.stage_params):
+        flat = su.dev.read(su.grads[s], su.ipu(0, s)) / scale
         grads.update(_unpack(names, flat, shapes))
-    return grads, cycles
+    return grads, alone, total
 
 
 def run_training_step(net: Any, x: Any, labels: Any, params: dict[str, np.ndarray] | None = None, *,
@@ -513,7 +521,7 @@ def run_training_step(net: Any, x: Any, labels: Any, params: dict[str, np.ndarra
             losses.update(part_l)
             running.update(part_r)
     loss = float(np.mean([losses[(k, i)] for k in range(su.R) for i in range(su.M)]))
-    grads, ar_cycles = _reduce(su, accs, shapes)
+    grads, ar_cycles, ar_total = _reduce(su, accs, shapes)
     chip = su.dev.system.chip
     new, new_state, opt_cycles = dict(params), {}, []
     for names in su.stage_params:
@@ -527,10 +535,10 @@ def run_training_step(net: Any, x: Any, labels: Any, params: dict[str, np.ndarra
         new_state.update(zip(names, run.state))
         opt_cycles.append(run.profile.total_cycles)
     new.update(running)
-    return _result(su, loss, new, grads, new_state, schedule, ar_cycles, opt_cycles)
+    return _result(su, loss, new, grads, new_state, schedule, ar_cycles, ar_total, opt_cycles)
 
 
-def _result(su: _Setup, loss, params, grads, state, schedule, ar_cycles, opt_cycles) -> TrainingRun:
+def _result(su: _Setup, loss, params, grads, state, schedule, ar_cycles, ar_total, opt_cycles) -> TrainingRun:
     busy = [su.M * (f + b + 2 * n) for f, b, n in zip(su.fwd, su.bwd, su.bn_cycles)]
     slow = int(np.argmax(busy))
     bn = 2 * su.M * su.bn_cycles[slow]
@@ -538,7 +546,7 @@ def _result(su: _Setup, loss, params, grads, state, schedule, ar_cycles, opt_cyc
               "fill/drain": sum(r["compute_cycles"] for r in schedule) - busy[slow],
               "link exchange": sum(r["link_cycles"] for r in schedule),
               "sync": sum(r["sync_cycles"] for r in schedule),
-              "all-reduce": max(ar_cycles), "optimizer": max(opt_cycles)}
+              "all-reduce": ar_total, "optimizer": max(opt_cycles)}
     stages = [{"stage": s, "layers": names, "ipus": [su.ipu(k, s) for k in range(su.R)],
                "fwd_cycles": su.fwd[s], "bwd_cycles": su.bwd[s], "compute_cycles": busy[s],
                "bn_all_reduce_cycles": 2 * su.M * su.bn_cycles[s],

@@ -11,9 +11,10 @@ backward-data, weight-update cycles; weight, stash and working bytes) into a ste
   cross-chip sync. The ``S - 1`` extra cycles are the fill/drain bubble. ``recompute=True``
   re-runs each stage's forward in its backward and stashes only the stage input.
 - **data parallel**: after the M micro-batches, the gradients of each stage are all-reduced
-  across the replicas (:func:`~ipukern.systems.collectives.collective_seconds`: ring in a
-  POD64, hierarchical across GW-Links); ``replicated_sharding`` reduce-scatters instead, runs
-  the optimizer on 1/R of the weights and all-gathers them.
+  across the replicas (:func:`~ipukern.systems.collectives.concurrent_seconds`: ring in a
+  POD64, hierarchical across GW-Links), every stage's group at once, their transfers sharing
+  the links they cross; ``replicated_sharding`` reduce-scatters instead, runs the optimizer
+  on 1/R of the weights and all-gathers them.
 - **optimizer**: element-wise over the stage's parameters, streaming ``OPTIMIZER_WORDS``
   words per parameter through the tile's load/store path; ``optimizer_state="streaming"``
   keeps the state in Streaming Memory and moves it in and out once per step at the
@@ -38,7 +39,7 @@ from typing import Any
 
 from ..dtypes import DTYPES, canonical_dtype
 from .bn_group import bn_all_reduce_cycles, check_bn_group
-from .collectives import collective_seconds
+from .collectives import concurrent_seconds
 from .spec import System, SystemConfigError, get_system
 
 __all__ = ["LayerCost", "TrainingEstimate", "StageMemoryError", "estimate_training", "OPTIMIZER_WORDS",
@@ -109,8 +110,8 @@ class TrainingEstimate:
                  f"= global batch {self.global_batch}",
                  f"  step {self.step_seconds * 1e3:.3f} ms, {self.samples_per_second:,.0f} samples/s; "
                  f"bound by {self.bottleneck}",
-                 "  IPU stage  compute ms  BN all-reduce ms  fill/drain ms  links ms  sync ms  all-reduce ms  "
-                 "optimizer ms  host I/O ms  memory MB / budget"]
+                 "  IPU stage  compute ms  BN all-reduce ms  fill/drain ms  links ms  sync ms  "
+                 "all-reduce ms  optimizer ms  host I/O ms  memory MB / budget"]
         for r in self.breakdown:
             lines.append(f"  {r['ipu']:>3} {r['stage']:>5}  {r['compute_s'] * 1e3:10.3f}  "
                          f"{r.get('bn_all_reduce_s', 0.0) * 1e3:16.3f}  "
@@ -426,17 +427,15 @@ def _compose(system, costs, stages, reps, ipr, mb, m, item, recompute, optimizer
     cycle_s = slow_s + link_s + sync_s
     n_cycles = m + ipr - 1
     pipeline_s = n_cycles * cycle_s
-    # gradients: every stage's IPUs across replicas, concurrently; the slowest group counts
-    ar = []
-    for s, r in enumerate(rows):
-        group = [k * ipr + s for k in range(reps)]
-        nbytes = r["params"] * item
-        if shard > 1:
-            t = (collective_seconds(system, "reduce_scatter", nbytes, group).seconds
-                 + collective_seconds(system, "all_gather", nbytes, group).seconds)
-        else:
-            t = collective_seconds(system, "all_reduce", nbytes, group).seconds
-        ar.append(t)
+    # gradients: every stage's IPUs across replicas, all stages at once in lockstep; the
+    # stages' transfers crossing the same link share it (pipelined replicas' groups do)
+    jobs = [(r["params"] * item, [k * ipr + s for k in range(reps)]) for s, r in enumerate(rows)]
+    if shard > 1:
+        t = (concurrent_seconds(system, "reduce_scatter", jobs).seconds
+             + concurrent_seconds(system, "all_gather", jobs).seconds)
+    else:
+        t = concurrent_seconds(system, "all_reduce", jobs).seconds
+    ar = [t] * len(rows)
     opt, stream = [], []
     for r in rows:
         p = r["params"] / shard

@@ -27,12 +27,12 @@ from ._table import read_table, select, write_table
 __all__ = ["PublishedRun", "SystemsReport", "SystemsRow", "load_published", "systems_report"]
 
 _INT = ("replicas", "ipus_per_replica", "micro_batch", "gradient_accumulation", "replicated_sharding",
-        "items_per_sample", "sample_bytes", "train_items")
+        "items_per_sample", "sample_bytes", "train_items", "bn_group")
 _FLOAT = ("published_minutes", "published_throughput")
 _FIELDS = ("id", "kind", "round", "benchmark", "system", "network", "network_args", *_INT[:4], "pipeline",
            "recompute", "optimizer", "optimizer_state", "replicated_sharding", "dtype", "partials",
-           "items_per_sample", "sample_bytes", "train_items", *_FLOAT, "unit", "source", "locator", "note",
-           "not_modelled")
+           "bn_group", "items_per_sample", "sample_bytes", "train_items", *_FLOAT, "unit", "source",
+           "locator", "note", "not_modelled")
 _KINDS = ("ipu_training", "gpu_training")
 
 
@@ -58,6 +58,8 @@ class PublishedRun:
     replicated_sharding: int | None
     dtype: str
     partials: str
+    #: batch norm statistics over groups of this many replicas (None: per replica)
+    bn_group: int | None
     #: published items (images, sequences) per model sample (2: a BERT pack of 2 sequences)
     items_per_sample: int | None
     sample_bytes: int | None
@@ -192,7 +194,8 @@ def _model_ipu(run: PublishedRun, net: Any, datasheet: bool = False) -> tuple[fl
                             ipus_per_replica=run.ipus_per_replica or 1, pipeline=pipeline, dtype=run.dtype,
                             partials=run.partials or "half", recompute=recompute, optimizer=run.optimizer,
                             optimizer_state=run.optimizer_state or "chip",
-                            replicated_sharding=bool(run.replicated_sharding), sample_bytes=run.sample_bytes)
+                            replicated_sharding=bool(run.replicated_sharding), sample_bytes=run.sample_bytes,
+                            bn_replica_group=run.bn_group or 1)
     parts = {k: round(v * 1e3, 3) for k, v in est.info["parts_s"].items()}
     return est.samples_per_second, est.bottleneck, {"step_ms": round(est.step_seconds * 1e3, 3),
                                                       "parts_ms": parts, "stages": len(est.stages)}

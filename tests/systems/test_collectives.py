@@ -191,3 +191,59 @@ def test_bad_input():
         dev.run(ik.all_reduce(dev, t), "fast")
     with pytest.raises(ValueError, match="unknown collective"):
         ik.collective_seconds(ik.IPU_POD16, "gather", 10)
+
+
+def test_concurrent_groups_share_links_closed_form_and_built_program():
+    # ladder of 8: rails 0-2-4-6 and 1-3-5-7 (2 lanes each). Groups {0, 4} and {2, 6} (two
+    # pipeline stages' IPUs in 2 replicas of 4 stages) route over 0-2-4 and 2-4-6: both use
+    # the rail 2-4. A ring of two sends both half chunks over each direction: chunk = B / 2
+    # per link direction and step alone, B on 2->4 when both groups run at once.
+    pod = ik.System.pod(8, CHIP)
+    bw, lat = pod.link(2, 4).bytes_per_second, pod.link(2, 4).latency_s
+    B = 1e8
+    alone = ik.collective_seconds(pod, "all_reduce", B, [0, 4])
+    both = ik.systems.collectives.concurrent_seconds(pod, "all_reduce", [(B, [0, 4]), (B, [2, 6])])
+    assert alone.steps == both.steps == 2
+    assert alone.link_seconds == pytest.approx(2 * (B / 2 / bw + 2 * lat))
+    assert both.link_seconds == pytest.approx(2 * (B / bw + 2 * lat))
+    # groups on different rails ({0, 4} and {1, 5}) share nothing: the cost of one
+    apart = ik.systems.collectives.concurrent_seconds(pod, "all_reduce", [(B, [0, 4]), (B, [1, 5])])
+    assert apart.link_seconds == pytest.approx(alone.link_seconds)   # (the sync spans 4 IPUs)
+    with pytest.raises(ik.SystemConfigError, match="overlap"):
+        ik.systems.collectives.concurrent_seconds(pod, "all_reduce", [(B, [0, 4]), (B, [4, 6])])
+    # the built programs, run at once: real sums per group, and the shared rail in the cost
+    e = 64 * 16
+    dev = ik.SystemDevice(pod)
+    rng = np.random.default_rng(3)
+    ts, progs, want = [], [], {}
+    for g in ([0, 4], [2, 6]):
+        t = dev.add_tensor(f"g{g[0]}", (e,), "float32", ik.TileMapping.linear(e, 16), ipus=g)
+        xs = [rng.standard_normal(e).astype(np.float32) for _ in g]
+        for i, x in zip(g, xs):
+            dev.write(t, i, x)
+        ts.append(t)
+        progs.append(ik.all_reduce(dev, t, name=f"ar{g[0]}"))
+        want[g[0]] = xs[0].astype(np.float64) + xs[1]
+    alone_cyc = [sum(r.total_cycles for r in p.records) for p in progs]
+    prog = ik.systems.collectives.concurrent(dev, progs, label="both")
+    prof = dev.run(prog)
+    for t, g in zip(ts, ([0, 4], [2, 6])):
+        for i in g:
+            np.testing.assert_allclose(dev.read(t, i), want[g[0]], rtol=1e-6)
+    lx = prog.steps[0].links
+    assert lx.link_cycles == math.ceil((2 * e * 4 / 2 / bw + 2 * lat) * CLOCK) > progs[0].steps[0].links.link_cycles
+    assert prof.total_cycles > max(alone_cyc)
+    with pytest.raises(ik.SystemConfigError, match="both compute on IPU"):
+        ik.systems.collectives.concurrent(dev, [progs[0], progs[0]])
+
+
+def test_grouped_all_reduce_sums_each_group():
+    dev, t, xs = make(8, 1000)
+    prog = ik.all_reduce(dev, t, groups=[[0, 1, 2, 3], [4, 5, 6, 7]])
+    dev.run(prog)
+    for g in ([0, 1, 2, 3], [4, 5, 6, 7]):
+        want = sum(xs[i].astype(np.float64) for i in g)
+        for i in g:
+            np.testing.assert_allclose(dev.read(t, i), want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ik.SystemConfigError, match="overlap"):
+        ik.all_reduce(dev, t, groups=[[0, 1], [1, 2]])
