@@ -500,7 +500,8 @@ def concurrent_seconds(system: System, op: str, jobs: Sequence[tuple[float, Any]
     if hierarchical:
         # with the ring pair its two cross rings need not use opposite link directions, so
         # no halving is assumed
-        phases += [_ring_phase(system, cross, True, 1.0, dtype), _ring_phase(system, cross, False, 1.0, dtype)]
+        phases += [_ring_phase(system, cross, True, 1.0, dtype),
+                   _ring_phase(system, cross, False, 1.0, dtype)]
         algorithm = "hierarchical (ring per POD64, ring across GW-Links)"
     if op in ("all_reduce", "all_gather"):
         phases.append(_ring_phase(system, inner, False, share, dtype))
