@@ -15,6 +15,8 @@ from .collectives import (
     all_reduce,
     broadcast,
     collective_seconds,
+    concurrent,
+    concurrent_seconds,
     reduce_scatter,
 )
 from .training import LayerCost, StageMemoryError, TrainingEstimate, estimate_training
@@ -37,7 +39,7 @@ __all__ = [
     "BOW_2000", "BOW_POD16", "BOW_POD64", "IPU_M2000", "IPU_POD16", "IPU_POD64", "SYSTEM_PRESETS",
     "CollectiveCost", "Link", "LinkExchange", "System", "SystemConfigError", "SystemDevice",
     "SystemProgram", "SystemSuperstep", "SystemTensor", "all_gather", "all_reduce", "broadcast",
-    "collective_seconds", "get_system", "reduce_scatter",
+    "collective_seconds", "concurrent", "concurrent_seconds", "get_system", "reduce_scatter",
     "LayerCost", "StageMemoryError", "TrainingEstimate", "estimate_training",
     "TrainingRun", "run_training_step",
 ]
