@@ -383,6 +383,40 @@ def _ring_bandwidth(system: System, ring: list[int]) -> tuple[float, float]:
     return bw, lat
 
 
+_ROUTES: dict[tuple, tuple] = {}
+
+
+def _ring_routes(system: System, rings: tuple[tuple[int, ...], ...], n_dirs: int) -> tuple:
+    """Per directed link used by the rings: its rate and how many of ring j's neighbour
+    copies cross it (a (links, rings) matrix); per route its links and latency (cached:
+    the estimate asks for the same rings again and again)."""
+    key = (system, rings, n_dirs)
+    hit = _ROUTES.get(key)
+    if hit is None:
+        hop_ix: dict[tuple[int, int], int] = {}
+        counts: list[list[int]] = []
+        routes, lats = [], []
+        for j, ring in enumerate(rings):
+            for r in ([list(ring)] if n_dirs == 1 else [list(ring), [ring[0], *ring[:0:-1]]]):
+                for a, b in zip(r, r[1:] + r[:1]):
+                    hops = list(itertools.pairwise(system.route(a, b)))
+                    idx = []
+                    for h in hops:
+                        if h not in hop_ix:
+                            hop_ix[h] = len(counts)
+                            counts.append([0] * len(rings))
+                        counts[hop_ix[h]][j] += 1
+                        idx.append(hop_ix[h])
+                    routes.append(idx)
+                    lats.append(sum(system.link(u, v).latency_s for u, v in hops))
+        bw = np.array([system.link(u, v).bytes_per_second for u, v in hop_ix], dtype=np.float64)
+        flat = np.concatenate([np.asarray(r, np.int64) for r in routes])
+        starts = np.cumsum([0] + [len(r) for r in routes[:-1]])
+        hit = _ROUTES[key] = (np.array(counts, np.float64).reshape(len(counts), len(rings)), bw, flat,
+                              starts, np.array(lats))
+    return hit
+
+
 def _ring_phase(system: System, rings: list[tuple[list[int], float]], reduce: bool, share: float,
                 dtype: str) -> tuple[int, float, float, float]:
     """(steps, link, sync, add seconds) of concurrent ring phases in lockstep: ring r with
@@ -394,33 +428,21 @@ def _ring_phase(system: System, rings: list[tuple[list[int], float]], reduce: bo
     chip = system.chip
     item = DTYPES[dtype].itemsize
     port_bps = chip.exchange_bytes_per_cycle * chip.clock_hz
-    load: dict[tuple[int, int], float] = {}
-    routes, steps, port, add = [], 0, 0.0, 0.0
     n_dirs = round(1 / share)
-    for ring, size in rings:
-        k = len(ring)
-        if k < 2:
-            continue
-        chunk = size / k
-        steps = max(steps, k - 1)
-        port = max(port, chunk / chip.n_tiles / port_bps)
-        if reduce:   # one add vertex per tile and direction (the pair adds two half chunks)
-            per_tile = math.ceil(chunk / item / chip.n_tiles / n_dirs)
-            add = max(add, n_dirs * reduce_cycles(chip, per_tile, 2, dtype, dtype) / chip.clock_hz)
-        for r in ([ring] if n_dirs == 1 else [ring, ring[:1] + ring[:0:-1]]):
-            for a, b in zip(r, r[1:] + r[:1]):
-                hops = list(itertools.pairwise(system.route(a, b)))
-                routes.append(hops)
-                for h in hops:
-                    load[h] = load.get(h, 0.0) + share * chunk
-    if not steps:
+    rings = [(tuple(r), size) for r, size in rings if len(r) > 1]
+    if not rings:
         return 0, 0.0, 0.0, 0.0
-    link = 0.0
-    for hops in routes:
-        lks = [system.link(u, v) for u, v in hops]
-        link = max(link, max(load[h] / ln.bytes_per_second for h, ln in zip(hops, lks))
-                   + sum(ln.latency_s for ln in lks))
-    n = len({i for ring, _ in rings for i in ring})
+    chunks = np.array([size / len(r) for r, size in rings])
+    steps = max(len(r) for r, _ in rings) - 1
+    port = float(chunks.max()) / chip.n_tiles / port_bps
+    add = 0.0
+    if reduce:   # one add vertex per tile and direction (the pair adds two half chunks)
+        add = max(n_dirs * reduce_cycles(chip, math.ceil(c / item / chip.n_tiles / n_dirs), 2, dtype, dtype)
+                  for c in chunks) / chip.clock_hz
+    counts, bw, flat, starts, lats = _ring_routes(system, tuple(r for r, _ in rings), n_dirs)
+    per_link = counts @ (share * chunks) / bw
+    link = float((np.maximum.reduceat(per_link[flat], starts) + lats).max())
+    n = len({i for r, _ in rings for i in r})
     sync_s = (system.sync_cycles(n) + chip.exchange_overhead_cycles) / chip.clock_hz
     return steps, steps * max(link, port), steps * sync_s, steps * add
 

@@ -5,7 +5,7 @@ import math
 import pytest
 
 import ipukern as ik
-from ipukern.systems.collectives import collective_seconds
+from ipukern.systems.collectives import collective_seconds, concurrent_seconds
 
 CLOCK = 1.325e9
 LANE = 128 * 2**30 / 8 * 0.85
@@ -45,7 +45,13 @@ def test_pipeline_fill_drain_links_and_sync_by_hand():
     cycle = stage1 + link + sync
     assert est.info["pipeline_cycle_s"] == pytest.approx(cycle)
     assert est.info["parts_s"]["fill/drain"] == pytest.approx(cycle)
-    ar = max(collective_seconds(ik.IPU_M2000, "all_reduce", 2 * 2000, [s, 2 + s]).seconds for s in (0, 1))
+    # both stages' all-reduces at once (rails 0-2 and 1-3: no shared link, so the link time of
+    # one; the lockstep syncs span the 4 IPUs)
+    both = concurrent_seconds(ik.IPU_M2000, "all_reduce", [(2 * 2000, [0, 2]), (2 * 2000, [1, 3])])
+    alone = collective_seconds(ik.IPU_M2000, "all_reduce", 2 * 2000, [0, 2])
+    assert both.link_seconds == pytest.approx(alone.link_seconds)
+    assert both.sync_seconds == pytest.approx(2 * (ik.IPU_M2000.sync_cycles(4) + 100) / CLOCK)
+    ar = both.seconds
     opt = 2000 * 5 * 2 / (1472 * 16) / CLOCK
     assert est.step_seconds == pytest.approx((8 + 1) * cycle + ar + opt)
     assert "slowest stage 1" in est.bottleneck
