@@ -51,6 +51,9 @@ def _frozen_map(d: Mapping[tuple[str, str], int]) -> tuple[tuple[str, str, int],
 #: exchange rates above this (1 MiB per cycle per tile; the GC200 does ~24) would overflow
 #: the integer cycle arithmetic
 _MAX_EXCHANGE_BYTES_PER_CYCLE = 2**20
+#: and below this (one byte per ~million cycles per tile) the rate's fixed-point scale
+#: (``core.cost.exchange_rate``) overflows; no fabric of interest is that slow
+_MIN_EXCHANGE_BYTES_PER_CYCLE = 2**-20
 _INT_FIELDS = ("n_tiles", "tile_bytes", "n_workers", "vector_width_bits", "load_bytes_per_cycle",
                "store_bytes_per_cycle", "coeff_load_bytes_per_cycle", "tiles_per_exchange_bus",
                "memcpy_bytes_per_cycle", "sync_cycles", "exchange_overhead_cycles",
@@ -155,6 +158,10 @@ class MachineSpec:
         if self.exchange_bytes_per_cycle > _MAX_EXCHANGE_BYTES_PER_CYCLE:
             raise ValueError(f"MachineSpec.exchange_bytes_per_cycle must be at most "
                              f"{_MAX_EXCHANGE_BYTES_PER_CYCLE} B/cycle/tile, got "
+                             f"{self.exchange_bytes_per_cycle!r}")
+        if self.exchange_bytes_per_cycle < _MIN_EXCHANGE_BYTES_PER_CYCLE:
+            raise ValueError(f"MachineSpec.exchange_bytes_per_cycle must be at least "
+                             f"{_MIN_EXCHANGE_BYTES_PER_CYCLE} B/cycle/tile, got "
                              f"{self.exchange_bytes_per_cycle!r}")
         _check_float("link_bytes_per_second", self.link_bytes_per_second, positive=False)
         _check_float("host_bytes_per_second", self.host_bytes_per_second, positive=True)

@@ -73,6 +73,7 @@ def test_get_machine():
     ({"vector_width_bits": 24}, "vector_width_bits must be a multiple of 32"),
     ({"exchange_bytes_per_cycle": 2**70}, "exchange_bytes_per_cycle must be at most"),
     ({"exchange_bandwidth": 1e30}, "exchange_bytes_per_cycle must be at most"),
+    ({"exchange_bandwidth": 2.2e-311}, "exchange_bytes_per_cycle must be at least"),   # a fuzz find
     ({"sync_cycles": 2**70}, "sync_cycles must be at most 4294967296"),
     ({"n_workers": 10**6}, "n_workers must be at most 64"),
     ({"amp_conv_units": {("float16", "float8"): 4}}, "amp_conv_units entries"),
