@@ -21,7 +21,7 @@ from ipukern.scaling import DEFAULT_BATCH, DEFAULT_LAYERS
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "default_layers.json"
 CPGS: tuple[int | str, ...] = (1, 4, 16, "dense")
-FIELDS = ("method", "total_cycles", "compute_cycles", "sync_cycles", "exchange_cycles",
+FIELDS = ("method", "expand_dims", "total_cycles", "compute_cycles", "sync_cycles", "exchange_cycles",
           "bytes_exchanged", "by_category", "max_tile_bytes")
 
 
@@ -41,7 +41,8 @@ def current() -> dict[str, dict]:
                 d = prof.to_dict()
                 out[f"{layer.name} N{batch} cpg{cpg}"] = {
                     "method": prof.info.get("method"),
-                    **{k: d[k] for k in FIELDS[1:6]},
+                    "expand_dims": prof.info.get("expand_dims"),
+                    **{k: d[k] for k in FIELDS[2:7]},
                     "by_category": {k: v["total"] for k, v in d["by_category"].items()},
                     "max_tile_bytes": d["memory"]["max_bytes"] if d["memory"] else None,
                 }

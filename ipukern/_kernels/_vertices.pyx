@@ -302,3 +302,77 @@ def add_bias(unsigned char[:, ::1] data,    # IN/OUT: arena
             c = c + 1
             if c == gk:
                 c = 0
+
+
+def copy_blocks(unsigned char[:, ::1] data,      # IN/OUT: arena
+                const int32_t[::1] tiles,         # IN: tile of vertex v
+                const int64_t[::1] src_off,       # IN: byte offset of block v's source (-1: zeros)
+                const int64_t[::1] dst_off,       # IN: byte offset of block v's destination
+                const int64_t[:, ::1] shape,      # IN: (V, 4) block extent in elements
+                const int64_t[:, ::1] src_stride,  # IN: (V, 4) source strides in bytes (>= 0)
+                const int64_t[:, ::1] dst_stride,  # IN: (V, 4) destination strides in bytes (>= 0)
+                int64_t elem_bytes, int n_threads):   # IN
+    """On-tile strided block copy: dst[a, b, c, d] = src[a, b, c, d] (4-D blocks of
+    ``elem_bytes``-byte elements, addresses off + sum(index * stride)); a negative source
+    offset writes zeros. Blocks of one call must not overlap each other's destinations
+    (the caller's tables guarantee it; blocks run in parallel)."""
+    cdef Py_ssize_t v, a, b, c, d, row = data.shape[1]
+    cdef unsigned char* base = &data[0, 0]
+    cdef unsigned char* pd
+    cdef const unsigned char* ps
+    cdef int64_t k, reach, n_el
+    if elem_bytes < 1 or elem_bytes > 8:
+        raise ValueError(f"copy_blocks: elem_bytes must be 1..8, got {elem_bytes}")
+    if n_threads < 1:
+        raise ValueError(f"copy_blocks: n_threads must be >= 1, got {n_threads}")
+    if (src_off.shape[0] != tiles.shape[0] or dst_off.shape[0] != tiles.shape[0]
+            or shape.shape[0] != tiles.shape[0] or src_stride.shape[0] != tiles.shape[0]
+            or dst_stride.shape[0] != tiles.shape[0] or shape.shape[1] != 4
+            or src_stride.shape[1] != 4 or dst_stride.shape[1] != 4):
+        raise ValueError(f"copy_blocks: tables must have {tiles.shape[0]} rows (offsets) and 4 columns")
+    for v in range(tiles.shape[0]):
+        if tiles[v] < 0 or tiles[v] >= data.shape[0]:
+            raise ValueError(f"copy_blocks: vertex {v} on tile {tiles[v]}, outside the arena's "
+                             f"{data.shape[0]} rows")
+        n_el = 1
+        for k in range(4):
+            if shape[v, k] < 0 or shape[v, k] > row or src_stride[v, k] < 0 or dst_stride[v, k] < 0 \
+                    or src_stride[v, k] > row or dst_stride[v, k] > row:
+                raise ValueError(f"copy_blocks: vertex {v}: bad extent or stride in dimension {k}")
+            n_el = n_el * (shape[v, k] > 0)
+        if n_el == 0:
+            continue
+        reach = elem_bytes
+        for k in range(4):
+            reach = reach + (shape[v, k] - 1) * dst_stride[v, k]
+        if dst_off[v] < 0 or dst_off[v] > row - reach:
+            raise ValueError(f"copy_blocks: vertex {v} (tile {tiles[v]}): destination reaches "
+                             f"outside the arena row of {row} B")
+        if src_off[v] >= 0:
+            reach = elem_bytes
+            for k in range(4):
+                reach = reach + (shape[v, k] - 1) * src_stride[v, k]
+            if src_off[v] > row - reach:
+                raise ValueError(f"copy_blocks: vertex {v} (tile {tiles[v]}): source reaches "
+                                 f"outside the arena row of {row} B")
+    for v in prange(tiles.shape[0], nogil=True, schedule="dynamic", num_threads=n_threads):
+        for a in range(shape[v, 0]):
+            for b in range(shape[v, 1]):
+                for c in range(shape[v, 2]):
+                    pd = base + tiles[v] * row + dst_off[v] + a * dst_stride[v, 0] \
+                        + b * dst_stride[v, 1] + c * dst_stride[v, 2]
+                    if src_off[v] < 0:
+                        if dst_stride[v, 3] == elem_bytes:
+                            memset(pd, 0, <size_t>(shape[v, 3] * elem_bytes))
+                        else:
+                            for d in range(shape[v, 3]):
+                                memset(pd + d * dst_stride[v, 3], 0, <size_t>elem_bytes)
+                        continue
+                    ps = base + tiles[v] * row + src_off[v] + a * src_stride[v, 0] \
+                        + b * src_stride[v, 1] + c * src_stride[v, 2]
+                    if dst_stride[v, 3] == elem_bytes and src_stride[v, 3] == elem_bytes:
+                        memcpy(pd, ps, <size_t>(shape[v, 3] * elem_bytes))
+                    else:
+                        for d in range(shape[v, 3]):
+                            memcpy(pd + d * dst_stride[v, 3], ps + d * src_stride[v, 3],
+                                   <size_t>elem_bytes)

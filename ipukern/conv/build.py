@@ -36,8 +36,8 @@ from . import estimators
 from .codelet import ConvCodelet
 from .homes import spread_weight_copies, spread_weight_runs
 from .estimators import TileConv, vertex_field
-from .layout import (CopyTable, StridedCopies, TileGeometry, geometry, owned_input_intervals,
-                     window_copies)
+from .layout import (MAX_INPUT_OWNERS, CopyTable, StridedCopies, TileGeometry, geometry,
+                     owned_input_intervals, window_copies)
 from .planner import ConvPlan
 from .reduce import reduce_stages, stage_range
 
@@ -61,6 +61,8 @@ class ConvProgram:
         self.geometry = geometry
         self._builders = tensor_builders
         self._built: dict[str, Any] = {}
+        #: the conv's per-tile buffers (set by the builder)
+        self.buffers: Any = None
         # threads sharing a cached program must build each tensor once (a second build
         # would register the same tensor name on the device again)
         self._lock = threading.Lock()
@@ -270,7 +272,7 @@ def _allocate(dev: Device, plan: ConvPlan, geo: TileGeometry) -> _ConvBuffers:
 
 
 def build_conv_program(plan: ConvPlan, device: Device | None = None, *,
-                       vertex: Any = None) -> ConvProgram:
+                       vertex: Any = None, input_owners: int = MAX_INPUT_OWNERS) -> ConvProgram:
     """Lay out ``plan`` on a fresh device (or the given empty one) and build its program.
 
     ``vertex`` (a :class:`~ipukern.graph.tilefn.TileFunction` ``f(a, b, c)``) replaces the
@@ -283,12 +285,15 @@ def build_conv_program(plan: ConvPlan, device: Device | None = None, *,
     per serial slice (conv of slice j, finishing of slice j - 1, exchange of the next
     weights and of slice j's partials), then the last slice's finishing.
     """
+    if plan.expand_dims:
+        from .expand_build import build_expanded_program
+        return build_expanded_program(plan, device, vertex)
     p = plan.params
     if plan.split.n_tiles > plan.machine.n_tiles:   # a hand-made plan; the planner never does this
         raise ValueError(f"plan split {plan.split.shape} needs {plan.split.n_tiles} tiles; "
                          f"{plan.machine.name} has {plan.machine.n_tiles}")
     dev = device if device is not None else Device(plan.machine)
-    geo = geometry(p, plan.split)
+    geo = geometry(p, plan.split, input_owners)
     buf = _allocate(dev, plan, geo)
     S = plan.serial
     finishing = buf.need_partials or plan.bias
@@ -332,12 +337,21 @@ def build_conv_program(plan: ConvPlan, device: Device | None = None, *,
         name = "reduce" if buf.reduce_needed else ("cast" if buf.cast_needed else "bias")
         steps.append(Superstep(name, compute=dev.compute_set(_finish_batches(buf, S - 1), name=name),
                                category="reduction" if buf.reduce_needed else "cast"))
-    program = dev.program(steps, label=p.describe())
-    builders = {"x": lambda: _input_tensor(dev, buf), "w": lambda: _weight_tensor(dev, buf),
+    return _conv_program(plan, dev, dev.program(steps, label=p.describe()), buf,
+                         lambda: _input_tensor(dev, buf))
+
+
+def _conv_program(plan: ConvPlan, dev: Device, program: Any, buf: _ConvBuffers, x_builder: Any,
+                  weight_shape: tuple | None = None) -> ConvProgram:
+    """The ConvProgram of ``program`` over ``buf``: the input built by ``x_builder``, the
+    weights (registered as ``weight_shape``), output and bias from the conv's buffers."""
+    builders = {"x": x_builder, "w": lambda: _weight_tensor(dev, buf, shape=weight_shape),
                 "y": lambda: _output_tensor(dev, buf)}
     if plan.bias:
         builders["b"] = lambda: _bias_tensor(dev, buf)
-    return ConvProgram(plan, dev, program, geo, builders)
+    out = ConvProgram(plan, dev, program, buf.geo, builders)
+    out.buffers = buf
+    return out
 
 
 # --------------------------------------------------------------------------- exchanges
@@ -542,13 +556,14 @@ def _input_tensor(dev: Device, buf: _ConvBuffers) -> tuple[TileTensor, StridedCo
     return dev.add_tensor_view("x", (n_, h_, c_, w_), p.dtype, it, istart, icount, ioff), scatter
 
 
-def _weight_tensor(dev: Device, buf: _ConvBuffers) -> TileTensor:
+def _weight_tensor(dev: Device, buf: _ConvBuffers, shape: tuple | None = None) -> TileTensor:
     """The weight tensor's mapping: slice j of each group lives on member j % M (in the
     store when serial), else pieces of the block in the working buffers of several
-    members (:func:`ipukern.conv.homes.spread_weight_runs`)."""
+    members (:func:`ipukern.conv.homes.spread_weight_runs`). ``shape``: a reshape of the
+    conv's weights to register instead (an expandDims plan's original weights)."""
     plan, geo, isz = buf.plan, buf.geo, buf.isz
     if plan.serial == 1:
-        return dev.add_tensor_view("w", plan.params.weight_shape, plan.params.dtype,
+        return dev.add_tensor_view("w", shape or plan.params.weight_shape, plan.params.dtype,
                                    *spread_weight_runs(buf))
     ks, Kj, M, Os = buf.ks, buf.Kj, buf.M, buf.Os
     p = plan.params
@@ -576,7 +591,7 @@ def _weight_tensor(dev: Device, buf: _ConvBuffers) -> TileTensor:
         starts.append((co * p.in_per_group + geo.c0[L]) * kk)
         counts.append(np.where(whole[li], K_ * run, run))
         offs.append(base[li] + (g_l * K_ + k_l) * run * isz)
-    return dev.add_tensor_view("w", p.weight_shape, p.dtype, _cat(tiles), _cat(starts),
+    return dev.add_tensor_view("w", shape or p.weight_shape, p.dtype, _cat(tiles), _cat(starts),
                                _cat(counts), _cat(offs))
 
 

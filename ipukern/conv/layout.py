@@ -37,7 +37,14 @@ from ..core.tensor import expand, split_bounds
 from .params import ConvParams
 
 __all__ = ["Split", "split_ranges", "TileGeometry", "geometry", "CopyTable", "window_copies",
-           "owned_input_intervals", "merge_intervals", "StridedCopies"]
+           "owned_input_intervals", "owned_input_segments", "OwnedSegments", "merge_intervals",
+           "StridedCopies"]
+
+
+#: a block's input core is spread over at most this many of the out-chan tiles that share
+#: it (PopLibs assumes all N of them; beyond a few owners the per-tile saving is < 25% of
+#: a window while the copies get tiny and numerous)
+MAX_INPUT_OWNERS = 4
 
 
 @dataclass(frozen=True)
@@ -111,6 +118,8 @@ class TileGeometry:
     cr1: np.ndarray
     cc0: np.ndarray
     cc1: np.ndarray
+    #: the most tiles sharing a window that own a share of its core (see input_owners)
+    max_owners: int = MAX_INPUT_OWNERS
 
     @property
     def n_tiles(self) -> int:
@@ -192,8 +201,9 @@ def _window_axis(n_out: int, parts: int, size: int, k: int, stride: int, pad: in
     return o0, o1, w0, w1, core0, core1
 
 
-def geometry(params: ConvParams, split: Split) -> TileGeometry:
-    """Every tile's sub-convolution, window and core ranges for this split."""
+def geometry(params: ConvParams, split: Split, max_owners: int = MAX_INPUT_OWNERS) -> TileGeometry:
+    """Every tile's sub-convolution, window and core ranges for this split; each core is
+    owned by up to ``max_owners`` of the tiles sharing its window (:func:`input_owners`)."""
     p = params
     gi, ii, bi, hi, wi, oi = np.unravel_index(np.arange(split.n_tiles, dtype=np.int64), split.shape)
     gs0, gs1 = split_ranges(p.groups, split.groups, split.group_grain)
@@ -209,7 +219,7 @@ def geometry(params: ConvParams, split: Split) -> TileGeometry:
         g0=gs0[gi], g1=gs1[gi], c0=cs0[ii], c1=cs1[ii], n0=ns0[bi], n1=ns1[bi],
         y0=ys0[hi], y1=ys1[hi], x0=xs0[wi], x1=xs1[wi], k0=ks0[oi], k1=ks1[oi],
         wr0=wr0[hi], wr1=wr1[hi], wc0=wc0[wi], wc1=wc1[wi],
-        cr0=cr0[hi], cr1=cr1[hi], cc0=cc0[wi], cc1=cc1[wi])
+        cr0=cr0[hi], cr1=cr1[hi], cc0=cc0[wi], cc1=cc1[wi], max_owners=max_owners)
 
 
 @dataclass
@@ -232,15 +242,12 @@ class CopyTable:
                            for f in ("src_tile", "src_off", "dst_tile", "dst_off", "nbytes")))
 
 
-#: a block's input core is spread over at most this many of the out-chan tiles that share
-#: it (PopLibs assumes all N of them; beyond a few owners the per-tile saving is < 25% of
-#: a window while the copies get tiny and numerous)
-MAX_INPUT_OWNERS = 4
 
 
-def input_owners(out_chan_split: int) -> int:
-    """How many of the tiles sharing an input window own a share of its core."""
-    return min(out_chan_split, MAX_INPUT_OWNERS)
+def input_owners(geo: TileGeometry) -> int:
+    """How many of the tiles sharing an input window own a share of its core: all of them
+    up to ``geo.max_owners`` (``MAX_INPUT_OWNERS`` unless the program asked for more)."""
+    return min(geo.split.out_chans, geo.max_owners)
 
 
 def _owner_bounds(n_runs: np.ndarray, n_owners: int) -> np.ndarray:
@@ -290,7 +297,7 @@ def window_copies(geo: TileGeometry, win_off: np.ndarray, itemsize: int) -> Copy
             any_h = True
             t, n, ra, rb, ca, cb = t[hit], n[hit], ra[hit], rb[hit], ca[hit], cb[hit]
             pieces.append(_block_pieces(geo, t, n, ra, rb, ca, cb, win_off, itemsize,
-                                        input_owners(Os), P, B))
+                                        input_owners(geo), P, B))
         if not any_h and dh > 0:
             break
     return CopyTable.concat(pieces)
@@ -419,9 +426,48 @@ def owned_input_intervals(geo: TileGeometry, win_off: np.ndarray, itemsize: int
     array once on the host, and a tile's share is then a few long runs instead of one run
     per (image, channel, row).
     """
+    seg = owned_input_segments(geo, win_off, itemsize)
     p = geo.params
-    blocks = np.flatnonzero(geo.oi == 0)
-    Os = input_owners(geo.split.out_chans)
+    start = ((seg.image * p.in_h + seg.row) * p.in_channels + seg.channel) * p.in_w + seg.col
+    count = seg.n_planes * seg.width
+    # the same segments as strided copies from an NCHW host array: n_planes channel rows of
+    # `width` elements, H*W apart in the source and WC apart in the window
+    nchw = ((seg.image * p.in_channels + seg.channel) * p.in_h + seg.row) * p.in_w + seg.col
+    scatter = StridedCopies(tile=seg.tile.astype(np.int32), dst_off=seg.off,
+                            dst_stride=seg.plane_bytes, src_off=nchw * itemsize,
+                            src_stride=np.full(seg.tile.size, p.in_h * p.in_w * itemsize, np.int64),
+                            run_bytes=seg.width * itemsize, n_runs=seg.n_planes)
+    return merge_intervals(seg.tile, start, count, seg.off, itemsize) + (scatter,)
+
+
+@dataclass
+class OwnedSegments:
+    """The input's core segments on their owner tiles: each is ``n_planes`` consecutive
+    channels of one (image, row) and one conv group, columns ``[col, col + width)``, at
+    byte ``off`` of the owner's window, planes ``plane_bytes`` apart."""
+
+    tile: np.ndarray
+    image: np.ndarray
+    row: np.ndarray
+    channel: np.ndarray
+    n_planes: np.ndarray
+    col: np.ndarray
+    width: np.ndarray
+    off: np.ndarray
+    plane_bytes: np.ndarray
+
+
+def owned_input_segments(geo: TileGeometry, win_off: np.ndarray, itemsize: int,
+                         blocks: np.ndarray | None = None, planes: bool = False) -> OwnedSegments:
+    """Every core segment of the input on the tile that owns it (see
+    :func:`owned_input_intervals`, which merges them into the tensor's mapping); only those
+    of ``blocks`` (first tiles of window-sharing groups) when given. Segments of partial
+    rows hold one channel each (a tensor interval), or with ``planes`` all the channels of
+    their group (a 2-D block of the window)."""
+    p = geo.params
+    if blocks is None:
+        blocks = np.flatnonzero(geo.oi == 0)
+    Os = input_owners(geo)
     P = geo.planes[blocks]
     CR = geo.cr1[blocks] - geo.cr0[blocks]
     CC = geo.cc1[blocks] - geo.cc0[blocks]
@@ -449,7 +495,7 @@ def owned_input_intervals(geo: TileGeometry, win_off: np.ndarray, itemsize: int
     WRb, WCb = geo.WR[blk], geo.WC[blk]
     col0 = geo.cc0[blk]
     width = geo.cc1[blk] - col0
-    full = width == p.in_w
+    full = (width == p.in_w) | planes
     # split each piece's planes at group boundaries (a group's channels are contiguous)
     # and, when the columns are partial, into single planes
     g_a, g_b = pa // C_t, (pb - 1) // C_t
@@ -461,15 +507,8 @@ def owned_input_intervals(geo: TileGeometry, win_off: np.ndarray, itemsize: int
     Cp, blkp = C_t[pi], blk[pi]
     g_l = seg_a // Cp
     ch = (geo.g0[blkp] + g_l) * p.in_per_group + geo.c0[blkp] + seg_a - g_l * Cp
-    start = ((image[pi] * p.in_h + row[pi]) * p.in_channels + ch) * p.in_w + col0[pi]
-    count = (seg_b - seg_a) * width[pi]
     off = win_off[tile[pi]] + (((bb[pi] * WRb[pi] + (row[pi] - geo.wr0[blkp])) * Pp[pi] + seg_a)
                                * WCb[pi] + (col0[pi] - geo.wc0[blkp])) * itemsize
-    # the same segments as strided copies from an NCHW host array: seg_b - seg_a channel
-    # rows of `width` elements, H*W apart in the source and WC apart in the window
-    nchw = ((image[pi] * p.in_channels + ch) * p.in_h + row[pi]) * p.in_w + col0[pi]
-    scatter = StridedCopies(tile=tile[pi].astype(np.int32), dst_off=off,
-                            dst_stride=WCb[pi] * itemsize, src_off=nchw * itemsize,
-                            src_stride=np.full(pi.size, p.in_h * p.in_w * itemsize, np.int64),
-                            run_bytes=width[pi] * itemsize, n_runs=seg_b - seg_a)
-    return merge_intervals(tile[pi], start, count, off, itemsize) + (scatter,)
+    return OwnedSegments(tile=tile[pi], image=image[pi], row=row[pi], channel=ch,
+                         n_planes=seg_b - seg_a, col=col0[pi], width=width[pi], off=off,
+                         plane_bytes=WCb[pi] * itemsize)

@@ -102,6 +102,11 @@ class ConvPlan:
         Planner estimate by category (exchange, compute, reduction, cast, bias, sync).
     n_candidates : int
         Split vectors scored.
+    expand_dims : str
+        PopLibs' expandDims transform: "" (none), "h" (kernel rows folded into the input
+        channels) or "hw" (both kernel dims: a 1x1 conv). When set, ``method``, ``split``
+        and ``serial`` are those of the expanded conv (:attr:`conv_params`), whose input
+        the program builds on chip first (:mod:`.expand`).
     """
 
     params: ConvParams
@@ -114,6 +119,15 @@ class ConvPlan:
     estimated_bytes_per_tile: int
     breakdown: dict = field(default_factory=dict, compare=False)
     n_candidates: int = 0
+    expand_dims: str = ""
+
+    @property
+    def conv_params(self) -> ConvParams:
+        """The conv the vertices run: ``params``, or its expandDims form."""
+        if not self.expand_dims:
+            return self.params
+        from .expand import expanded_params
+        return expanded_params(self.params, self.expand_dims)
 
     @property
     def conv_output_dtype(self) -> str:
@@ -140,7 +154,11 @@ class ConvPlan:
         st = self.reduction_stages
         red = (f", reduced in {len(st)} stages ({'x'.join(map(str, st))})"
                if len(st) > 1 else "")
-        return (f"{self.method.label()}; splits groups {s.groups} x in-chans {s.in_chans} x "
+        e = self.conv_params
+        exp = (f"expandDims {self.expand_dims} (C_in/group {self.params.in_per_group} -> "
+               f"{e.in_per_group}, kernel {self.params.kernel_h}x{self.params.kernel_w} -> "
+               f"{e.kernel_h}x{e.kernel_w}); " if self.expand_dims else "")
+        return (f"{exp}{self.method.label()}; splits groups {s.groups} x in-chans {s.in_chans} x "
                 f"batch {s.batch} x rows {s.rows} x cols {s.cols} x out-chans {s.out_chans} "
                 f"= {s.n_tiles} tiles{serial}{red}")
 
@@ -154,6 +172,7 @@ class ConvPlan:
     def to_dict(self) -> dict[str, Any]:
         s = self.split
         return {"method": self.method.label(), "vertex_method": self.method.method,
+                "expand_dims": self.expand_dims,
                 "combine_groups": self.method.combine_groups,
                 "splits": {"groups": s.groups, "in_chans": s.in_chans, "batch": s.batch,
                            "rows": s.rows, "cols": s.cols, "out_chans": s.out_chans},
@@ -187,7 +206,7 @@ def _window_extent(n_out_t: np.ndarray, k: int, stride: int, dil: int, size: int
 
 
 def plan_conv(params: ConvParams, machine: MachineSpec, *, bias: bool = False,
-              method: str | None = None) -> ConvPlan:
+              method: str | None = None, expand_dims: str | None = None) -> ConvPlan:
     """Choose the fastest plan whose busiest tile fits ``machine``'s per-tile budget.
 
     Parameters
@@ -198,6 +217,10 @@ def plan_conv(params: ConvParams, machine: MachineSpec, *, bias: bool = False,
         Whether the op adds a bias (one more element-wise pass and a small exchange).
     method : str, optional
         Restrict to one vertex method ("AMP", "SLIC", "VMAC", "HMAC"), e.g. to study it.
+    expand_dims : {None, "", "h", "hw"}
+        PopLibs' expandDims transform (:mod:`.expand`): None (default) plans the conv as it
+        is and with each expandDims candidate, transform cost included, and keeps the
+        cheapest; "" never expands; "h" / "hw" force that expansion.
 
     Raises
     ------
@@ -209,6 +232,17 @@ def plan_conv(params: ConvParams, machine: MachineSpec, *, bias: bool = False,
         If ``method`` names no valid candidate for this conv, or no split of the conv
         suits any candidate (e.g. a forced SLIC with stride_w > 2).
     """
+    if expand_dims is None:
+        from .expand import choose_plan
+        try:
+            direct: ConvPlan | Exception = plan_conv(params, machine, bias=bias, method=method,
+                                                     expand_dims="")
+        except (ValueError, TileMemoryError) as err:
+            direct = err
+        return choose_plan(params, machine, direct, bias=bias, method=method)
+    if expand_dims:
+        from .expand import plan_expanded
+        return plan_expanded(params, machine, expand_dims, bias=bias, method=method)
     p = params
     _check_fits_chip(p, machine)
     cands = candidate_methods(machine, p.dtype, p.partials, p.in_per_group, p.out_per_group,
@@ -706,6 +740,8 @@ class PlanCandidate:
     split: Split | None = None
     serial: int = 1
     breakdown: dict = field(default_factory=dict, compare=False)
+    #: the plan's expandDims transform ("" none), see :attr:`ConvPlan.expand_dims`
+    expand_dims: str = ""
 
     def describe(self) -> str:
         if not self.fits:
@@ -714,16 +750,18 @@ class PlanCandidate:
         s = self.split
         serial = f", {self.serial} serial slices" if self.serial > 1 else ""
         parts = ", ".join(f"{k} {v:,}" for k, v in self.breakdown.items() if v)
-        return (f"{self.method.label()}: {self.estimated_cycles:,} cycles ({parts}); "
+        exp = f" after expandDims {self.expand_dims}" if self.expand_dims else ""
+        return (f"{self.method.label()}{exp}: {self.estimated_cycles:,} cycles ({parts}); "
                 f"{s.groups}x{s.in_chans}x{s.batch}x{s.rows}x{s.cols}x{s.out_chans} = "
                 f"{s.n_tiles} tiles{serial}, {self.estimated_bytes_per_tile:,} B/tile")
 
 
 def rank_candidates(params: ConvParams, machine: MachineSpec, *, bias: bool = False,
-                    k: int = 5) -> list[PlanCandidate]:
+                    k: int = 5, expand: bool = True) -> list[PlanCandidate]:
     """Score every vertex method without cross-method pruning; the best plan of each,
     ranked as :func:`plan_conv` ranks them (no serial slices first, then cycles, then
     bytes), then the methods that fit nowhere. The first entry is :func:`plan_conv`'s plan.
+    With ``expand``, a method's entry is its best plan with or without expandDims.
 
     Raises
     ------
@@ -753,6 +791,14 @@ def rank_candidates(params: ConvParams, machine: MachineSpec, *, bias: bool = Fa
             nofit.append((res.smallest[0],
                           PlanCandidate(cand, False, None, res.smallest[0], None,
                                         res.smallest[1])))
+    if expand:
+        from .expand import expanded_candidates
+        best = {c.method: (key, c) for key, c in fit}
+        for key, c in expanded_candidates(p, machine, bias=bias):
+            if c.method not in best or key < best[c.method][0]:
+                best[c.method] = (key, c)
+        fit = list(best.values())
+        nofit = [e for e in nofit if e[1].method not in best]
     fit.sort(key=lambda e: e[0])
     nofit.sort(key=lambda e: e[0])
     return [c for _, c in fit + nofit][:int(k)]

@@ -148,7 +148,9 @@ def test_forced_method_without_a_valid_split_says_why():
     p = ConvParams.from_shapes((1, 16, 16, 16), (16, 1, 3, 3), groups=16, dilation=2, padding=2,
                                dtype="float16")
     with pytest.raises(ValueError, match="no valid split .* SLIC needs stride_w <= 2 and no dilation"):
-        plan_conv(p, ik.GC200, method="SLIC")
+        plan_conv(p, ik.GC200, method="SLIC", expand_dims="")
+    # expandDims over both kernel dims leaves a 1x1 undilated conv, which SLIC can run
+    assert plan_conv(p, ik.GC200, method="SLIC").expand_dims == "hw"
     p = ConvParams.from_shapes((1, 16, 16, 16), (16, 16, 3, 3), dtype="float16")
     with pytest.raises(ValueError, match="VMAC computes one output channel per group per tile") as e:
         plan_conv(p, ik.GC200.replace(n_tiles=4), method="VMAC")

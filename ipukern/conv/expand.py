@@ -1,0 +1,222 @@
+"""PopLibs' *expandDims* transform: kernel dimensions folded into the input channels.
+
+expandDims (``ConvUtil.cpp``/``ConvModel.cpp`` ``expandDim``, reference/poplibs-planner.md
+§2.2) rewrites a conv whose kernel has ``k_d`` taps along dim d as the conv of the *im2col
+along d* of its input: ``C_in *= k_d``, the kernel becomes 1 wide along d, the input along d
+becomes the output size, stride / padding / dilation along d vanish. The AMP vertex then sees
+``k_d`` times more input channels and fewer kernel positions, which pays where the input
+channels are few (3-channel stems) or the field is small (7x7 layers, where the nx1
+vertex's per-row and per-kernel-position overheads dominate).
+
+The expanded input does not exist: PopLibs builds it before the conv by a rearrangement
+(copies and exchange), and charges it in ``addTransformCycleEstimate`` (``ConvModel.cpp``:
+``rearrangeInput``/``rearrangeWeights`` are set by expandDims): per used tile
+``bytes = ceil(expanded elements x element bytes / used tiles)``, copy cycles
+``ceil(bytes x 5 / (min(memcpyBytesPerCycle, element bytes) x f))`` (``f`` = 4 when
+``C_in x C_out`` of the transformed conv is a multiple of 2 (float) or 4 (half), else 3:
+``getScaleFactorForTransform``) and exchange cycles ``ceil(bytes / exchangeBytesPerCycle)``.
+The planner here scores each expandDims candidate with exactly that term (plus one BSP sync
+and one exchange overhead, ipukern's additions), on top of the expanded conv's own plan, and
+keeps the cheapest (:func:`choose_plan`).
+
+The program (:mod:`.expand_build`) really builds the expanded tensor: the original input
+lives spread linearly over the plan's tiles; an exchange brings each owner of an expanded
+core segment the original rows it needs, and an on-tile copy vertex (im2col, zeros for the
+padding) writes the expanded segment where the expanded conv expects its input. The conv
+program of the expanded conv then runs unchanged.
+
+Candidates: ``"h"`` (kernel rows into channels) and ``"hw"`` (both kernel dims: the conv
+becomes 1x1). Expanded channel ``c'`` of a group is ``c * kh * kw' + i * kw' + j`` (kw' = kw
+for "hw", 1 for "h"), so the expanded weights (C_out, C_in * kh [* kw], 1, kw or 1) are the
+original weights reshaped: nothing moves. PopLibs also tries expanding the width alone;
+there the expanded weights are a transpose of the original ones (not built, README).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..core.cost import exchange_cycles
+from ..core.tensor import split_bounds
+from ..machine import MachineSpec
+from .layout import geometry, owned_input_segments
+from .params import ConvParams
+
+__all__ = ["EXPAND_CANDIDATES", "expand_candidates", "expanded_params", "transform_estimate",
+           "transform_copy_cycles", "source_boxes", "choose_plan", "plan_expanded",
+           "expanded_candidates"]
+
+#: expandDims subsets the planner tries ("w" alone would need transposed weights)
+EXPAND_CANDIDATES = ("h", "hw")
+
+
+def expand_candidates(p: ConvParams) -> list[str]:
+    """The expandDims subsets that change ``p``: "h" when the kernel has more than one row,
+    "hw" when it has more than one column (PopLibs: dims whose expansion changes something)."""
+    out = []
+    if p.kernel_h > 1:
+        out.append("h")
+    if p.kernel_w > 1:
+        out.append("hw")
+    return out
+
+
+def expanded_params(p: ConvParams, dims: str) -> ConvParams:
+    """The conv after expandDims over ``dims`` ("h" or "hw"): those kernel dims folded into
+    the input channels (``C_in *= k_d``; along d: kernel 1, input = output size, stride 1,
+    no padding or dilation). Same output shape, MACs and weights (reshaped)."""
+    if dims not in EXPAND_CANDIDATES:
+        raise ValueError(f"expand_dims must be one of {EXPAND_CANDIDATES}, got {dims!r}")
+    kh, kw, (sh, sw), (ph, pw), (dh, dw) = p.kernel_h, p.kernel_w, p.stride, p.padding, p.dilation
+    ci, in_h, in_w = p.in_per_group * kh, p.out_h, p.in_w
+    kh, sh, ph, dh = 1, 1, 0, 1
+    if "w" in dims:
+        ci, kw, in_w, sw, pw, dw = ci * kw, 1, p.out_w, 1, 0, 1
+    return ConvParams(p.batch, ci * p.groups, p.out_channels, in_h, in_w, kh, kw, stride=(sh, sw),
+                      padding=(ph, pw), dilation=(dh, dw), groups=p.groups, dtype=p.dtype,
+                      partials=p.partials)
+
+
+def transform_copy_cycles(machine: MachineSpec, nbytes, e: ConvParams):
+    """PopLibs' rearrangement copy estimate for ``nbytes`` of the expanded conv ``e``'s input
+    on one tile (``addTransformCycleEstimate``: ``ceil(bytes x 5 / (min(memcpyBytesPerCycle,
+    element bytes) x f))``, ``f`` from ``getScaleFactorForTransform``)."""
+    granularity = 2 if e.dtype == "float32" else 4
+    f = 4 if (e.in_per_group * e.out_per_group) % granularity == 0 else 3
+    rate = min(machine.memcpy_bytes_per_cycle, e.itemsize) * f
+    return -(-(nbytes * 5) // rate)
+
+
+def transform_estimate(machine: MachineSpec, p: ConvParams, dims: str, split) -> dict[str, int]:
+    """The transform's cost for the expanded conv split ``split``, from the bytes its program
+    moves (:mod:`.expand_build`): the busiest tile's received box of original rows
+    (exchange cycles, plus one exchange overhead) and its expanded bytes written (PopLibs'
+    rearrangement copy rate), one BSP sync (ipukern's addition), and the busiest tile's
+    transform bytes (the original input's linear share and the received box). The owners
+    of the largest core stand for every tile (the program costs each tile exactly).
+
+    PopLibs spreads the expanded tensor over all used tiles (``bytes / usedTiles``); here it
+    is written where the expanded conv's input cores live, shared by all the tiles that
+    share a window (not only ``MAX_INPUT_OWNERS`` of them, as for other convs: the copy's
+    work is then spread as in PopLibs), and the busiest tile is costed as it is."""
+    e = expanded_params(p, dims)
+    geo = geometry(e, split, max_owners=split.out_chans)
+    nt, isz = machine.n_tiles, p.itemsize
+    # the block with the largest core stands for all (its owners are the busiest)
+    first = np.flatnonzero(geo.oi == 0)
+    core = geo.B * (geo.cr1 - geo.cr0) * geo.planes * (geo.cc1 - geo.cc0)
+    seg = owned_input_segments(geo, np.zeros(nt, np.int64), isz,
+                               blocks=first[[int(np.argmax(core[first]))]], planes=True)
+    written = np.bincount(seg.tile, weights=seg.n_planes * seg.width * isz, minlength=nt)
+    box = source_boxes(p, e, dims, seg, nt)
+    home = np.zeros(nt, np.int64)
+    home[:geo.n_tiles] = np.diff(split_bounds(p.batch * p.in_h * p.in_channels * p.in_w,
+                                              geo.n_tiles, p.in_w)) * isz
+    recv = box["elems"] * isz
+    return {"transform": int(transform_copy_cycles(machine, int(written.max()), e)),
+            "exchange": int(exchange_cycles(int(recv.max()), machine, with_overhead=True)),
+            "sync": machine.sync_cycles, "bytes": int((recv + home).max())}
+
+
+def source_boxes(p, e, dims: str, seg, nt: int) -> dict[str, np.ndarray]:
+    """Per tile, the box of the original input its owned segments read: images [na, nb),
+    rows [ra, rb), global channels [cha, chb), columns [ca, cb); ``elems`` its size."""
+    kk = e.in_per_group // p.in_per_group
+    g = seg.channel // e.in_per_group
+    cl = seg.channel - g * e.in_per_group
+    ch0 = g * p.in_per_group + cl // kk
+    ch1 = g * p.in_per_group + (cl + seg.n_planes - 1) // kk + 1
+    (sh, sw), (ph, pw), (dh, dw) = p.stride, p.padding, p.dilation
+    r0 = np.maximum(seg.row * sh - ph, 0)
+    r1 = np.minimum(seg.row * sh - ph + (p.kernel_h - 1) * dh + 1, p.in_h)
+    if "w" in dims:
+        c0 = np.maximum(seg.col * sw - pw, 0)
+        c1 = np.minimum((seg.col + seg.width - 1) * sw - pw + (p.kernel_w - 1) * dw + 1, p.in_w)
+    else:
+        c0, c1 = seg.col, seg.col + seg.width
+    ok = (r0 < r1) & (c0 < c1)
+    t = seg.tile[ok]
+    out = {}
+    for name, lo, hi in (("n", seg.image, seg.image + 1), ("r", r0, r1), ("ch", ch0, ch1),
+                         ("c", c0, c1)):
+        a = np.full(nt, np.iinfo(np.int64).max, np.int64)
+        b = np.zeros(nt, np.int64)
+        np.minimum.at(a, t, lo[ok])
+        np.maximum.at(b, t, hi[ok])
+        a = np.minimum(a, b)
+        out[name + "0"], out[name + "1"] = a, b
+    out["elems"] = ((out["n1"] - out["n0"]) * (out["r1"] - out["r0"])
+                    * (out["ch1"] - out["ch0"]) * (out["c1"] - out["c0"]))
+    return out
+
+
+def plan_expanded(p: ConvParams, machine: MachineSpec, dims: str, *, bias: bool = False,
+                  method: str | None = None):
+    """The plan of ``p`` with expandDims over ``dims``: the expanded conv's own plan (the
+    planner's, without the transform) plus the transform's estimate for that split.
+
+    Raises
+    ------
+    ValueError, TileMemoryError
+        As :func:`~.planner.plan_conv` for the expanded conv; ValueError also when the
+        transform's buffers do not fit beside the expanded conv's."""
+    from .planner import plan_conv
+    inner = plan_conv(expanded_params(p, dims), machine, bias=bias, method=method, expand_dims="")
+    t = transform_estimate(machine, p, dims, inner.split)
+    nbytes = inner.estimated_bytes_per_tile + t["bytes"]
+    if nbytes > machine.tile_budget_bytes:
+        raise ValueError(f"expandDims {dims} of {p.describe()}: the expanded conv and its "
+                         f"transform need {nbytes} B on the busiest tile, the budget is "
+                         f"{machine.tile_budget_bytes} B")
+    return dataclasses.replace(inner, params=p, expand_dims=dims,
+                               **_with_transform(inner.estimated_cycles, nbytes, inner.breakdown, t))
+
+
+def _with_transform(cycles: int, nbytes: int, breakdown: dict, t: dict) -> dict:
+    """A plan's estimate fields with the transform ``t`` added."""
+    out = dict(breakdown)
+    for k in ("transform", "exchange", "sync"):
+        out[k] = out.get(k, 0) + t[k]
+    return {"estimated_cycles": int(cycles + t["transform"] + t["exchange"] + t["sync"]),
+            "estimated_bytes_per_tile": int(nbytes), "breakdown": out}
+
+
+def expanded_candidates(p: ConvParams, machine: MachineSpec, *, bias: bool = False) -> list:
+    """Each expandDims candidate's plan (:func:`plan_expanded`) as a ``(ranking key,
+    PlanCandidate)`` pair (see :func:`~.planner.rank_candidates`)."""
+    from ..core.memory import TileMemoryError
+    from .planner import PlanCandidate
+    out = []
+    for dims in expand_candidates(p):
+        try:
+            c = plan_expanded(p, machine, dims, bias=bias)
+        except (ValueError, TileMemoryError):
+            continue
+        out.append(((c.serial > 1, c.estimated_cycles, c.estimated_bytes_per_tile),
+                    PlanCandidate(c.method, True, c.estimated_cycles, c.estimated_bytes_per_tile,
+                                  c.split, c.serial, c.breakdown, dims)))
+    return out
+
+
+def choose_plan(p: ConvParams, machine: MachineSpec, direct, *, bias: bool = False,
+                method: str | None = None):
+    """The cheapest of ``direct`` (the plan without expandDims, or the exception planning it
+    raised) and the expandDims candidates of ``p`` (PopLibs tries every subset and keeps
+    the cheapest plan, the transform's cost included). Fewer serial slices win first, as in
+    :func:`~.planner.plan_conv`; ties keep the direct plan."""
+    from ..core.memory import TileMemoryError
+    best = None if isinstance(direct, Exception) else direct
+    n = best.n_candidates if best is not None else 0
+    for dims in expand_candidates(p):
+        try:
+            cand = plan_expanded(p, machine, dims, bias=bias, method=method)
+        except (ValueError, TileMemoryError):
+            continue
+        n += cand.n_candidates
+        if best is None or ((cand.serial > 1, cand.estimated_cycles)
+                            < (best.serial > 1, best.estimated_cycles)):
+            best = cand
+    if best is None:
+        raise direct
+    return dataclasses.replace(best, n_candidates=n)

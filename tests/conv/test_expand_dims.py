@@ -1,0 +1,197 @@
+"""expandDims (kernel dims folded into the input channels, PopLibs' ConvPlan transform):
+results equal the float64 NumPy reference and torch, the on-chip transform is executed and
+costed as planned, the planner picks it exactly where its hand-computed cost wins.
+
+Bounds as tests/ops/test_conv.py: fp32 |out - ref| <= 1e-5 * sum|x*w|; fp16 (float
+partials) |out - ref| <= 2^-11 * |ref| + 1e-6 * sum|x*w|.
+"""
+import math
+
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings, strategies as st
+
+import ipukern as ik
+from ipukern.conv.build import build_conv_program
+from ipukern.conv.expand import expand_candidates, expanded_params
+from ipukern.conv.params import ConvParams
+from ipukern.conv.planner import plan_conv
+
+from reference import conv2d_nchw
+
+M = ik.GC200
+ONE_TILE = ik.GC200.replace(n_tiles=1, name="GC200-1")
+
+
+def run_plan(plan, x, w, bias=None):
+    """Execute ``plan`` on x, w; return (output, execute profile, estimate profile)."""
+    prog = build_conv_program(plan)
+    prog.write_inputs(x, w, bias)
+    prof = prog.device.run(prog.program, "execute")
+    return prog.device.read(prog.y), prof, prog.device.run(prog.program, "estimate")
+
+
+def check(x, w, out, dtype, bias=None, **kw):
+    ref = conv2d_nchw(x, w, bias, **kw)
+    mag = conv2d_nchw(np.abs(x), np.abs(w), None if bias is None else np.abs(bias), **kw)
+    err = np.abs(out.astype(np.float64) - ref)
+    if dtype == "float32":
+        assert np.all(err <= 1e-5 * mag + 1e-30)
+    else:
+        assert np.all(err <= 2.0 ** -11 * np.abs(ref) + (1e-6 + (2.0 ** -11 if bias is not None else 0))
+                      * mag + 1e-7)
+
+
+CASES = [
+    # x, w, stride, padding, dilation, groups
+    ((2, 3, 11, 13), (8, 3, 3, 3), 2, 1, 1, 1),        # 3-channel stem, stride 2
+    ((1, 3, 31, 29), (16, 3, 7, 7), 2, 3, 1, 1),       # 7x7 stem
+    ((1, 64, 7, 7), (64, 64, 3, 3), 1, 1, 1, 1),       # ResNet layer4-like 7x7 field
+    ((2, 16, 10, 7), (16, 8, 3, 3), 1, 1, 1, 2),       # grouped, non-square
+    ((2, 16, 12, 12), (16, 2, 3, 3), 1, 2, 2, 8),      # dilation 2
+    ((3, 24, 8, 13), (24, 1, 3, 3), 1, 1, 1, 24),      # depthwise
+    ((1, 8, 9, 9), (8, 8, 2, 5), (2, 1), (0, 2), 1, 1),  # rectangular kernel and stride
+    ((2, 20, 9, 9), (40, 20, 3, 3), 3, 0, 1, 1),       # stride 3 = kernel span
+    ((1, 4, 10, 10), (8, 4, 2, 2), 3, 1, 1, 1),        # stride 3 > kernel span 2
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("dims", ["h", "hw"])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"x{c[0]}w{c[1]}")
+def test_forced_expand_dims_matches_reference(case, dims, dtype):
+    xs, ws, s, pd, d, g = case
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(xs).astype(dtype)
+    w = rng.standard_normal(ws).astype(dtype)
+    b = rng.standard_normal(ws[0]).astype(dtype)
+    p = ConvParams.from_shapes(xs, ws, stride=s, padding=pd, dilation=d, groups=g, dtype=dtype)
+    plan = plan_conv(p, M, bias=True, expand_dims=dims)
+    assert plan.expand_dims == dims and plan.conv_params == expanded_params(p, dims)
+    out, prof, est = run_plan(plan, x, w, b)
+    check(x, w, out, dtype, b, stride=s, padding=pd, dilation=d, groups=g)
+    assert prof.total_cycles == est.total_cycles
+    assert [r.name for r in prof.supersteps][:2] == [
+        f"expandDims {dims} exchange", f"expandDims {dims} copy; exchange inputs and weights"]
+    assert prof.breakdown()["transform"] > 0
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 2), g=st.integers(1, 3), cig=st.integers(1, 5), cog=st.integers(1, 4),
+       h=st.integers(2, 12), w=st.integers(2, 12), kh=st.integers(1, 4), kw=st.integers(1, 4),
+       sh=st.integers(1, 3), sw=st.integers(1, 3), ph=st.integers(0, 2), pw=st.integers(0, 2),
+       dh=st.integers(1, 2), dw=st.integers(1, 2), hw=st.booleans(), seed=st.integers(0, 9))
+def test_expand_dims_on_random_shapes(n, g, cig, cog, h, w, kh, kw, sh, sw, ph, pw, dh, dw, hw, seed):
+    assume((kh - 1) * dh + 1 <= h + 2 * ph and (kw - 1) * dw + 1 <= w + 2 * pw)
+    p = ConvParams(n, g * cig, g * cog, h, w, kh, kw, stride=(sh, sw), padding=(ph, pw),
+                   dilation=(dh, dw), groups=g)
+    cands = expand_candidates(p)
+    assume(cands)
+    dims = cands[-1] if hw else cands[0]
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(p.input_shape).astype(np.float32)
+    wt = rng.standard_normal(p.weight_shape).astype(np.float32)
+    out, prof, est = run_plan(plan_conv(p, M, expand_dims=dims), x, wt)
+    check(x, wt, out, "float32", stride=(sh, sw), padding=(ph, pw), dilation=(dh, dw), groups=g)
+    assert prof.total_cycles == est.total_cycles
+
+
+def test_transform_costs_what_hand_arithmetic_says_on_one_tile():
+    """One tile holds everything: the copy writes the whole im2col (N Ho Wo C kh kw fp32
+    values) at PopLibs' rate (5 / (min(memcpy 8, 4 B) x 4) cycles per byte, since C_in' x
+    C_out = 36 x 8 is even), the exchange brings the whole input at the exchange rate."""
+    p = ConvParams(1, 4, 8, 6, 6, 3, 3, padding=1)
+    plan = plan_conv(p, ONE_TILE, expand_dims="hw")
+    inner = plan_conv(expanded_params(p, "hw"), ONE_TILE, expand_dims="")
+    written = 1 * 6 * 6 * (4 * 9) * 4
+    copy = math.ceil(written * 5 / (4 * 4))
+    rate = round(16 * ONE_TILE.exchange_bytes_per_cycle)
+    exch = math.ceil(1 * 4 * 6 * 6 * 4 * 16 / rate)
+    over, sync = ONE_TILE.exchange_overhead_cycles, ONE_TILE.sync_cycles
+    assert plan.estimated_cycles == inner.estimated_cycles + copy + exch + over + sync
+    prog = build_conv_program(plan)
+    prof = prog.device.run(prog.program, "estimate")
+    ex_step, copy_step = prof.supersteps[:2]
+    assert ex_step.exchange_cycles == exch + over and ex_step.compute_cycles == 0
+    assert copy_step.compute_cycles == copy
+    assert prof.total_cycles == plan.estimated_cycles
+    # the expanded input and the original rows are extra buffers: more bytes than direct
+    direct = build_conv_program(plan_conv(p, ONE_TILE, expand_dims=""))
+    assert prog.device.memory.used[0] > direct.device.memory.used[0]
+
+
+@pytest.mark.parametrize("x, w, stride, wins", [
+    ((8, 512, 7, 7), (512, 512, 3, 3), 1, True),     # ResNet-50 layer4 conv2 (batch 8)
+    ((8, 3, 224, 224), (32, 3, 3, 3), 2, True),      # MobileNet v1 stem
+    ((8, 64, 56, 56), (64, 64, 3, 3), 1, False),     # ResNet-50 layer1 conv2: direct wins
+])
+def test_planner_picks_expand_dims_exactly_where_it_is_cheaper(x, w, stride, wins):
+    p = ConvParams.from_shapes(x, w, stride=stride, padding=1, dtype="float16")
+    direct = plan_conv(p, M, expand_dims="")
+    forced = {d: plan_conv(p, M, expand_dims=d) for d in expand_candidates(p)}
+    for d, f in forced.items():
+        # each candidate's score = the expanded conv's own plan + the transform
+        inner = plan_conv(expanded_params(p, d), M, expand_dims="")
+        assert f.estimated_cycles == (inner.estimated_cycles + f.breakdown["transform"]
+                                      + f.breakdown["exchange"] - inner.breakdown["exchange"]
+                                      + M.sync_cycles)
+    best_d = min(forced, key=lambda d: forced[d].estimated_cycles)
+    chosen = plan_conv(p, M)
+    assert (forced[best_d].estimated_cycles < direct.estimated_cycles) == wins
+    assert chosen.expand_dims == (best_d if wins else "")
+    assert chosen.estimated_cycles == min(direct.estimated_cycles, forced[best_d].estimated_cycles)
+    if wins:
+        assert f"expandDims {best_d}" in chosen.describe()
+        assert chosen.candidates(3)[0].expand_dims == best_d
+
+
+def test_conv2d_reports_expand_dims_and_matches_torch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 128, 7, 7)).astype(np.float32)
+    w = rng.standard_normal((128, 128, 3, 3)).astype(np.float32)
+    run = ik.conv2d(x, w, padding=1)
+    assert run.plan.expand_dims == "hw"
+    assert run.profile.info["expand_dims"] == "hw" and "expandDims hw" in run.profile.info["plan"]
+    ref = torch.nn.functional.conv2d(torch.tensor(x, dtype=torch.float64),
+                                     torch.tensor(w, dtype=torch.float64), padding=1).numpy()
+    mag = conv2d_nchw(np.abs(x), np.abs(w), padding=1)
+    assert np.all(np.abs(run.output - ref) <= 1e-5 * mag)
+    est = ik.estimate_conv2d(x.shape, w.shape, dtype="float32", padding=1)
+    assert est.total_cycles == run.profile.total_cycles
+
+
+def test_network_stem_uses_expand_dims_and_matches_torch():
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    net = ik.nn.Network("stem")
+    x_in = net.input("x", (3, 32, 32))
+    h = net.add(ik.nn.Conv2d(3, 16, 3, stride=2, padding=1), x_in, name="stem")
+    h = net.add(ik.nn.ReLU(), h, name="relu")
+    h = net.add(ik.nn.Conv2d(16, 16, 3, padding=1), h, name="conv")
+    net.output(h)
+    prm = net.init_params(seed=0)
+    x = np.random.default_rng(1).standard_normal((2, 3, 32, 32)).astype(np.float32)
+    run = ik.nn.run_network(net, x, prm)
+    t = lambda a: torch.tensor(np.asarray(a, np.float64))  # noqa: E731
+    ref = F.conv2d(F.relu(F.conv2d(t(x), t(prm["stem.weight"]), stride=2, padding=1)),
+                   t(prm["conv.weight"]), padding=1).numpy()
+    assert np.abs(run.output - ref).max() <= 1e-4 * np.abs(ref).max()
+    est = ik.nn.estimate_network(net, batch=2, dtype="float32", partials="float")
+    assert est.total_cycles == run.profile.total_cycles
+    stem = plan_conv(ConvParams.from_shapes((2, 3, 32, 32), (16, 3, 3, 3), stride=2, padding=1), M)
+    assert stem.expand_dims == "hw"
+
+
+def test_copy_blocks_kernel_rejects_blocks_outside_the_tile():
+    from ipukern._kernels import _vertices
+    data = np.zeros((2, 64), np.uint8)
+    t = np.array([0], np.int32)
+    shape = np.array([[1, 1, 2, 8]], np.int64)
+    stride = np.array([[0, 0, 32, 4]], np.int64)
+    _vertices.copy_blocks(data, t, np.array([-1]), np.array([0]), shape, stride, stride, 4, 1)
+    with pytest.raises(ValueError, match="destination reaches outside"):
+        _vertices.copy_blocks(data, t, np.array([0]), np.array([8]), shape, stride, stride, 4, 1)
+    with pytest.raises(ValueError, match="outside the arena"):
+        _vertices.copy_blocks(data, np.array([2], np.int32), np.array([0]), np.array([0]), shape,
+                              stride, stride, 4, 1)
