@@ -9,21 +9,27 @@ channels are few (3-channel stems) or the field is small (7x7 layers, where the 
 vertex's per-row and per-kernel-position overheads dominate).
 
 The expanded input does not exist: PopLibs builds it before the conv by a rearrangement
-(copies and exchange), and charges it in ``addTransformCycleEstimate`` (``ConvModel.cpp``:
-``rearrangeInput``/``rearrangeWeights`` are set by expandDims): per used tile
-``bytes = ceil(expanded elements x element bytes / used tiles)``, copy cycles
-``ceil(bytes x 5 / (min(memcpyBytesPerCycle, element bytes) x f))`` (``f`` = 4 when
-``C_in x C_out`` of the transformed conv is a multiple of 2 (float) or 4 (half), else 3:
-``getScaleFactorForTransform``) and exchange cycles ``ceil(bytes / exchangeBytesPerCycle)``.
-The planner here scores each expandDims candidate with exactly that term (plus one BSP sync
-and one exchange overhead, ipukern's additions), on top of the expanded conv's own plan, and
-keeps the cheapest (:func:`choose_plan`).
+(copies and exchange) and charges it in ``addTransformCycleEstimate`` (``ConvModel.cpp``;
+``rearrangeInput`` is set by expandDims): per used tile ``bytes = ceil(expanded elements x
+element bytes / used tiles)``, copy cycles ``ceil(bytes x 5 / (min(memcpyBytesPerCycle,
+element bytes) x f))`` (``f`` = 4 when ``C_in x C_out`` of the transformed conv is a
+multiple of 2 (float) or 4 (half), else 3: ``getScaleFactorForTransform``) and exchange
+cycles ``ceil(bytes / exchangeBytesPerCycle)``.
 
 The program (:mod:`.expand_build`) really builds the expanded tensor: the original input
-lives spread linearly over the plan's tiles; an exchange brings each owner of an expanded
-core segment the original rows it needs, and an on-tile copy vertex (im2col, zeros for the
-padding) writes the expanded segment where the expanded conv expects its input. The conv
-program of the expanded conv then runs unchanged.
+lives spread linearly over the plan's tiles (``mapTensorLinearly``); an exchange brings each
+tile that owns a share of an expanded input core the original rows it needs, and an on-tile
+copy vertex (im2col, zeros for the padding) writes that share where the expanded conv
+expects its input; the expanded conv's program then runs unchanged. The copy is costed at
+PopLibs' rate above on the bytes the tile writes, the exchange by the exchange model on the
+bytes it receives (the original rows: fewer than PopLibs' expanded bytes). The planner
+scores each candidate with those same terms for the expanded conv's chosen split
+(:func:`transform_estimate`), plus one BSP sync and one exchange overhead (ipukern's
+additions), on top of the expanded conv's own plan, and keeps the cheapest
+(:func:`choose_plan`). Simplifications: the expanded conv's split is the one its planner
+chooses without the transform (PopLibs scores the transform inside its split search), and
+PopLibs' ``rearrangeWeights`` term is not charged: weights are placed in the plan's layout
+as for every ipukern conv (here the expanded weights are the original ones reshaped).
 
 Candidates: ``"h"`` (kernel rows into channels) and ``"hw"`` (both kernel dims: the conv
 becomes 1x1). Expanded channel ``c'`` of a group is ``c * kh * kw' + i * kw' + j`` (kw' = kw
@@ -47,7 +53,8 @@ __all__ = ["EXPAND_CANDIDATES", "expand_candidates", "expanded_params", "transfo
            "transform_copy_cycles", "source_boxes", "choose_plan", "plan_expanded",
            "expanded_candidates"]
 
-#: expandDims subsets the planner tries ("w" alone would need transposed weights)
+#: expandDims subsets the planner tries ("w" alone would need transposed weights); a study
+#: can set it to () to plan without the transform (bench/zoo_transforms.py does)
 EXPAND_CANDIDATES = ("h", "hw")
 
 
@@ -59,7 +66,7 @@ def expand_candidates(p: ConvParams) -> list[str]:
         out.append("h")
     if p.kernel_w > 1:
         out.append("hw")
-    return out
+    return [d for d in out if d in EXPAND_CANDIDATES]
 
 
 def expanded_params(p: ConvParams, dims: str) -> ConvParams:
