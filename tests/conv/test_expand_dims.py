@@ -195,3 +195,19 @@ def test_copy_blocks_kernel_rejects_blocks_outside_the_tile():
     with pytest.raises(ValueError, match="outside the arena"):
         _vertices.copy_blocks(data, np.array([2], np.int32), np.array([0]), np.array([0]), shape,
                               stride, stride, 4, 1)
+
+
+@pytest.mark.parametrize("x, w, stride", [
+    ((1, 512, 7, 7), (512, 512, 3, 3), 1),       # ResNet-50 layer4.1.conv2
+    ((1, 512, 14, 14), (512, 512, 3, 3), 2),     # ResNet-50 layer4.0.conv2
+    ((1, 3, 224, 224), (32, 3, 3, 3), 2),        # MobileNet v1/v2 stem
+])
+def test_zoo_layers_that_gain_run_expanded_and_exactly(x, w, stride):
+    """The zoo layers expandDims speeds up (batch 1), fp16 as the conv tests run it: the
+    planner's choice is executed on the tiles and equals the float64 reference."""
+    rng = np.random.default_rng(7)
+    xs = rng.standard_normal(x).astype(np.float16)
+    ws = (rng.standard_normal(w) / np.sqrt(w[1] * 9)).astype(np.float16)
+    run = ik.conv2d(xs, ws, stride=stride, padding=1)
+    assert run.plan.expand_dims == "hw"
+    check(xs, ws, run.output, "float16", stride=stride, padding=1)
