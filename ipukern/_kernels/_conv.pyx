@@ -9,14 +9,15 @@ byte offsets ``win_off[v]`` (input window [B][WR][G*C][WC], rows outermost), ``w
 Every vertex is computed by one thread, each output element by one FMA chain in a fixed tap
 order, so results do not depend on the thread count. Before anything is written the call
 checks every vertex (tile, byte ranges, alignment, scratch size) and returns a non-zero
-status code instead of raising; nothing is written then.
+status code instead of raising; nothing is written then. ``direct=False`` keeps every vertex
+on the packing (GEMM) path: the direct path gives the same bits, and the tests check that.
 """
 from cython.parallel cimport prange, threadid
 from libc.stdint cimport int32_t, int64_t
 
 from ipukern._kernels.ipk cimport (
     IPK_CONV_EALIGN, IPK_CONV_EDIMS, IPK_CONV_EPARAM, IPK_CONV_ERANGE, IPK_CONV_ESCRATCH,
-    IPK_CONV_ETHREADS, IPK_CONV_ETILE, IPK_CONV_MAX_K, IPK_CONV_OK, IPK_F16, IPK_F32,
+    IPK_CONV_DIRECT, IPK_CONV_ETHREADS, IPK_CONV_ETILE, IPK_CONV_MAX_K, IPK_CONV_OK, IPK_F16, IPK_F32,
     ipk_conv_best_isa, ipk_conv_check, ipk_conv_isa_supported, ipk_conv_one, ipk_conv_pick,
     ipk_conv_vertex_fn, ipk_geom, ipk_geom_init, ipk_team_size)
 
@@ -75,7 +76,8 @@ def conv_tiles(unsigned char[:, ::1] data,      # IN/OUT: arena, row t = tile t'
                int in_dt, int out_dt,            # IN: dtype codes (IPK_F32 / IPK_F16)
                float[:, ::1] scratch,            # OUT: scratch (n_threads, S) floats, clobbered
                int n_threads,                    # IN
-               int isa=-1):                      # IN: -1 best for this CPU; 0/1/2: force a variant
+               int isa=-1,                       # IN: -1 best for this CPU; 0/1/2: force a variant
+               bint direct=True):                # IN: False: never the direct path (tests)
     """Compute every vertex's convolution output. Returns 0, or a status code (nothing written).
 
     Checked here, before anything is written: kernel parameters and dtype codes, array
@@ -89,6 +91,7 @@ def conv_tiles(unsigned char[:, ::1] data,      # IN/OUT: arena, row t = tile t'
     cdef int64_t n_rows = data.shape[0], row_bytes = data.shape[1]
     cdef int64_t S = scratch.shape[1]
     cdef int st, tid, nt
+    cdef int flags = IPK_CONV_DIRECT if direct else 0
     cdef Py_ssize_t nxt
     cdef ipk_geom g
     cdef ipk_conv_vertex_fn fn
@@ -134,5 +137,5 @@ def conv_tiles(unsigned char[:, ::1] data,      # IN/OUT: arena, row t = tile t'
             nxt = -1
         ipk_conv_one(fn, &dims[0, 0], v, nxt, kh, kw, sh, sw, dh, dw, base, row_bytes,
                      &tiles[0], &win_off[0], &w_off[0], &out_off[0], in_dt, out_dt,
-                     sbase + tid * S)
+                     sbase + tid * S, flags)
     return IPK_CONV_OK

@@ -31,6 +31,7 @@ cdef extern from "ipk_conv.h" nogil:
         IPK_CONV_ESCRATCH
         IPK_CONV_ETHREADS
         IPK_CONV_MAX_K
+        IPK_CONV_DIRECT
     int ipk_geom_init(ipk_geom* g, const int64_t* d, int kh, int kw, int sh, int sw,
                       int dh, int dw) noexcept
     int ipk_conv_check(const ipk_geom* g, int64_t n_rows, int64_t row_bytes,
@@ -43,4 +44,4 @@ cdef extern from "ipk_conv.h" nogil:
                       int kh, int kw, int sh, int sw, int dh, int dw,
                       unsigned char* data, int64_t row_bytes, const int32_t* tiles,
                       const int64_t* win_off, const int64_t* w_off, const int64_t* out_off,
-                      int in_dt, int out_dt, float* scratch) noexcept
+                      int in_dt, int out_dt, float* scratch, int flags) noexcept

@@ -236,7 +236,10 @@ static inline const unsigned char* ipk_pf_slice(ipk_pf* pf, int64_t ntaps, int64
 /* ------------------------------------------------------------------ ISA variants */
 typedef void (*ipk_conv_vertex_fn)(const ipk_geom* g, unsigned char* tb, int64_t win_off,
                                    int64_t w_off, int64_t out_off, int in_dt, int out_dt,
-                                   float* scratch, ipk_pf* pf);
+                                   float* scratch, ipk_pf* pf, int flags);
+
+/* flags of a conv_tiles call */
+#define IPK_CONV_DIRECT 1   /* take the direct path (ipk_conv_direct.h) where it applies */
 
 /* GCC turns the short row-copy loops into memcpy/memset calls, which cost more than the
  * copies themselves for rows of tens of floats: keep them inline. */
@@ -314,7 +317,7 @@ static inline void ipk_conv_one(ipk_conv_vertex_fn fn, const int64_t* dims, int6
                                 int kh, int kw, int sh, int sw, int dh, int dw,
                                 unsigned char* data, int64_t row_bytes, const int32_t* tiles,
                                 const int64_t* win_off, const int64_t* w_off, const int64_t* out_off,
-                                int in_dt, int out_dt, float* scratch)
+                                int in_dt, int out_dt, float* scratch, int flags)
 {
     ipk_geom g;
     ipk_pf pf;
@@ -332,7 +335,7 @@ static inline void ipk_conv_one(ipk_conv_vertex_fn fn, const int64_t* dims, int6
     }
     if (ipk_geom_init(&g, dims + 10 * v, kh, kw, sh, sw, dh, dw) == IPK_CONV_OK)
         fn(&g, data + (int64_t)tiles[v] * row_bytes, win_off[v], w_off[v], out_off[v], in_dt,
-           out_dt, scratch, &pf);
+           out_dt, scratch, &pf, flags);
 }
 
 #endif

@@ -289,17 +289,29 @@ IPK_TGT static void IPK_SFX(pack_weights)(const ipk_geom* g, const unsigned char
 #include "ipk_conv_gemm.h"
 #if defined(IPK_ISA_AVX512)
 #include "ipk_conv_small.h"
+#else
+#include "ipk_conv_direct.h"
 #endif
 
 /* ---------------------------------------------------------------- one vertex */
 IPK_TGT static void IPK_SFX(ipk_conv_vertex)(const ipk_geom* g, unsigned char* tb, int64_t win_off,
                                              int64_t w_off, int64_t out_off, int in_dt, int out_dt,
-                                             float* scratch, ipk_pf* pf)
+                                             float* scratch, ipk_pf* pf, int flags)
 {
     /* scratch: packed window (64-byte aligned), packed weights, tap offsets (ipk_geom_init) */
     float* P = (float*)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
     float* W = P + g->p_floats;
     if (g->B == 0 || g->G == 0 || g->K == 0 || g->OR == 0 || g->OC == 0) return;
+#if !defined(IPK_ISA_AVX512)
+    /* not in the AVX-512 variant: its GEMM path has twice the lanes and registers and no
+     * host here to measure the change on */
+    if ((flags & IPK_CONV_DIRECT) && IPK_SFX(direct_ok)(g, in_dt)) {
+        IPK_SFX(direct_vertex)(g, tb, win_off, w_off, out_off, out_dt, P, W, pf);
+        return;
+    }
+#else
+    (void)flags;
+#endif
 #if defined(IPK_ISA_AVX512)
     if (IPK_SFX(sc_ok)(g)) {
         IPK_SFX(sc_vertex)(g, tb, win_off, w_off, out_off, in_dt, out_dt, P, W, pf);

@@ -155,7 +155,7 @@ def _check_overlaps(tiles, row_bytes, reads, writes) -> None:
 
 def conv_tiles_checked(data, tiles, win_off, w_off, out_off, dims, kh, kw, sh=1, sw=1, dh=1,
                        dw=1, in_dt="float32", out_dt="float32", scratch=None, n_threads=None,
-                       *, isa=None):
+                       *, isa=None, direct=True):
     """Validate a batch of conv vertices, then run them all in one kernel call.
 
     Parameters
@@ -176,6 +176,9 @@ def conv_tiles_checked(data, tiles, win_off, w_off, out_off, dims, kh, kw, sh=1,
         Defaults to the engine's thread count.
     isa : str, optional
         Force "baseline", "avx2" or "avx512" (tests); default: the best this CPU runs.
+    direct : bool
+        False keeps every vertex on the packing path (tests: the direct path for fp32
+        windows without padding must give the same bits).
 
     Raises
     ------
@@ -247,7 +250,8 @@ def conv_tiles_checked(data, tiles, win_off, w_off, out_off, dims, kh, kw, sh=1,
             raise ConvKernelError(f"isa {isa!r} is not available here; choose from {available_isas()}")
         isa_code = names.index(isa)
     st = _kernel().conv_tiles(data, t, arrs["win_off"], arrs["w_off"], arrs["out_off"], d,
-                              kh, kw, sh, sw, dh, dw, idt, odt, scratch, n_threads, isa_code)
+                              kh, kw, sh, sw, dh, dw, idt, odt, scratch, n_threads, isa_code,
+                              bool(direct))
     if st != 0:  # pragma: no cover - everything the kernel checks was checked above
         raise ConvKernelError(f"conv kernel refused the batch (status {st})")
 

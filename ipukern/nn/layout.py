@@ -239,23 +239,68 @@ def _copy(dst, src, src_row, src_off, dst_row, dst_off, nbytes) -> None:
                         balanced_bounds(nbytes, get_num_threads()))
 
 
+def coalesce_runs(src_row, src_off, dst_row, dst_off, nbytes) -> tuple[np.ndarray, ...]:
+    """The same copies with runs contiguous in both source and destination merged into one.
+
+    A table's copies write disjoint bytes of an array other than the one they read, so
+    their order does not change the result; they are put in destination order when that
+    lets more runs merge (reading a conv's output: hundreds of thousands of runs of a few
+    elements become about one per tile). Host execution only: the simulated copies and
+    their cycles are counted from the layouts, not from this table.
+    """
+    cols = [np.asarray(c) for c in (src_row, src_off, dst_row, dst_off, nbytes)]
+    if cols[4].size < 2:
+        return tuple(cols)
+
+    def joins(sr, so, dr, do, nb):
+        return ((sr[1:] == sr[:-1]) & (dr[1:] == dr[:-1]) & (so[:-1] + nb[:-1] == so[1:])
+                & (do[:-1] + nb[:-1] == do[1:]))
+
+    join = joins(*cols)
+    if 2 * int(join.sum()) < join.size:
+        span = int(cols[3].max()) + 1
+        if int(cols[2].max()) < np.iinfo(np.int64).max // max(span, 1):
+            order = np.argsort(cols[2].astype(np.int64) * span + cols[3], kind="stable")
+            moved = [c[order] for c in cols]
+            j2 = joins(*moved)
+            if int(j2.sum()) > int(join.sum()) + join.size // 10:
+                cols, join = moved, j2
+    if not join.any():
+        return tuple(cols)
+    start = np.flatnonzero(np.concatenate([[True], ~join]))
+    return (cols[0][start], cols[1][start], cols[2][start], cols[3][start],
+            np.add.reduceat(cols[4], start))
+
+
 class CopyTable:
-    """A fixed table of row-to-row copies, converted once to the copy kernel's column types;
-    the per-thread byte ranges are cached per thread count. Tables run every time a network
-    executes (rearrangements, reading a conv's output), so nothing is recomputed per run."""
+    """A fixed table of row-to-row copies between two distinct arrays, converted once to
+    the copy kernel's column types (and coalesced, :func:`coalesce_runs`); the per-thread
+    byte ranges are cached per thread count. Tables run every time a network executes
+    (rearrangements, reading a conv's output), so nothing is recomputed per run."""
 
     def __init__(self, src_row, src_off, dst_row, dst_off, nbytes):
+        src_row, src_off, dst_row, dst_off, nbytes = coalesce_runs(src_row, src_off, dst_row,
+                                                                   dst_off, nbytes)
         self.cols = (np.ascontiguousarray(src_row, np.int32), np.ascontiguousarray(src_off, np.int64),
                      np.ascontiguousarray(dst_row, np.int32), np.ascontiguousarray(dst_off, np.int64),
                      np.ascontiguousarray(nbytes, np.int64))
         self._bounds: dict[int, np.ndarray] = {}
 
     def run(self, dst: np.ndarray, src: np.ndarray) -> None:
-        """Copy (every copy is range-checked by the kernel before any byte moves)."""
+        """Copy (every copy is range-checked by the kernel before any byte moves).
+
+        Raises
+        ------
+        ValueError
+            If ``dst`` and ``src`` may share memory (the copies were reordered and merged
+            on the premise that they do not).
+        """
         from .._kernels import _exchange
         nb = self.cols[4]
         if nb.size == 0:
             return
+        if np.may_share_memory(dst, src):
+            raise ValueError("a copy table's source and destination must be distinct arrays")
         n = get_num_threads()
         b = self._bounds.get(n)
         if b is None:

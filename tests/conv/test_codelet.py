@@ -85,10 +85,10 @@ class Batch:
             self.data[t, o:o + kb[v]] = self.wts[v].reshape(-1).view(np.uint8)
         self.before = self.data.copy()
 
-    def run(self, n_threads=2, isa=None, scratch=None):
+    def run(self, n_threads=2, isa=None, scratch=None, direct=True):
         conv_tiles_checked(self.data, self.tiles, self.win_off, self.w_off, self.out_off, self.dims,
                            *self.kernel, *self.stride, *self.dilation, self.in_dt, self.out_dt,
-                           scratch=scratch, n_threads=n_threads, isa=isa)
+                           scratch=scratch, n_threads=n_threads, isa=isa, direct=direct)
         return self
 
     def output(self, v):
@@ -476,3 +476,73 @@ if given is not None:
         rng = np.random.default_rng(seed)
         dims = random_dims(rng, n, (kh, kw), (sh, sw), (dh, dw), max_c=9, max_k=11)
         Batch(rng, dims, (kh, kw), (sh, sw), (dh, dw), in_dt=dts[0], out_dt=dts[1]).run().check()
+
+
+# --------------------------------------------------------------------------- direct path
+def interior_dims(rng, n, kernel, stride, dilation, *, max_c=40, max_k=40, groups=(1, 3),
+                  batch=(1, 4)):
+    """Vertices whose every tap lies inside the window (the direct path's case): origins
+    >= 0, windows at least as large as the tap range, sometimes larger."""
+    kh, kw = kernel
+    dims = []
+    for _ in range(n):
+        OR, OC = int(rng.integers(1, 10)), int(rng.integers(1, 30))
+        ro, co = int(rng.integers(0, 3)), int(rng.integers(0, 3))
+        span_r = ro + (OR - 1) * stride[0] + (kh - 1) * dilation[0] + 1
+        span_c = co + (OC - 1) * stride[1] + (kw - 1) * dilation[1] + 1
+        dims.append((int(rng.integers(batch[0], batch[1] + 1)), int(rng.integers(groups[0], groups[1] + 1)),
+                     int(rng.integers(1, max_c + 1)), int(rng.integers(1, max_k + 1)),
+                     span_r + int(rng.integers(0, 3)), span_c + int(rng.integers(0, 3)), OR, OC, ro, co))
+    return dims
+
+
+def _direct_vs_packing(dims, kernel, stride=(1, 1), dilation=(1, 1), in_dt=0, out_dt=0, seed=5):
+    """The direct path (default) and the packing path give the same bytes, every ISA variant
+    this CPU runs, and both are within the float64 reference's bound."""
+    runs = []
+    for isa in convkernel.available_isas():
+        for direct in (True, False):
+            b = Batch(np.random.default_rng(seed), dims, kernel, stride, dilation, in_dt=in_dt,
+                      out_dt=out_dt).run(isa=isa, direct=direct)
+            runs.append((isa, direct, b.data))
+    b.check()
+    for isa, direct, data in runs[1:]:
+        assert np.array_equal(runs[0][2], data), (isa, direct)
+
+
+@pytest.mark.parametrize("kernel,stride,dilation", CONFIGS)
+def test_direct_path_bitwise_equals_packing(rng, kernel, stride, dilation):
+    """fp32 windows without padding (every 1x1 layer of a network) are read in place with
+    the lanes over output channels; per output the same FMA chain as the packing path.
+    K from 1 to past four vectors (blocks and a zero-padded last vector), positions of
+    several images in one block, outputs fp32 and fp16; mixed with padded vertices, which
+    keep the packing path in the same call."""
+    dims = interior_dims(rng, 14, kernel, stride, dilation)
+    if kernel == (1, 1):   # a ResNet-50 tile's shape; K past four vectors, odd
+        dims += [(8, 1, 256, 16, 2, 2, 2, 2, 0, 0), (3, 1, 70, 67, 3, 5, 3, 5, 0, 0)]
+    dims += random_dims(rng, 4, kernel, stride, dilation)
+    _direct_vs_packing(dims, kernel, stride, dilation)
+    _direct_vs_packing(dims[:6], kernel, stride, dilation, out_dt=1)
+
+
+def test_direct_path_signed_zeros_and_specials(rng):
+    """Signed zeros, infinities and NaN go through the same FMA chain: -0.0 products summed
+    from +0.0, inf * 0 = NaN, overflow to inf."""
+    def values(rng, d):
+        B, G, C, K, WR, WC = (int(v) for v in d[:6])
+        win = rng.choice([0.0, -0.0, 1.0, -1.0, np.inf, 3e38], size=(B, G, C, WR, WC))
+        wts = rng.choice([0.0, -0.0, 2.0, -2.0, -np.inf], size=(G, K, C, 1, 1))
+        return win, wts
+    dims = [(2, 1, 3, 9, 2, 3, 2, 3, 0, 0), (1, 2, 1, 17, 1, 4, 1, 4, 0, 0)]
+    runs = [Batch(np.random.default_rng(2), dims, (1, 1), values=values).run(direct=d).data
+            for d in (True, False)]
+    assert np.array_equal(runs[0], runs[1])
+
+
+if given is not None:
+    @given(seed=st.integers(0, 2**32 - 1), kh=st.integers(1, 3), kw=st.integers(1, 3),
+           sh=st.integers(1, 2), sw=st.integers(1, 2), dh=st.integers(1, 2), n=st.integers(1, 4))
+    def test_property_direct_path_bitwise(seed, kh, kw, sh, sw, dh, n):
+        rng = np.random.default_rng(seed)
+        dims = interior_dims(rng, n, (kh, kw), (sh, sw), (dh, 1), max_c=20, max_k=36)
+        _direct_vs_packing(dims, (kh, kw), (sh, sw), (dh, 1), seed=seed % 1000)

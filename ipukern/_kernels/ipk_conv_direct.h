@@ -1,0 +1,185 @@
+/* The direct path of one ISA variant (see ipk_conv.h): fp32 windows whose every tap of every
+ * output lies inside the window (no padding: all 1x1 convs of a plan, and valid convs) are
+ * read in place, with no packing. Included by ipk_conv_impl.h, which defines the vector
+ * vocabulary and the shared helpers.
+ *
+ * The lanes run over output channels instead of output positions: the weights of a block
+ * of up to 4 vectors of output channels are packed once per group as Wk[t][k] (k innermost,
+ * zero past K), and a micro-kernel keeps KV vectors of channels x NP output positions of
+ * accumulators in registers; per tap it loads the KV weight vectors and broadcasts the NP
+ * input values straight from the window:
+ *
+ *     acc[p][kv] += x[pos p, tap t] * Wk[t][kv*VW .. kv*VW + VW)
+ *
+ * Every output element is still one FMA chain over the taps in the order t = c*kh*kw + i*kw
+ * + j, starting from +0.0, with one rounding per step (fma(x, w, acc) == fma(w, x, acc)), so
+ * the results are bitwise those of the GEMM path. The GEMM path's lanes run over the
+ * positions of one (b, g) window, which are few on most tiles (e.g. 2x2 or 7x7 outputs
+ * for 16 channels), and it must first pack every channel row of the window: for these
+ * shapes packing and half-empty vectors, not FMAs, bounded it. Here the positions of all
+ * images of the vertex are one list and there are always 16 or so output channels. */
+
+/* dk_KV_NP: tile[p*KV*VW + kv*VW + l] = sum_t src[p][toff[t]] * w[t*KV*VW + kv*VW + l]. */
+#define IPK_DK(KV, NP)                                                                       \
+    IPK_TGT static void IPK_SFX(dk_##KV##_##NP)(const float* const* src,                     \
+                                                const int32_t* restrict toff, int64_t ntaps, \
+                                                const float* restrict w, float* restrict tile, \
+                                                const unsigned char* pf, int64_t pfs)        \
+    {                                                                                        \
+        V acc[NP][KV];                                                                       \
+        const float* s[NP];                                                                  \
+        int p, kv;                                                                           \
+        int64_t t;                                                                           \
+        _Pragma("GCC unroll 16") for (p = 0; p < NP; p++) {                                  \
+            s[p] = src[p];                                                                   \
+            _Pragma("GCC unroll 16") for (kv = 0; kv < KV; kv++) acc[p][kv] = VZERO();       \
+        }                                                                                    \
+        for (t = 0; t < ntaps; t++) {                                                        \
+            const int64_t o = toff[t];                                                       \
+            const float* wt = w + t * (KV * VW);                                             \
+            V wv[KV];                                                                        \
+            __builtin_prefetch(pf + t * pfs, 0, 2);                                          \
+            _Pragma("GCC unroll 16") for (kv = 0; kv < KV; kv++) wv[kv] = VLD(wt + kv * VW);  \
+            _Pragma("GCC unroll 16") for (p = 0; p < NP; p++) {                              \
+                const V x = VSET1(s[p][o]);                                                  \
+                _Pragma("GCC unroll 16") for (kv = 0; kv < KV; kv++)                         \
+                    acc[p][kv] = VFMA(x, wv[kv], acc[p][kv]);                                \
+            }                                                                                \
+        }                                                                                    \
+        _Pragma("GCC unroll 16") for (p = 0; p < NP; p++)                                    \
+            _Pragma("GCC unroll 16") for (kv = 0; kv < KV; kv++)                             \
+                VST(tile + (p * KV + kv) * VW, acc[p][kv]);                                  \
+    }
+
+typedef void (*IPK_SFX(dk_fn))(const float* const* src, const int32_t* restrict toff,
+                                int64_t ntaps, const float* restrict w, float* restrict tile,
+                                const unsigned char* pf, int64_t pfs);
+
+/* (KV, NP) blocks: KV * NP <= IPK_ACC accumulators, NP <= IPK_NRMAX */
+#define IPK_DK_BLOCKS(X) \
+    X(1, 1) X(1, 2) X(1, 3) X(1, 4) X(1, 5) X(1, 6) X(1, 7) X(1, 8) X(1, 9) X(1, 10) \
+    X(1, 11) X(1, 12) X(2, 1) X(2, 2) X(2, 3) X(2, 4) X(2, 5) X(2, 6) \
+    X(3, 1) X(3, 2) X(3, 3) X(3, 4) X(4, 1) X(4, 2) X(4, 3)
+IPK_DK_BLOCKS(IPK_DK)
+#define IPK_DK_ENTRY(KV, NP) [KV][NP] = IPK_SFX(dk_##KV##_##NP),
+static const IPK_SFX(dk_fn) IPK_SFX(dk_tab)[5][IPK_NRMAX + 1] = {IPK_DK_BLOCKS(IPK_DK_ENTRY)};
+#undef IPK_DK_ENTRY
+#undef IPK_DK_BLOCKS
+#undef IPK_DK
+
+#define IPK_DK_KVMAX 4
+
+/* The direct path applies: fp32 input, every tap of every output inside the window. */
+static inline int IPK_SFX(direct_ok)(const ipk_geom* g, int in_dt)
+{
+    /* tap offsets are int32: one (b, g) window spans at most WR * rs elements */
+    return in_dt == IPK_F32 && ipk_smul(g->WR, g->rs) <= ((int64_t)1 << 30) && g->ro >= 0 && g->co >= 0
+           && g->ro + (g->OR - 1) * g->sh + (int64_t)(g->kh - 1) * g->dh < g->WR
+           && g->co + (g->OC - 1) * g->sw + (int64_t)(g->kw - 1) * g->dw < g->WC;
+}
+
+/* Pack channels [k0, k0 + kb) of one group's weights [K][CT] (fp32) to Wk[t][kvw], zero
+ * past K; tap-outer, so the writes are sequential and the reads kvw sequential streams. */
+IPK_TGT static void IPK_SFX(pack_wk)(const float* restrict wsrc, int64_t CT, int64_t K,
+                                     int64_t k0, int kvw, float* restrict Wk)
+{
+    const float* rows[IPK_DK_KVMAX * VW];
+    int64_t t;
+    int k, kin = (int)(K - k0 < kvw ? K - k0 : kvw);
+    for (k = 0; k < kin; k++) rows[k] = wsrc + (k0 + k) * CT;
+    for (t = 0; t < CT; t++, Wk += kvw) {
+        for (k = 0; k < kin; k++) Wk[k] = rows[k][t];
+        for (; k < kvw; k++) Wk[k] = 0.0f;
+    }
+}
+
+/* Store positions [q0, q1) x channels [0, kb) of obuf[q - q0][kvw] to the output of one
+ * group (positions q = (b*OR + y)*OC + x; channel k of image b at (b*G*K + k)*kstride):
+ * per channel one run per image. obuf was written by earlier micro-kernel calls (long
+ * committed: reading a lane of a just-stored vector back stalls store forwarding). */
+IPK_TGT static void IPK_SFX(direct_store)(const float* obuf, int kvw, int64_t kb, int64_t q0,
+                                          int64_t q1, int64_t kstride, int64_t GK,
+                                          unsigned char* out_k0, int out_dt)
+{
+    while (q0 < q1) {
+        const int64_t b = q0 / kstride, n0 = q0 - b * kstride;
+        const int64_t len = q1 - q0 < kstride - n0 ? q1 - q0 : kstride - n0;
+        int64_t m, p;
+        for (m = 0; m < kb; m++) {
+            const float* src = obuf + m;
+            const int64_t o = (b * GK + m) * kstride + n0;
+            if (out_dt == IPK_F32) {
+                float* restrict d = (float*)out_k0 + o;
+                for (p = 0; p < len; p++) d[p] = src[p * kvw];
+            } else {
+                uint16_t* restrict d = (uint16_t*)out_k0 + o;
+                for (p = 0; p < len; p++) d[p] = ipk_f2h(src[p * kvw]);
+            }
+        }
+        obuf += len * kvw;
+        q0 += len;
+    }
+}
+
+/* The whole vertex through the direct path; W: scratch for the packed weights (w_floats),
+ * followed by the tap offset table; P: the packed-window scratch (p_floats), unused by this
+ * path, stages the results (obuf). */
+IPK_TGT static void IPK_SFX(direct_vertex)(const ipk_geom* g, unsigned char* tb, int64_t win_off,
+                                           int64_t w_off, int64_t out_off, int out_dt, float* P,
+                                           float* W, ipk_pf* pf)
+{
+    const int64_t B = g->B, G = g->G, C = g->C, K = g->K, T = g->T, CT = C * T;
+    const int64_t OR = g->OR, OC = g->OC, kstride = OR * OC, npos = B * kstride;
+    const int64_t osz = ipk_dt_size(out_dt);
+    int32_t* toff = (int32_t*)(W + g->w_floats);
+    const float* src[IPK_NRMAX];
+    int64_t gi, c, k0;
+    int i, j;
+
+    {   /* spread the next vertex's prefetches over this vertex's micro-kernel calls */
+        const int64_t kblocks = (K + IPK_DK_KVMAX * VW - 1) / (IPK_DK_KVMAX * VW);
+        const int64_t calls = G * kblocks * ((npos + 2) / 3) + 1;
+        const int64_t total = pf->n[0] + pf->n[1] + pf->n[2];
+        pf->per_call = ((total + calls - 1) / calls + 63) & ~(int64_t)63;
+    }
+    /* toff[c*T + i*kw + j]: where tap (c, i, j) reads, relative to the output's origin */
+    for (c = 0; c < C; c++)
+        for (i = 0; i < g->kh; i++)
+            for (j = 0; j < g->kw; j++)
+                toff[(c * g->kh + i) * g->kw + j] =
+                    (int32_t)(c * g->cs + (int64_t)i * g->dh * g->rs + (int64_t)j * g->dw);
+
+    for (gi = 0; gi < G; gi++) {
+        const float* wsrc = (const float*)(tb + w_off) + gi * K * CT;
+        const float* win_g = (const float*)(tb + win_off) + ipk_win_base(g, 0, gi);
+        for (k0 = 0; k0 < K; k0 += IPK_DK_KVMAX * VW) {
+            const int64_t kb = K - k0 < IPK_DK_KVMAX * VW ? K - k0 : IPK_DK_KVMAX * VW;
+            const int kv = (int)((kb + VW - 1) / VW), kvw = kv * VW;
+            const int np = IPK_ACC / kv < IPK_NRMAX ? IPK_ACC / kv : IPK_NRMAX;
+            /* positions per staged chunk: whole blocks that fit in P (>= one block: P holds
+             * at least 160 floats, a block at most IPK_ACC * VW = 96) */
+            const int64_t chunk = (g->p_floats / kvw) / np * np;
+            unsigned char* out_k0 = tb + out_off + (gi * K + k0) * kstride * osz;
+            int64_t q0, c0 = 0, b = 0, y = 0, x = 0;
+            IPK_SFX(pack_wk)(wsrc, CT, K, k0, kvw, W);
+            for (q0 = 0; q0 < npos; q0 += np) {
+                const int n = (int)(npos - q0 < np ? npos - q0 : np);
+                int64_t pfs;
+                const unsigned char* pfp = ipk_pf_slice(pf, CT, &pfs);
+                int p;
+                if (q0 - c0 == chunk) {
+                    IPK_SFX(direct_store)(P, kvw, kb, c0, q0, kstride, G * K, out_k0, out_dt);
+                    c0 = q0;
+                }
+                /* the n positions (b, y, x) of this block, in output order */
+                for (p = 0; p < n; p++) {
+                    src[p] = win_g + b * g->WR * g->rs + (y * g->sh + g->ro) * g->rs
+                             + x * g->sw + g->co;
+                    if (++x == OC) { x = 0; if (++y == OR) { y = 0; b++; } }
+                }
+                IPK_SFX(dk_tab)[kv][n](src, toff, CT, W, P + (q0 - c0) * kvw, pfp, pfs);
+            }
+            IPK_SFX(direct_store)(P, kvw, kb, c0, npos, kstride, G * K, out_k0, out_dt);
+        }
+    }
+}

@@ -1,0 +1,69 @@
+"""Copy tables run on the host as coalesced runs (:func:`ipukern.nn.layout.coalesce_runs`):
+merged and reordered, they must write exactly the bytes the original copies write, in
+every order the copies could come in (random tables of disjoint destination runs, some
+contiguous in both arrays, some not)."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ipukern.nn.layout import CopyTable, coalesce_runs
+
+
+def _table(rng, n_rows, row, n):
+    """Random copies with disjoint destinations; runs of consecutive pieces of one larger
+    block are contiguous in both arrays (mergeable), the rest scattered."""
+    cuts = np.sort(rng.choice(np.arange(1, row), size=min(n, row - 1), replace=False))
+    bounds = np.r_[0, cuts, row]
+    dst_row, dst_off, nb = [], [], []
+    for r in range(n_rows):
+        keep = rng.random(bounds.size - 1) < 0.8
+        dst_row += [r] * int(keep.sum())
+        dst_off += list(bounds[:-1][keep])
+        nb += list(np.diff(bounds)[keep])
+    dst_row, dst_off, nb = (np.asarray(v, np.int64) for v in (dst_row, dst_off, nb))
+    # source: the same place on a random row with probability 1/2 (contiguous runs of a
+    # row merge), otherwise a random place
+    same = rng.random(nb.size) < 0.5
+    src_row = np.where(same, dst_row, rng.integers(0, n_rows, nb.size))
+    src_off = np.where(same, dst_off, rng.integers(0, row + 1 - nb.max(), nb.size) if nb.size else 0)
+    order = rng.permutation(nb.size)
+    return src_row[order], src_off[order], dst_row[order], dst_off[order], nb[order]
+
+
+def _run_plain(cols, dst, src):
+    for sr, so, dr, do, nb in zip(*cols):
+        dst[dr, do:do + nb] = src[sr, so:so + nb]
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n_rows=st.integers(1, 5), row=st.integers(2, 300),
+       n=st.integers(1, 60))
+def test_coalesced_table_writes_the_same_bytes(seed, n_rows, row, n):
+    rng = np.random.default_rng(seed)
+    cols = _table(rng, n_rows, row, n)
+    src = rng.integers(0, 256, (n_rows, row), dtype=np.uint8)
+    want = rng.integers(0, 256, (n_rows, row), dtype=np.uint8)
+    got = want.copy()
+    _run_plain(cols, want, src)
+    CopyTable(*cols).run(got, src)
+    assert np.array_equal(got, want)
+    merged = coalesce_runs(*cols)
+    assert merged[4].sum() == cols[4].sum() and merged[4].size <= cols[4].size
+
+
+def test_contiguous_runs_merge_to_one_per_row():
+    """A row cut in 100 pieces copied in a shuffled order: one copy per row."""
+    rng = np.random.default_rng(0)
+    off = np.arange(100) * 12
+    cols = [np.repeat([0, 1], 100), np.tile(off, 2), np.repeat([1, 0], 100), np.tile(off, 2),
+            np.full(200, 12)]
+    order = rng.permutation(200)
+    merged = coalesce_runs(*(c[order] for c in cols))
+    assert merged[4].tolist() == [1200, 1200]
+
+
+def test_aliased_arrays_are_refused():
+    a = np.zeros((2, 8), np.uint8)
+    with pytest.raises(ValueError, match="distinct"):
+        CopyTable([0], [0], [1], [0], [4]).run(a, a)
