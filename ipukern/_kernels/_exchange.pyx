@@ -13,6 +13,13 @@ from libc.string cimport memcpy
 from ipukern._kernels.ipk cimport ipk_has_openmp, ipk_max_threads
 
 
+cdef extern from "ipk_copy.h" nogil:
+    void ipk_copy_table(unsigned char* dbase, int64_t dst_stride, const unsigned char* sbase,
+                        int64_t src_stride, const int32_t* src_row, const int64_t* src_off,
+                        const int32_t* dst_row, const int64_t* dst_off, const int64_t* nbytes,
+                        int64_t lo, int64_t hi) noexcept
+
+
 def max_threads():
     """Threads OpenMP would use (1 when built without OpenMP)."""
     return ipk_max_threads()
@@ -86,7 +93,7 @@ def copy_runs(unsigned char[:, ::1] dst,          # OUT: destination rows (tiles
     cdef Py_ssize_t src_stride = src.shape[1]
     cdef unsigned char* dbase
     cdef const unsigned char* sbase
-    cdef Py_ssize_t i, tid, bad
+    cdef Py_ssize_t tid, bad
     if src_row.shape[0] != n or src_off.shape[0] != n or dst_row.shape[0] != n or dst_off.shape[0] != n:
         raise ValueError("copy table columns differ in length")
     _check_bounds(bounds, n)
@@ -103,17 +110,16 @@ def copy_runs(unsigned char[:, ::1] dst,          # OUT: destination rows (tiles
                          f"({src.shape[0]} x {src_stride} B -> {dst.shape[0]} x {dst_stride} B)")
     dbase = &dst[0, 0]
     sbase = &src[0, 0]
+    # ipk_copy.h: short runs inline, the copies ahead prefetched
     if n_threads == 1:
         with nogil:
-            for i in range(bounds[0], bounds[1]):
-                memcpy(dbase + dst_row[i] * dst_stride + dst_off[i],
-                       sbase + src_row[i] * src_stride + src_off[i], <size_t>nbytes[i])
+            ipk_copy_table(dbase, dst_stride, sbase, src_stride, &src_row[0], &src_off[0],
+                           &dst_row[0], &dst_off[0], &nbytes[0], bounds[0], bounds[1])
         return
     with nogil, parallel(num_threads=n_threads):
         tid = threadid()
-        for i in range(bounds[tid], bounds[tid + 1]):
-            memcpy(dbase + dst_row[i] * dst_stride + dst_off[i],
-                   sbase + src_row[i] * src_stride + src_off[i], <size_t>nbytes[i])
+        ipk_copy_table(dbase, dst_stride, sbase, src_stride, &src_row[0], &src_off[0],
+                       &dst_row[0], &dst_off[0], &nbytes[0], bounds[tid], bounds[tid + 1])
 
 
 def copy_strided(unsigned char[:, ::1] dst,          # OUT: tile rows

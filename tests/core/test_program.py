@@ -179,3 +179,28 @@ def test_profile_categories_sum_to_total():
         assert p.poplibs_equivalent_cycles == p.total_cycles - sum(b[c] for c in ADDITION_CATEGORIES)
         assert "PopLibs-equivalent terms" in p.summary()
     assert profiles[2].breakdown() == {"exchange": 64, "sync": m.sync_cycles, "exchange overhead": 100}
+
+
+def test_copy_kernel_every_short_size_and_alignment(rng):
+    """copy_runs copies runs up to 64 bytes inline (size classes 1-3, 4-7, 8-16, 17-32,
+    33-64) and longer ones with memcpy, prefetching ahead: every size 0..200 at random
+    unaligned offsets, in one array and between two, one and two threads, equals NumPy."""
+    from ipukern._kernels import _exchange
+    n = 201
+    nb = np.arange(n, dtype=np.int64)
+    src_off = rng.integers(0, 64, n) + np.cumsum(np.r_[0, nb[:-1] + 64])
+    dst_off = rng.integers(0, 64, n) + np.cumsum(np.r_[0, nb[:-1] + 64])
+    row = int(max(src_off[-1], dst_off[-1]) + 300)
+    src_row = rng.integers(0, 2, n).astype(np.int32)
+    dst_row = (1 - src_row).astype(np.int32)        # within one array: the other row
+    data = random_bytes(rng, (2, row))
+    want = data.copy()
+    for i in range(n):
+        want[dst_row[i], dst_off[i]:dst_off[i] + nb[i]] = data[src_row[i], src_off[i]:src_off[i] + nb[i]]
+    for bounds in (np.array([0, n]), np.array([0, 77, n])):
+        got = data.copy()
+        _exchange.copy_runs(got, got, src_row, src_off, dst_row, dst_off, nb, bounds)
+        np.testing.assert_array_equal(got, want)
+        other = data.copy()
+        _exchange.copy_runs(other, data.copy(), src_row, src_off, dst_row, dst_off, nb, bounds)
+        np.testing.assert_array_equal(other, want)

@@ -1,0 +1,64 @@
+/* The copy loop of an exchange table (ipukern._kernels._exchange.copy_runs).
+ *
+ * Most runs of a rearrangement are a few elements (e.g. 3 to 16 floats of a conv window
+ * row) at scattered places of an arena far larger than the caches, so the loop is bound by
+ * per-copy overhead and cache misses, not bytes: runs up to 64 bytes are copied inline as
+ * fixed-size moves (all loads of a run before its stores, so a run's bytes land exactly as
+ * with memcpy), longer ones by memcpy, and the source and destination of the copy
+ * IPK_COPY_AHEAD places later are prefetched so that the misses overlap. */
+#ifndef IPK_COPY_H
+#define IPK_COPY_H
+#include <stdint.h>
+#include <string.h>
+
+#define IPK_COPY_AHEAD 12
+
+typedef unsigned char ipk_b16 __attribute__((vector_size(16), aligned(1), may_alias));
+
+static inline void ipk_copy_run(unsigned char* d, const unsigned char* s, int64_t n)
+{
+    if (n <= 16) {
+        if (n >= 8) {
+            uint64_t a, b;
+            memcpy(&a, s, 8); memcpy(&b, s + n - 8, 8);
+            memcpy(d, &a, 8); memcpy(d + n - 8, &b, 8);
+        } else if (n >= 4) {
+            uint32_t a, b;
+            memcpy(&a, s, 4); memcpy(&b, s + n - 4, 4);
+            memcpy(d, &a, 4); memcpy(d + n - 4, &b, 4);
+        } else if (n > 0) {
+            const unsigned char a = s[0], b = s[n / 2], c = s[n - 1];
+            d[0] = a; d[n / 2] = b; d[n - 1] = c;
+        }
+    } else if (n <= 32) {
+        const ipk_b16 a = *(const ipk_b16*)s, b = *(const ipk_b16*)(s + n - 16);
+        *(ipk_b16*)d = a; *(ipk_b16*)(d + n - 16) = b;
+    } else if (n <= 64) {
+        const ipk_b16 a = *(const ipk_b16*)s, b = *(const ipk_b16*)(s + 16);
+        const ipk_b16 c = *(const ipk_b16*)(s + n - 32), e = *(const ipk_b16*)(s + n - 16);
+        *(ipk_b16*)d = a; *(ipk_b16*)(d + 16) = b;
+        *(ipk_b16*)(d + n - 32) = c; *(ipk_b16*)(d + n - 16) = e;
+    } else {
+        memcpy(d, s, (size_t)n);
+    }
+}
+
+/* Copies [lo, hi) of the table, in order. */
+static inline void ipk_copy_table(unsigned char* dbase, int64_t dst_stride,
+                                  const unsigned char* sbase, int64_t src_stride,
+                                  const int32_t* src_row, const int64_t* src_off,
+                                  const int32_t* dst_row, const int64_t* dst_off,
+                                  const int64_t* nbytes, int64_t lo, int64_t hi)
+{
+    int64_t i;
+    for (i = lo; i < hi; i++) {
+        const int64_t a = i + IPK_COPY_AHEAD;
+        if (a < hi) {
+            __builtin_prefetch(sbase + src_row[a] * src_stride + src_off[a], 0, 3);
+            __builtin_prefetch(dbase + dst_row[a] * dst_stride + dst_off[a], 1, 3);
+        }
+        ipk_copy_run(dbase + dst_row[i] * dst_stride + dst_off[i],
+                     sbase + src_row[i] * src_stride + src_off[i], nbytes[i]);
+    }
+}
+#endif
