@@ -168,3 +168,17 @@ def test_cli_execute_bad_input_is_one_line(capsys, extra, match):
     assert main(CLI + extra) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and match in err[0] and err[0].startswith("ipukern train: error:")
+
+
+def test_stage_all_reduces_share_links_when_executed():
+    # 2 replicas x 4 stages on an 8-IPU ladder: stage s all-reduces over IPUs {s, 4 + s}; the
+    # routes 0-2-4 / 2-4-6 (and 1-3-5 / 3-5-7) share a rail, so the concurrent all-reduce
+    # program takes longer than any stage's alone
+    net = tiny_cnn(bn=True)
+    x, labels = data(4)
+    run = ik.run_training_step(net, x, labels, net.init_params(seed=1), system=ik.System.pod(8, CHIP),
+                               replicas=2, ipus_per_replica=4, pipeline=["relu1", "res", "conv3"],
+                               optimizer=SGD)
+    alone = [r["all_reduce_cycles"] for r in run.stages]
+    assert min(alone) > 0 and run.phases["all-reduce"] > max(alone)
+    assert run.cycles == sum(run.phases.values())
