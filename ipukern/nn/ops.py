@@ -109,6 +109,39 @@ def compute_record(machine: MachineSpec, name: str, tile_cycles: np.ndarray, why
                            compute_why=why)
 
 
+def linear_param_bytes(machine: MachineSpec, n_elems: int, itemsize: int) -> np.ndarray:
+    """Per-tile bytes of a parameter tensor mapped like PopLibs' default
+    ``mapTensorLinearly`` (poputil/TileMapping.cpp ``calcLinearTileMapping``): grains of one
+    vector, at least 128 bytes per tile, tiles from 0 filled with the same number of grains."""
+    nt = machine.n_tiles
+    grain = max(1, machine.vector_width_bits // 8 // itemsize)
+    n_grains = -(-int(n_elems) // grain)
+    min_elems = -(-128 // itemsize)
+    min_grains = -(-min_elems // grain)
+    per = max(-(-n_grains // nt), min_grains) * grain
+    elems = np.clip(int(n_elems) - np.arange(nt, dtype=np.int64) * per, 0, per)
+    return elems * itemsize
+
+
+def param_memory(machine: MachineSpec, layout: Layout, channels: int, inner: int,
+                 vectors: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(home, copies)`` per tile for ``vectors`` per-channel parameter vectors of
+    ``channels`` entries applied to ``layout`` (channel of element e: ``(e // inner) %
+    channels``). The home is resident for the whole program, mapped linearly
+    (:func:`linear_param_bytes`); while the op runs each tile holding data also holds a
+    copy of the entries its elements use (a temporary). Copying the whole vectors to every
+    tile and keeping them would hold a 26,560-channel ResNet-50's batch-norm parameters
+    (or BERT's position table) once per tile."""
+    nt = machine.n_tiles
+    m = layout.mapping
+    isz = layout.itemsize
+    first = m.start // inner
+    last = (m.start + m.count - 1) // inner
+    used = np.bincount(m.tile, weights=np.minimum(last - first + 1, channels), minlength=nt)
+    copies = vectors * np.minimum(used.astype(np.int64), channels) * isz
+    return linear_param_bytes(machine, vectors * channels, isz), copies
+
+
 def _zeros(machine: MachineSpec) -> np.ndarray:
     return np.zeros(machine.n_tiles, dtype=np.int64)
 
@@ -200,7 +233,8 @@ def affine_plan(machine: MachineSpec, src: Layout, channels: int, inner: int, *,
     """``y = x * scale[c] + shift[c]`` with ``c = (flat // inner) % channels`` in the
     producer's layout: batch-norm inference (popnn batchNormalise: channelMul then
     addToChannel, two broadcast binary passes), bias add, position-embedding add, SE scale.
-    Parameters are broadcast to every tile holding data (their bytes are counted there)."""
+    Parameters live linearly over the tiles; each tile holding data holds a copy of the
+    entries it uses while the op runs (:func:`param_memory`; that broadcast is not costed)."""
     nt = machine.n_tiles
     n = src.elems_per_tile(nt)
     passes = int(scale) + int(shift)
@@ -208,7 +242,7 @@ def affine_plan(machine: MachineSpec, src: Layout, channels: int, inner: int, *,
     if act is not None:
         cyc = cyc + cycles.nonlinearity_cycles(machine, n, act, src.dtype)
     out = Layout(src.shape, src.dtype, src.mapping)
-    pbytes = np.where(n > 0, passes * channels * src.itemsize, 0)
+    home, copies = param_memory(machine, src, channels, inner, passes)
     table_cache: list[np.ndarray] = []
 
     def run(srcs, rearrs, params, inplace=False):
@@ -230,7 +264,7 @@ def affine_plan(machine: MachineSpec, src: Layout, channels: int, inner: int, *,
     rec = compute_record(machine, name, cyc, f"popops broadcast {'mul+add' if passes == 2 else 'op'} "
                          f"over {int(n.max())} elements per tile ({channels} channels)")
     return OpPlan(name, "fwd", "BroadcastVectorOuter", [src], out, [rec], passes * src.n_elems,
-                  out.bytes_per_tile(nt) + pbytes, pbytes, run, (True,), inplace=True)
+                  out.bytes_per_tile(nt) + copies + home, home, run, (True,), inplace=True)
 
 
 def add_plan(machine: MachineSpec, a: Layout, b_shape: Sequence[int], act: str | None = None) -> OpPlan:
@@ -418,7 +452,7 @@ def layernorm_plan(machine: MachineSpec, shape: Sequence[int], dtype: str, eps: 
            + cycles.unary_cycles(machine, rows, "rsqrt", "float32")
            + 3 * cycles.binary_cycles(machine, n, dtype, 2))
     out = Layout(tuple(shape), dtype, want.mapping)
-    pbytes = np.where(n > 0, 2 * L * want.itemsize, 0)
+    home, copies = param_memory(machine, want, L, 1, 2)     # gain and bias
 
     def run(srcs, rearrs, params):
         x = _in(srcs, rearrs, 0)
@@ -432,7 +466,7 @@ def layernorm_plan(machine: MachineSpec, shape: Sequence[int], dtype: str, eps: 
 
     rec = compute_record(machine, "layernorm", cyc, f"layer norm: {int(rows.max())} rows of {L} per tile")
     return OpPlan("layernorm", "fwd", "reduce+rsqrt+mul", [want], out, [rec], 8 * want.n_elems,
-                  2 * want.bytes_per_tile(nt) + pbytes, pbytes, run, (False,))
+                  2 * want.bytes_per_tile(nt) + copies + home, home, run, (False,))
 
 
 def gather_plan(machine: MachineSpec, ids_shape: Sequence[int], vocab: int, dim: int, dtype: str) -> OpPlan:

@@ -98,3 +98,40 @@ def test_input_copied_and_dying_is_freed_before_the_compute_phase():
     net2.output(a)
     prof2 = nn.estimate_network(net2, batch=1, dtype="float32", partials="float")
     assert [int(v) - r for v in prof2.step_peak_bytes] == [128, 64 + 128 + 32]
+
+
+def test_per_channel_parameters_live_linearly_and_are_copied_only_where_used():
+    # x + p with p of the per-sample shape (nt, 8) fp32 (BERT's position add): 8 elements
+    # per tile. p's home is mapped like mapTensorLinearly (>= 128 B per tile, grains of one
+    # 64-bit vector): 32 entries on each of the first nt / 4 tiles; while the op runs each
+    # tile also holds the 8 entries its elements use. Before, every tile kept all of p
+    # (nt * 32 B) for the whole program.
+    m = ik.GC200
+    nt = m.n_tiles
+    net = nn.Network("posadd")
+    x = net.input("x", (nt, 8))
+    net.output(net.add(nn.AddParam((nt, 8)), x, name="pos"))
+    prog = nn.compile_network(net, 1, nn.api._context("float32", "float", m))
+    live, w = prog.liveness()
+    assert int(w.sum()) == nt * 8 * 4
+    assert list(w[[0, nt // 4 - 1, nt // 4, nt - 1]]) == [128, 128, 0, 0]
+    # x (32 B) + output (32 B) + the 8 entries used (32 B) + the home
+    assert list(live[0, [0, nt // 4, nt - 1]]) == [32 * 3 + 128, 32 * 3, 32 * 3]
+
+
+def test_resnet_batch_norm_parameters_do_not_pile_up_in_training():
+    # training keeps every batch norm unfolded: 2 x C parameters per layer. Their resident
+    # bytes per tile stay a small multiple of the total spread over the tiles.
+    bn = nn.Network("bn")
+    y = bn.input("x", (32, 8, 8))
+    for i in range(6):
+        y = bn.add(nn.Conv2d(32, 32, 3, padding=1), y, name=f"conv{i}")
+        y = bn.add(nn.BatchNorm2d(32), y, name=f"bn{i}")
+        y = bn.add(nn.ReLU(), y, name=f"relu{i}")
+    bn.output(y)
+    prog = nn.compile_network(bn, 4, nn.api._context("float16", "half", SMALL), fold_bn=False)
+    _, w = prog.liveness()
+    conv_w = 6 * 32 * 32 * 9 * 2
+    bn_w = 6 * 2 * 32 * 2
+    assert int(w.sum()) == conv_w + bn_w
+    assert int(w.max()) <= 2 * (conv_w + bn_w) / SMALL.n_tiles + 6 * 128
