@@ -56,7 +56,7 @@ def _check_net(net: Any) -> Network:
 def _fits(net: Network, batch: int, ctx: PlanContext, fold_bn: bool) -> bool:
     try:
         prog = compile_network(net, batch, ctx, fold_bn=fold_bn)
-    except MemoryError:
+    except TileMemoryError:      # a layer fits no plan; a host MemoryError is not an answer
         return False
     live, _ = prog.liveness()
     return int(live.max()) + ctx.machine.reserved_bytes_per_tile <= ctx.machine.tile_bytes

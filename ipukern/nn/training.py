@@ -310,7 +310,7 @@ def _fits(net, batch, ctx, recompute, opt, state_location) -> bool:
     try:
         _, live, _, _, _ = training_schedule(net, batch, ctx, recompute=recompute, optimizer=opt,
                                              state_location=state_location)
-    except MemoryError:
+    except TileMemoryError:      # a layer fits no plan; a host MemoryError is not an answer
         return False
     return int(live.max()) + ctx.machine.reserved_bytes_per_tile <= ctx.machine.tile_bytes
 

@@ -2,6 +2,8 @@
 training-schedule cache behind fast repeated estimates."""
 import math
 
+import pytest
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -65,3 +67,27 @@ def test_training_schedule_is_cached_until_the_network_changes():
     assert b is not a and b[1].tolist() == a[1].tolist()
     net.add(nn.ReLU(), "b", name="c")                    # a new version of the network
     assert training_schedule(net, 2, ctx) is not b
+
+
+def test_a_host_memory_error_is_not_taken_for_a_batch_that_does_not_fit(monkeypatch):
+    # the search asks "does batch b fit the tiles?": a layer with no plan that fits
+    # (TileMemoryError) says no; the host running out of memory is no answer and propagates
+    from ipukern.nn import api, training
+    ctx = api._context("float32", "float", ik.GC200)
+    net = ik.Network("one")
+    net.output(net.add(ik.nn.ReLU(), net.input("x", (8,)), name="a"))
+
+    def tile_full(*a, **k):
+        raise ik.TileMemoryError("no plan fits")
+
+    def host_full(*a, **k):
+        raise MemoryError("host")
+
+    monkeypatch.setattr(api, "compile_network", tile_full)
+    assert api.max_batch(net, ctx) == 0
+    monkeypatch.setattr(api, "compile_network", host_full)
+    with pytest.raises(MemoryError, match="host"):
+        api.max_batch(net, ctx)
+    monkeypatch.setattr(training, "training_schedule", host_full)
+    with pytest.raises(MemoryError, match="host"):
+        training._max_batch(net, ctx, None, None, "chip", 1)
