@@ -29,7 +29,7 @@ import numpy as np
 from ..core.cost import elementwise_cycles_array
 from ..core.engine import Device, get_num_threads
 from ..core.program import ArgViews, Program, Superstep, VertexBatch, balanced_bounds
-from ..core.tensor import TileTensor, expand
+from ..core.tensor import LazyTileMapping, TileMapping, TileTensor, expand
 from ..core.vertices import sum_rows
 from ..dtypes import DTYPE_CODE, DTYPES
 from . import estimators
@@ -38,6 +38,8 @@ from .homes import spread_weight_copies, spread_weight_runs
 from .estimators import TileConv, vertex_field
 from .layout import (MAX_INPUT_OWNERS, CopyTable, StridedCopies, TileGeometry, geometry,
                      owned_input_intervals, window_copies)
+from .mapping import (ColumnSplitMapping, column_split_input, column_split_output, input_summary,
+                      output_summary, record_summary)
 from .planner import ConvPlan
 from .reduce import reduce_stages, stage_range
 
@@ -79,10 +81,42 @@ class ConvProgram:
     def x(self) -> TileTensor:
         return self._get("x")[0]
 
+    def input_mapping(self) -> TileMapping:
+        """``x``'s mapping; for a column-split plan a
+        :class:`~ipukern.core.tensor.LazyTileMapping` that knows its per-tile counts and
+        periodic starts (:func:`ipukern.conv.mapping.input_summary`) and builds ``x`` only
+        when its intervals are read (estimates never do)."""
+        if self.plan.expand_dims:          # x is the original input, not this geometry's
+            return self.x.mapping
+        return self._lazy("x", lambda: input_summary(self.geometry))
+
+    def output_mapping(self) -> TileMapping:
+        """``y``'s mapping, lazy like :meth:`input_mapping` for a column-split plan without
+        an input-channel split (:func:`ipukern.conv.mapping.output_summary`)."""
+        return self._lazy("y", lambda: output_summary(self.geometry, self.device.machine.n_tiles))
+
+    def _lazy(self, name: str, summarise) -> TileMapping:
+        if name not in self._built:
+            with self._lock:
+                lazy = self._built.get(f"{name}_lazy")
+                if lazy is None:
+                    summary = summarise()
+                    lazy = False
+                    if summary is not None:
+                        shape = self.plan.params.input_shape if name == "x" else self.plan.params.output_shape
+                        lazy = LazyTileMapping(int(np.prod(shape)), summary.per_tile,
+                                               lambda: (self.x if name == "x" else self.y).mapping)
+                        record_summary(lazy, summary, shape, self.device.machine.n_tiles)
+                    self._built[f"{name}_lazy"] = lazy
+            if lazy is not False:
+                return lazy
+        return self.x.mapping if name == "x" else self.y.mapping
+
     @property
     def x_scatter(self) -> StridedCopies:
         """The input's placement as strided copies straight from an NCHW array."""
-        return self._get("x")[1]
+        scatter = self._get("x")[1]
+        return scatter if scatter is not None else self._get("x_scatter")
 
     @property
     def w(self) -> TileTensor:
@@ -346,7 +380,9 @@ def _conv_program(plan: ConvPlan, dev: Device, program: Any, buf: _ConvBuffers, 
     """The ConvProgram of ``program`` over ``buf``: the input built by ``x_builder``, the
     weights (registered as ``weight_shape``), output and bias from the conv's buffers."""
     builders = {"x": x_builder, "w": lambda: _weight_tensor(dev, buf, shape=weight_shape),
-                "y": lambda: _output_tensor(dev, buf)}
+                "y": lambda: _output_tensor(dev, buf),
+                # the host scatter when x came from the column-split builder (which has none)
+                "x_scatter": lambda: owned_input_intervals(buf.geo, buf.win_off, buf.isz)[4]}
     if plan.bias:
         builders["b"] = lambda: _bias_tensor(dev, buf)
     out = ConvProgram(plan, dev, program, buf.geo, builders)
@@ -549,11 +585,26 @@ def _conv_cycles(plan: ConvPlan, geo: TileGeometry, t: np.ndarray, K: np.ndarray
 
 # --------------------------------------------------------------------------- tensors
 def _input_tensor(dev: Device, buf: _ConvBuffers) -> tuple[TileTensor, StridedCopies]:
-    """The input (NHCW) as the windows' owned cores hold it, and its strided host scatter."""
+    """The input (NHCW) as the windows' owned cores hold it, and its strided host scatter
+    (None when the mapping came from the column-split builder: built on first use)."""
     p = buf.plan.params
-    it, istart, icount, ioff, scatter = owned_input_intervals(buf.geo, buf.win_off, buf.isz)
     n_, c_, h_, w_ = p.input_shape
-    return dev.add_tensor_view("x", (n_, h_, c_, w_), p.dtype, it, istart, icount, ioff), scatter
+    shape = (n_, h_, c_, w_)
+    cols = column_split_input(buf.geo, buf.win_off, buf.isz)
+    if cols is not None:
+        return _unchecked_view(dev, "x", shape, p.dtype, cols), None
+    *cols, scatter = owned_input_intervals(buf.geo, buf.win_off, buf.isz)
+    return dev.add_tensor_view("x", shape, p.dtype, *cols), scatter
+
+
+def _unchecked_view(dev: Device, name: str, shape, dtype: str, cols: ColumnSplitMapping) -> TileTensor:
+    """A view from the column-split builders (``conv.mapping``): sorted, covering and in
+    bounds by construction (tests/conv/test_mapping.py compares them with the checked
+    general builders), so registering it skips add_tensor_view's O(n) checks."""
+    n = int(np.prod(shape, dtype=np.int64))
+    mapping = TileMapping._unchecked(n, cols.tile, cols.start, cols.count)
+    record_summary(mapping, cols.summary, shape, dev.machine.n_tiles)
+    return dev._register_view(name, shape, dtype, mapping, cols.offset)
 
 
 def _weight_tensor(dev: Device, buf: _ConvBuffers, shape: tuple | None = None) -> TileTensor:
@@ -601,6 +652,9 @@ def _output_tensor(dev: Device, buf: _ConvBuffers) -> TileTensor:
     plan, geo, osz = buf.plan, buf.geo, buf.isz
     ks, Kj, out_off = buf.ks, buf.Kj, buf.out_off
     p = plan.params
+    cols = column_split_output(geo, out_off, ks, osz, dev.machine.n_tiles)
+    if cols is not None:
+        return _unchecked_view(dev, "y", p.output_shape, p.dtype, cols)
     T = geo.n_tiles
     R = plan.split.in_chans
     full_rows = geo.OC == p.out_w

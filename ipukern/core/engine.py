@@ -114,7 +114,15 @@ class Device:
         end = offset + mapping.count * itemsize
         if mapping.tile.size and ((offset < 0).any() or (end > self.memory.used[mapping.tile]).any()):
             raise ValueError(f"tensor {name!r}: an interval lies outside the tile's allocated memory")
-        t = TileTensor(name, shape, dtype, mapping, offset, self.id)
+        return self._register_view(name, shape, dtype, mapping, offset)
+
+    def _register_view(self, name: str, shape: Sequence[int], dtype: Any, mapping: TileMapping,
+                       offset: np.ndarray) -> TileTensor:
+        """Register a view whose mapping and offsets are already valid (internal builders
+        whose tests prove them equal to :meth:`add_tensor_view`'s checked input)."""
+        if name in self.tensors:
+            raise ValueError(f"a tensor named {name!r} already exists on this device")
+        t = TileTensor(name, shape, canonical_dtype(dtype), mapping, offset, self.id)
         self.tensors[name] = t
         return t
 

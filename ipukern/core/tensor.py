@@ -8,13 +8,13 @@ one contiguous block of its memory.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from ..dtypes import DTYPES, canonical_dtype
 
-__all__ = ["TileMapping", "TileTensor", "split_bounds", "split_candidates", "expand"]
+__all__ = ["LazyTileMapping", "TileMapping", "TileTensor", "split_bounds", "split_candidates", "expand"]
 
 
 def split_bounds(n: int, parts: int, grain: int = 1) -> np.ndarray:
@@ -105,6 +105,19 @@ class TileMapping:
 
     # ------------------------------------------------------------------ constructors
     @classmethod
+    def _unchecked(cls, n_elems: int, tile: np.ndarray, start: np.ndarray,
+                   count: np.ndarray) -> "TileMapping":
+        """Internal: columns a builder proves sorted, positive and covering [0, n_elems)
+        exactly (its tests compare it with a checked builder); skips the O(n) checks that
+        dominate registering a million-interval conv mapping."""
+        obj = object.__new__(cls)
+        object.__setattr__(obj, "n_elems", int(n_elems))
+        object.__setattr__(obj, "tile", np.ascontiguousarray(tile, dtype=np.int32))
+        object.__setattr__(obj, "start", np.ascontiguousarray(start, dtype=np.int64))
+        object.__setattr__(obj, "count", np.ascontiguousarray(count, dtype=np.int64))
+        return obj
+
+    @classmethod
     def linear(cls, n_elems: int, n_tiles: int, *, grain: int = 1,
                tiles: Sequence[int] | np.ndarray | None = None) -> "TileMapping":
         """Spread elements evenly over ``n_tiles`` tiles (or the given tile list) in
@@ -147,6 +160,28 @@ class TileMapping:
     @property
     def tiles_used(self) -> np.ndarray:
         return np.unique(self.tile)
+
+
+class LazyTileMapping(TileMapping):
+    """A :class:`TileMapping` whose interval columns come from ``build()`` (returning the
+    real mapping) on first use. Its element count and per-tile element counts are given
+    up front, so a cost estimate that only asks for those never builds the intervals."""
+
+    def __init__(self, n_elems: int, per_tile: np.ndarray, build: Any):
+        object.__setattr__(self, "n_elems", int(n_elems))
+        self.__dict__["_per_tile"] = {int(per_tile.size): np.asarray(per_tile, np.int64)}
+        self.__dict__["_build"] = build
+
+    def _columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        cols = self.__dict__.get("_cols")
+        if cols is None:
+            m = self.__dict__["_build"]()
+            cols = self.__dict__["_cols"] = (m.tile, m.start, m.count)
+        return cols
+
+    tile = property(lambda self: self._columns()[0])        # type: ignore[assignment]
+    start = property(lambda self: self._columns()[1])       # type: ignore[assignment]
+    count = property(lambda self: self._columns()[2])       # type: ignore[assignment]
 
 
 class TileTensor:

@@ -24,9 +24,10 @@ from ..conv.build import ConvProgram, build_conv_program
 from ..conv.params import ConvParams
 from ..conv.planner import plan_conv
 from ..core.engine import run_program
+from ..core.tensor import LazyTileMapping
 from ..dtypes import DTYPES
 from ..machine import MachineSpec
-from .layout import CopyTable, Layout, Resident
+from .layout import CopyTable, Layout, Resident, lazy_layout
 from .ops import OpPlan, affine_plan
 
 __all__ = ["clear_program_cache", "conv_plan", "conv_program", "matmul_plan"]
@@ -78,9 +79,12 @@ def conv_plan(machine: MachineSpec, in_shape: Sequence[int], weight_shape: Seque
                                     partials=partials)
     prog = conv_program(params, machine, bias)
     nt = machine.n_tiles
-    x = prog.x
-    want = Layout(tuple(in_shape), dtype, x.mapping, perm=(0, 2, 1, 3), offsets=x.offset)
-    out = Layout(params.output_shape, dtype, prog.y.mapping)
+    xm = prog.input_mapping()
+    if isinstance(xm, LazyTileMapping):       # built only if execution reads it
+        want = lazy_layout(tuple(in_shape), dtype, xm, (0, 2, 1, 3), lambda: prog.x.offset)
+    else:
+        want = Layout(tuple(in_shape), dtype, xm, perm=(0, 2, 1, 3), offsets=prog.x.offset)
+    out = Layout(params.output_shape, dtype, prog.output_mapping())
     wbytes = _home_bytes(prog.w, nt) + (_home_bytes(prog.b, nt) if bias else 0)
     dev = prog.device
     wdt = DTYPES[dtype]

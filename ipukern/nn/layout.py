@@ -29,7 +29,7 @@ from ..core.tensor import TileMapping
 from ..dtypes import DTYPES
 from ..machine import MachineSpec
 
-__all__ = ["CopyTable", "Layout", "Rearrangement", "Resident", "copy_table", "linear_layout",
+__all__ = ["CopyTable", "Layout", "Rearrangement", "Resident", "copy_table", "lazy_layout", "linear_layout",
            "rearrangement_loads", "rows_layout"]
 
 
@@ -106,11 +106,24 @@ class Layout:
     def same_as(self, other: Layout) -> bool:
         """Same elements on the same tiles in the same stored order (no copy needed)."""
         a, b = self.mapping, other.mapping
-        return (self.perm == other.perm and self.dtype == other.dtype
+        if not (self.perm == other.perm and self.dtype == other.dtype
                 and self.n_elems == other.n_elems
-                and (self.perm is None or self.shape == other.shape)
-                and np.array_equal(a.tile, b.tile) and np.array_equal(a.start, b.start)
+                and (self.perm is None or self.shape == other.shape)):
+            return False
+        if a is b:
+            return True
+        if _periodic_differ(a, b):                  # without listing the intervals
+            return False
+        return (np.array_equal(a.tile, b.tile) and np.array_equal(a.start, b.start)
                 and np.array_equal(a.count, b.count))
+
+    def runs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`pieces` without the byte offsets ``(logical_start, count, tile)``: for a
+        layout in logical order these are the mapping's columns (nothing computed)."""
+        if self.perm is None and "_pieces" not in self.__dict__:
+            m = self.mapping
+            return m.start, m.count, m.tile
+        return self.pieces()[:3]
 
     def pieces(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Runs contiguous in both the logical and the stored order, sorted by logical
@@ -126,6 +139,31 @@ class Layout:
             res = _permuted_pieces(self.shape, self.perm, m, off, self.itemsize)
         self.__dict__["_pieces"] = res
         return res
+
+
+class _LazyOffsetsLayout(Layout):
+    """A :class:`Layout` whose byte offsets come from a function on first use (see
+    :func:`lazy_layout`)."""
+
+    @property  # type: ignore[override]
+    def offsets(self) -> np.ndarray:
+        off = self.__dict__.get("_offsets")
+        if off is None:
+            off = self.__dict__["_offsets"] = self.__dict__["_offsets_fn"]()
+        return off
+
+    @offsets.setter
+    def offsets(self, value) -> None:
+        self.__dict__["_offsets"] = value
+
+
+def lazy_layout(shape: Sequence[int], dtype: str, mapping: TileMapping, perm, offsets_fn) -> Layout:
+    """A layout with offsets (never packed) computed by ``offsets_fn()`` when first read:
+    with a :class:`~ipukern.core.tensor.LazyTileMapping`, an estimate that needs only
+    per-tile bytes and copy counts never builds the intervals (execution does)."""
+    lay = _LazyOffsetsLayout(tuple(shape), dtype, mapping, perm)
+    lay.__dict__["_offsets_fn"] = offsets_fn
+    return lay
 
 
 def _rows_of(shape, perm) -> tuple[int, int]:
@@ -379,11 +417,14 @@ def _piece_starts(lay: Layout) -> tuple[int, np.ndarray]:
     m = lay.mapping
     if lay.perm is None:
         return lay.n_elems, m.start[1:]
-    k, row = _rows_of(lay.shape, lay.perm)
-    s = m.start[m.start % row != 0]
-    r = s // row
-    lrow = _logical_rows(lay.shape, lay.perm, k, r)
-    return row, lrow * row + (s - r * row)
+    cached = lay.__dict__.get("_piece_starts")       # a layout feeding two consumers
+    if cached is None:
+        k, row = _rows_of(lay.shape, lay.perm)
+        r, col = np.divmod(m.start, row)
+        inside = col != 0
+        r, col = r[inside], col[inside]
+        cached = lay.__dict__["_piece_starts"] = (row, _logical_rows(lay.shape, lay.perm, k, r) * row + col)
+    return cached
 
 
 #: up to this many elements, common piece starts are counted on a bitmap (n bytes)
@@ -403,11 +444,79 @@ def _count_common(a: np.ndarray, b: np.ndarray, n: int) -> int:
     return int(np.count_nonzero(b[i] == a))
 
 
+#: largest phase list the periodic count expands to a common period
+_PERIODIC_PHASES = 1 << 22
+
+
+def _periodic_pieces(lay: Layout) -> tuple[int, np.ndarray] | None:
+    """``(period, phases)`` of the layout's piece starts in logical order, when its mapping
+    records periodic starts (:func:`ipukern.conv.mapping.periodic_starts`). A permuted
+    layout keeps them when the period divides its stored rows (which it cuts at): a start
+    ``r * row + j * period + x`` of stored row r lands at the same place in the logical
+    row the permutation moves r to, and every logical row is some stored row."""
+    from ..conv.mapping import periodic_starts
+    per = periodic_starts(lay.mapping)
+    if per is None or lay.perm is None:
+        return per
+    _, row = _rows_of(lay.shape, lay.perm)
+    return per if row % per[0] == 0 else None
+
+
+def _count_periodic(n: int, a: tuple[int, np.ndarray], b: tuple[int, np.ndarray]) -> int | None:
+    """|union| of two periodic start sets over [0, n): both repeat with the lcm L of their
+    periods, so it is n / L times the union of their phases over one L (None if L does
+    not divide n or the phases would be too many)."""
+    L = math.lcm(a[0], b[0])
+    if n % L or (L // a[0]) * a[1].size + (L // b[0]) * b[1].size > _PERIODIC_PHASES:
+        return None
+    ph = [(np.arange(L // p, dtype=np.int64)[:, None] * p + x[None, :]).ravel() for p, x in (a, b)]
+    return n // L * int(np.unique(np.concatenate(ph)).size)
+
+
+def _count_half_periodic(n: int, a: Layout, per: tuple[int, np.ndarray]) -> int | None:
+    """|union| of layout ``a``'s piece starts and a periodic start set (``per``) without
+    listing the periodic one: its n / period * len(phases) starts, plus a's starts whose
+    position within a period is not a phase (None if a has too many row starts)."""
+    P, X = per
+    row, extra = _piece_starts(a)
+    if n % P or n // row > _PERIODIC_PHASES:
+        return None
+    phase = np.zeros(P, dtype=bool)
+    phase[X] = True
+    new = np.count_nonzero(~phase[np.arange(0, n, row, dtype=np.int64) % P])
+    return n // P * int(X.size) + int(new) + int(np.count_nonzero(~phase[extra % P]))
+
+
+def _periodic_differ(a: TileMapping, b: TileMapping) -> bool:
+    """Whether what the mappings record proves their starts differ: two periodic sets
+    whose union is larger than one of them, or a periodic set and a listed mapping with
+    another number of intervals."""
+    from ..conv.mapping import periodic_starts
+    pa, pb = periodic_starts(a), periodic_starts(b)
+    n = a.n_elems
+    if (pa is None) != (pb is None):            # the listed one's count of starts decides
+        P, X = pa if pa is not None else pb
+        return (b if pa is not None else a).start.size != n // P * X.size
+    if pa is None:
+        return False
+    union = _count_periodic(n, pa, pb)
+    return union is not None and not (union == n // pa[0] * pa[1].size == n // pb[0] * pb[1].size)
+
+
 def _count_segments(a: Layout, b: Layout) -> int:
     """Size of the union of both layouts' piece starts: the copies of the table."""
     n = a.n_elems
     if n == 0:
         return 0
+    pa, pb = _periodic_pieces(a), _periodic_pieces(b)
+    if pa is not None and pb is not None:
+        got = _count_periodic(n, pa, pb)
+        if got is not None:
+            return got
+    elif pa is not None or pb is not None:
+        got = _count_half_periodic(n, b if pa is not None else a, pa if pa is not None else pb)
+        if got is not None:
+            return got
     r1, x1 = _piece_starts(a)
     r2, x2 = _piece_starts(b)
     # rows divide n, so each layout has n / row row starts; both share those of the lcm

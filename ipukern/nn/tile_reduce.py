@@ -62,10 +62,13 @@ def channel_reduce(machine: MachineSpec, layout: Layout, channels: int, inner: i
     return hit[1]
 
 
-def _exchange_record(machine, name, table, why) -> SuperstepRecord:
+def _exchange_record(machine, name, table, why, loads=None) -> SuperstepRecord:
+    """The exchange superstep of a copy table; ``loads`` = its (recv, paired, send) bytes
+    per tile when the caller knows them (else :func:`cost.exchange_loads` of the table)."""
     st, so, dt, _, nb = table
-    recv, paired, send = cost.exchange_loads(st.astype(np.int64), so, dt.astype(np.int64), nb,
-                                             machine.n_tiles, machine.tiles_per_exchange_bus)
+    recv, paired, send = loads if loads is not None else cost.exchange_loads(
+        st.astype(np.int64), so, dt.astype(np.int64), nb, machine.n_tiles,
+        machine.tiles_per_exchange_bus)
     per_tile = cost.tile_exchange_cycles(recv, paired, send, machine)
     t = int(np.argmax(per_tile))
     return SuperstepRecord(index=0, name=name, category="exchange", compute_cycles=0,
@@ -76,6 +79,35 @@ def _exchange_record(machine, name, table, why) -> SuperstepRecord:
                            exchange_overhead_cycles=machine.exchange_overhead_cycles)
 
 
+def _pair_keys(layout: Layout, C: int, inner: int, nt: int) -> np.ndarray:
+    """Sorted distinct ``channel * nt + tile`` of every element of the layout.
+
+    Runs in logical order repeat their neighbour's (channel, tile) pair whenever they stay
+    in one channel plane on one tile (one run per row of a plane, millions for a conv
+    output split by columns): those repeats are dropped in one linear pass before the sort.
+    """
+    from ..conv.mapping import channel_tile_pairs
+    if layout.perm is None:
+        known = channel_tile_pairs(layout.mapping, C, inner, nt)
+        if known is not None:
+            return known
+    l0, cnt, tile = layout.runs()
+    seg0 = l0 // inner
+    span = np.minimum((l0 + cnt - 1) // inner - seg0 + 1, C)
+    if span.size and int(span.max()) == 1:
+        keys = (seg0 % C) * nt + tile
+    else:
+        rep = np.repeat(np.arange(l0.size), span)
+        k = np.arange(rep.size) - np.repeat(np.cumsum(span) - span, span)
+        keys = ((seg0[rep] + k) % C).astype(np.int64) * nt + tile[rep]
+    if keys.size > 1:
+        keys = keys[np.r_[True, keys[1:] != keys[:-1]]]
+    keys = np.sort(keys)
+    if keys.size > 1:
+        keys = keys[np.r_[True, keys[1:] != keys[:-1]]]
+    return keys
+
+
 def _pairs(machine: MachineSpec, layout: Layout, C: int, inner: int) -> dict:
     """The (tile, channel) pairs of a layout, their owners and buffer slots (cached)."""
     key = ("pairs", id(layout), machine, C, inner)
@@ -84,12 +116,7 @@ def _pairs(machine: MachineSpec, layout: Layout, C: int, inner: int) -> dict:
     if hit is not None and hit[0] is layout:
         return hit[1]
     nt = machine.n_tiles
-    l0, cnt, tile, _ = layout.pieces()
-    seg0 = l0 // inner
-    span = np.minimum((l0 + cnt - 1) // inner - seg0 + 1, C)
-    rep = np.repeat(np.arange(l0.size), span)
-    k = np.arange(rep.size) - np.repeat(np.cumsum(span) - span, span)
-    keys = np.unique(((seg0[rep] + k) % C).astype(np.int64) * nt + tile[rep])
+    keys = _pair_keys(layout, C, inner, nt)
     ch = keys // nt                              # pairs sorted by (channel, tile)
     ptile = keys % nt
     by_tile = np.argsort(ptile, kind="stable")   # rank of each pair in its tile's buffer
@@ -153,8 +180,11 @@ class ChannelReduce:
             compute_record(machine, f"{name}: partials", c1,
                            f"popops Reduce: {int(n.max())} elements into {int(per_tile_pairs.max())} "
                            f"channel partials x {q} per tile"),
+            # every partial has its own source slot and one receiver: no broadcast, so no
+            # bus pairing, and a tile sends what it holds (exchange_loads of the table)
             _exchange_record(machine, f"{name}: partials to owners", self.gather,
-                             f"{P} (tile, channel) partials to {used} owner tiles"),
+                             f"{P} (tile, channel) partials to {used} owner tiles",
+                             (recv_pairs * q * 4, np.zeros(nt, np.int64), per_tile_pairs * q * 4)),
             compute_record(machine, f"{name}: owners", c2,
                            f"owner reduce of {int(recv_pairs.max())} partials into "
                            f"{int(ch_per_owner.max())} channels + {post_ops} per-channel passes")]

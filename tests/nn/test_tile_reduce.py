@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 import ipukern as ik
 from ipukern.nn.layout import Resident, linear_layout
-from ipukern.nn.tile_reduce import ChannelReduce
+from ipukern.nn.tile_reduce import ChannelReduce, _exchange_record
 
 
 @settings(max_examples=40, deadline=None)
@@ -34,6 +34,10 @@ def test_channel_sums_and_broadcast_equal_numpy(n, c, h, w, tiles, grain, permut
         np.testing.assert_array_equal(out.to_host(), np.broadcast_to(vals[None, :, j, None, None], shape))
     # the exchanges are costed: owners other than the holders make them move bytes
     assert len(cr.records) == 4 and all(r.total_cycles >= 0 for r in cr.records)
+    # the gather's loads are known without the table: equal to costing the table
+    assert cr.records[1] == _exchange_record(m, cr.records[1].name, cr.gather,
+                                             f"{cr.pair_ch.size} (tile, channel) partials to "
+                                             f"{min(tiles, c)} owner tiles")
 
 
 def test_channels_over_the_last_axis_and_owner_spread():
