@@ -78,6 +78,11 @@ LB_SLACK = 2.0
 NEAR_TIE = 0.005
 #: byte alignment of every per-tile buffer (TileMemory aligns to 8)
 _ALIGN = 8
+#: branch and bound (see _costs): cost this many split vectors of least lower bound in full
+#: first, and prune the rest with their best. PRUNE = False costs every split vector in
+#: full (the exhaustive search the tests compare with); both give the same plan
+BNB_SEED = 16
+PRUNE = True
 
 
 @dataclass(frozen=True)
@@ -264,7 +269,10 @@ def plan_conv(params: ConvParams, machine: MachineSpec, *, bias: bool = False,
         if (best is not None and p.macs / (machine.n_tiles * cand.macs_per_cycle_bound(machine))
                 >= best[2].cycles):
             continue
-        res = _score_method(p, machine, cand, bias, serials, best[2].cycles if best else None, fg)
+        # a method can only replace a best plan without serial slices by beating its cycles
+        beat = best[2].cycles if best is not None and best[2].serial == 1 else None
+        res = _score_method(p, machine, cand, bias, serials, best[2].cycles if best else None, fg,
+                            beat=beat)
         if res is None:
             continue
         n_scored += res.n_scored
@@ -430,13 +438,15 @@ class _MethodScore(NamedTuple):
 
 def _score_method(p: ConvParams, machine: MachineSpec, cand: VertexMethod, bias: bool,
                   serials: np.ndarray, bound: int | None,
-                  fg: dict[str, np.ndarray]) -> _MethodScore | None:
+                  fg: dict[str, np.ndarray], beat: int | None = None) -> _MethodScore | None:
     """Score every split vector of one vertex method, each with the fewest serial
     out-chan slices (from ``serials``) that make its busiest tile fit.
 
     Phases: enumerate the split vectors, prune by the compute lower bound, size the
     busiest tile's buffers and choose the serial slices, then cost compute, exchange,
     reduction and syncs, and pick the fastest (near ties broken towards simpler plans).
+    ``beat``: the cycles of the best plan so far when it has no serial slices; a pick
+    slower than it cannot win, so it need not be exact (see :func:`_costs`).
     """
     c = _split_vectors(p, machine, cand, fg)
     if c is None:
@@ -447,19 +457,21 @@ def _score_method(p: ConvParams, machine: MachineSpec, cand: VertexMethod, bias:
         return _MethodScore(n_all, None, None)
     c = _with_windows(p, c, writes_output_type(p, cand))
     og = _method_grains(p, cand)[2]
-    serial, smallest = _fewest_serial_slices(p, machine, og, c, serials, bias)
+    serial, smallest, sizes = _fewest_serial_slices(p, machine, og, c, serials, bias)
     fits = serial > 0
     if cand.method == "VMAC":
         fits &= serial == 1
     if not fits.any():
         return _MethodScore(n_all, None, smallest)
-    c = c.take(np.flatnonzero(fits))
+    fits = np.flatnonzero(fits)
+    c = c.take(fits)
     c["serial"] = serial[fits]
-    c.update(_tile_bytes(p, og, c, c.serial, bias))
+    c.update({k: v[fits] for k, v in sizes.items()})
     try:
-        costs = _costs(p, machine, cand, c, bias)
+        sel, costs = _costs(p, machine, cand, c, bias, beat)
     except ValueError:
         return None
+    c = c.take(sel)
     j = _pick_near_tie(c, costs["total"])
     gg, ig, og = _method_grains(p, cand)
     split = Split(groups=int(c.gs[j]), in_chans=int(c.is_[j]), batch=int(c.bs[j]),
@@ -607,30 +619,52 @@ def _reduction_sizes(c: _Table, out_s: np.ndarray, psz: int) -> tuple[np.ndarray
 
 def _fewest_serial_slices(p: ConvParams, machine: MachineSpec, og: int, c: _Table,
                           serials: np.ndarray, bias: bool
-                          ) -> tuple[np.ndarray, tuple[int, int] | None]:
+                          ) -> tuple[np.ndarray, tuple[int, int] | None, dict[str, np.ndarray]]:
     """Per split vector, the fewest serial slices whose busiest tile fits the budget (0 if
-    none does; each tile needs a grain per slice), and the smallest (bytes, slices) seen."""
+    none does; each tile needs a grain per slice), the smallest (bytes, slices) seen, and
+    the :func:`_tile_bytes` sizes of the slices chosen (0 where none fits). Each serial
+    count sizes only the vectors that no smaller count fitted."""
     k_grains = ceil_div(c.K_t, og)
+    n = len(k_grains)
     serial = np.zeros_like(c.K_t)
+    sizes: dict[str, np.ndarray] = {}
     smallest = None
     for k in serials:
-        todo = (serial == 0) & (k_grains >= k)
-        if not todo.any():
+        todo = np.flatnonzero((serial == 0) & (k_grains >= k))
+        if not todo.size:
             continue
-        mem_k = _tile_bytes(p, og, c, np.full_like(c.K_t, k), bias)["mem"]
-        serial = np.where(todo & (mem_k <= machine.tile_budget_bytes), k, serial)
-        cand_min = int(mem_k[todo].min())
+        sub = c if todo.size == n else _Table({col: c[col][todo] for col in _SIZING_COLUMNS})
+        t = _tile_bytes(p, og, sub, k, bias)
+        ok = t["mem"] <= machine.tile_budget_bytes
+        rows = todo[ok]
+        serial[rows] = k
+        for name, v in t.items():
+            sizes.setdefault(name, np.zeros(n, dtype=np.int64))[rows] = v[ok]
+        cand_min = int(t["mem"].min())
         if smallest is None or cand_min < smallest[0]:
             smallest = (cand_min, int(k))
         if (serial > 0).all():
             break
-    return serial, smallest
+    return serial, smallest, sizes
 
 
-def _costs(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: _Table,
-           bias: bool) -> dict[str, np.ndarray]:
-    """Cycles of each split vector: the busiest tile's vertex per slice, its exchanges
-    (inputs + weights, later slices' weights, partials), reduction or cast, bias, syncs.
+#: the columns :func:`_tile_bytes` reads
+_SIZING_COLUMNS = ("K_t", "G_t", "C_t", "M", "B_t", "OR", "OC", "win_b", "reduce_needed",
+                   "cast_needed", "f1", "f2", "f3")
+
+
+def _costs(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: _Table, bias: bool,
+           beat: int | None = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Cycles of the split vectors that can be picked: the busiest tile's vertex per slice,
+    its exchanges (inputs + weights, later slices' weights, partials), reduction or cast,
+    bias, syncs. Returns the rows costed (indices into ``c``, ascending) and their costs.
+
+    Branch and bound, exact: the vertex, the input exchange and the syncs are costed for
+    every row; they bound its total from below (the other terms are >= 0). The rows of
+    least bound are costed in full first; a row whose bound exceeds their best total by
+    more than ``NEAR_TIE`` can be neither the fastest nor a near tie, so it is dropped.
+    Rows beyond ``beat`` (by the same margin) are dropped too: a pick slower than ``beat``
+    loses to the plan it would have to beat anyway.
 
     Raises ValueError when the method cannot run some tile (caught by the caller)."""
     isz = DTYPES[p.dtype].itemsize
@@ -649,39 +683,56 @@ def _costs(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: _Table,
     bus = machine.tiles_per_exchange_bus
     in_eff = np.where((bus > 1) & (c.os_ % bus == 0), in_recv // 2, in_recv)
     w_eff = np.where((c.M > 1) | (c.serial > 1), c.w_b, 0)
-    out = {"conv": conv}
-    out["ex_in"] = exchange_cycles(in_eff + w_eff, machine, with_overhead=True)
-    out["ex_w"] = exchange_cycles(w_eff, machine, with_overhead=True)   # later slices' weights
-    out["red_x"], out["red_c"], n_stages = _reduction_cycles(p, machine, c)
-    out["cast_c"] = np.where(c.cast_needed,
-                             cast_cycles_array(machine, c.out_s, p.partials, p.dtype), 0)
-    n_bias = np.where(c.reduce_needed, c.chunk, c.out_s)
-    out["bias_c"] = (elementwise_cycles_array(machine, n_bias, p.dtype) if bias
-                     else np.zeros_like(conv))
+    ex_in = exchange_cycles(in_eff + w_eff, machine, with_overhead=True)
     # supersteps: exchange-in, one per slice (conv; plus the previous slice's reduce/cast
     # and bias), one per intermediate reduction stage of each slice, and a final one for
     # the last slice's reduce/cast/bias
+    n_stages = (c.R > 1).astype(np.int64) + (c.f2 > 1) + (c.f3 > 1)
     finishing = c.reduce_needed | c.cast_needed | bias
-    out["sync"] = ((1 + c.serial * np.maximum(n_stages, 1) + finishing.astype(np.int64))
-                   * machine.sync_cycles)
-    out["total"] = (out["ex_in"] + c.serial * conv + (c.serial - 1) * out["ex_w"]
-                    + c.serial * (out["red_x"] + out["red_c"] + out["cast_c"] + out["bias_c"])
-                    + out["sync"])
-    return out
+    sync = ((1 + c.serial * np.maximum(n_stages, 1) + finishing.astype(np.int64))
+            * machine.sync_cycles)
+    lower = ex_in + c.serial * conv + sync
+
+    def full(rows: np.ndarray) -> dict[str, np.ndarray]:
+        r = c.take(rows)
+        out = {"conv": conv[rows], "ex_in": ex_in[rows], "sync": sync[rows],
+               "ex_w": exchange_cycles(w_eff[rows], machine, with_overhead=True)}
+        out["red_x"], out["red_c"] = _reduction_cycles(p, machine, r)
+        out["cast_c"] = np.where(r.cast_needed,
+                                 cast_cycles_array(machine, r.out_s, p.partials, p.dtype), 0)
+        n_bias = np.where(r.reduce_needed, r.chunk, r.out_s)
+        out["bias_c"] = (elementwise_cycles_array(machine, n_bias, p.dtype) if bias
+                         else np.zeros_like(out["conv"]))
+        out["total"] = (lower[rows] + (r.serial - 1) * out["ex_w"]
+                        + r.serial * (out["red_x"] + out["red_c"] + out["cast_c"]
+                                      + out["bias_c"]))
+        return out
+
+    rows = np.arange(len(lower))
+    if PRUNE:
+        if beat is not None:
+            rows = np.flatnonzero(lower <= beat * (1 + NEAR_TIE))
+            if not rows.size:
+                # nothing here beats ``beat``: report the least bound's row (it loses anyway)
+                rows = np.array([int(np.argmin(lower))])
+        if rows.size > BNB_SEED:
+            seed = rows[np.argpartition(lower[rows], BNB_SEED - 1)[:BNB_SEED]]
+            cut = full(seed)["total"].min() * (1 + NEAR_TIE)
+            rows = rows[lower[rows] <= cut]     # keeps the seed's fastest row at least
+    return rows, full(rows)
 
 
 def _reduction_cycles(p: ConvParams, machine: MachineSpec, c: _Table
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                      ) -> tuple[np.ndarray, np.ndarray]:
     """Per split vector, one slice's reduction: exchange cycles (with a fixed overhead per
-    stage), reduce-vertex cycles summed over the stages, and the number of stages (0: no
-    reduction). Stage s's busiest tile receives ``f_s - 1`` pieces of its range and sums
-    ``f_s`` partials per output (intermediate stages in the partials type)."""
+    stage) and reduce-vertex cycles summed over the stages. Stage s's busiest tile
+    receives ``f_s - 1`` pieces of its range and sums ``f_s`` partials per output
+    (intermediate stages in the partials type)."""
     psz = DTYPES[p.partials].itemsize
     on = c.R > 1
     size = ceil_div(c.out_s, c.f1)
     red_x = np.where(on, exchange_cycles((c.f1 - 1) * size * psz, machine, with_overhead=True), 0)
     red_c = np.where(on, reduce_cycles_array(machine, size, c.f1, p.partials, p.dtype), 0)
-    n_stages = on.astype(np.int64) + (c.f2 > 1) + (c.f3 > 1)
     deep = np.flatnonzero(c.f2 > 1)
     if deep.size:
         # every stage of the multi-stage rows at once (stage 1 again: it now writes partials)
@@ -701,7 +752,7 @@ def _reduction_cycles(p: ConvParams, machine: MachineSpec, c: _Table
         cyc = np.where(f > 1, cyc, 0)
         red_c[deep] = cyc[:n] + cyc[n:2 * n] + cyc[2 * n:]
         red_x[deep] = x[:n] + x[n:2 * n] + x[2 * n:]
-    return red_x, red_c, n_stages
+    return red_x, red_c
 
 
 def _pick_near_tie(c: _Table, total: np.ndarray) -> int:
