@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from functools import lru_cache, reduce
 from typing import Any, Mapping, NamedTuple
 
 import numpy as np
@@ -99,20 +99,22 @@ def _worker_pieces(n_rows: Any, width: Any, n_workers: int) -> list[tuple[Any, A
     worker has at most a partial first row, some full rows of ``width`` and a partial last
     row. ``first`` is 0 for an idle worker; ``last`` is 0 when the range has one segment.
     """
+    return [_worker_piece(i, n_rows, width, n_workers) for i in range(n_workers)]
+
+
+def _worker_piece(i: Any, n_rows: Any, width: Any, n_workers: int) -> tuple[Any, Any, Any]:
+    """Worker ``i``'s (first, n_full, last); ``i`` may be an array of worker indices."""
     total = n_rows * width
-    pieces = []
-    for i in range(n_workers):
-        begin = i * total // n_workers
-        end = (i + 1) * total // n_workers
-        busy = end > begin
-        end_m1 = _max2(end - 1, 0)
-        row_b, row_l = begin // width, end_m1 // width
-        one = row_b == row_l
-        first = _where(busy, _where(one, end - begin, width - begin % width), 0)
-        n_full = _where(busy, _max2(row_l - row_b - 1, 0), 0)
-        last = _where(busy, _where(one, 0, end_m1 % width + 1), 0)
-        pieces.append((first, n_full, last))
-    return pieces
+    begin = i * total // n_workers
+    end = (i + 1) * total // n_workers
+    busy = end > begin
+    end_m1 = _max2(end - 1, 0)
+    row_b, row_l = begin // width, end_m1 // width
+    one = row_b == row_l
+    first = _where(busy, _where(one, end - begin, width - begin % width), 0)
+    n_full = _where(busy, _max2(row_l - row_b - 1, 0), 0)
+    last = _where(busy, _where(one, 0, end_m1 % width + 1), 0)
+    return first, n_full, last
 
 
 def worker_segments(batch: int, out_h: int, out_w: int, n_workers: int) -> list[list[int]]:
@@ -153,10 +155,45 @@ def _distinct_pieces_int(n_rows: int, width: int,
 
 def _distinct_pieces(n_rows: Any, width: Any, n_workers: int) -> Any:
     """Worker pieces with duplicates dropped (max/min over workers are unchanged); cached for
-    scalar tiles, whose workers mostly share one of two or three patterns."""
+    scalar tiles, whose workers mostly share one of two or three patterns. For arrays, one
+    piece whose fields have a leading worker axis (reduce it with :func:`_over_workers`)."""
     if isinstance(n_rows, int) and isinstance(width, int):
         return _distinct_pieces_int(n_rows, width, n_workers)
+    if isinstance(n_rows, np.ndarray) or isinstance(width, np.ndarray):
+        shape = np.shape(n_rows * width)
+        workers = np.arange(n_workers).reshape((n_workers,) + (1,) * len(shape))
+        return [_worker_piece(workers, n_rows, width, n_workers)]
     return _worker_pieces(n_rows, width, n_workers)
+
+
+def _over_workers(op: Any, per_worker: list[Any]) -> Any:
+    """max or min (``op``: _max2 / _min2) over the workers of :func:`_distinct_pieces`."""
+    if len(per_worker) == 1 and isinstance(per_worker[0], np.ndarray):
+        stacked = per_worker[0]
+        return stacked.max(axis=0) if op is _max2 else stacked.min(axis=0)
+    return reduce(op, per_worker)
+
+
+#: below this many entries a field cost is evaluated directly (np.unique would cost more)
+_DEDUPE_MIN = 256
+
+
+def _per_field(cost: Any, n_rows: Any, width: Any) -> Any:
+    """``cost(n_rows, width)`` evaluated once per distinct (n_rows, width) pair: the worker
+    split of a tile's positions is the costly part of a vertex estimate, and the planner's
+    thousands of candidate tiles have a few hundred distinct output fields."""
+    if not isinstance(n_rows, np.ndarray) and not isinstance(width, np.ndarray):
+        return cost(n_rows, width)
+    r, w = np.broadcast_arrays(np.asarray(n_rows, dtype=np.int64),
+                               np.asarray(width, dtype=np.int64))
+    if r.size < _DEDUPE_MIN:
+        return cost(r, w)
+    base = int(w.max()) + 1
+    if int(r.max()) >= 2**62 // base:
+        return cost(r, w)
+    uniq, inv = np.unique(r * base + w, return_inverse=True)
+    ur, uw = np.divmod(uniq, base)
+    return np.broadcast_to(cost(ur, uw), uniq.shape)[inv.reshape(r.shape)]
 
 
 def _sum_over_segments(cost: Any, pieces: tuple[Any, Any, Any], width: Any) -> Any:

@@ -5,7 +5,6 @@ assembly kernels as PopLibs' estimator models them), beside the formulas that us
 """
 from __future__ import annotations
 
-from functools import reduce
 from typing import Any
 
 
@@ -13,7 +12,8 @@ from ...core.cost import ceil_div
 from ...dtypes import DTYPES
 from ...machine import MachineSpec
 from ._common import (BRNZDEC_STALL_CYCLES, ZERO_RETENTION_CYCLES, _check_kind, _check_machine,
-                      _Dims, _distinct_pieces, _max2, _min2, _sum_over_segments, _total,
+                      _Dims, _distinct_pieces, _max2, _min2, _over_workers, _per_field, _sum_over_segments,
+                      _total,
                       _vertex_dims, _where, _zero_cycles)
 from .methods import _FLOAT, _HALF, TileConv, VertexMethod
 
@@ -142,11 +142,14 @@ def _amp_nx1_parts(machine: MachineSpec, method: VertexMethod, d: _Dims) -> dict
         return NX1_ENTRY_SETUP_CYCLES + body - NX1_ENTRY_RETENTION_CYCLES
 
     start = NX1_WORKER_START_CYCLES + (0 if float_partials else 1)
-    width = d.out_w
-    workers = [start + _sum_over_segments(entry, p, width)
-               for p in _distinct_pieces(d.batch * d.out_h, width, nw)]
-    per_pass = _max2(nw * reduce(_max2, workers),
-                     nw * reduce(_min2, workers) + NX1_MIN_WORKER_TAG_CYCLES)
+
+    def pass_cycles(rows: Any, width: Any) -> Any:
+        workers = [start + _sum_over_segments(entry, p, width)
+                   for p in _distinct_pieces(rows, width, nw)]
+        return _max2(nw * _over_workers(_max2, workers),
+                     nw * _over_workers(_min2, workers) + NX1_MIN_WORKER_TAG_CYCLES)
+
+    per_pass = _per_field(pass_cycles, d.batch * d.out_h, d.out_w)
 
     n_cg = ceil_div(d.groups, method.conv_groups_per_group)
     n_ig = ceil_div(d.in_chans, method.in_chans_per_group)
@@ -205,14 +208,15 @@ def _amp_1x1_parts(machine: MachineSpec, method: VertexMethod, d: _Dims) -> dict
                                  _where(n == 1, c1 + (zf + zero_per_pos) * z, c0)))
         return _where(n > 0, body - retention[0], 0)
 
-    # one entry per worker: the tile is a single row of positions
-    pieces = _distinct_pieces(1, d.batch * d.out_h * d.out_w, nw)
+    def inner(positions: Any, zeroing: bool) -> Any:
+        # one entry per worker: the tile is a single row of positions
+        ws = [worker(p[0], zeroing) for p in _distinct_pieces(1, positions, nw)]
+        return _max2(nw * _over_workers(_max2, ws),
+                     nw * _over_workers(_min2, ws) + X1_MIN_WORKER_TAG_CYCLES)
 
-    def inner(zeroing: bool) -> Any:
-        ws = [worker(p[0], zeroing) for p in pieces]
-        return _max2(nw * reduce(_max2, ws), nw * reduce(_min2, ws) + X1_MIN_WORKER_TAG_CYCLES)
-
-    inner_zero, inner_acc = inner(True), inner(False)
+    positions = d.batch * d.out_h * d.out_w
+    inner_zero = _per_field(lambda _, n: inner(n, True), 1, positions)
+    inner_acc = _per_field(lambda _, n: inner(n, False), 1, positions)
     n_cg = ceil_div(d.groups, method.conv_groups_per_group)
     n_ig = ceil_div(d.in_chans, method.in_chans_per_group)
     n_og = ceil_div(d.out_chans, method.out_chans_per_group)

@@ -5,7 +5,6 @@ formulas that use them.
 """
 from __future__ import annotations
 
-from functools import reduce
 from typing import Any
 
 import numpy as np
@@ -13,7 +12,8 @@ import numpy as np
 from ...core.cost import ceil_div
 from ...machine import MachineSpec
 from ._common import (BRNZDEC_STALL_CYCLES, _check_kind, _check_machine,
-                      _Dims, _distinct_pieces, _max2, _sum_over_segments, _total,
+                      _Dims, _distinct_pieces, _max2, _over_workers, _per_field,
+                      _sum_over_segments, _total,
                       _vertex_dims, _where)
 from .methods import _FLOAT, TileConv, VertexMethod
 from .methods import SLIC_WINDOW_WIDTH
@@ -81,16 +81,18 @@ def _slic_parts(machine: MachineSpec, method: VertexMethod, d: _Dims, stride_w: 
         return lambda n: fixed + passes * row(n, zeroing)
 
     preamble = SLIC_WORKER_PREAMBLE_CYCLES + (SLIC_WORKER_GROUP_INDEX_CYCLES if cgpg > 4 else 0)
-    pieces = _distinct_pieces(d.batch * d.out_h, d.out_w, nw)
+
+    def field_cycles(rows: Any, width: Any, zeroing: bool) -> Any:
+        cost = segment(zeroing)
+        ws = [preamble + _sum_over_segments(cost, p, width)
+              + (SLIC_MERGE_DECISION_CYCLES if half8 else 0)
+              for p in _distinct_pieces(rows, width, nw)]
+        merge = (SLIC_MERGE_FIXED_CYCLES + SLIC_MERGE_CYCLES_PER_POSITION * rows * width
+                 if (half8 and zeroing) else 0)
+        return nw * _over_workers(_max2, ws) + merge
 
     def inner(zeroing: bool) -> Any:
-        cost = segment(zeroing)
-        ws = [preamble + _sum_over_segments(cost, p, d.out_w)
-              + (SLIC_MERGE_DECISION_CYCLES if half8 else 0) for p in pieces]
-        merge = (SLIC_MERGE_FIXED_CYCLES
-                 + SLIC_MERGE_CYCLES_PER_POSITION * d.batch * d.out_h * d.out_w
-                 if (half8 and zeroing) else 0)
-        return nw * reduce(_max2, ws) + merge
+        return _per_field(lambda r, w: field_cycles(r, w, zeroing), d.batch * d.out_h, d.out_w)
 
     if chans == 4:
         wl = SLIC_WEIGHT_LOAD_4CHANS
