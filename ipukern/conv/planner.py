@@ -46,6 +46,7 @@ only output channels are split serially.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -53,7 +54,7 @@ import numpy as np
 from ..core.cost import (cast_cycles_array, ceil_div, elementwise_cycles_array, exchange_cycles,
                          reduce_cycles_array)
 from ..core.memory import TileMemoryError
-from ..core.tensor import split_candidates
+from ..core.tensor import expand, split_candidates
 from ..dtypes import DTYPES
 from ..machine import MachineSpec
 from .estimators import (VertexMethod, candidate_methods, conv_vertex_cycles_array,
@@ -350,12 +351,13 @@ def _serial_candidates(p: ConvParams) -> np.ndarray:
     return np.array(out, dtype=np.int64)
 
 
-def _field_grid(p: ConvParams, T: int) -> dict[str, np.ndarray]:
+def _field_grid(p: ConvParams, T: int) -> dict[str, Any]:
     """All (batch, rows, cols) split vectors using at most T tiles, with their busiest
-    block's sizes. Shared by every vertex method."""
-    b_ax = split_candidates(p.batch, T)
-    h_ax = split_candidates(p.out_h, T)
-    w_ax = split_candidates(p.out_w, T)
+    block's sizes, and a memo of the split tables built on them (``_tables``, see
+    :func:`_split_vectors`). Shared by every vertex method of one conv."""
+    b_ax = _splits(p.batch, T)
+    h_ax = _splits(p.out_h, T)
+    w_ax = _splits(p.out_w, T)
     bs, hs, ws = (a.ravel() for a in np.meshgrid(b_ax, h_ax, w_ax, indexing="ij"))
     # Columns are split only when that needs no column halos (1-wide kernels: matmuls,
     # 1x1 convs) or once every output row has its own block. Narrow rows pay the AMP
@@ -363,7 +365,7 @@ def _field_grid(p: ConvParams, T: int) -> dict[str, np.ndarray]:
     # these splits rarely win and would make the copy tables (and host runs) large.
     ok = (bs * hs * ws <= T) & ((ws == 1) | (p.kernel_w == 1) | (hs == h_ax.max()))
     bs, hs, ws = bs[ok], hs[ok], ws[ok]
-    return {"bs": bs, "hs": hs, "ws": ws, "n": bs * hs * ws,
+    return {"_tables": {}, "bs": bs, "hs": hs, "ws": ws, "n": bs * hs * ws,
             "B_t": _axis_sizes(p.batch, 1, bs), "OR": _axis_sizes(p.out_h, 1, hs),
             "OC": _axis_sizes(p.out_w, 1, ws)}
 
@@ -380,13 +382,36 @@ def _channel_axes(p: ConvParams, cand: VertexMethod, T: int):
     elif cand.method == "VMAC":
         if p.out_per_group > T:
             return None
-        i_ax, o_ax = in_chan_splits(n_i, T), np.array([p.out_per_group])
+        i_ax, o_ax = _in_chan_splits(n_i, T), np.array([p.out_per_group])
     elif writes_output_type(p, cand):
-        i_ax, o_ax = np.array([1]), split_candidates(n_o, T)   # no reduction may follow
+        i_ax, o_ax = np.array([1]), _splits(n_o, T)   # no reduction may follow
     else:
-        i_ax, o_ax = in_chan_splits(n_i, T), split_candidates(n_o, T)
-    g_ax = split_candidates(ceil_div(p.groups, gg), T)
+        i_ax, o_ax = _in_chan_splits(n_i, T), _splits(n_o, T)
+    g_ax = _splits(ceil_div(p.groups, gg), T)
     return g_ax, i_ax, o_ax
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.setflags(write=False)
+    return a
+
+
+@lru_cache(maxsize=1024)
+def _splits(n_grains: int, T: int) -> np.ndarray:
+    """:func:`split_candidates`, memoised (read-only): every method of a conv asks for the
+    same few axes. Cleared by :func:`clear_planner_caches`."""
+    return _frozen(split_candidates(n_grains, T))
+
+
+@lru_cache(maxsize=1024)
+def _in_chan_splits(n_grains: int, T: int) -> np.ndarray:
+    return _frozen(in_chan_splits(n_grains, T))
+
+
+def clear_planner_caches() -> None:
+    """Forget the planner's memoised split axes (for cold timings; plans do not change)."""
+    _splits.cache_clear()
+    _in_chan_splits.cache_clear()
 
 
 def in_chan_splits(n_grains: int, T: int) -> np.ndarray:
@@ -438,7 +463,7 @@ class _MethodScore(NamedTuple):
 
 def _score_method(p: ConvParams, machine: MachineSpec, cand: VertexMethod, bias: bool,
                   serials: np.ndarray, bound: int | None,
-                  fg: dict[str, np.ndarray], beat: int | None = None) -> _MethodScore | None:
+                  fg: dict[str, Any], beat: int | None = None) -> _MethodScore | None:
     """Score every split vector of one vertex method, each with the fewest serial
     out-chan slices (from ``serials``) that make its busiest tile fit.
 
@@ -456,6 +481,10 @@ def _score_method(p: ConvParams, machine: MachineSpec, cand: VertexMethod, bias:
     if c is None:
         return _MethodScore(n_all, None, None)
     c = _with_windows(p, c, writes_output_type(p, cand))
+    if PRUNE and beat is not None:
+        c = _beat_prune(p, machine, cand, c, bias, beat)
+        if c is None:
+            return _MethodScore(n_all, None, None)     # nothing here beats the best plan
     og = _method_grains(p, cand)[2]
     serial, smallest, sizes = _fewest_serial_slices(p, machine, og, c, serials, bias)
     fits = serial > 0
@@ -488,11 +517,23 @@ def _score_method(p: ConvParams, machine: MachineSpec, cand: VertexMethod, bias:
 
 
 def _split_vectors(p: ConvParams, machine: MachineSpec, cand: VertexMethod,
-                   fg: dict[str, np.ndarray]) -> _Table | None:
+                   fg: dict[str, Any]) -> _Table | None:
     """Every (channel split x field split) vector that fits the machine, with the busiest
     tile's sizes (G_t, C_t, K_t, B_t, OR, OC)."""
     T = machine.n_tiles
     gg, ig, og = _method_grains(p, cand)
+    # methods with the same grains and axes share their table (the callers never modify a
+    # table in place: the first thing done with it is a take)
+    key = (cand.method if cand.method in ("SLIC", "VMAC") else "", writes_output_type(p, cand),
+           gg, ig, og)
+    memo = fg["_tables"]
+    if key not in memo:
+        memo[key] = _new_split_vectors(p, cand, fg, T, gg, ig, og)
+    return memo[key]
+
+
+def _new_split_vectors(p: ConvParams, cand: VertexMethod, fg: dict[str, Any], T: int,
+                       gg: int, ig: int, og: int) -> _Table | None:
     axes = _channel_axes(p, cand, T)
     if axes is None:
         return None
@@ -500,15 +541,10 @@ def _split_vectors(p: ConvParams, machine: MachineSpec, cand: VertexMethod,
     cn = cg * ci * co
     keep_c = cn <= T
     cg, ci, co, cn = cg[keep_c], ci[keep_c], co[keep_c], cn[keep_c]
-    # channel x field pairs that fit the machine; pairs leaving more than half of the
-    # usable tiles idle are not scored (halving the busiest tile's work always beats them
-    # in practice, and skipping them keeps planning in milliseconds)
-    used = fg["n"][:, None] * cn[None, :]
-    fits = used <= T
-    if not fits.any():
+    pairs = _field_pairs(fg["n"], cn, T)
+    if pairs is None:
         return None
-    u_max = used[fits].max()
-    fi, chi = np.nonzero(fits & (2 * used > u_max))
+    fi, chi = pairs
     c = _Table(gs=cg[chi], is_=ci[chi], os_=co[chi], bs=fg["bs"][fi], hs=fg["hs"][fi],
                ws=fg["ws"][fi], B_t=fg["B_t"][fi], OR=fg["OR"][fi], OC=fg["OC"][fi])
     c["G_t"] = _axis_sizes(p.groups, gg, c.gs)
@@ -517,6 +553,31 @@ def _split_vectors(p: ConvParams, machine: MachineSpec, cand: VertexMethod,
     if cand.method == "VMAC" and c.K_t.max() > 1:
         return None
     return c
+
+
+def _field_pairs(n: np.ndarray, cn: np.ndarray, T: int
+                 ) -> tuple[np.ndarray, np.ndarray] | None:
+    """The (field, channel) index pairs whose tiles ``n * cn`` fit the machine, in
+    row-major order (field first), without those leaving more than half of the most
+    tiles any pair uses idle (halving the busiest tile's work always beats them in
+    practice, and skipping them keeps planning in milliseconds). None if no pair fits.
+    Found per channel split by bisection over the sorted field sizes, not by forming every
+    pair."""
+    if not cn.size:
+        return None
+    order = np.argsort(n, kind="stable")
+    ns = n[order]
+    hi = np.searchsorted(ns, T // cn, side="right")          # n * cn <= T below hi
+    has = np.flatnonzero(hi > 0)
+    if not has.size:
+        return None
+    u_max = int((ns[hi[has] - 1] * cn[has]).max())
+    lo = np.searchsorted(ns, u_max // (2 * cn), side="right")  # 2 * n * cn > u_max from lo
+    counts = np.maximum(hi - lo, 0)
+    chi, k = expand(counts)
+    fi = order[lo[chi] + k]
+    rank = np.lexsort((chi, fi))
+    return fi[rank], chi[rank]
 
 
 def _lower_bound_prune(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: _Table,
@@ -667,30 +728,18 @@ def _costs(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: _Table, b
     loses to the plan it would have to beat anyway.
 
     Raises ValueError when the method cannot run some tile (caught by the caller)."""
-    isz = DTYPES[p.dtype].itemsize
-    vb, vh, vw = vertex_field(p, c.B_t, c.OR, c.OC)
-    conv = conv_vertex_cycles_array(machine, cand, conv_groups=c.G_t, in_chans=c.C_t,
-                                    out_chans=c.K_s, batch=vb, out_h=vh, out_w=vw,
-                                    kernel_h=p.kernel_h, kernel_w=p.kernel_w, stride=p.stride)
-    # exchange: the busiest receiver. The tile owns 1/Os of its block's core (or nothing
-    # when only the first few of the Os tiles own shares, layout.MAX_INPUT_OWNERS); the rest
-    # of its window arrives. As in PopLibs (ExchangeEstimator.hpp), inputs arrive at the
-    # shared-bus 2x rate when the out-channel split is even; weights never do.
-    CR = np.minimum(ceil_div(p.in_h, c.hs), c.WR)
-    CC = np.minimum(ceil_div(p.in_w, c.ws), c.WC)
-    core_b = c.B_t * CR * c.G_t * c.C_t * CC * isz
-    in_recv = c.win_b - np.where(c.os_ <= MAX_INPUT_OWNERS, core_b // c.os_, 0)
-    bus = machine.tiles_per_exchange_bus
-    in_eff = np.where((bus > 1) & (c.os_ % bus == 0), in_recv // 2, in_recv)
+    if "conv_t" in c:
+        # _beat_prune costed the vertex with all K_t out-chans: the slice when serial is 1
+        conv = c.conv_t.copy()
+        more = np.flatnonzero(c.serial > 1)
+        if more.size:
+            conv[more] = _vertex_cycles(p, machine, cand, c.take(more), c.K_s[more])
+    else:
+        conv = _vertex_cycles(p, machine, cand, c, c.K_s)
+    in_eff = _input_receive(p, machine, c)
     w_eff = np.where((c.M > 1) | (c.serial > 1), c.w_b, 0)
     ex_in = exchange_cycles(in_eff + w_eff, machine, with_overhead=True)
-    # supersteps: exchange-in, one per slice (conv; plus the previous slice's reduce/cast
-    # and bias), one per intermediate reduction stage of each slice, and a final one for
-    # the last slice's reduce/cast/bias
-    n_stages = (c.R > 1).astype(np.int64) + (c.f2 > 1) + (c.f3 > 1)
-    finishing = c.reduce_needed | c.cast_needed | bias
-    sync = ((1 + c.serial * np.maximum(n_stages, 1) + finishing.astype(np.int64))
-            * machine.sync_cycles)
+    sync = _syncs(c, bias, c.serial) * machine.sync_cycles
     lower = ex_in + c.serial * conv + sync
 
     def full(rows: np.ndarray) -> dict[str, np.ndarray]:
@@ -720,6 +769,75 @@ def _costs(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: _Table, b
             cut = full(seed)["total"].min() * (1 + NEAR_TIE)
             rows = rows[lower[rows] <= cut]     # keeps the seed's fastest row at least
     return rows, full(rows)
+
+
+def _vertex_cycles(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: _Table,
+                   out_chans: np.ndarray) -> np.ndarray:
+    """The busiest tile's conv vertex cycles with ``out_chans`` output channels per group."""
+    vb, vh, vw = vertex_field(p, c.B_t, c.OR, c.OC)
+    return conv_vertex_cycles_array(machine, cand, conv_groups=c.G_t, in_chans=c.C_t,
+                                    out_chans=out_chans, batch=vb, out_h=vh, out_w=vw,
+                                    kernel_h=p.kernel_h, kernel_w=p.kernel_w, stride=p.stride)
+
+
+def _input_receive(p: ConvParams, machine: MachineSpec, c: _Table) -> np.ndarray:
+    """Input bytes the busiest receiver's exchange moves (at its effective rate).
+
+    The tile owns 1/Os of its block's core (or nothing when only the first few of the Os
+    tiles own shares, layout.MAX_INPUT_OWNERS); the rest of its window arrives. As in
+    PopLibs (ExchangeEstimator.hpp), inputs arrive at the shared-bus 2x rate when the
+    out-channel split is even (counted here as half the bytes); weights never do."""
+    isz = DTYPES[p.dtype].itemsize
+    CR = np.minimum(ceil_div(p.in_h, c.hs), c.WR)
+    CC = np.minimum(ceil_div(p.in_w, c.ws), c.WC)
+    core_b = c.B_t * CR * c.G_t * c.C_t * CC * isz
+    in_recv = c.win_b - np.where(c.os_ <= MAX_INPUT_OWNERS, core_b // c.os_, 0)
+    bus = machine.tiles_per_exchange_bus
+    return np.where((bus > 1) & (c.os_ % bus == 0), in_recv // 2, in_recv)
+
+
+def _syncs(c: _Table, bias: bool, serial) -> np.ndarray:
+    """Supersteps: exchange-in, one per slice (conv; plus the previous slice's reduce/cast
+    and bias), one per intermediate reduction stage of each slice, and a final one for the
+    last slice's reduce/cast/bias."""
+    n_stages = (c.R > 1).astype(np.int64) + (c.f2 > 1) + (c.f3 > 1)
+    finishing = c.reduce_needed | c.cast_needed | bias
+    return 1 + serial * np.maximum(n_stages, 1) + finishing.astype(np.int64)
+
+
+def _beat_prune(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: _Table,
+                bias: bool, beat: int) -> _Table | None:
+    """Keep the split vectors that could beat ``beat`` (by up to NEAR_TIE) with any number
+    of serial slices, before their memory is sized; None if none can. Adds the vertex
+    cycles with the tile's K_t out-chans (``conv_t``).
+
+    With ``s`` slices of ``K_s`` out-chans (s * K_s >= K_t) a row costs at least: its
+    vertex with K_t out-chans (the vertex estimates are affine in the out-chan groups with
+    non-negative terms, so s slices cost at least one of K_t), the exchange of its inputs
+    and, when weights move at all, K_t's weights (the exchange costs are subadditive), and
+    one superstep per stage of one slice. Checked first with the compute lower bound in
+    place of the vertex, which is cheaper."""
+    cut = beat * (1 + NEAR_TIE)
+    kk = p.kernel_h * p.kernel_w
+    w_b = c.G_t * c.K_t * c.C_t * kk * DTYPES[p.dtype].itemsize
+    w_eff = np.where((c.M > 1), w_b, 0)
+    fixed = (exchange_cycles(_input_receive(p, machine, c) + w_eff, machine, with_overhead=True)
+             + _syncs(c, bias, 1) * machine.sync_cycles)
+    macs = c.G_t * c.C_t * c.K_t * c.B_t * c.OR * c.OC * kk
+    keep = np.flatnonzero(fixed + macs / cand.macs_per_cycle_bound(machine) <= cut)
+    if not keep.size:
+        return None
+    c, fixed = c.take(keep), fixed[keep]
+    try:
+        conv = _vertex_cycles(p, machine, cand, c, c.K_t)
+    except ValueError:
+        return c     # _costs raises it again for the rows that fit
+    keep = np.flatnonzero(fixed + conv <= cut)
+    if not keep.size:
+        return None
+    c = c.take(keep)
+    c["conv_t"] = conv[keep]
+    return c
 
 
 def _reduction_cycles(p: ConvParams, machine: MachineSpec, c: _Table

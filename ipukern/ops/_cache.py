@@ -14,7 +14,7 @@ import numpy as np
 from .._checks import as_int
 from ..conv.build import ConvProgram, build_conv_program
 from ..conv.params import ConvParams
-from ..conv.planner import ConvPlan, plan_conv
+from ..conv.planner import ConvPlan, clear_planner_caches, plan_conv
 from ..core.profile import Profile
 from ..dtypes import canonical_dtype
 from ..machine import MachineSpec
@@ -48,10 +48,12 @@ _LIMITS = {"entries": PLAN_CACHE_SIZE, "bytes": _env_bytes()}
 
 
 def clear_plan_cache() -> None:
-    """Forget every cached plan and program (and the host memory their arenas hold)."""
+    """Forget every cached plan and program (and the host memory their arenas hold), and
+    the planner's memoised split axes."""
     with _CACHE_LOCK:
         _CACHE.clear()
         _PLANS.clear()
+    clear_planner_caches()
 
 
 def cached_plan(params: ConvParams, machine: MachineSpec, bias: bool,

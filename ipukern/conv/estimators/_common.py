@@ -179,9 +179,10 @@ _DEDUPE_MIN = 256
 
 
 def _per_field(cost: Any, n_rows: Any, width: Any) -> Any:
-    """``cost(n_rows, width)`` evaluated once per distinct (n_rows, width) pair: the worker
-    split of a tile's positions is the costly part of a vertex estimate, and the planner's
-    thousands of candidate tiles have a few hundred distinct output fields."""
+    """``cost(n_rows, width)`` (a value or a tuple of values) evaluated once per distinct
+    (n_rows, width) pair: the worker split of a tile's positions is the costly part of a
+    vertex estimate, and the planner's thousands of candidate tiles have a few hundred
+    distinct output fields."""
     if not isinstance(n_rows, np.ndarray) and not isinstance(width, np.ndarray):
         return cost(n_rows, width)
     r, w = np.broadcast_arrays(np.asarray(n_rows, dtype=np.int64),
@@ -193,7 +194,11 @@ def _per_field(cost: Any, n_rows: Any, width: Any) -> Any:
         return cost(r, w)
     uniq, inv = np.unique(r * base + w, return_inverse=True)
     ur, uw = np.divmod(uniq, base)
-    return np.broadcast_to(cost(ur, uw), uniq.shape)[inv.reshape(r.shape)]
+    inv = inv.reshape(r.shape)
+    out = cost(ur, uw)
+    if isinstance(out, tuple):
+        return tuple(np.broadcast_to(o, uniq.shape)[inv] for o in out)
+    return np.broadcast_to(out, uniq.shape)[inv]
 
 
 def _sum_over_segments(cost: Any, pieces: tuple[Any, Any, Any], width: Any) -> Any:

@@ -215,8 +215,8 @@ def _amp_1x1_parts(machine: MachineSpec, method: VertexMethod, d: _Dims) -> dict
                      nw * _over_workers(_min2, ws) + X1_MIN_WORKER_TAG_CYCLES)
 
     positions = d.batch * d.out_h * d.out_w
-    inner_zero = _per_field(lambda _, n: inner(n, True), 1, positions)
-    inner_acc = _per_field(lambda _, n: inner(n, False), 1, positions)
+    inner_zero, inner_acc = _per_field(lambda _, n: (inner(n, True), inner(n, False)), 1,
+                                       positions)
     n_cg = ceil_div(d.groups, method.conv_groups_per_group)
     n_ig = ceil_div(d.in_chans, method.in_chans_per_group)
     n_og = ceil_div(d.out_chans, method.out_chans_per_group)

@@ -91,8 +91,8 @@ def _slic_parts(machine: MachineSpec, method: VertexMethod, d: _Dims, stride_w: 
                  if (half8 and zeroing) else 0)
         return nw * _over_workers(_max2, ws) + merge
 
-    def inner(zeroing: bool) -> Any:
-        return _per_field(lambda r, w: field_cycles(r, w, zeroing), d.batch * d.out_h, d.out_w)
+    def both(r: Any, w: Any) -> tuple[Any, Any]:
+        return field_cycles(r, w, True), field_cycles(r, w, False)
 
     if chans == 4:
         wl = SLIC_WEIGHT_LOAD_4CHANS
@@ -105,7 +105,7 @@ def _slic_parts(machine: MachineSpec, method: VertexMethod, d: _Dims, stride_w: 
 
     n_cgg = ceil_div(d.groups, cgpg)
     n_sub = ceil_div(d.kernel_w, SLIC_WINDOW_WIDTH) * d.kernel_h
-    inner_zero, inner_acc = inner(True), inner(False)
+    inner_zero, inner_acc = _per_field(both, d.batch * d.out_h, d.out_w)
     cgg_body = SLIC_CONV_GROUP_GROUP_CYCLES[half8]
     if cgpg <= 4:
         strides = 1
