@@ -20,6 +20,8 @@ against a fresh estimate so a fast but wrong change fails, and the simulated cyc
 host second, next to SCALE-Sim's 7-9 k cycles/s (reference/peers-and-gpu.md, measured on
 a 2-core machine like ours; a reference figure, not a same-run baseline).
 """
+import time
+
 import pytest
 
 import ipukern as ik
@@ -91,3 +93,40 @@ def test_estimate_warm(benchmark, layer):
     _estimate(layer)   # fills the plan cache
     prof = benchmark(_estimate, layer)
     _record(benchmark, layer, prof, "warm")
+
+
+def _training_passes(size, batch):
+    """The distinct conv passes (forward, backward-data, weight-update) ResNet-50's
+    training estimate plans, as (params, machine, bias) keys."""
+    from ipukern.nn import convops
+    ik.nn.clear_network_caches()
+    ik.estimate_network(ik.models.resnet50(image_size=size), batch=batch, training=True,
+                        allow_overflow=True)
+    return list(convops._PROGRAMS)
+
+
+def _plan_all(keys):
+    ik.clear_plan_cache()    # also the planner's memoised split axes: every plan is cold
+    return [plan_conv(params, machine, bias=bias) for params, machine, bias in keys]
+
+
+@pytest.mark.benchmark(group="planner")
+def test_planner_resnet50_training_passes(benchmark, monkeypatch):
+    """The planner alone over ResNet-50's distinct training conv passes (batch 16, 224x224;
+    32x32 batch 1 as a smoke test when benchmarks are disabled), cold. Same-run baseline:
+    the exhaustive search (``planner.PRUNE = False``: every split vector of every scored
+    method costed in full), which must give the same plans."""
+    from ipukern.conv import planner
+    size, batch = (224, 16) if not benchmark.disabled else (32, 1)
+    keys = _training_passes(size, batch)
+    plans = benchmark.pedantic(_plan_all, args=(keys,), rounds=3, iterations=1)
+    monkeypatch.setattr(planner, "PRUNE", False)
+    t0 = time.perf_counter()
+    exhaustive = _plan_all(keys)
+    base = time.perf_counter() - t0
+    assert [(q, q.to_dict()) for q in plans] == [(q, q.to_dict()) for q in exhaustive]
+    t = measured_seconds(benchmark)
+    benchmark.extra_info.update(
+        passes=len(keys), batch=batch, image_size=size,
+        baseline="exhaustive search (PRUNE=False), same run, one round",
+        baseline_seconds=base, seconds=t, ratio_vs_exhaustive=(base / t) if t else None)
