@@ -174,26 +174,31 @@ def _split(names: list[str], pipeline: Any, n_stages: int) -> list[list[str]] | 
     return stages
 
 
-def _auto(costs: list[LayerCost], n_stages: int, fits) -> list[list[str]]:
+def _auto(costs: list[LayerCost], n_stages: int, fits, stage_cycles) -> list[list[str]]:
     """Consecutive stages minimising the slowest stage's cycles among those that fit
-    (dynamic programme over split points)."""
+    (dynamic programme over split points). ``stage_cycles(s)`` gives, per layer, its cycles
+    when it runs on stage s (compute, recomputation and batch-norm group all-reduces: what
+    :func:`_compose` charges, so the balance is the estimate's own)."""
     n = len(costs)
     if n < n_stages:
         raise ValueError(f"{n} layers cannot fill {n_stages} pipeline stages")
-    cyc = [c.fwd_cycles + c.bwd_cycles + c.wu_cycles for c in costs]
-    pre = [0]
-    for c in cyc:
-        pre.append(pre[-1] + c)
+    pre = []
+    for s in range(n_stages):
+        p = [0]
+        for c in stage_cycles(s):
+            p.append(p[-1] + c)
+        pre.append(p)
     inf = float("inf")
     best = [[inf] * (n + 1) for _ in range(n_stages + 1)]
     arg = [[-1] * (n + 1) for _ in range(n_stages + 1)]
     best[0][0] = 0
     for s in range(1, n_stages + 1):
+        ps = pre[s - 1]
         for j in range(s, n + 1):
             for i in range(s - 1, j):
                 if best[s - 1][i] == inf or not fits(s - 1, i, j):
                     continue
-                v = max(best[s - 1][i], pre[j] - pre[i])
+                v = max(best[s - 1][i], ps[j] - ps[i])
                 if v < best[s][j]:
                     best[s][j], arg[s][j] = v, i
     if best[n_stages][n] == inf:
@@ -205,6 +210,14 @@ def _auto(costs: list[LayerCost], n_stages: int, fits) -> list[list[str]]:
         bounds.append(j)
     bounds = bounds[::-1]
     return [[c.name for c in costs[a:b]] for a, b in zip(bounds, bounds[1:])]
+
+
+def _layer_cycles(c: LayerCost, recompute: bool, bn: int) -> int:
+    """One micro-batch of layer ``c`` on its stage: forward (twice with stage
+    recomputation), backward, weight update, and its batch norm's group all-reduces (``bn``
+    cycles each: forward, backward and the recomputed forward)."""
+    return (c.fwd_cycles * (1 + recompute) + c.bwd_cycles + c.wu_cycles
+            + ((2 + recompute) * bn if c.bn_channels else 0))
 
 
 def _costs_from_network(net: Any, micro_batch: int, chip: Any, dtype: str, partials: Any,
@@ -385,7 +398,11 @@ def estimate_training(net: Any = None, system: System | str = "POD16", *, micro_
     names = [c.name for c in costs]
     stages = _split(names, pipeline, ipr)
     if stages is None:
-        stages = _auto(costs, ipr, lambda s, i, j: memory(s, i, j) <= budget)
+        def stage_cycles(s: int) -> list[int]:
+            return [_layer_cycles(c, recompute, bn_all_reduce_cycles(system, reps, ipr, bn_group, s,
+                                                                     c.bn_channels) if c.bn_channels else 0)
+                    for c in costs]
+        stages = _auto(costs, ipr, lambda s, i, j: memory(s, i, j) <= budget, stage_cycles)
     return _compose(system, costs, stages, reps, ipr, mb, m, item, recompute, optimizer,
                     optimizer_state, shard, sample_bytes, memory, budget, bn_group)
 

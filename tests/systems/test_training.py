@@ -64,6 +64,34 @@ def test_auto_pipeline_balances_cycles():
     assert est.stages == [["l0", "l1", "l2", "l3"], ["l4", "l5"]]
 
 
+def test_auto_pipeline_counts_batch_norm_group_all_reduces():
+    # layer cycles 400 .. 2400 (fwd 100 (i + 1), x 4 with bwd + wu); l0 a batch norm whose
+    # group all-reduce (2 replicas, groups of 2) runs twice per micro-batch on its stage
+    from ipukern.systems.bn_group import bn_all_reduce_cycles
+    c = costs(n=6, fwd=100)
+    c[0] = ik.LayerCost("l0", 100, 200, 100, 1000, 4096, 4096, bn_channels=64)
+    kw = dict(system=ik.IPU_M2000, micro_batch=1, ipus_per_replica=2, pipeline="auto", costs=c,
+              sample_bytes=0)
+    bn = bn_all_reduce_cycles(ik.IPU_M2000, 2, 2, 2, 0, 64)
+    assert bn == bn_all_reduce_cycles(ik.IPU_M2000, 2, 2, 2, 1, 64) and 1000 < 2 * bn < 3600
+    cyc = [400 * (i + 1) for i in range(6)]
+    # by hand: without the group all-reduces, split at l4: 4000 | 4400; with them, l4 gives
+    # 4000 + 2 bn | 4400 and l3 gives 2400 + 2 bn | 6000, smaller while 2 bn > 2000
+    assert ik.estimate_training(**kw).stages[1] == ["l4", "l5"]
+    best = min(range(1, 6), key=lambda k: max(sum(cyc[:k]) + 2 * bn, sum(cyc[k:])))
+    assert best == 3
+    est = ik.estimate_training(bn_replica_group=2, **kw)
+    assert est.stages == [["l0", "l1", "l2"], ["l3", "l4", "l5"]]
+    slow = max(sum(cyc[:3]) + 2 * bn, sum(cyc[3:]))
+    assert (est.info["parts_s"]["pipeline compute"] + est.info["parts_s"]["bn all-reduce"]) * CLOCK \
+        == pytest.approx(slow)
+    # with recomputation the forward and its group all-reduce run twice: by hand again
+    rec = ik.estimate_training(bn_replica_group=2, recompute=True, **kw)
+    cyc_r = [500 * (i + 1) for i in range(6)]
+    best_r = min(range(1, 6), key=lambda k: max(sum(cyc_r[:k]) + 3 * bn, sum(cyc_r[k:])))
+    assert rec.stages[1][0] == f"l{best_r}"
+
+
 def test_recompute_streaming_and_sharding_change_what_they_should():
     c = costs(n=4, params=10_000_000)
     kw = dict(system=ik.IPU_POD16, micro_batch=2, gradient_accumulation=4, costs=c, sample_bytes=0)
