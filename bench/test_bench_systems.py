@@ -62,8 +62,10 @@ def test_estimate_training_resnet50_pod64(benchmark):
     net = ik.models.resnet50(image_size=size)
 
     def estimate():
+        # allow_overflow: the one-chip per-tile memory model says micro-batch 20 does not fit a
+        # GC200 even with recomputation (README, Multi-IPU systems); the timing is the same
         return ik.estimate_training(net, "POD64", micro_batch=mb, gradient_accumulation=6,
-                                    recompute=True)
+                                    recompute=True, allow_overflow=True)
 
     def cold():
         ik.nn.clear_network_caches()

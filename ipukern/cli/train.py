@@ -63,7 +63,7 @@ def _estimate(args: argparse.Namespace, system: str) -> Any:
                                  dtype=args.dtype, partials=args.partials, recompute=args.recompute,
                                  optimizer=args.optimizer, optimizer_state=args.optimizer_state,
                                  replicated_sharding=args.replicated_sharding, costs=costs,
-                                 bn_replica_group=args.bn_group)
+                                 bn_replica_group=args.bn_group, allow_overflow=args.allow_overflow)
     except StageMemoryError as e:
         raise RuntimeError(str(e)) from None
 
@@ -170,6 +170,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bn-group", type=int, default=1, metavar="N",
                    help="batch norm statistics over groups of N replicas (default 1: per replica; "
                         "Graphcore's MLPerf ResNet-50 used 2)")
+    p.add_argument("--allow-overflow", action="store_true",
+                   help="report stages that do not fit their IPU's tiles instead of failing")
     p.add_argument("--dataset-size", type=int, default=1_281_167, help="samples per epoch (ImageNet)")
 
 

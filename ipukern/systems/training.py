@@ -21,11 +21,16 @@ backward-data, weight-update cycles; weight, stash and working bytes) into a ste
   machine's Streaming Memory bandwidth (shared by its 4 IPUs).
 - **host I/O**: the step's input samples over the hosts' links, prefetched during compute:
   only the excess over the compute time counts.
-- **memory** per IPU: weights, weight gradients, optimizer state (unless streamed or sharded),
-  the stash of the micro-batches in flight at that stage (``S - s`` for stage s) and the
-  largest layer's working memory must fit in ``n_tiles x tile budget``; otherwise a
-  :class:`StageMemoryError` names the stage, IPU, bytes and budget. (A whole-chip check:
-  the per-tile liveness of each layer is inside the per-layer working bytes.)
+- **memory** per IPU, stage by stage, per tile with liveness
+  (:mod:`ipukern.systems.stage_memory`): the one-chip training model of
+  :mod:`ipukern.nn.training` applied to the stage's rows, with its weights, gradient
+  accumulators, optimizer state (unless streamed; 1/R when sharded) and the stash of the
+  micro-batches in flight at that stage (``2 (S - 1 - s) + 1`` in the grouped schedule, at
+  most M); the busiest tile's peak plus the reserve must fit the tile, otherwise a
+  :class:`StageMemoryError` names the stage, IPU, tile, step, bytes and budget
+  (``allow_overflow=True`` reports it instead). With ``costs=`` and no network there are no
+  per-tile layouts: weights, gradients, state, ``S - s`` stashes and the largest working set
+  must fit ``n_tiles x tile budget`` (a whole-chip rule).
 
 Per-layer costs come from :func:`ipukern.nn.estimate_network` with ``training=True`` when the
 training passes are available, or from ``costs=`` (a list of :class:`LayerCost`: measured or
@@ -41,6 +46,7 @@ from ..dtypes import DTYPES, canonical_dtype
 from .bn_group import bn_all_reduce_cycles, check_bn_group
 from .collectives import concurrent_seconds
 from .spec import System, SystemConfigError, get_system
+from .stage_memory import TileMemory
 
 __all__ = ["LayerCost", "TrainingEstimate", "StageMemoryError", "estimate_training", "OPTIMIZER_WORDS",
            "OPTIMIZER_STATE_WORDS"]
@@ -74,6 +80,9 @@ class LayerCost:
     #: channels of a batch norm layer (0: not one); with ``bn_replica_group`` > 1 its
     #: statistics are all-reduced over the replica group in each pass
     bn_channels: int = 0
+    #: 1 if the layer's forward runs again before its backward (a recomputed checkpoint
+    #: segment; its rows are in ``fwd_cycles``): its batch-norm group all-reduce runs again
+    recomputed: int = 0
 
 
 @dataclass
@@ -111,16 +120,39 @@ class TrainingEstimate:
                  f"  step {self.step_seconds * 1e3:.3f} ms, {self.samples_per_second:,.0f} samples/s; "
                  f"bound by {self.bottleneck}",
                  "  IPU stage  compute ms  BN all-reduce ms  fill/drain ms  links ms  sync ms  "
-                 "all-reduce ms  optimizer ms  host I/O ms  memory MB / budget"]
+                 "all-reduce ms  optimizer ms  host I/O ms  memory / budget"]
         for r in self.breakdown:
             lines.append(f"  {r['ipu']:>3} {r['stage']:>5}  {r['compute_s'] * 1e3:10.3f}  "
                          f"{r.get('bn_all_reduce_s', 0.0) * 1e3:16.3f}  "
                          f"{r['fill_drain_s'] * 1e3:13.3f}  {r['links_s'] * 1e3:8.3f}  "
                          f"{r['sync_s'] * 1e3:7.3f}  "
                          f"{r['all_reduce_s'] * 1e3:13.3f}  {r['optimizer_s'] * 1e3:12.3f}  "
-                         f"{r['host_io_s'] * 1e3:11.3f}  {r['memory_bytes'] / 1e6:.1f} / "
-                         f"{r['budget_bytes'] / 1e6:.1f}")
+                         f"{r['host_io_s'] * 1e3:11.3f}  " + _memory_cell(r))
         return "\n".join(lines)
+
+
+def _memory_model(mem: dict) -> str:
+    return "per-tile liveness" if "peak_tile_bytes" in mem else "whole chip"
+
+
+def _memory_cell(r: dict) -> str:
+    over = "" if r["fits"] else "  DOES NOT FIT"
+    if "peak_tile_bytes" in r:
+        return (f"{r['peak_tile_bytes'] / 1024:.1f} / {r['tile_bytes'] / 1024:.1f} KiB on tile "
+                f"{r['busiest_tile']} at {r['busiest_step']}" + over)
+    return f"{r['memory_bytes'] / 1e6:.1f} / {r['budget_bytes'] / 1e6:.1f} MB (whole chip)" + over
+
+
+def _no_fit(s: int, names: list[str], mem: dict, chip) -> str:
+    """The one-line StageMemoryError message of stage s."""
+    what = f"pipeline stage {s} ({names[0]} .. {names[-1]}) on IPU {s} needs "
+    fix = "; recompute, a smaller micro-batch or more IPUs per replica would lower it"
+    if "peak_tile_bytes" in mem:
+        return (what + f"{mem['peak_tile_bytes']:,} B > budget {mem['tile_bytes']:,} B on tile "
+                f"{mem['busiest_tile']} at {mem['busiest_step']!r} (per-tile liveness, "
+                f"{mem['reserve_bytes']:,} B reserved, {mem['in_flight']} micro-batch(es) in flight)" + fix)
+    return (what + f"{mem['memory_bytes']:,} B > budget {mem['budget_bytes']:,} B ({chip.n_tiles} tiles x "
+            f"{chip.tile_budget_bytes:,} B)" + fix)
 
 
 def training_samples(epochs: float | None, dataset_size: int | None, samples: float | None) -> float:
@@ -217,7 +249,7 @@ def _layer_cycles(c: LayerCost, recompute: bool, bn: int) -> int:
     recomputation), backward, weight update, and its batch norm's group all-reduces (``bn``
     cycles each: forward, backward and the recomputed forward)."""
     return (c.fwd_cycles * (1 + recompute) + c.bwd_cycles + c.wu_cycles
-            + ((2 + recompute) * bn if c.bn_channels else 0))
+            + ((2 + (recompute or bool(c.recomputed))) * bn if c.bn_channels else 0))
 
 
 def _costs_from_network(net: Any, micro_batch: int, chip: Any, dtype: str, partials: Any,
@@ -236,12 +268,16 @@ def _costs_from_network(net: Any, micro_batch: int, chip: Any, dtype: str, parti
     layers = [n for n, _ in net.layers]
     layer_set = set(layers)
     cycles: dict[str, dict[str, int]] = {n: {"fwd": 0, "bwd": 0, "wu": 0} for n in layers}
+    again: set[str] = set()
     for row in prof.layers:
         if "pass" not in row:
             raise NotImplementedError("the network profile has no per-pass rows; pass costs=")
         if row["pass"] not in ("fwd", "bwd", "wu"):
             continue          # the optimizer row: costed per stage below
-        cycles[_owner(row["name"], layer_set)][row["pass"]] += int(row["cycles"])
+        owner = _owner(row["name"], layer_set)
+        cycles[owner][row["pass"]] += int(row["cycles"])
+        if row["name"].endswith(" (recompute)"):
+            again.add(owner)
     item = DTYPES[dtype].itemsize
     shapes = net.shapes(micro_batch)
     params: dict[str, int] = {}
@@ -255,7 +291,8 @@ def _costs_from_network(net: Any, micro_batch: int, chip: Any, dtype: str, parti
         out.append(LayerCost(name, d["fwd"], d["bwd"], d["wu"], params.get(name, 0),
                              stash_bytes=sum(math.prod(shapes[i]) for i in stashed[name]) * item,
                              out_bytes=math.prod(shapes[name]) * item,
-                             bn_channels=_layer.num_features if _layer.op == "batchnorm" else 0))
+                             bn_channels=_layer.num_features if _layer.op == "batchnorm" else 0,
+                             recomputed=int(name in again)))
     return out
 
 
@@ -298,7 +335,7 @@ def _check_costs(costs: Any) -> list[LayerCost]:
         raise ValueError("costs name a layer twice")
     for c in costs:
         for f in ("fwd_cycles", "bwd_cycles", "wu_cycles", "n_params", "stash_bytes", "out_bytes",
-                  "work_bytes", "bn_channels"):
+                  "work_bytes", "bn_channels", "recomputed"):
             v = getattr(c, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"LayerCost {c.name!r}: {f} must be an int >= 0, got {v!r}")
@@ -311,7 +348,7 @@ def estimate_training(net: Any = None, system: System | str = "POD16", *, micro_
                       partials: Any = "half", recompute: Any = None, optimizer: str = "sgd_momentum",
                       optimizer_state: str = "chip", replicated_sharding: bool = False,
                       costs: Any = None, sample_bytes: int | None = None,
-                      bn_replica_group: int = 1) -> TrainingEstimate:
+                      bn_replica_group: int = 1, allow_overflow: bool = False) -> TrainingEstimate:
     """Throughput and step time of training ``net`` on ``system`` (module docstring).
 
     Parameters
@@ -347,6 +384,10 @@ def estimate_training(net: Any = None, system: System | str = "POD16", *, micro_
         2 x channels float32 values over each group, all groups at once
         (:mod:`ipukern.systems.bn_group`), counted as ``"bn all-reduce"``. 1 (default):
         per-replica statistics, no communication.
+    allow_overflow : bool
+        Report stages that do not fit (``fits`` False in their breakdown rows) instead of
+        raising :class:`StageMemoryError`, as :func:`ipukern.estimate_network` does; "auto"
+        then picks the fastest split among those that fit, or the fastest if none does.
     """
     system = get_system(system)
     chip = system.chip
@@ -386,29 +427,66 @@ def estimate_training(net: Any = None, system: System | str = "POD16", *, micro_
     budget = chip.n_tiles * chip.tile_budget_bytes
     state_words = OPTIMIZER_STATE_WORDS[optimizer]
     shard = reps if replicated_sharding else 1
+    names = [c.name for c in costs]
+    tiles = None
+    if net is not None and names == [n for n, _ in net.layers]:
+        tiles = TileMemory(net, mb, chip, dt, partials, checkpoints, recompute, m,
+                            0 if optimizer_state == "streaming" else state_words, shard, ipr)
 
-    def memory(s: int, i: int, j: int) -> int:
+    def memory(s: int, i: int, j: int) -> dict:
+        """Stage s = layers i..j-1: per-tile liveness with a network, else the whole-chip rule."""
+        if tiles is not None:
+            return tiles(s, i, j)
         layers = costs[i:j]
         p = sum(c.n_params for c in layers)
         state = 0 if optimizer_state == "streaming" else p * state_words * item // shard
         stash = (costs[i - 1].out_bytes if i else sample_bytes * mb) if recompute else \
             sum(c.stash_bytes for c in layers)
-        return 2 * p * item + state + (ipr - s) * stash + max(c.work_bytes for c in layers)
+        b = 2 * p * item + state + (ipr - s) * stash + max(c.work_bytes for c in layers)
+        return {"memory_bytes": b, "fits": b <= budget, "budget_bytes": budget}
 
-    names = [c.name for c in costs]
     stages = _split(names, pipeline, ipr)
     if stages is None:
         def stage_cycles(s: int) -> list[int]:
             return [_layer_cycles(c, recompute, bn_all_reduce_cycles(system, reps, ipr, bn_group, s,
                                                                      c.bn_channels) if c.bn_channels else 0)
                     for c in costs]
-        stages = _auto(costs, ipr, lambda s, i, j: memory(s, i, j) <= budget, stage_cycles)
+        try:
+            stages = _auto_fitting(costs, ipr, memory, stage_cycles, tiles is not None)
+        except StageMemoryError:
+            if not allow_overflow:
+                raise
+            stages = _auto(costs, ipr, lambda s, i, j: True, stage_cycles)
     return _compose(system, costs, stages, reps, ipr, mb, m, item, recompute, optimizer,
-                    optimizer_state, shard, sample_bytes, memory, budget, bn_group)
+                    optimizer_state, shard, sample_bytes, memory, bn_group, allow_overflow)
+
+
+def _auto_fitting(costs, ipr: int, memory, stage_cycles, lazy: bool) -> list[list[str]]:
+    """"auto" stages that fit. With the per-tile model a stage's fit is checked lazily:
+    the dynamic programme runs with the fits found so far, the chosen stages are checked,
+    and any that do not fit are excluded before it runs again."""
+    bad: set[tuple[int, int, int]] = set()
+    fits = (lambda s, i, j: (s, i, j) not in bad) if lazy else (lambda s, i, j: memory(s, i, j)["fits"])
+    pos = {c.name: k for k, c in enumerate(costs)}
+    for _ in range(_AUTO_TRIES):
+        stages = _auto(costs, ipr, fits, stage_cycles)
+        if not lazy:
+            return stages
+        spans = [(s, pos[st[0]], pos[st[-1]] + 1) for s, st in enumerate(stages)]
+        failing = [sp for sp in spans if not memory(*sp)["fits"]]
+        if not failing:
+            return stages
+        bad.update(failing)
+    raise StageMemoryError(f"no split of the network into {ipr} stages that fits was found in {_AUTO_TRIES} "
+                           f"tries; give the split (pipeline=[...]), recompute, or a smaller micro-batch")
+
+
+#: "auto" pipeline: how many candidate splits are checked per tile before giving up
+_AUTO_TRIES = 64
 
 
 def _compose(system, costs, stages, reps, ipr, mb, m, item, recompute, optimizer, optimizer_state,
-             shard, sample_bytes, memory, budget, bn_group) -> TrainingEstimate:
+             shard, sample_bytes, memory, bn_group, allow_overflow) -> TrainingEstimate:
     chip = system.chip
     clock = chip.clock_hz
     pos = {c.name: k for k, c in enumerate(costs)}
@@ -416,11 +494,8 @@ def _compose(system, costs, stages, reps, ipr, mb, m, item, recompute, optimizer
     for s, names in enumerate(stages):
         i, j = pos[names[0]], pos[names[-1]] + 1
         mem = memory(s, i, j)
-        if mem > budget:
-            raise StageMemoryError(f"pipeline stage {s} ({names[0]} .. {names[-1]}) on IPU {s} needs "
-                                   f"{mem:,} B > budget {budget:,} B ({chip.n_tiles} tiles x "
-                                   f"{chip.tile_budget_bytes:,} B); recompute, a smaller micro-batch or "
-                                   f"more IPUs per replica would lower it")
+        if not mem["fits"] and not allow_overflow:
+            raise StageMemoryError(_no_fit(s, names, mem, chip))
         layers = costs[i:j]
         fwd = sum(c.fwd_cycles for c in layers)
         bwd = sum(c.bwd_cycles + c.wu_cycles for c in layers) + (fwd if recompute else 0)
@@ -433,10 +508,11 @@ def _compose(system, costs, stages, reps, ipr, mb, m, item, recompute, optimizer
         p = sum(c.n_params for c in layers)
         # group statistics: forward and backward all-reduce per batch norm (recomputation
         # re-runs the forward's, as PopLibs' recomputed forward does)
-        bn = (2 + recompute) * sum(bn_all_reduce_cycles(system, reps, ipr, bn_group, s, c.bn_channels)
-                                   for c in layers if c.bn_channels) if bn_group > 1 else 0
+        bn = sum((2 + (recompute or bool(c.recomputed)))
+                 * bn_all_reduce_cycles(system, reps, ipr, bn_group, s, c.bn_channels)
+                 for c in layers if c.bn_channels) if bn_group > 1 else 0
         rows.append({"stage": s, "layers": names, "compute_mb_s": (fwd + bwd) / clock, "links_s": links,
-                     "bn_mb_s": bn / clock, "params": p, "memory_bytes": mem})
+                     "bn_mb_s": bn / clock, "params": p, "memory": mem})
     sync_s = 2 * system.sync_cycles(ipr) / clock if ipr > 1 else 0.0
     link_s = max(r["links_s"] for r in rows)
     slow = max(rows, key=lambda r: r["compute_mb_s"] + r["bn_mb_s"])
@@ -475,7 +551,7 @@ def _compose(system, costs, stages, reps, ipr, mb, m, item, recompute, optimizer
                 "idle_s": m * (slow_s - r["compute_mb_s"] - r["bn_mb_s"]),
                 "links_s": n_cycles * link_s, "sync_s": n_cycles * sync_s, "all_reduce_s": ar[s],
                 "optimizer_s": opt[s], "streaming_s": stream[s], "host_io_s": host_io,
-                "memory_bytes": r["memory_bytes"], "budget_bytes": budget})
+                **r["memory"]})
     parts = {"pipeline compute": m * slow["compute_mb_s"], "bn all-reduce": m * slow["bn_mb_s"],
              "fill/drain": (ipr - 1) * cycle_s,
              "links + sync": n_cycles * (link_s + sync_s), "all-reduce": max(ar),
@@ -485,4 +561,6 @@ def _compose(system, costs, stages, reps, ipr, mb, m, item, recompute, optimizer
                       if top == "pipeline compute" and ipr > 1 else "")
     return TrainingEstimate(system.name, reps, ipr, mb, m, [list(s) for s in stages], step, breakdown, why,
                             info={"parts_s": parts, "pipeline_cycle_s": cycle_s, "host_io_s": host_io,
-                                  "bn_replica_group": bn_group})
+                                  "bn_replica_group": bn_group,
+                                  "fits": all(r["memory"]["fits"] for r in rows),
+                                  "memory_model": _memory_model(rows[0]["memory"])})

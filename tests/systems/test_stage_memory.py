@@ -1,0 +1,101 @@
+"""Per-tile memory with liveness of pipeline stages (``ipukern.systems.stage_memory``): the
+one-chip model restricted to a stage, the stash of the micro-batches in flight, and the
+StageMemoryError naming the stage, IPU, tile, step, bytes and budget."""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ipukern as ik
+from ipukern.nn.api import _context
+from ipukern.nn.training import training_schedule
+from ipukern.systems.stage_memory import in_flight, stage_liveness
+from ipukern.systems.train_run import with_loss
+from ipukern.systems.stage_memory import TileMemory
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+from nets import data, tiny_cnn  # noqa: E402
+from train_check import CHIP  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def net():
+    return tiny_cnn(bn=True)
+
+
+def _tiles(net, *, recompute=False, m=1, state_words=0, checkpoints=None, stages=2):
+    return TileMemory(net, 4, CHIP, "float32", "float", checkpoints, recompute, m, state_words, 1, stages)
+
+
+def _live(tm, steps, k=1):
+    return stage_liveness(tm.prog, tm.rows, steps, seg=tm.seg, checkpoints=tm.ckpt, n_in_flight=k,
+                          outputs=tm.outputs, **tm.kw)
+
+
+@pytest.mark.parametrize("checkpoints", [None, ["relu1"]])
+def test_whole_network_as_one_stage_is_the_one_chip_liveness(net, checkpoints):
+    tm = _tiles(net, checkpoints=checkpoints, stages=1)
+    _, live, *_ = training_schedule(net, 4, _context("float32", "float", CHIP), recompute=checkpoints,
+                                    optimizer=None)
+    got = _live(tm, list(range(len(tm.prog.steps))))
+    assert np.array_equal(got["live"], live)
+
+
+def test_stage_stash_weights_and_micro_batches_in_flight_by_hand(net):
+    # stage 0 = conv1, bn1, relu1 (split at conv2): across its forward -> backward boundary
+    # it keeps x (conv1's weight update), conv1's output (bn1's backward) and bn1's output
+    # (relu1's backward); relu1's output goes to stage 1 only and is not kept
+    tm = _tiles(net)
+    nt = CHIP.n_tiles
+    steps = [i for i, s in enumerate(tm.prog.steps) if s.node in ("conv1", "bn1", "relu1")]
+    b = {n: tm.prog.layouts[n].bytes_per_tile(nt) for n in ("x", "conv1", "bn1", "relu1")}
+    one = _live(tm, steps)
+    assert np.array_equal(one["stash"], b["x"] + b["conv1"] + b["bn1"])
+    w = sum(tm.prog.steps[i].plan.weight_bytes for i in steps)
+    # conv1 (no bias), bn1 gamma and beta, float32
+    assert np.array_equal(one["weights"], w) and w.sum() == 4 * (3 * 8 * 9 + 2 * 8)
+    # k micro-batches in flight: k - 1 more stashes on every row
+    three = _live(tm, steps, k=3)
+    assert np.array_equal(three["live"] - one["live"], np.broadcast_to(2 * one["stash"], one["live"].shape))
+    # stage recomputation keeps only the stage input and runs the forward rows twice
+    rec = _live(_tiles(net, recompute=True), steps)
+    assert np.array_equal(rec["stash"], b["x"])
+    assert len(rec["row_names"]) == len(one["row_names"]) + sum(
+        1 for n in one["row_names"] if n in ("conv1", "bn1.stats", "bn1", "relu1"))
+    # optimizer state (float32, momentum: one word per parameter) on every row
+    mom = _live(_tiles(net, state_words=1), steps)
+    assert np.array_equal(mom["live"] - one["live"], np.broadcast_to(w, one["live"].shape))
+    assert [in_flight(s, 4) for s in range(4)] == [7, 5, 3, 1]
+
+
+def test_estimate_reports_per_tile_peak_and_caps_in_flight_at_the_micro_batches(net):
+    lnet = with_loss(tiny_cnn())
+    tiny = ik.System.pod(4, CHIP.replace(tile_bytes=64 * 1024, name="GC200-16-64K"))
+    kw = dict(micro_batch=4, replicas=1, ipus_per_replica=4, pipeline=["res", "conv3", "fc"], dtype="float32",
+              partials="float")
+    est = ik.estimate_training(lnet, tiny, gradient_accumulation=1, **kw)
+    r = est.breakdown[0]
+    assert r["in_flight"] == 1 and r["fits"] and r["peak_tile_bytes"] <= r["tile_bytes"] == 64 * 1024
+    assert r["busiest_step"] and 0 <= r["busiest_tile"] < 16 and "KiB on tile" in est.summary()
+    # 8 micro-batches: stage 0 holds 7 stashes at once and no longer fits
+    with pytest.raises(ik.StageMemoryError, match=r"stage 0 \(conv1 .. relu2\) on IPU 0 needs [\d,]+ B > "
+                       r"budget 65,536 B on tile \d+ at '.+' \(per-tile liveness, 49,152 B reserved, "
+                       r"7 micro-batch\(es\) in flight\)"):
+        ik.estimate_training(lnet, tiny, gradient_accumulation=8, **kw)
+    # "auto" finds a split that fits when one exists, or says none does
+    auto = ik.estimate_training(lnet, tiny, gradient_accumulation=2, **{**kw, "pipeline": "auto"})
+    assert all(r["fits"] for r in auto.breakdown)
+    with pytest.raises(ik.StageMemoryError, match="no split"):
+        ik.estimate_training(lnet, tiny, gradient_accumulation=8, **{**kw, "micro_batch": 8,
+                                                                         "pipeline": "auto"})
+
+
+def test_executed_step_checks_the_same_per_tile_fit():
+    net = tiny_cnn()
+    tiny = ik.System.pod(4, CHIP.replace(tile_bytes=64 * 1024, name="GC200-16-64K"))
+    x, labels = data(32)
+    with pytest.raises(ik.StageMemoryError, match=r"stage 0 \(conv1 .. relu2\) on IPU 0 .* on tile"):
+        ik.run_training_step(net, x, labels, system=tiny, replicas=1, ipus_per_replica=4,
+                             gradient_accumulation=8, pipeline=["res", "conv3", "fc"])
