@@ -52,6 +52,7 @@ from ..nn.train_exec import PassState, backward_iter, forward_iter, training_pro
 from ..ops.optim import get_optimizer, optimizer_step
 from .bsp import SystemDevice, SystemSuperstep
 from .bn_group import check_bn_group, stats_program, stats_tensor
+from .recompute import stage_plan
 from .collectives import all_reduce, concurrent
 from .spec import get_system
 from .training import _costs_from_network, estimate_training
@@ -162,8 +163,12 @@ class _Setup:
     #: batch-norm replica group size; per stage its batch norms (node, channels) in order
     N: int = 1
     bn_nodes: list = field(default_factory=list)
-    #: per stage, one micro-batch's group all-reduce cycles of one pass (forward or backward)
+    #: per stage, one micro-batch's group all-reduce cycles of the forward pass, and of the
+    #: backward pass (with the recomputed forward's)
     bn_cycles: list = field(default_factory=list)
+    bn_bwd_cycles: list = field(default_factory=list)
+    #: per stage, its recomputation (:func:`.recompute.stage_plan`)
+    plans: list = field(default_factory=list)
     acts: list = field(default_factory=list)
     gacts: list = field(default_factory=list)
     grads: list = field(default_factory=list)
@@ -207,7 +212,7 @@ def _int(name: str, v: Any) -> int:
 
 def _plan(net: Any, x: Any, labels: Any, system: Any, replicas: Any, ipus_per_replica: Any,
           pipeline: Any, gradient_accumulation: Any, micro_batch: Any, optimizer: str, partials: Any,
-          comm: Any, bn_group: Any) -> tuple[_Setup, np.ndarray, np.ndarray]:
+          comm: Any, bn_group: Any, recompute: Any) -> tuple[_Setup, np.ndarray, np.ndarray]:
     system = get_system(system)
     P = _int("ipus_per_replica", ipus_per_replica)
     R = system.n_ipus // P if replicas is None else _int("replicas", replicas)
@@ -222,12 +227,18 @@ def _plan(net: Any, x: Any, labels: Any, system: Any, replicas: Any, ipus_per_re
                          f"micro-batches gives {mb}")
     chip = system.chip
     net = with_loss(net)
-    costs = _costs_from_network(net, mb, chip, "float32", partials)
+    if isinstance(recompute, (list, tuple)):
+        recompute = [str(c) for c in recompute]
+    elif recompute is not None and not isinstance(recompute, bool):
+        raise ValueError(f"recompute must be a bool, None or a list of layer names, got {recompute!r}")
+    checkpoints = recompute if isinstance(recompute, list) else None
+    costs = _costs_from_network(net, mb, chip, "float32", partials, checkpoints)
     sample = sum(math.prod(net.nodes[n].sample_shape) for n in net.inputs) * 4
     # validates the configuration (IPUs, split, memory per stage) and resolves "auto"
-    est = estimate_training(None, system, micro_batch=mb, gradient_accumulation=M, replicas=R,
+    est = estimate_training(net, system, micro_batch=mb, gradient_accumulation=M, replicas=R,
                             ipus_per_replica=P, pipeline=pipeline, dtype="float32", partials=partials,
-                            optimizer=optimizer, costs=costs, sample_bytes=sample, bn_replica_group=bn_group)
+                            optimizer=optimizer, costs=None if checkpoints else costs, sample_bytes=sample,
+                            bn_replica_group=bn_group, recompute=recompute)
     prog, x_name, label_name = training_program(net, mb, chip, partials)
     x, labels = _check_data(prog, x_name, label_name, x, labels)
     stage_of = {n: s for s, names in enumerate(est.stages) for n in names}
@@ -246,13 +257,19 @@ def _plan(net: Any, x: Any, labels: Any, system: Any, replicas: Any, ipus_per_re
     setup = _Setup(prog, x_name, label_name, net.outputs[0], R, P, M, mb, est.stages, stage_steps,
                    stage_params, crossing,
                    [sum(by_name[n].fwd_cycles for n in names) for names in est.stages],
-                   [sum(by_name[n].bwd_cycles + by_name[n].wu_cycles for n in names) for names in est.stages],
+                   # stage recomputation re-runs the stage's forward before its backward
+                   [sum(by_name[n].bwd_cycles + by_name[n].wu_cycles + (recompute is True)
+                        * by_name[n].fwd_cycles for n in names) for names in est.stages],
                    dev, N=check_bn_group(bn_group, R))
+    setup.plans = [stage_plan(prog, steps, recompute, {net.outputs[0]}) for steps in stage_steps]
     setup.bn_nodes = [[(st.node, st.layer.num_features) for st in steps if st.op == "batchnorm"]
                       if setup.N > 1 else [] for steps in stage_steps]
     _allocate(setup, net)
     setup.bn_cycles = [sum(_bn_program(setup, s, c)[1] for _, c in nodes)
                        for s, nodes in enumerate(setup.bn_nodes)]
+    setup.bn_bwd_cycles = [setup.bn_cycles[s] + (sum(_bn_program(setup, s, c)[1]
+                                                     for _, c in plan.recomputed_bn) if setup.N > 1 else 0)
+                           for s, plan in enumerate(setup.plans)]
     return setup, x, labels
 
 
@@ -348,6 +365,9 @@ def _forward(su: _Setup, k: int, s: int, i: int, x: np.ndarray, labels: np.ndarr
     running.update(st.env.running)
     if s < su.P - 1 and su.acts[s] is not None:
         dev.write(su.acts[s].on(ipu), _pack(su.crossing[s], st.host, su.prog.shapes))
+    for n in su.plans[s].drop:          # recomputation: freed now, computed again before the backward
+        st.env.live.pop(n, None)
+        st.env.bn.pop(n, None)
     return st
 
 
@@ -356,8 +376,12 @@ def _backward(su: _Setup, k: int, s: int, st: PassState, acc: dict[str, np.ndarr
     ipu, dev = su.ipu(k, s), su.dev.devices[su.ipu(k, s)]
     if s < su.P - 1 and su.gacts[s] is not None:
         st.grads_act.update(_unpack(su.crossing[s], dev.read(su.gacts[s].on(ipu)), su.prog.shapes))
-    for node in backward_iter(st, su.stage_steps[s]):
-        yield st, node
+    for steps, again in reversed(su.plans[s].segments):
+        if again:                        # the same programs on the same inputs: the same bits
+            for node in forward_iter(st, steps):
+                yield st, node
+        for node in backward_iter(st, steps):
+            yield st, node
     for name in su.stage_params[s]:          # accumulate in micro-batch order
         g = st.grads.get(name)
         if g is not None:
@@ -422,12 +446,12 @@ def _pipeline(su: _Setup, x: np.ndarray, labels: np.ndarray, params: dict, parti
         for s, j in bwd:
             mine = [k for k in range(su.R) if su.local(k, s)]
             _, cyc = _lockstep(su, s, {k: _backward(su, k, s, stash.pop((k, s, j)), accs[(k, s)])
-                                       for k in mine}, su.bn_nodes[s][::-1])
+                                       for k in mine}, su.plans[s].bn_backward if su.N > 1 else [])
             bn_run += cyc
         sends = tuple([(s, "fwd") for s, _ in fwd if s < S - 1] + [(s - 1, "bwd") for s, _ in bwd if s > 0])
         rec = [r for r in su.dev.run(_link_program(su, sends)).supersteps] if sends else []
         busy = [(su.fwd[s] + su.bn_cycles[s] if any(a == s for a, _ in fwd) else 0)
-                + (su.bwd[s] + su.bn_cycles[s] if any(a == s for a, _ in bwd) else 0) for s in range(S)]
+                + (su.bwd[s] + su.bn_bwd_cycles[s] if any(a == s for a, _ in bwd) else 0) for s in range(S)]
         schedule.append({"cycle": t, "forward": fwd, "backward": bwd, "compute_cycles": max(busy),
                          "bn_all_reduce_cycles": bn_run,
                          "link_cycles": sum(r.exchange_cycles for r in rec),
@@ -465,7 +489,8 @@ def run_training_step(net: Any, x: Any, labels: Any, params: dict[str, np.ndarra
                       system: Any = "POD16", replicas: int | None = None, ipus_per_replica: int = 1,
                       pipeline: Any = None, gradient_accumulation: int = 1, micro_batch: int | None = None,
                       optimizer: Any = "sgd", state: dict | None = None, step: int = 1,
-                      partials: Any = "float", comm: Any = None, bn_replica_group: int = 1) -> TrainingRun:
+                      partials: Any = "float", comm: Any = None, bn_replica_group: int = 1,
+                      recompute: Any = None) -> TrainingRun:
     """Execute one float32 training step of ``net`` on ``system`` (module docstring).
 
     Parameters
@@ -500,6 +525,13 @@ def run_training_step(net: Any, x: Any, labels: Any, params: dict[str, np.ndarra
         Batch norms use the statistics of groups of this many consecutive replicas (their
         concatenated micro-batches; forward and backward sums all-reduced over the group,
         :mod:`ipukern.systems.bn_group`). 1 (default): each replica's own micro-batch.
+    recompute : bool, list of str, or None
+        As :func:`~ipukern.estimate_training`: True re-runs each stage's forward just before
+        its backward (keeping only the stage's inputs); a list of checkpoint layers re-runs
+        each segment's forward before the segment's backward (:mod:`.recompute`). Executed:
+        the dropped activations are freed after the forward and computed again; the
+        weights are bitwise those of the step without recomputation, the cycles the
+        estimate's.
 
     Returns
     -------
@@ -509,7 +541,8 @@ def run_training_step(net: Any, x: Any, labels: Any, params: dict[str, np.ndarra
     if isinstance(step, bool) or not isinstance(step, int) or step < 1:
         raise ValueError(f"step must be an int >= 1, got {step!r}")
     su, x, labels = _plan(net, x, labels, system, replicas, ipus_per_replica, pipeline,
-                          gradient_accumulation, micro_batch, opt.name, partials, comm, bn_replica_group)
+                          gradient_accumulation, micro_batch, opt.name, partials, comm, bn_replica_group,
+                          recompute)
     net = su.prog.net
     if params is None:
         params = net.params if net.params is not None else net.init_params(seed=0)
@@ -539,9 +572,10 @@ def run_training_step(net: Any, x: Any, labels: Any, params: dict[str, np.ndarra
 
 
 def _result(su: _Setup, loss, params, grads, state, schedule, ar_cycles, ar_total, opt_cycles) -> TrainingRun:
-    busy = [su.M * (f + b + 2 * n) for f, b, n in zip(su.fwd, su.bwd, su.bn_cycles)]
+    bns = [su.M * (f + b) for f, b in zip(su.bn_cycles, su.bn_bwd_cycles)]
+    busy = [su.M * (f + b) + n for f, b, n in zip(su.fwd, su.bwd, bns)]
     slow = int(np.argmax(busy))
-    bn = 2 * su.M * su.bn_cycles[slow]
+    bn = bns[slow]
     phases = {"compute": busy[slow] - bn, "bn all-reduce": bn,
               "fill/drain": sum(r["compute_cycles"] for r in schedule) - busy[slow],
               "link exchange": sum(r["link_cycles"] for r in schedule),
@@ -549,7 +583,7 @@ def _result(su: _Setup, loss, params, grads, state, schedule, ar_cycles, ar_tota
               "all-reduce": ar_total, "optimizer": max(opt_cycles)}
     stages = [{"stage": s, "layers": names, "ipus": [su.ipu(k, s) for k in range(su.R)],
                "fwd_cycles": su.fwd[s], "bwd_cycles": su.bwd[s], "compute_cycles": busy[s],
-               "bn_all_reduce_cycles": 2 * su.M * su.bn_cycles[s],
+               "bn_all_reduce_cycles": bns[s],
                "all_reduce_cycles": ar_cycles[s], "optimizer_cycles": opt_cycles[s],
                "params": len(su.stage_params[s])} for s, names in enumerate(su.stages)]
     sysm = su.dev.system

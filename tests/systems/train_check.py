@@ -15,10 +15,12 @@ from nets import data, tiny_cnn  # noqa: E402
 
 CHIP = ik.GC200.replace(n_tiles=16, name="GC200-16")
 SYSTEM = ik.System.pod(4, CHIP)
-#: (label, replicas, ipus_per_replica, gradient_accumulation, pipeline, batch-norm replica group)
-CONFIGS = [("dp4", 4, 1, 1, None, 1), ("dp2_pp2", 2, 2, 2, ["pool"], 1),
-           ("pp4", 1, 4, 3, ["relu1", "res", "conv3"], 1),
-           ("dp4_bn2", 4, 1, 1, None, 2), ("dp2_pp2_bn2", 2, 2, 2, ["pool"], 2)]
+#: (label, replicas, ipus_per_replica, gradient_accumulation, pipeline, batch-norm replica group,
+#: recompute)
+CONFIGS = [("dp4", 4, 1, 1, None, 1, None), ("dp2_pp2", 2, 2, 2, ["pool"], 1, None),
+           ("pp4", 1, 4, 3, ["relu1", "res", "conv3"], 1, None),
+           ("dp4_bn2", 4, 1, 1, None, 2, None), ("dp2_pp2_bn2", 2, 2, 2, ["pool"], 2, None),
+           ("dp2_pp2_bn2_recompute", 2, 2, 2, ["pool"], 2, True)]
 
 
 def digest(run) -> dict:
@@ -42,11 +44,11 @@ def run(comm=None) -> dict:
     params = net.init_params(seed=1)
     x, labels = data(12)
     out = {}
-    for label, reps, ipr, acc, pipe, bn in CONFIGS:
+    for label, reps, ipr, acc, pipe, bn, rc in CONFIGS:
         r = ik.run_training_step(net, x[:reps * acc * 2], labels[:reps * acc * 2], params, system=SYSTEM,
                                  replicas=reps, ipus_per_replica=ipr, gradient_accumulation=acc,
                                  pipeline=pipe, optimizer=ik.Optimizer("sgd_momentum", lr=0.05),
-                                 comm=comm, bn_replica_group=bn)
+                                 comm=comm, bn_replica_group=bn, recompute=rc)
         out[label] = digest(r)
     return out
 
