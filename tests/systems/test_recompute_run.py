@@ -38,7 +38,7 @@ def test_stage_plan_by_hand(net):
     assert [([st.node for st in s], again) for s, again in ck.segments] == [
         (["conv1", "bn1", "relu1"], True), ([st.node for st in steps[3:]], False)]
     # batch-norm sync points in the backward: the recomputed forward's, then the backward's
-    assert ck.bn_backward == [("bn1", 8), ("bn1", 8)] and ck.recomputed_bn == [("bn1", 8)]
+    assert ck.bn_backward == [("bn1", 8, 2), ("bn1", 8, 2)]
     assert stage_plan(prog, steps, None, {"loss"}).drop == set()
 
 
@@ -88,8 +88,8 @@ def test_recomputed_step_is_bitwise_the_plain_step(net, recompute, reps, ipr, pi
 def stage_plans(net, run, recompute):
     prog, _, _ = train_run.training_program(with_loss(net), run.micro_batch, CHIP)
     stage_of = {n: r["stage"] for r in run.stages for n in r["layers"]}
-    return [stage_plan(prog, [st for st in prog.steps if stage_of[st.node] == r["stage"]], recompute, {"loss"})
-            for r in run.stages]
+    return [stage_plan(prog, [st for st in prog.steps if stage_of[st.node] == r["stage"]], recompute,
+                       {"loss"}) for r in run.stages]
 
 
 def test_bad_recompute_is_a_clear_error(net):
