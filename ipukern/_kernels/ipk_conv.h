@@ -24,8 +24,11 @@
  * each loaded vector serves every output that uses it; fp32 windows are read in place and
  * results go straight to the output. Others with few channels (cpg 8, strided, dilated) use
  * the GEMM path with MR = K: blocks of 1, 2, 4 or 8 output channels by up to 12 vectors, so
- * no lanes are spent on absent channels. While a thread computes a vertex it prefetches the
- * next one's operands (the arena is much larger than the caches).
+ * no lanes are spent on absent channels. fp32 vertices whose every tap lies inside the
+ * window (no padding: every 1x1 layer) take the direct path instead in the baseline and AVX2
+ * variants (ipk_conv_direct.h): lanes over output channels, input values broadcast from the
+ * window in place, no packing. While a thread computes a vertex it prefetches the next
+ * one's operands (the arena is much larger than the caches).
  *
  * Every output element is one FMA chain over the taps in the fixed order t = c*kh*kw + i*kw
  * + j, whatever the blocking, the ISA variant or the thread, so results are deterministic and

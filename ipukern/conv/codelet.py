@@ -256,6 +256,12 @@ def conv_tiles_checked(data, tiles, win_off, w_off, out_off, dims, kh, kw, sh=1,
         raise ConvKernelError(f"conv kernel refused the batch (status {st})")
 
 
+#: planned programs take the kernel's direct path where it applies (fp32 windows without
+#: padding); False keeps every vertex on the packing path. Both give the same bits: the
+#: switch exists so that tests can show it on whole networks.
+DIRECT_PATH = True
+
+
 class ConvCodelet:
     """A codelet (see :class:`ipukern.program.Codelet`) running conv vertices through the
     compiled kernel.
@@ -300,7 +306,7 @@ class ConvCodelet:
         self.scratch_floats = max(self.scratch_floats, need)
         st = _kernel().conv_tiles(data, batch.tiles, a["win"], a["w"], a["out"], a["dims"],
                                   *self.params, self.in_dt, self.out_dt, self.scratch(n_threads),
-                                  n_threads)
+                                  n_threads, -1, DIRECT_PATH)
         if st != 0:
             raise ConvKernelError(f"{self.name}: the conv kernel refused the batch (status {st}); "
                                   "check it with conv_tiles_checked")

@@ -67,3 +67,41 @@ def test_aliased_arrays_are_refused():
     a = np.zeros((2, 8), np.uint8)
     with pytest.raises(ValueError, match="distinct"):
         CopyTable([0], [0], [1], [0], [4]).run(a, a)
+
+
+def test_network_bits_do_not_depend_on_the_conv_kernel_path(monkeypatch):
+    """A small network (1x1 convs, plain and strided, take the conv kernel's direct path,
+    the padded 3x3 convs the packing path; coalesced copy tables; max pooling with
+    padding) gives the same bits and cycles with the direct path switched off."""
+    import ipukern as ik
+    from ipukern.conv import codelet
+    from ipukern.nn import layers as L
+    net = ik.Network("paths")
+    h = net.add(L.Conv2d(3, 24, 3, stride=2, padding=1), net.input("x", (3, 20, 20)), name="stem")
+    h = net.add(L.MaxPool2d(3, stride=2, padding=1), h, name="pool")
+    h1 = net.add(L.Conv2d(24, 40, 1), h, name="pw")
+    h1 = net.add(L.ReLU(), h1, name="relu")
+    h1 = net.add(L.Conv2d(40, 24, 3, padding=1), h1, name="c3")
+    h = net.add(L.Add(), h, h1, name="res")
+    net.output(net.add(L.Conv2d(24, 36, 1, stride=2), h, name="down"))
+    params = net.init_params(seed=1)
+    x = np.random.default_rng(1).standard_normal((3, 3, 20, 20)).astype(np.float32)
+    small = ik.GC200.replace(n_tiles=92)
+    on = ik.run_network(net, x, params, machine=small)
+    monkeypatch.setattr(codelet, "DIRECT_PATH", False)
+    off = ik.run_network(net, x, params, machine=small)
+    assert np.array_equal(on.output.view(np.uint32), off.output.view(np.uint32))
+    assert on.profile.total_cycles == off.profile.total_cycles
+    torch = pytest.importorskip("torch")
+    want = _torch_forward(torch, params, x)
+    assert np.abs(on.output - want).max() <= 1e-4 * np.abs(want).max()
+
+
+def _torch_forward(torch, p, x):
+    F = torch.nn.functional
+    t = {k: torch.from_numpy(np.asarray(v, np.float32)) for k, v in p.items()}
+    h = F.conv2d(torch.from_numpy(x), t["stem.weight"], t.get("stem.bias"), stride=2, padding=1)
+    h = F.max_pool2d(h, 3, 2, 1)
+    h1 = F.relu(F.conv2d(h, t["pw.weight"], t.get("pw.bias")))
+    h = h + F.conv2d(h1, t["c3.weight"], t.get("c3.bias"), padding=1)
+    return F.conv2d(h, t["down.weight"], t.get("down.bias"), stride=2).numpy()
