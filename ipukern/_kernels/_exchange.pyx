@@ -17,7 +17,7 @@ cdef extern from "ipk_copy.h" nogil:
     void ipk_copy_table(unsigned char* dbase, int64_t dst_stride, const unsigned char* sbase,
                         int64_t src_stride, const int32_t* src_row, const int64_t* src_off,
                         const int32_t* dst_row, const int64_t* dst_off, const int64_t* nbytes,
-                        int64_t lo, int64_t hi) noexcept
+                        int64_t lo, int64_t hi, int stream) noexcept
 
 
 def max_threads():
@@ -76,7 +76,8 @@ def copy_runs(unsigned char[:, ::1] dst,          # OUT: destination rows (tiles
               const int64_t[::1] dst_off,         # IN
               const int64_t[::1] nbytes,          # IN
               const int64_t[::1] bounds,          # IN: thread t copies [bounds[t], bounds[t+1])
-              bint check=True):                   # IN: False: caller proved every copy in range
+              bint check=True,                    # IN: False: caller proved every copy in range
+              bint stream=False):                 # IN: long runs with non-temporal stores
     """Copy ``nbytes[i]`` bytes from ``src[src_row[i], src_off[i]:]`` to
     ``dst[dst_row[i], dst_off[i]:]`` for every i.
 
@@ -85,7 +86,9 @@ def copy_runs(unsigned char[:, ::1] dst,          # OUT: destination rows (tiles
     and, unless ``check`` is False, that every copy lies inside the rows of ``src`` and
     ``dst`` (ValueError otherwise). ``ipukern.core.program.Exchange`` passes False: it
     validated its table when built and compares its extent with ``dst`` before each run,
-    which saves a pass over many small copies (about 3 ns each).
+    which saves a pass over many small copies (about 3 ns each). ``stream``: runs of 1 KiB
+    or more bypass the caches (for tables writing far more than the last-level cache
+    holds; same bytes).
     """
     cdef Py_ssize_t n = nbytes.shape[0]
     cdef Py_ssize_t n_threads = bounds.shape[0] - 1
@@ -114,12 +117,12 @@ def copy_runs(unsigned char[:, ::1] dst,          # OUT: destination rows (tiles
     if n_threads == 1:
         with nogil:
             ipk_copy_table(dbase, dst_stride, sbase, src_stride, &src_row[0], &src_off[0],
-                           &dst_row[0], &dst_off[0], &nbytes[0], bounds[0], bounds[1])
+                           &dst_row[0], &dst_off[0], &nbytes[0], bounds[0], bounds[1], stream)
         return
     with nogil, parallel(num_threads=n_threads):
         tid = threadid()
         ipk_copy_table(dbase, dst_stride, sbase, src_stride, &src_row[0], &src_off[0],
-                       &dst_row[0], &dst_off[0], &nbytes[0], bounds[tid], bounds[tid + 1])
+                       &dst_row[0], &dst_off[0], &nbytes[0], bounds[tid], bounds[tid + 1], stream)
 
 
 def copy_strided(unsigned char[:, ::1] dst,          # OUT: tile rows

@@ -8,6 +8,7 @@ Batches are built and validated by ipukern.core.vertices; each call also checks 
 every operand lies inside its tile's row of ``data`` (see "checks" below).
 """
 from cython.parallel cimport prange
+from libc.math cimport INFINITY
 from libc.stdint cimport int32_t, int64_t, uint16_t
 from libc.string cimport memcpy, memset
 
@@ -304,6 +305,22 @@ def add_bias(unsigned char[:, ::1] data,    # IN/OUT: arena
                 c = 0
 
 
+cdef inline void _strided_elems(unsigned char* pd, const unsigned char* ps, int64_t n,
+                                int64_t ds, int64_t ss, int64_t elem_bytes) noexcept nogil:
+    """n elements, strided on either side; fixed-size moves for 4- and 2-byte elements
+    (a variable-size memcpy per element is a library call each)."""
+    cdef int64_t d
+    if elem_bytes == 4:
+        for d in range(n):
+            memcpy(pd + d * ds, ps + d * ss, 4)
+    elif elem_bytes == 2:
+        for d in range(n):
+            memcpy(pd + d * ds, ps + d * ss, 2)
+    else:
+        for d in range(n):
+            memcpy(pd + d * ds, ps + d * ss, <size_t>elem_bytes)
+
+
 def copy_blocks(unsigned char[:, ::1] data,      # IN/OUT: arena
                 const int32_t[::1] tiles,         # IN: tile of vertex v
                 const int64_t[::1] src_off,       # IN: byte offset of block v's source (-1: zeros)
@@ -373,6 +390,63 @@ def copy_blocks(unsigned char[:, ::1] data,      # IN/OUT: arena
                     if dst_stride[v, 3] == elem_bytes and src_stride[v, 3] == elem_bytes:
                         memcpy(pd, ps, <size_t>(shape[v, 3] * elem_bytes))
                     else:
-                        for d in range(shape[v, 3]):
-                            memcpy(pd + d * dst_stride[v, 3], ps + d * src_stride[v, 3],
-                                   <size_t>elem_bytes)
+                        _strided_elems(pd, ps, shape[v, 3], dst_stride[v, 3], src_stride[v, 3],
+                                       elem_bytes)
+
+
+# ---------------------------------------------------------------- max pooling
+cdef inline float _max_np(float a, float b) noexcept nogil:
+    """np.maximum(a, b) bit for bit: the first NaN, else the larger, ``b`` when equal
+    (so max(+0, -0) is -0, as NumPy's vector loops give)."""
+    if a != a:
+        return a
+    if b != b:
+        return b
+    return a if a > b else b
+
+
+def max_pool_planes(const float[:, :, ::1] x,   # IN: planes (P, H, W), tile t's at [t*npl, (t+1)*npl)
+                    float[:, :, ::1] out,       # OUT: (P, Ho, Wo)
+                    const int64_t[::1] used,    # IN: planes tile t holds (<= npl); the rest: zeros
+                    int kh, int kw, int sh, int sw, int ph, int pw,
+                    int n_threads):
+    """Max pooling of every plane with -inf padding: each output starts from -inf and takes
+    ``np.maximum`` with the in-bounds taps in order (i, then j). Padded taps are skipped,
+    which is exact: max(acc, -inf) is acc, bit for bit. Planes a tile does not hold (its
+    row's padding) are written as zeros. ``prange`` over planes, no GIL."""
+    cdef Py_ssize_t P = x.shape[0], H = x.shape[1], W = x.shape[2]
+    cdef Py_ssize_t Ho = out.shape[1], Wo = out.shape[2], nt = used.shape[0], npl
+    cdef Py_ssize_t p, y, xo, r, c
+    cdef int i, j
+    cdef float acc
+    if kh < 1 or kw < 1 or sh < 1 or sw < 1 or ph < 0 or pw < 0 or n_threads < 1:
+        raise ValueError("max_pool_planes: kernel and stride must be >= 1, padding >= 0, "
+                         "n_threads >= 1")
+    if out.shape[0] != P or Ho != (H + 2 * ph - kh) // sh + 1 or Wo != (W + 2 * pw - kw) // sw + 1 \
+            or H + 2 * ph < kh or W + 2 * pw < kw:
+        raise ValueError(f"max_pool_planes: output {tuple(out.shape)} does not match input "
+                         f"{tuple(x.shape)} pooled {kh}x{kw}/{sh}x{sw} pad {ph}x{pw}")
+    if nt < 1 or P % nt:
+        raise ValueError(f"max_pool_planes: {P} planes are not {nt} tiles' equal shares")
+    npl = P // nt
+    for p in range(nt):
+        if used[p] < 0 or used[p] > npl:
+            raise ValueError(f"max_pool_planes: tile {p} uses {used[p]} of {npl} planes")
+    if P == 0 or Ho == 0 or Wo == 0:
+        return
+    for p in prange(P, nogil=True, schedule="static", num_threads=n_threads):
+        if p % npl >= used[p // npl]:
+            memset(&out[p, 0, 0], 0, <size_t>(Ho * Wo) * sizeof(float))
+            continue
+        for y in range(Ho):
+            for xo in range(Wo):
+                acc = -INFINITY
+                for i in range(kh):
+                    r = y * sh + i - ph
+                    if r < 0 or r >= H:
+                        continue
+                    for j in range(kw):
+                        c = xo * sw + j - pw
+                        if c >= 0 and c < W:
+                            acc = _max_np(acc, x[p, r, c])
+                out[p, y, xo] = acc

@@ -27,7 +27,8 @@
  * no lanes are spent on absent channels. fp32 vertices whose every tap lies inside the
  * window (no padding: every 1x1 layer) take the direct path instead in the baseline and AVX2
  * variants (ipk_conv_direct.h): lanes over output channels, input values broadcast from the
- * window in place, no packing. While a thread computes a vertex it prefetches the next
+ * window in place, no packing; fp32 vertices that need padding and have 8 or more output
+ * channels per group (3x3 layers) take it on a zero-padded copy of the window. While a thread computes a vertex it prefetches the next
  * one's operands (the arena is much larger than the caches).
  *
  * Every output element is one FMA chain over the taps in the fixed order t = c*kh*kw + i*kw
@@ -82,6 +83,10 @@ typedef struct {
     int64_t p_floats;                /* packed window incl. tail */
     int64_t w_floats;                /* packed weights (upper bound over ISA blockings) */
     int64_t o_ints;                  /* tap offset table: C * T */
+    /* the direct path on a window that needs padding (ipk_conv_direct.h) reads a zero-padded
+     * copy of one group's window, [B][WRq][C][WCq], window row/column 0 at (qr0, qc0) */
+    int64_t WRq, WCq, qr0, qc0;
+    int64_t q_floats;                /* that copy; 0: no padded copy (none needed, or K < 8) */
     int64_t need;                    /* scratch floats for this vertex */
     /* per tap row i / column j: packed-plane phase index and shift in rows / columns */
     int8_t phr_of[IPK_CONV_MAX_K], phc_of[IPK_CONV_MAX_K];
@@ -102,6 +107,29 @@ static inline int64_t ipk_smul(int64_t a, int64_t b)
 static inline int64_t ipk_smul4(int64_t a, int64_t b, int64_t c, int64_t d)
 {
     return ipk_smul(ipk_smul(a, b), ipk_smul(c, d));
+}
+
+/* The zero-padded window copy of the direct path (g->q_floats = 0 when every tap of every
+ * output lies inside the window, or the vertex has fewer than 8 output channels per group:
+ * lanes run over channels there, so depthwise layers keep the packing path). */
+static inline void ipk_geom_padded(ipk_geom* g)
+{
+    const int64_t rneed = g->ro + (g->OR - 1) * g->sh + (int64_t)(g->kh - 1) * g->dh + 1;
+    const int64_t cneed = g->co + (g->OC - 1) * g->sw + (int64_t)(g->kw - 1) * g->dw + 1;
+    int64_t n;
+    g->WRq = g->WCq = g->qr0 = g->qc0 = g->q_floats = 0;
+    if (g->OR < 1 || g->OC < 1 || g->K < 8
+        || (g->ro >= 0 && g->co >= 0 && rneed <= g->WR && cneed <= g->WC))
+        return;
+    g->qr0 = g->ro < 0 ? -g->ro : 0;
+    g->qc0 = g->co < 0 ? -g->co : 0;
+    g->WRq = g->qr0 + (rneed > g->WR ? rneed : g->WR);
+    g->WCq = g->qc0 + (cneed > g->WC ? cneed : g->WC);
+    /* int32 tap offsets within one image's copy; the copy itself at most 2^26 floats */
+    n = ipk_smul4(g->B, g->WRq, g->C, g->WCq);
+    if (ipk_smul(ipk_smul(g->WRq, g->C), g->WCq) > ((int64_t)1 << 30) || n > ((int64_t)1 << 26))
+        return;
+    g->q_floats = ipk_al16(n + 16);
 }
 
 /* Fill g from one row of dims (B, G, C, K, WR, WC, OR, OC, row_org, col_org). Returns a
@@ -161,7 +189,8 @@ static inline int ipk_geom_init(ipk_geom* g, const int64_t* d, int kh, int kw, i
     g->p_floats += ipk_al16(16 * (g->C <= 8 ? g->C : 1) * g->Mr + 128);
     g->w_floats = ipk_al16((g->K + 7) * g->C * g->T);
     g->o_ints = ipk_al16(g->C * g->T);
-    g->need = 16 + g->p_floats + g->w_floats + g->o_ints;
+    ipk_geom_padded(g);
+    g->need = 16 + g->p_floats + g->w_floats + g->o_ints + g->q_floats;
     return IPK_CONV_OK;
 }
 

@@ -1,6 +1,9 @@
 /* The direct path of one ISA variant (see ipk_conv.h): fp32 windows whose every tap of every
  * output lies inside the window (no padding: all 1x1 convs of a plan, and valid convs) are
- * read in place, with no packing. Included by ipk_conv_impl.h, which defines the vector
+ * read in place, with no packing. Windows that need padding, with a full vector of output
+ * channels or more (3x3 layers; not depthwise), are first copied per group with zeros
+ * around them (rows outermost, as the window), and read there: the padded taps are FMAs
+ * with +0.0 exactly as in the packing path, so the bits stay the packing path's. Included by ipk_conv_impl.h, which defines the vector
  * vocabulary and the shared helpers.
  *
  * The lanes run over output channels instead of output positions: the weights of a block
@@ -69,14 +72,45 @@ static const IPK_SFX(dk_fn) IPK_SFX(dk_tab)[5][IPK_NRMAX + 1] = {IPK_DK_BLOCKS(I
 
 #define IPK_DK_KVMAX 4
 
-/* The direct path applies: fp32 input, every tap of every output inside the window. */
+/* The direct path applies: fp32 input, and either every tap of every output inside the
+ * window (read in place) or a zero-padded copy planned (ipk_geom_padded: a full vector of
+ * output channels). */
 static inline int IPK_SFX(direct_ok)(const ipk_geom* g, int in_dt)
 {
+    if (in_dt != IPK_F32) return 0;
+    if (g->q_floats > 0) return g->K >= VW;
     /* tap offsets are int32: one (b, g) window spans at most WR * rs elements */
-    return in_dt == IPK_F32 && ipk_smul(g->WR, g->rs) <= ((int64_t)1 << 30) && g->ro >= 0 && g->co >= 0
+    return ipk_smul(g->WR, g->rs) <= ((int64_t)1 << 30) && g->ro >= 0 && g->co >= 0
            && g->ro + (g->OR - 1) * g->sh + (int64_t)(g->kh - 1) * g->dh < g->WR
            && g->co + (g->OC - 1) * g->sw + (int64_t)(g->kw - 1) * g->dw < g->WC;
 }
+
+/* Copy group gi's window of every image to Q, [B][WRq][C][WCq], zero padded: window
+ * element (b, c, r, q) at ((b*WRq + qr0 + r)*C + c)*WCq + qc0 + q. Taps outside the window
+ * then read +0.0 as in the packing path, so every FMA chain is the packing path's. */
+#ifndef IPK_DIRECT_PAD_DEFINED
+#define IPK_DIRECT_PAD_DEFINED   /* ISA-independent: defined once for every variant */
+static void ipk_direct_pad(const ipk_geom* g, const float* win, int64_t gi, float* restrict Q)
+{
+    const int64_t C = g->C, WCq = g->WCq, WC = g->WC, tail = WCq - g->qc0 - WC;
+    int64_t b, r, c;
+    for (b = 0; b < g->B; b++)
+        for (r = 0; r < g->WRq; r++) {
+            const int64_t wr = r - g->qr0;
+            float* dst = Q + (b * g->WRq + r) * C * WCq;
+            if (wr < 0 || wr >= g->WR) {
+                memset(dst, 0, (size_t)(C * WCq) * sizeof(float));
+                continue;
+            }
+            for (c = 0; c < C; c++, dst += WCq) {
+                const float* src = win + ipk_win_base(g, b, gi) + c * g->cs + wr * g->rs;
+                memset(dst, 0, (size_t)g->qc0 * sizeof(float));
+                memcpy(dst + g->qc0, src, (size_t)WC * sizeof(float));
+                memset(dst + g->qc0 + WC, 0, (size_t)tail * sizeof(float));
+            }
+        }
+}
+#endif
 
 /* Pack channels [k0, k0 + kb) of one group's weights [K][CT] (fp32) to Wk[t][kvw], zero
  * past K; tap-outer, so the writes are sequential and the reads kvw sequential streams. */
@@ -122,8 +156,9 @@ IPK_TGT static void IPK_SFX(direct_store)(const float* obuf, int kvw, int64_t kb
 }
 
 /* The whole vertex through the direct path; W: scratch for the packed weights (w_floats),
- * followed by the tap offset table; P: the packed-window scratch (p_floats), unused by this
- * path, stages the results (obuf). */
+ * followed by the tap offset table and, when the window needs padding, its zero-padded
+ * copy (q_floats); P: the packed-window scratch (p_floats), unused by this path, stages the
+ * results (obuf). */
 IPK_TGT static void IPK_SFX(direct_vertex)(const ipk_geom* g, unsigned char* tb, int64_t win_off,
                                            int64_t w_off, int64_t out_off, int out_dt, float* P,
                                            float* W, ipk_pf* pf)
@@ -132,6 +167,11 @@ IPK_TGT static void IPK_SFX(direct_vertex)(const ipk_geom* g, unsigned char* tb,
     const int64_t OR = g->OR, OC = g->OC, kstride = OR * OC, npos = B * kstride;
     const int64_t osz = ipk_dt_size(out_dt);
     int32_t* toff = (int32_t*)(W + g->w_floats);
+    float* Q = g->q_floats > 0 ? (float*)(toff + g->o_ints) : NULL;
+    /* where the taps read: the window in place, or its padded copy (one group at a time) */
+    const int64_t cs = Q ? g->WCq : g->cs, rs = Q ? C * g->WCq : g->rs;
+    const int64_t img = Q ? g->WRq * rs : g->WR * g->rs;
+    const int64_t ro = Q ? g->ro + g->qr0 : g->ro, co = Q ? g->co + g->qc0 : g->co;
     const float* src[IPK_NRMAX];
     int64_t gi, c, k0;
     int i, j;
@@ -147,11 +187,15 @@ IPK_TGT static void IPK_SFX(direct_vertex)(const ipk_geom* g, unsigned char* tb,
         for (i = 0; i < g->kh; i++)
             for (j = 0; j < g->kw; j++)
                 toff[(c * g->kh + i) * g->kw + j] =
-                    (int32_t)(c * g->cs + (int64_t)i * g->dh * g->rs + (int64_t)j * g->dw);
+                    (int32_t)(c * cs + (int64_t)i * g->dh * rs + (int64_t)j * g->dw);
 
     for (gi = 0; gi < G; gi++) {
         const float* wsrc = (const float*)(tb + w_off) + gi * K * CT;
         const float* win_g = (const float*)(tb + win_off) + ipk_win_base(g, 0, gi);
+        if (Q) {
+            ipk_direct_pad(g, (const float*)(tb + win_off), gi, Q);
+            win_g = Q;
+        }
         for (k0 = 0; k0 < K; k0 += IPK_DK_KVMAX * VW) {
             const int64_t kb = K - k0 < IPK_DK_KVMAX * VW ? K - k0 : IPK_DK_KVMAX * VW;
             const int kv = (int)((kb + VW - 1) / VW), kvw = kv * VW;
@@ -173,8 +217,7 @@ IPK_TGT static void IPK_SFX(direct_vertex)(const ipk_geom* g, unsigned char* tb,
                 }
                 /* the n positions (b, y, x) of this block, in output order */
                 for (p = 0; p < n; p++) {
-                    src[p] = win_g + b * g->WR * g->rs + (y * g->sh + g->ro) * g->rs
-                             + x * g->sw + g->co;
+                    src[p] = win_g + b * img + (y * g->sh + ro) * rs + x * g->sw + co;
                     if (++x == OC) { x = 0; if (++y == OR) { y = 0; b++; } }
                 }
                 IPK_SFX(dk_tab)[kv][n](src, toff, CT, W, P + (q0 - c0) * kvw, pfp, pfs);

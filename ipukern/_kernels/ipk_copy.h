@@ -5,13 +5,45 @@
  * per-copy overhead and cache misses, not bytes: runs up to 64 bytes are copied inline as
  * fixed-size moves (all loads of a run before its stores, so a run's bytes land exactly as
  * with memcpy), longer ones by memcpy, and the source and destination of the copy
- * IPK_COPY_AHEAD places later are prefetched so that the misses overlap. */
+ * IPK_COPY_AHEAD places later are prefetched so that the misses overlap.
+ *
+ * A table that writes far more than the last-level cache holds (a conv program's exchange
+ * broadcasting its inputs and weights to every tile: 0.1-0.4 GB) is bound by the writes;
+ * with ``stream`` its runs of IPK_COPY_NT_MIN bytes or more are written with non-temporal
+ * stores (x86-64: SSE2), which skip reading each destination line before overwriting it.
+ * The bytes written are the same; a store fence ends the table. */
 #ifndef IPK_COPY_H
 #define IPK_COPY_H
 #include <stdint.h>
 #include <string.h>
 
 #define IPK_COPY_AHEAD 12
+#define IPK_COPY_NT_MIN 1024
+
+#if defined(__x86_64__) && defined(__SSE2__)
+#include <emmintrin.h>
+#define IPK_COPY_HAVE_NT 1
+/* memcpy(d, s, n) through non-temporal stores: head up to 16-byte alignment of d, then 64
+ * bytes per step, tail by memcpy. */
+static inline void ipk_copy_nt(unsigned char* d, const unsigned char* s, int64_t n)
+{
+    int64_t head = (int64_t)((16 - ((uintptr_t)d & 15)) & 15), i;
+    if (head > n) head = n;
+    memcpy(d, s, (size_t)head);
+    d += head; s += head; n -= head;
+    for (i = 0; i + 64 <= n; i += 64) {
+        const __m128i a = _mm_loadu_si128((const __m128i*)(s + i));
+        const __m128i b = _mm_loadu_si128((const __m128i*)(s + i + 16));
+        const __m128i c = _mm_loadu_si128((const __m128i*)(s + i + 32));
+        const __m128i e = _mm_loadu_si128((const __m128i*)(s + i + 48));
+        _mm_stream_si128((__m128i*)(d + i), a);
+        _mm_stream_si128((__m128i*)(d + i + 16), b);
+        _mm_stream_si128((__m128i*)(d + i + 32), c);
+        _mm_stream_si128((__m128i*)(d + i + 48), e);
+    }
+    memcpy(d + i, s + i, (size_t)(n - i));
+}
+#endif
 
 typedef unsigned char ipk_b16 __attribute__((vector_size(16), aligned(1), may_alias));
 
@@ -43,22 +75,35 @@ static inline void ipk_copy_run(unsigned char* d, const unsigned char* s, int64_
     }
 }
 
-/* Copies [lo, hi) of the table, in order. */
+/* Copies [lo, hi) of the table, in order; ``stream``: long runs bypass the caches. */
 static inline void ipk_copy_table(unsigned char* dbase, int64_t dst_stride,
                                   const unsigned char* sbase, int64_t src_stride,
                                   const int32_t* src_row, const int64_t* src_off,
                                   const int32_t* dst_row, const int64_t* dst_off,
-                                  const int64_t* nbytes, int64_t lo, int64_t hi)
+                                  const int64_t* nbytes, int64_t lo, int64_t hi, int stream)
 {
     int64_t i;
     for (i = lo; i < hi; i++) {
         const int64_t a = i + IPK_COPY_AHEAD;
+        unsigned char* d = dbase + dst_row[i] * dst_stride + dst_off[i];
+        const unsigned char* s = sbase + src_row[i] * src_stride + src_off[i];
         if (a < hi) {
             __builtin_prefetch(sbase + src_row[a] * src_stride + src_off[a], 0, 3);
-            __builtin_prefetch(dbase + dst_row[a] * dst_stride + dst_off[a], 1, 3);
+            if (!stream || nbytes[a] < IPK_COPY_NT_MIN)
+                __builtin_prefetch(dbase + dst_row[a] * dst_stride + dst_off[a], 1, 3);
         }
-        ipk_copy_run(dbase + dst_row[i] * dst_stride + dst_off[i],
-                     sbase + src_row[i] * src_stride + src_off[i], nbytes[i]);
+#ifdef IPK_COPY_HAVE_NT
+        if (stream && nbytes[i] >= IPK_COPY_NT_MIN) {
+            ipk_copy_nt(d, s, nbytes[i]);
+            continue;
+        }
+#endif
+        ipk_copy_run(d, s, nbytes[i]);
     }
+#ifdef IPK_COPY_HAVE_NT
+    if (stream) _mm_sfence();   /* the streamed bytes are visible before the table returns */
+#else
+    (void)stream;
+#endif
 }
 #endif

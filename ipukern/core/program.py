@@ -32,6 +32,9 @@ __all__ = ["balanced_bounds", "check_arena", "ExchangeError", "Exchange", "Codel
 # large copies are split into pieces of this size on the host so threads share the work
 # evenly; the simulated copy table is unchanged
 _HOST_PIECE_BYTES = 1 << 18
+#: exchanges writing at least this many bytes use non-temporal stores for their long runs
+#: (host speed only: larger than this host's 32 MiB L3, the data cannot stay cached anyway)
+_STREAM_BYTES = 32 << 20
 
 
 def balanced_bounds(nbytes: np.ndarray, n_threads: int) -> np.ndarray:
@@ -290,8 +293,10 @@ class Exchange:
             return
         from .._kernels import _exchange
         st, so, dt, do, nb = self._pieces()
-        # check=False: the table was validated when built and its extent against data above
-        _exchange.copy_runs(data, data, st, so, dt, do, nb, self.thread_bounds(n_threads), False)
+        # check=False: the table was validated when built and its extent against data above;
+        # a table writing more than a last-level cache holds streams its long runs
+        _exchange.copy_runs(data, data, st, so, dt, do, nb, self.thread_bounds(n_threads), False,
+                            self.total_bytes >= _STREAM_BYTES)
 
 
 class ArgViews(NamedTuple):

@@ -79,18 +79,44 @@ class Step:
         out = [r.record() for r in self.rearrs if r is not None and not r.identity]
         return out + list(self.plan.records)
 
-    def params(self, net_params: dict[str, np.ndarray]) -> dict[str, Any]:
-        """This step's parameters by local name (a folded batch norm scales the conv)."""
+    def params(self, net_params: dict[str, np.ndarray],
+               index: dict[str, list[str]] | None = None) -> dict[str, Any]:
+        """This step's parameters by local name (a folded batch norm scales the conv).
+        ``index``: :func:`param_index` of ``net_params`` (saves a scan of every name)."""
         conv = self.layers[0]
-        p = {k[len(conv) + 1:]: v for k, v in net_params.items() if k.startswith(conv + ".")}
+        p = _local(net_params, conv, index)
         if self.folded_bn is not None:
             bn_name, bn = self.folded_bn
-            bnp = {k[len(bn_name) + 1:]: v for k, v in net_params.items() if k.startswith(bn_name + ".")}
-            s, shift = bn.scale_shift(bnp)
-            w = np.asarray(p["weight"], np.float64) * s[:, None, None, None]
+            s, shift = bn.scale_shift(_local(net_params, bn_name, index))
+            # float32 * float64 computed in float64 and rounded once to float32, as
+            # (w.astype(float64) * s).astype(float32), in cache-sized chunks
+            w32 = np.asarray(p["weight"])
+            w = np.empty(w32.shape, np.float32)
+            np.multiply(w32, s.reshape((-1,) + (1,) * (w32.ndim - 1)), out=w, casting="unsafe",
+                        dtype=np.float64)
             b = shift + (s * np.asarray(p["bias"], np.float64) if "bias" in p else 0.0)
-            return {"weight": w.astype(np.float32), "bias": b.astype(np.float32)}
+            return {"weight": w, "bias": b.astype(np.float32)}
         return self.layer.op_params(p) if self.layer is not None else p
+
+
+def param_index(net_params: dict[str, Any]) -> dict[str, list[str]]:
+    """Parameter names by every dotted prefix ("a.b.weight" under "a" and "a.b"): a
+    layer's parameters without scanning every name per layer."""
+    index: dict[str, list[str]] = {}
+    for k in net_params:
+        i = k.find(".")
+        while i >= 0:
+            index.setdefault(k[:i], []).append(k)
+            i = k.find(".", i + 1)
+    return index
+
+
+def _local(net_params: dict[str, Any], layer: str, index: dict[str, list[str]] | None) -> dict[str, Any]:
+    """The parameters of ``layer`` by local name ("<layer>.<local>")."""
+    n = len(layer) + 1
+    if index is None:
+        return {k[n:]: v for k, v in net_params.items() if k.startswith(layer + ".")}
+    return {k[n:]: net_params[k] for k in index.get(layer, ())}
 
 
 def _plan(layer, ctx: PlanContext, layouts, shapes, extra: tuple = ()) -> OpPlan:
@@ -309,12 +335,13 @@ class NetworkProgram:
         for s in self.steps:
             for src in s.srcs:
                 remaining[src] = remaining.get(src, 0) + 1
+        index = param_index(params)
         for s in self.steps:
             srcs = [live[n] for n in s.srcs]
             if s.inplace:
-                live[s.node] = s.plan.run(srcs, s.rearrs, s.params(params), inplace=True)
+                live[s.node] = s.plan.run(srcs, s.rearrs, s.params(params, index), inplace=True)
             else:
-                live[s.node] = s.plan.run(srcs, s.rearrs, s.params(params))
+                live[s.node] = s.plan.run(srcs, s.rearrs, s.params(params, index))
             for n in s.srcs:
                 remaining[n] -= 1
                 if remaining[n] == 0 and n not in self.net.outputs:

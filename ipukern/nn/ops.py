@@ -328,31 +328,22 @@ def _rows(shape: Sequence[int], row: int, dtype: str, nt: int) -> Layout:
     return linear_layout(shape, dtype, nt, grain=row)
 
 
-def _tap_range(i: int, s: int, p: int, n_in: int, n_out: int) -> tuple[int, int]:
-    """Outputs y in [lo, hi) whose tap i reads inside the input: 0 <= y*s + i - p < n_in."""
-    lo = max(0, -(-(p - i) // s))
-    hi = min(n_out, (n_in - 1 - i + p) // s + 1)
-    return lo, max(lo, hi)
-
-
-def _max_pool_clipped(v: np.ndarray, kh: int, kw: int, sh: int, sw: int, ph: int, pw: int,
-                      Ho: int, Wo: int) -> np.ndarray:
-    """Max pooling with -inf padding without building the padded copy: start from -inf and
-    take the maximum with each tap's in-bounds outputs, taps in the same order. Exact: a
-    padded -inf never changes a maximum (np.maximum keeps the first NaN and, among equal
-    values, the accumulated one, as with the padded copy)."""
-    acc = np.full(v.shape[:2] + (Ho, Wo), -np.inf, np.float32)
-    H, W = v.shape[2:]
-    for i in range(kh):
-        y0, y1 = _tap_range(i, sh, ph, H, Ho)
-        for j in range(kw):
-            x0, x1 = _tap_range(j, sw, pw, W, Wo)
-            if y1 > y0 and x1 > x0:
-                r0, c0 = y0 * sh + i - ph, x0 * sw + j - pw
-                win = v[:, :, r0:r0 + sh * (y1 - y0 - 1) + 1:sh, c0:c0 + sw * (x1 - x0 - 1) + 1:sw]
-                a = acc[:, :, y0:y1, x0:x1]
-                np.maximum(a, win, out=a)
-    return acc
+def _max_pool(v: np.ndarray, kh: int, kw: int, sh: int, sw: int, ph: int, pw: int, Ho: int,
+              Wo: int, used: np.ndarray | None = None) -> np.ndarray:
+    """Max pooling of planes ``v`` (nt, planes, H, W) by the compiled kernel (all planes in
+    one call, no GIL), returned as (nt, planes*Ho*Wo): the bits of taking ``np.maximum``
+    tap by tap over the input padded with -inf (tests/nn/test_pool_exec.py). ``used``:
+    planes each tile holds (default all); the others (a tile's padding) are zeros."""
+    from .._kernels import _vertices
+    from ..core.threads import get_num_threads
+    nt, npl, H, W = v.shape
+    if used is None:
+        used = np.full(nt, npl, np.int64)
+    acc = np.empty((nt * npl, Ho, Wo), np.float32)
+    _vertices.max_pool_planes(np.ascontiguousarray(v).reshape(nt * npl, H, W), acc,
+                              np.ascontiguousarray(used, np.int64), kh, kw, sh, sw, ph, pw,
+                              get_num_threads())
+    return acc.reshape(nt, -1)
 
 
 def pool_plan(machine: MachineSpec, shape: Sequence[int], dtype: str, kind: str, kernel, stride,
@@ -379,9 +370,8 @@ def pool_plan(machine: MachineSpec, shape: Sequence[int], dtype: str, kind: str,
     def run(srcs, rearrs, params):
         x = _in(srcs, rearrs, 0)
         v = _f32(x.view()).reshape(nt, -1, H, W)
-        if mx and (ph or pw):
-            acc = _max_pool_clipped(v, kh, kw, sh, sw, ph, pw, Ho, Wo)
-            return _store(Resident(out, nt), acc.reshape(nt, -1))
+        if mx:
+            return _store(Resident(out, nt), _max_pool(v, kh, kw, sh, sw, ph, pw, Ho, Wo, planes))
         if ph or pw:
             v = np.pad(v, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=0.0)
         acc = None

@@ -528,13 +528,18 @@ def test_direct_path_bitwise_equals_packing(rng, kernel, stride, dilation):
 def test_direct_path_signed_zeros_and_specials(rng):
     """Signed zeros, infinities and NaN go through the same FMA chain: -0.0 products summed
     from +0.0, inf * 0 = NaN, overflow to inf."""
+    dims = [(2, 1, 3, 9, 2, 3, 2, 3, 0, 0), (1, 2, 1, 17, 1, 4, 1, 4, 0, 0)]
+    _specials_direct_vs_packing(dims, (1, 1), [0.0, -0.0, 1.0, -1.0, np.inf, 3e38],
+                                [0.0, -0.0, 2.0, -2.0, -np.inf])
+
+
+def _specials_direct_vs_packing(dims, kernel, win_values, w_values):
+    """Windows and weights drawn from the given special values: same bytes both paths."""
     def values(rng, d):
         B, G, C, K, WR, WC = (int(v) for v in d[:6])
-        win = rng.choice([0.0, -0.0, 1.0, -1.0, np.inf, 3e38], size=(B, G, C, WR, WC))
-        wts = rng.choice([0.0, -0.0, 2.0, -2.0, -np.inf], size=(G, K, C, 1, 1))
-        return win, wts
-    dims = [(2, 1, 3, 9, 2, 3, 2, 3, 0, 0), (1, 2, 1, 17, 1, 4, 1, 4, 0, 0)]
-    runs = [Batch(np.random.default_rng(2), dims, (1, 1), values=values).run(direct=d).data
+        return (rng.choice(win_values, size=(B, G, C, WR, WC)),
+                rng.choice(w_values, size=(G, K, C) + kernel))
+    runs = [Batch(np.random.default_rng(2), dims, kernel, values=values).run(direct=d).data
             for d in (True, False)]
     assert np.array_equal(runs[0], runs[1])
 
@@ -545,4 +550,56 @@ if given is not None:
     def test_property_direct_path_bitwise(seed, kh, kw, sh, sw, dh, n):
         rng = np.random.default_rng(seed)
         dims = interior_dims(rng, n, (kh, kw), (sh, sw), (dh, 1), max_c=20, max_k=36)
+        _direct_vs_packing(dims, (kh, kw), (sh, sw), (dh, 1), seed=seed % 1000)
+
+
+def padded_dims(rng, n, kernel, stride, dilation, *, max_c=24, k=(8, 40), batch=(1, 4)):
+    """Vertices whose taps reach outside the window (zero padding: negative origins, windows
+    shorter than the tap range) with a full vector of output channels or more: the direct
+    path's padded case (a zero-padded copy of the window)."""
+    kh, kw = kernel
+    dims = []
+    for _ in range(n):
+        OR, OC = int(rng.integers(1, 9)), int(rng.integers(1, 20))
+        ro, co = int(rng.integers(-2, 2)), int(rng.integers(-2, 2))
+        span_r = ro + (OR - 1) * stride[0] + (kh - 1) * dilation[0] + 1
+        span_c = co + (OC - 1) * stride[1] + (kw - 1) * dilation[1] + 1
+        WR = max(1, span_r + int(rng.integers(-2, 2)))
+        WC = max(1, span_c + int(rng.integers(-2, 2)))
+        if ro >= 0 and co >= 0 and WR >= span_r and WC >= span_c:
+            ro = -1   # make sure this one needs padding
+        dims.append((int(rng.integers(batch[0], batch[1] + 1)), int(rng.integers(1, 3)),
+                     int(rng.integers(1, max_c + 1)), int(rng.integers(k[0], k[1] + 1)),
+                     WR, WC, OR, OC, ro, co))
+    return dims
+
+
+@pytest.mark.parametrize("kernel,stride,dilation", CONFIGS)
+def test_direct_path_padded_bitwise_equals_packing(rng, kernel, stride, dilation):
+    """fp32 windows that need padding (every 3x3 layer's border tiles) take the direct path
+    on a zero-padded copy: the padded taps are FMAs with +0.0 as in the packing path, so the
+    bits are the same; mixed with in-place and few-channel vertices in one call."""
+    dims = padded_dims(rng, 10, kernel, stride, dilation)
+    dims += [(8, 1, 64, 64, 3, 4, 3, 4, -1, -1)]     # a ResNet-50 3x3 corner tile
+    dims += interior_dims(rng, 3, kernel, stride, dilation) + random_dims(rng, 3, kernel, stride,
+                                                                          dilation)
+    _direct_vs_packing(dims, kernel, stride, dilation)
+    _direct_vs_packing(dims[:5], kernel, stride, dilation, out_dt=1)
+
+
+def test_direct_path_padded_specials(rng):
+    """Padded taps multiply +0.0 by the weight in both paths: an infinite weight gives NaN
+    at the borders, and -0.0 sums stay as the packing path leaves them."""
+    dims = [(2, 1, 3, 9, 3, 4, 3, 4, -1, -1), (1, 2, 2, 17, 2, 5, 3, 5, -1, 0),
+            (3, 1, 1, 8, 4, 4, 4, 4, 0, -1)]
+    _specials_direct_vs_packing(dims, (3, 3), [0.0, -0.0, 1.0, -1.0, np.inf, 3e38, -1e-45],
+                                [0.0, -0.0, 2.0, -2.0, -np.inf, 1e-30])
+
+
+if given is not None:
+    @given(seed=st.integers(0, 2**32 - 1), kh=st.integers(1, 5), kw=st.integers(1, 5),
+           sh=st.integers(1, 2), sw=st.integers(1, 2), dh=st.integers(1, 2), n=st.integers(1, 4))
+    def test_property_direct_path_padded_bitwise(seed, kh, kw, sh, sw, dh, n):
+        rng = np.random.default_rng(seed)
+        dims = padded_dims(rng, n, (kh, kw), (sh, sw), (dh, 1), max_c=12, k=(8, 36))
         _direct_vs_packing(dims, (kh, kw), (sh, sw), (dh, 1), seed=seed % 1000)

@@ -70,9 +70,10 @@ def test_aliased_arrays_are_refused():
 
 
 def test_network_bits_do_not_depend_on_the_conv_kernel_path(monkeypatch):
-    """A small network (1x1 convs, plain and strided, take the conv kernel's direct path,
-    the padded 3x3 convs the packing path; coalesced copy tables; max pooling with
-    padding) gives the same bits and cycles with the direct path switched off."""
+    """A small network (1x1 convs, plain and strided, take the conv kernel's direct path
+    in place, the padded 3x3 convs the direct path on a zero-padded window copy; coalesced
+    copy tables; max pooling with padding) gives the same bits and cycles with the direct
+    path switched off (every conv on the packing path)."""
     import ipukern as ik
     from ipukern.conv import codelet
     from ipukern.nn import layers as L

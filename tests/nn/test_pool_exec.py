@@ -1,11 +1,14 @@
-"""Max pooling with padding runs without a padded copy (``ops._max_pool_clipped``); it must
-give the bits of the padded computation (taps in order over an -inf padded input) on
-every shape, stride and padding, with NaN, signed zeros and infinities in the input."""
+"""Max pooling runs in a compiled kernel without a padded copy (``ops._max_pool``: padded taps
+skipped); it must give the bits of the obvious computation (taps in order, ``np.maximum``,
+over the input padded with -inf) on every shape, stride and padding, with NaN, signed zeros
+and infinities in the input, and whatever the thread count."""
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ipukern.nn.ops import _max_pool_clipped
+from ipukern._kernels import _vertices
+from ipukern.nn.ops import _max_pool
 
 
 def _padded(v, kh, kw, sh, sw, ph, pw, Ho, Wo):
@@ -21,8 +24,8 @@ def _padded(v, kh, kw, sh, sw, ph, pw, Ho, Wo):
 @settings(max_examples=80, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), H=st.integers(1, 12), W=st.integers(1, 12),
        kh=st.integers(1, 4), kw=st.integers(1, 4), sh=st.integers(1, 3), sw=st.integers(1, 3),
-       special=st.booleans())
-def test_clipped_max_pool_bitwise_equals_padded(seed, H, W, kh, kw, sh, sw, special):
+       special=st.booleans(), threads=st.sampled_from([1, 3]))
+def test_max_pool_kernel_bitwise_equals_padded(seed, H, W, kh, kw, sh, sw, special, threads):
     rng = np.random.default_rng(seed)
     ph, pw = int(rng.integers(0, kh // 2 + 1)), int(rng.integers(0, kw // 2 + 1))
     if H + 2 * ph < kh or W + 2 * pw < kw:
@@ -36,6 +39,51 @@ def test_clipped_max_pool_bitwise_equals_padded(seed, H, W, kh, kw, sh, sw, spec
         v[(pick >= 0.2) & (pick < 0.3)] = 0.0
         v[(pick >= 0.3) & (pick < 0.35)] = -np.inf
         v[pick >= 0.95] = np.inf
-    got = _max_pool_clipped(v, kh, kw, sh, sw, ph, pw, Ho, Wo)
+    from ipukern.core import threads as th
+    prev = th._NUM_THREADS
+    th.set_num_threads(threads)
+    try:
+        got = _max_pool(v, kh, kw, sh, sw, ph, pw, Ho, Wo).reshape(2, 3, Ho, Wo)
+    finally:
+        th.set_num_threads(prev)
     want = _padded(v, kh, kw, sh, sw, ph, pw, Ho, Wo)
-    assert got.shape == want.shape and np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_max_pool_kernel_matches_torch():
+    torch = pytest.importorskip("torch")
+    v = np.random.default_rng(3).standard_normal((2, 5, 17, 14)).astype(np.float32)
+    got = _max_pool(v, 3, 3, 2, 2, 1, 1, 9, 7).reshape(2, 5, 9, 7)
+    want = torch.nn.functional.max_pool2d(torch.from_numpy(v), 3, 2, 1).numpy()
+    assert np.array_equal(got, want)
+
+
+def test_max_pool_kernel_skips_planes_a_tile_does_not_hold():
+    """Tiles hold 2, 0 and 1 of 2 plane slots: the held planes are pooled, the others
+    written as zeros whatever the input holds there."""
+    v = np.random.default_rng(4).standard_normal((3, 2, 6, 7)).astype(np.float32)
+    got = _max_pool(v, 3, 3, 2, 2, 1, 1, 3, 4, np.array([2, 0, 1])).reshape(6, 3, 4)
+    want = _padded(v, 3, 3, 2, 2, 1, 1, 3, 4).reshape(6, 3, 4)
+    for p in (0, 1, 4):
+        assert np.array_equal(got[p].view(np.uint32), want[p].view(np.uint32))
+    for p in (2, 3, 5):
+        assert not got[p].any()
+
+
+def test_max_pool_kernel_refuses_bad_shapes():
+    x = np.zeros((2, 5, 5), np.float32)
+    used = np.array([1, 1])
+    with pytest.raises(ValueError, match="does not match"):
+        _vertices.max_pool_planes(x, np.zeros((2, 3, 2), np.float32), used, 3, 3, 2, 2, 1, 1, 1)
+    with pytest.raises(ValueError, match="does not match"):
+        _vertices.max_pool_planes(x, np.zeros((1, 3, 3), np.float32), used, 3, 3, 2, 2, 1, 1, 1)
+    with pytest.raises(ValueError, match=">= 1"):
+        _vertices.max_pool_planes(x, np.zeros((2, 3, 3), np.float32), used, 0, 3, 2, 2, 1, 1, 1)
+    with pytest.raises(ValueError, match=">= 1"):
+        _vertices.max_pool_planes(x, np.zeros((2, 3, 3), np.float32), used, 3, 3, 2, 2, -1, 1, 1)
+    with pytest.raises(ValueError, match="equal shares"):
+        _vertices.max_pool_planes(x, np.zeros((2, 3, 3), np.float32), np.array([1, 1, 1]),
+                                  3, 3, 2, 2, 1, 1, 1)
+    with pytest.raises(ValueError, match="uses 2 of 1"):
+        _vertices.max_pool_planes(x, np.zeros((2, 3, 3), np.float32), np.array([2, 0]),
+                                  3, 3, 2, 2, 1, 1, 1)
