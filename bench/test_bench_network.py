@@ -6,6 +6,7 @@ Targets (issue 11): run_network >= 0.5x torch eager for MobileNetV2 and ResNet-5
 caches), warm <= 50 ms; the inference estimate is timed the same way. With benchmarks
 disabled (the test-suite run) the same code runs once at 32x32, batch 1, as a smoke test.
 """
+import os
 import time
 
 import numpy as np
@@ -49,7 +50,10 @@ def test_network_forward_execute(benchmark, model):
         t = measured_seconds(benchmark)
         if t:
             tt = best_seconds(lambda: fwd(tx), repeat=3)
-            info.update(torch_seconds=tt, ipukern_seconds=t, ratio_vs_torch=tt / t)
+            # host threads of both sides and the load: the ratio depends on them
+            info.update(torch_seconds=tt, ipukern_seconds=t, ratio_vs_torch=tt / t,
+                        ipukern_threads=ik.get_num_threads(), torch_threads=torch.get_num_threads(),
+                        load_average=os.getloadavg()[0])
     benchmark.extra_info.update(info)
 
 
