@@ -31,9 +31,17 @@ exactly the one-chip liveness (tested).
 """
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+
 import numpy as np
 
-__all__ = ["TileMemory", "in_flight", "stage_liveness"]
+__all__ = ["TileMemory", "in_flight", "stage_liveness", "tile_memory"]
+
+#: TileMemory objects kept (LRU): repeated estimates of one configuration reuse their stages
+_CACHE_SIZE = 16
+_CACHE: OrderedDict = OrderedDict()
+_LOCK = threading.Lock()
 
 
 def in_flight(stage: int, n_stages: int) -> int:
@@ -224,3 +232,25 @@ class TileMemory:
                 "fits": peak <= chip.tile_bytes, "peak_tile_bytes": peak, "tile_bytes": chip.tile_bytes,
                 "reserve_bytes": chip.reserved_bytes_per_tile, "busiest_tile": t, "busiest_step": names[r],
                 "in_flight": k}
+
+
+def tile_memory(net, mb, chip, dtype, partials, checkpoints, recompute, m, state_words, shard,
+                n_stages) -> TileMemory:
+    """A :class:`TileMemory`, shared by calls with the same arguments while the network's
+    one-chip training schedule is the same cached object (``clear_network_caches`` drops it)."""
+    from ..nn.api import _context
+    from ..nn.training import training_schedule
+    rows = training_schedule(net, mb, _context(dtype, partials, chip), recompute=checkpoints,
+                             optimizer=None)[0]
+    key = (id(rows), recompute, m, state_words, shard, n_stages)
+    with _LOCK:
+        hit = _CACHE.get(key)
+        if hit is not None and hit.rows is rows:
+            _CACHE.move_to_end(key)
+            return hit
+    tm = TileMemory(net, mb, chip, dtype, partials, checkpoints, recompute, m, state_words, shard, n_stages)
+    with _LOCK:
+        _CACHE[key] = tm
+        while len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    return tm
