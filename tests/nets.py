@@ -5,14 +5,15 @@ import ipukern as ik
 from ipukern.nn import layers as L
 
 
-def tiny_cnn(bn: bool = False, c: int = 8, hw: int = 8, classes: int = 5, loss: bool = True) -> ik.Network:
+def tiny_cnn(bn: bool = False, c: int = 8, hw: int = 8, classes: int = 5, loss: bool = True,
+             bn_stable: bool = False) -> ik.Network:
     """conv-(bn)-relu, a residual conv block, max pool, strided grouped conv, global
     average pool, linear, softmax cross-entropy (or the logits when ``loss`` is False)."""
     net = ik.Network("tiny_cnn")
     x = net.input("x", (3, hw, hw))
     h = net.add(L.Conv2d(3, c, 3, padding=1), x, name="conv1")
     if bn:
-        h = net.add(L.BatchNorm2d(c), h, name="bn1")
+        h = net.add(L.BatchNorm2d(c, stable=bn_stable), h, name="bn1")
     h = net.add(L.ReLU(), h, name="relu1")
     h2 = net.add(L.Conv2d(c, c, 3, padding=1), h, name="conv2")
     h2 = net.add(L.ReLU(), h2, name="relu2")

@@ -32,6 +32,7 @@ from . import cycles
 from .grad_cycles import nonlinearity_grad_cycles, pool_grad_cycles
 from .layout import Layout, Resident, linear_layout
 from .ops import act_fn, compute_record
+from .bn_stable import bn_stats_stable_row, finish_statistics
 from .tile_reduce import channel_reduce
 
 __all__ = ["EXECUTABLE", "GradEnv", "PassRow", "accumulate_flags", "bn_stats_row", "deliver_rows",
@@ -486,13 +487,15 @@ def _bn_dims(step) -> tuple[int, int]:
 def bn_stats_row(step, ctx) -> PassRow:
     """Training batch norm's forward statistics: per-channel sum and sum of squares as a
     cross-tile reduction, mean/variance/rsqrt and the running-statistics update on the
-    channel owners, scale and shift broadcast back (the apply is the forward step)."""
+    channel owners, scale and shift broadcast back (the apply is the forward step). A batch
+    norm with ``stable=True`` gets PopLibs' two-pass variant (:mod:`ipukern.nn.bn_stable`)."""
+    if getattr(step.layer, "stable", False):
+        return bn_stats_stable_row(step, ctx, PassRow, _rec, _bn_dims, _f)
     C, inner = _bn_dims(step)
     out = step.plan.output
     cr = channel_reduce(ctx.machine, out, C, inner, quantities=2, broadcast=2, pre_ops=1, post_ops=9,
                         rsqrt=True, name="batch-norm statistics")
     count = out.n_elems // C
-    eps, mom = step.layer.eps, 0.1
 
     def sums(env):
         x = _f(env.live[step.srcs[0]])
@@ -503,16 +506,7 @@ def bn_stats_row(step, ctx) -> PassRow:
         sums = group.astype(np.float64)
         mean = sums[:, 0] / n
         var = np.maximum(sums[:, 1] / n - mean * mean, 0.0)
-        rstd = 1.0 / np.sqrt(var + eps)
-        gamma = np.asarray(env.params[f"{step.node}.weight"], np.float64)
-        scale = gamma * rstd
-        shift = np.asarray(env.params[f"{step.node}.bias"], np.float64) - mean * scale
-        env.bn[step.node] = (mean, rstd, gamma)
-        unbiased = var * n / max(n - 1, 1)
-        for k, v in (("running_mean", mean), ("running_var", unbiased)):
-            old = np.asarray(env.params[f"{step.node}.{k}"], np.float64)
-            env.running[f"{step.node}.{k}"] = ((1 - mom) * old + mom * v).astype(np.float32)
-        env.bn_affine = cr.broadcast(np.stack([scale, shift], axis=1))
+        finish_statistics(env, step, mean, var, n, cr)
     return PassRow(f"{step.name}.stats", "batchnorm", "fwd", "reduce(sum, sum of squares)", cr.records,
                    3 * out.n_elems, cr.total_bytes, info={"group_sync": 1}, runs=(sums, run))
 

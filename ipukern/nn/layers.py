@@ -203,10 +203,17 @@ class BatchNorm2d(Layer):
 
     op = "batchnorm"
     layout_sensitive = True
+    #: training statistics by PopLibs' stable algorithm (mean first, then the centred sum
+    #: of squares; :mod:`ipukern.nn.bn_stable`); inference is unaffected
+    stable = False
 
-    def __init__(self, num_features: int, eps: float = 1e-5):
+    def __init__(self, num_features: int, eps: float = 1e-5, stable: bool = False):
         self.num_features = int(num_features)
         self.eps = float(eps)
+        if not isinstance(stable, bool):
+            raise TypeError(f"stable must be a bool, got {stable!r}")
+        if stable:                  # set only when on: descriptions of default layers unchanged
+            self.stable = True
 
     def out_shape(self, shapes):
         s = tuple(shapes[0])

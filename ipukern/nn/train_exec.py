@@ -191,8 +191,9 @@ def forward_iter(st: PassState, steps):
 def _run_row(env, row, node: str):
     """Execute a row's runs, pausing (yield ``node``) at its replica-group sync point."""
     sync = row.info.get("group_sync") if env.bn_group > 1 else None
+    syncs = () if sync is None else (sync,) if isinstance(sync, int) else tuple(sync)
     for k, fn in enumerate(row.runs):
-        if k == sync:
+        if k in syncs:
             yield node
         fn(env)
 

@@ -20,9 +20,10 @@ The statistics tensor (2 float32 per channel) lives on the channel owners (chann
 linearly over ``min(tiles, C)`` tiles, as :mod:`ipukern.nn.tile_reduce` owns them). All
 groups' all-reduces run at once as one :func:`~ipukern.systems.collectives.concurrent`
 program (links shared); its cycles are what both :func:`~ipukern.estimate_training` and
-:func:`~ipukern.run_training_step` charge per batch norm, pass and micro-batch. PopLibs'
-``stableAlgo=true`` variant (mean first, then the centred sum of squares: two all-reduces of
-C values) is not modelled.
+:func:`~ipukern.run_training_step` charge per batch norm, pass and micro-batch. A batch norm
+with ``stable=True`` (PopLibs' ``stableAlgo=true``, :mod:`ipukern.nn.bn_stable`) all-reduces
+its mean (C values) and then its centred sum of squares (C values): two all-reduces in the
+forward instead of one of 2 C.
 """
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ from .bsp import SystemDevice, SystemTensor
 from .collectives import all_reduce, concurrent
 from .spec import SystemConfigError
 
-__all__ = ["bn_all_reduce_cycles", "check_bn_group", "replica_groups", "stats_program", "stats_tensor"]
+__all__ = ["bn_all_reduce_cycles", "check_bn_group", "forward_syncs", "layer_cycles", "replica_groups",
+           "stats_program", "stats_tensor"]
 
 _CACHE: dict[tuple, int] = {}
 _LOCK = threading.Lock()
@@ -54,11 +56,34 @@ def replica_groups(replicas: int, group: int) -> list[list[int]]:
     return [list(range(g, g + group)) for g in range(0, replicas, group)]
 
 
-def stats_tensor(dev: SystemDevice, name: str, channels: int, ipus: list[int]) -> SystemTensor:
-    """The (2 x channels,) float32 statistics buffer on ``ipus``, on the channel owners."""
+def stats_tensor(dev: SystemDevice, name: str, channels: int, ipus: list[int],
+                 per_channel: int = 2) -> SystemTensor:
+    """The (per_channel x channels,) float32 statistics buffer on ``ipus``, on the channel
+    owners: 2 values per channel (sum and sum of squares, or the backward's two sums), 1 for
+    each of the stable variant's two forward all-reduces."""
     nt = dev.system.chip.n_tiles
-    return dev.add_tensor(name, (2 * channels,), "float32",
-                          TileMapping.linear(2 * channels, min(nt, channels), grain=2), ipus=ipus)
+    n = per_channel * channels
+    return dev.add_tensor(name, (n,), "float32", TileMapping.linear(n, min(nt, channels), grain=per_channel),
+                          ipus=ipus)
+
+
+def forward_syncs(channels: int, stable: bool) -> list[int]:
+    """Values per channel of each group all-reduce of a batch norm's forward statistics:
+    one of 2 (sum, sum of squares), or with PopLibs' stable algorithm two of 1 (the mean,
+    then the centred sum of squares). The backward always all-reduces 2 per channel."""
+    return [1, 1] if stable else [2]
+
+
+def layer_cycles(system: Any, replicas: int, ipus_per_replica: int, group: int, stage: int, channels: int,
+                 stable: bool, recomputed: bool) -> int:
+    """One micro-batch's group all-reduce cycles of one batch norm at stage ``stage``: its
+    forward's (again when the forward is recomputed) and its backward's."""
+    if group <= 1:
+        return 0
+    fwd = sum(bn_all_reduce_cycles(system, replicas, ipus_per_replica, group, stage, channels, k)
+              for k in forward_syncs(channels, stable))
+    return (1 + recomputed) * fwd + bn_all_reduce_cycles(system, replicas, ipus_per_replica, group, stage,
+                                                         channels)
 
 
 def stats_program(dev: SystemDevice, t: SystemTensor, replicas: int, ipus_per_replica: int, group: int,
@@ -73,17 +98,19 @@ def stats_program(dev: SystemDevice, t: SystemTensor, replicas: int, ipus_per_re
 
 
 def bn_all_reduce_cycles(system: Any, replicas: int, ipus_per_replica: int, group: int, stage: int,
-                         channels: int) -> int:
-    """Cycles of one batch norm's group all-reduce (2 x ``channels`` float32) at pipeline
-    stage ``stage``: the program :func:`~ipukern.run_training_step` runs, costed (cached)."""
+                         channels: int, per_channel: int = 2) -> int:
+    """Cycles of one batch norm's group all-reduce (``per_channel`` x ``channels`` float32)
+    at pipeline stage ``stage``: the program :func:`~ipukern.run_training_step` runs, costed
+    (cached)."""
     if group <= 1:
         return 0
-    key = (system, replicas, ipus_per_replica, group, stage, channels)
+    key = (system, replicas, ipus_per_replica, group, stage, channels, per_channel)
     with _LOCK:
         hit = _CACHE.get(key)
     if hit is None:
         dev = SystemDevice(system, replicas * ipus_per_replica)
-        t = stats_tensor(dev, "bn", channels, [k * ipus_per_replica + stage for k in range(replicas)])
+        t = stats_tensor(dev, "bn", channels, [k * ipus_per_replica + stage for k in range(replicas)],
+                         per_channel)
         prog = stats_program(dev, t, replicas, ipus_per_replica, group, stage, "bn")
         hit = dev.run(prog, "estimate").total_cycles
         with _LOCK:

@@ -18,26 +18,34 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["StagePlan", "stage_plan"]
+from .bn_group import forward_syncs
+
+__all__ = ["StagePlan", "bn_syncs", "stage_plan"]
+
+
+def bn_syncs(step: Any, pass_: str) -> list[tuple[str, int, int]]:
+    """The replica-group sync points of a step in a pass ("fwd" or "bwd"): (node, channels,
+    values per channel) per group all-reduce; none for a step that is not a batch norm."""
+    if step.op != "batchnorm":
+        return []
+    c = step.layer.num_features
+    per = forward_syncs(c, bool(getattr(step.layer, "stable", False))) if pass_ == "fwd" else [2]
+    return [(step.node, c, k) for k in per]
 
 
 class StagePlan:
     """One stage's recomputation: ``segments`` = [(steps, recomputed)] in forward order,
-    ``drop`` = nodes freed after the forward, ``bn_backward`` = (node, channels) of the batch
-    norms met in the backward pass, in the order their group sync points are reached."""
+    ``drop`` = nodes freed after the forward, ``bn_backward`` = the batch norms' group sync
+    points met in the backward pass (:func:`bn_syncs`; a recomputed forward's first), in order."""
 
     def __init__(self, segments: list[tuple[list, bool]], drop: set[str]):
         self.segments, self.drop = segments, drop
-        order: list[tuple[str, int]] = []
+        order: list[tuple[str, int, int]] = []
         for steps, again in reversed(segments):
-            bns = [(st.node, st.layer.num_features) for st in steps if st.op == "batchnorm"]
-            order += (bns if again else []) + bns[::-1]
+            if again:
+                order += [y for st in steps for y in bn_syncs(st, "fwd")]
+            order += [y for st in reversed(steps) for y in bn_syncs(st, "bwd")]
         self.bn_backward = order
-
-    @property
-    def recomputed_bn(self) -> list[tuple[str, int]]:
-        return [(st.node, st.layer.num_features) for steps, again in self.segments if again
-                for st in steps if st.op == "batchnorm"]
 
 
 def stage_plan(prog: Any, steps: list, recompute: Any, keep: set[str]) -> StagePlan:

@@ -52,7 +52,7 @@ from ..nn.train_exec import PassState, backward_iter, forward_iter, training_pro
 from ..ops.optim import get_optimizer, optimizer_step
 from .bsp import SystemDevice, SystemSuperstep
 from .bn_group import check_bn_group, stats_program, stats_tensor
-from .recompute import stage_plan
+from .recompute import bn_syncs, stage_plan
 from .collectives import all_reduce, concurrent
 from .spec import get_system
 from .training import _costs_from_network, estimate_training
@@ -262,24 +262,24 @@ def _plan(net: Any, x: Any, labels: Any, system: Any, replicas: Any, ipus_per_re
                         * by_name[n].fwd_cycles for n in names) for names in est.stages],
                    dev, N=check_bn_group(bn_group, R))
     setup.plans = [stage_plan(prog, steps, recompute, {net.outputs[0]}) for steps in stage_steps]
-    setup.bn_nodes = [[(st.node, st.layer.num_features) for st in steps if st.op == "batchnorm"]
-                      if setup.N > 1 else [] for steps in stage_steps]
+    setup.bn_nodes = [[y for st in steps for y in bn_syncs(st, "fwd")] if setup.N > 1 else []
+                      for steps in stage_steps]
     _allocate(setup, net)
-    setup.bn_cycles = [sum(_bn_program(setup, s, c)[1] for _, c in nodes)
+    setup.bn_cycles = [sum(_bn_program(setup, s, c, k)[1] for _, c, k in nodes)
                        for s, nodes in enumerate(setup.bn_nodes)]
-    setup.bn_bwd_cycles = [setup.bn_cycles[s] + (sum(_bn_program(setup, s, c)[1]
-                                                     for _, c in plan.recomputed_bn) if setup.N > 1 else 0)
-                           for s, plan in enumerate(setup.plans)]
+    setup.bn_bwd_cycles = [sum(_bn_program(setup, s, c, k)[1] for _, c, k in plan.bn_backward)
+                           if setup.N > 1 else 0 for s, plan in enumerate(setup.plans)]
     return setup, x, labels
 
 
-def _bn_program(su: _Setup, s: int, channels: int) -> tuple:
-    """(statistics tensor, concurrent group all-reduce program, its cycles) of stage s for
-    batch norms of ``channels`` channels (built once)."""
-    key = ("bn", s, channels)
+def _bn_program(su: _Setup, s: int, channels: int, per_channel: int = 2) -> tuple:
+    """(statistics tensor, its cycles, concurrent group all-reduce program) of stage s for
+    batch norms of ``channels`` channels, ``per_channel`` values each (built once)."""
+    key = ("bn", s, channels, per_channel)
     hit = su.programs.get(key)
     if hit is None:
-        t = stats_tensor(su.dev, f"bn{s}_{channels}", channels, [su.ipu(k, s) for k in range(su.R)])
+        t = stats_tensor(su.dev, f"bn{s}_{channels}_{per_channel}", channels,
+                         [su.ipu(k, s) for k in range(su.R)], per_channel)
         prog = stats_program(su.dev, t, su.R, su.P, su.N, s, f"bn all-reduce stage {s}")
         hit = su.programs[key] = (t, su.dev.run(prog, "estimate").total_cycles, prog)
     return hit
@@ -407,15 +407,15 @@ def _lockstep(su: _Setup, s: int, gens: dict, order: list) -> tuple[dict, int]:
 
     cur = {k: advance(k, g) for k, g in gens.items()}
     cycles = 0
-    for node, channels in order:
-        t, _, prog = _bn_program(su, s, channels)
+    for node, channels, per in order:
+        t, _, prog = _bn_program(su, s, channels, per)
         for k, (st, got) in cur.items():
             assert got == node, (got, node)
             su.dev.write(t, su.ipu(k, s), st.env.bn_sums[node].reshape(-1))
         cycles += su.dev.run(prog).total_cycles
         for k, (st, _) in cur.items():
             ipu = su.ipu(k, s)
-            st.env.bn_reduced[node] = su.dev.devices[ipu].read(t.on(ipu)).reshape(channels, 2)
+            st.env.bn_reduced[node] = su.dev.devices[ipu].read(t.on(ipu)).reshape(channels, per)
         cur = {k: advance(k, g) for k, g in gens.items()}
     return out, cycles
 

@@ -43,10 +43,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..dtypes import DTYPES, canonical_dtype
-from .bn_group import bn_all_reduce_cycles, check_bn_group
+from .bn_group import check_bn_group, layer_cycles
 from .collectives import concurrent_seconds
 from .spec import System, SystemConfigError, get_system
-from .stage_memory import TileMemory
+from .stage_memory import tile_memory
 
 __all__ = ["LayerCost", "TrainingEstimate", "StageMemoryError", "estimate_training", "OPTIMIZER_WORDS",
            "OPTIMIZER_STATE_WORDS"]
@@ -83,6 +83,8 @@ class LayerCost:
     #: 1 if the layer's forward runs again before its backward (a recomputed checkpoint
     #: segment; its rows are in ``fwd_cycles``): its batch-norm group all-reduce runs again
     recomputed: int = 0
+    #: 1 for a batch norm with PopLibs' stable statistics (two forward all-reduces of C values)
+    bn_stable: int = 0
 
 
 @dataclass
@@ -146,7 +148,8 @@ def _memory_cell(r: dict) -> str:
 def _no_fit(s: int, names: list[str], mem: dict, chip) -> str:
     """The one-line StageMemoryError message of stage s."""
     what = f"pipeline stage {s} ({names[0]} .. {names[-1]}) on IPU {s} needs "
-    fix = "; recompute, a smaller micro-batch or more IPUs per replica would lower it"
+    fix = ("; recompute, a smaller micro-batch or more IPUs per replica would lower it "
+           "(allow_overflow=True, CLI --allow-overflow, estimates anyway)")
     if "peak_tile_bytes" in mem:
         return (what + f"{mem['peak_tile_bytes']:,} B > budget {mem['tile_bytes']:,} B on tile "
                 f"{mem['busiest_tile']} at {mem['busiest_step']!r} (per-tile liveness, "
@@ -246,10 +249,16 @@ def _auto(costs: list[LayerCost], n_stages: int, fits, stage_cycles) -> list[lis
 
 def _layer_cycles(c: LayerCost, recompute: bool, bn: int) -> int:
     """One micro-batch of layer ``c`` on its stage: forward (twice with stage
-    recomputation), backward, weight update, and its batch norm's group all-reduces (``bn``
-    cycles each: forward, backward and the recomputed forward)."""
-    return (c.fwd_cycles * (1 + recompute) + c.bwd_cycles + c.wu_cycles
-            + ((2 + (recompute or bool(c.recomputed))) * bn if c.bn_channels else 0))
+    recomputation), backward, weight update, and ``bn``, its batch norm's group all-reduces."""
+    return c.fwd_cycles * (1 + recompute) + c.bwd_cycles + c.wu_cycles + bn
+
+
+def _bn_cycles(system, reps: int, ipr: int, group: int, s: int, c: LayerCost, recompute: bool) -> int:
+    """Layer ``c``'s batch-norm group all-reduces per micro-batch on stage s (0: none)."""
+    if not c.bn_channels or group <= 1:
+        return 0
+    return layer_cycles(system, reps, ipr, group, s, c.bn_channels, bool(c.bn_stable),
+                        recompute or bool(c.recomputed))
 
 
 def _costs_from_network(net: Any, micro_batch: int, chip: Any, dtype: str, partials: Any,
@@ -292,7 +301,8 @@ def _costs_from_network(net: Any, micro_batch: int, chip: Any, dtype: str, parti
                              stash_bytes=sum(math.prod(shapes[i]) for i in stashed[name]) * item,
                              out_bytes=math.prod(shapes[name]) * item,
                              bn_channels=_layer.num_features if _layer.op == "batchnorm" else 0,
-                             recomputed=int(name in again)))
+                             recomputed=int(name in again),
+                             bn_stable=int(bool(getattr(_layer, "stable", False)))))
     return out
 
 
@@ -335,7 +345,7 @@ def _check_costs(costs: Any) -> list[LayerCost]:
         raise ValueError("costs name a layer twice")
     for c in costs:
         for f in ("fwd_cycles", "bwd_cycles", "wu_cycles", "n_params", "stash_bytes", "out_bytes",
-                  "work_bytes", "bn_channels", "recomputed"):
+                  "work_bytes", "bn_channels", "recomputed", "bn_stable"):
             v = getattr(c, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"LayerCost {c.name!r}: {f} must be an int >= 0, got {v!r}")
@@ -430,7 +440,7 @@ def estimate_training(net: Any = None, system: System | str = "POD16", *, micro_
     names = [c.name for c in costs]
     tiles = None
     if net is not None and names == [n for n, _ in net.layers]:
-        tiles = TileMemory(net, mb, chip, dt, partials, checkpoints, recompute, m,
+        tiles = tile_memory(net, mb, chip, dt, partials, checkpoints, recompute, m,
                             0 if optimizer_state == "streaming" else state_words, shard, ipr)
 
     def memory(s: int, i: int, j: int) -> dict:
@@ -448,8 +458,7 @@ def estimate_training(net: Any = None, system: System | str = "POD16", *, micro_
     stages = _split(names, pipeline, ipr)
     if stages is None:
         def stage_cycles(s: int) -> list[int]:
-            return [_layer_cycles(c, recompute, bn_all_reduce_cycles(system, reps, ipr, bn_group, s,
-                                                                     c.bn_channels) if c.bn_channels else 0)
+            return [_layer_cycles(c, recompute, _bn_cycles(system, reps, ipr, bn_group, s, c, recompute))
                     for c in costs]
         try:
             stages = _auto_fitting(costs, ipr, memory, stage_cycles, tiles is not None)
@@ -508,9 +517,7 @@ def _compose(system, costs, stages, reps, ipr, mb, m, item, recompute, optimizer
         p = sum(c.n_params for c in layers)
         # group statistics: forward and backward all-reduce per batch norm (recomputation
         # re-runs the forward's, as PopLibs' recomputed forward does)
-        bn = sum((2 + (recompute or bool(c.recomputed)))
-                 * bn_all_reduce_cycles(system, reps, ipr, bn_group, s, c.bn_channels)
-                 for c in layers if c.bn_channels) if bn_group > 1 else 0
+        bn = sum(_bn_cycles(system, reps, ipr, bn_group, s, c, recompute) for c in layers)
         rows.append({"stage": s, "layers": names, "compute_mb_s": (fwd + bwd) / clock, "links_s": links,
                      "bn_mb_s": bn / clock, "params": p, "memory": mem})
     sync_s = 2 * system.sync_cycles(ipr) / clock if ipr > 1 else 0.0

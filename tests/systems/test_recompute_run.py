@@ -38,7 +38,7 @@ def test_stage_plan_by_hand(net):
     assert [([st.node for st in s], again) for s, again in ck.segments] == [
         (["conv1", "bn1", "relu1"], True), ([st.node for st in steps[3:]], False)]
     # batch-norm sync points in the backward: the recomputed forward's, then the backward's
-    assert ck.bn_backward == [("bn1", 8), ("bn1", 8)] and ck.recomputed_bn == [("bn1", 8)]
+    assert ck.bn_backward == [("bn1", 8, 2), ("bn1", 8, 2)]
     assert stage_plan(prog, steps, None, {"loss"}).drop == set()
 
 

@@ -50,6 +50,11 @@ def run(comm=None) -> dict:
                                  pipeline=pipe, optimizer=ik.Optimizer("sgd_momentum", lr=0.05),
                                  comm=comm, bn_replica_group=bn, recompute=rc)
         out[label] = digest(r)
+    # PopLibs' stable batch-norm statistics: two forward group all-reduces per batch norm
+    stable = tiny_cnn(bn=True, bn_stable=True)
+    r = ik.run_training_step(stable, x[:8], labels[:8], params, system=SYSTEM, replicas=4,
+                             optimizer=ik.Optimizer("sgd_momentum", lr=0.05), comm=comm, bn_replica_group=2)
+    out["dp4_bn2_stable"] = digest(r)
     return out
 
 
