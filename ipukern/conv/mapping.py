@@ -21,19 +21,22 @@ import numpy as np
 from .layout import TileGeometry, _owner_bounds, input_owners
 
 __all__ = ["ColumnSplitMapping", "MappingSummary", "channel_tile_pairs", "column_split_input",
-           "column_split_output", "input_summary", "output_summary", "periodic_starts", "record_summary"]
+           "column_split_output", "input_summary", "output_summary", "periodic_starts", "record_summary",
+           "runs_per_tile"]
 
 
 @dataclass(frozen=True, eq=False)
 class MappingSummary:
     """What a column-split builder knows about a view without listing its intervals:
     elements per plan tile, its interval starts (every ``r * period + x`` for x in
-    ``phases``) and, for an NCHW output, its sorted distinct ``channel * n_tiles + tile``
-    pairs (``channel_tiles``, else None)."""
+    ``phases``), its intervals per plan tile (``runs_per_tile``; each lies inside one
+    aligned period) and, for an NCHW output, its sorted distinct ``channel * n_tiles +
+    tile`` pairs (``channel_tiles``, else None)."""
 
     per_tile: np.ndarray
     period: int
     phases: np.ndarray
+    runs_per_tile: np.ndarray
     channel_tiles: np.ndarray | None = None
 
 
@@ -80,7 +83,13 @@ def input_summary(geo: TileGeometry) -> MappingSummary | None:
                                  n_own), axis=1)
     per_tile = np.zeros(geo.n_tiles, np.int64)
     per_tile[blocks[:, None] + np.arange(n_own)] = runs * (geo.cc1 - geo.cc0)[blocks, None]
-    return MappingSummary(per_tile, W, cc0[width > 0])
+    return MappingSummary(per_tile, W, cc0[width > 0], _runs(per_tile, geo.cc1 - geo.cc0))
+
+
+def _runs(per_tile: np.ndarray, width: np.ndarray) -> np.ndarray:
+    """Intervals per tile of a column-split view: every interval of a tile is one row
+    piece of its column block's ``width`` elements."""
+    return np.where(width > 0, per_tile // np.maximum(width, 1), 0)
 
 
 def column_split_input(geo: TileGeometry, win_off: np.ndarray, itemsize: int
@@ -154,7 +163,8 @@ def output_summary(geo: TileGeometry, n_tiles: int) -> MappingSummary | None:
              + (np.arange(Bs) * (Rows * Cols * Os))[:, None, None] + (np.arange(Rows) * (Cols * Os))[:, None]
              + np.arange(Cols) * Os)
     xs0, = _along(geo, 4, geo.x0)
-    return MappingSummary(geo.output_elems(), p.out_w, xs0, pairs.ravel())
+    per_tile = geo.output_elems()
+    return MappingSummary(per_tile, p.out_w, xs0, _runs(per_tile, geo.x1 - geo.x0), pairs.ravel())
 
 
 def _out_channel_blocks(geo: TileGeometry) -> tuple[np.ndarray, np.ndarray]:
@@ -235,13 +245,25 @@ def channel_tile_pairs(mapping, channels: int, inner: int, n_tiles: int) -> np.n
     return got[1] if got is not None and got[0] == (channels, inner, n_tiles) else None
 
 
+def runs_per_tile(mapping, n_tiles: int) -> tuple[int, np.ndarray] | None:
+    """``(period, intervals per tile)`` when a column-split builder recorded them for
+    ``n_tiles`` tiles (every interval then lies inside one aligned ``period`` of elements);
+    None if unknown. Lets a per-interval count be taken without listing the intervals."""
+    got = mapping.__dict__.get("_runs_per_tile")
+    return got[1:] if got is not None and got[0] == n_tiles else None
+
+
 def record_summary(mapping, summary: MappingSummary, shape, n_tiles: int) -> None:
-    """Attach what ``summary`` knows to ``mapping`` (per-tile counts for ``n_tiles``
-    tiles, periodic starts, and an NCHW ``shape``'s channel-tile pairs), where
-    :func:`periodic_starts`, :func:`channel_tile_pairs` and ``elems_per_tile`` find it."""
+    """Attach what ``summary`` knows to ``mapping`` (per-tile counts and intervals for
+    ``n_tiles`` tiles, periodic starts, and an NCHW ``shape``'s channel-tile pairs), where
+    :func:`periodic_starts`, :func:`runs_per_tile`, :func:`channel_tile_pairs` and
+    ``elems_per_tile`` find it."""
     per_tile = np.zeros(n_tiles, np.int64)
     per_tile[:summary.per_tile.size] = summary.per_tile
     mapping.__dict__["_per_tile"] = {n_tiles: per_tile}
+    runs = np.zeros(n_tiles, np.int64)
+    runs[:summary.runs_per_tile.size] = summary.runs_per_tile
+    mapping.__dict__["_runs_per_tile"] = (n_tiles, summary.period, runs)
     mapping.__dict__["_periodic_starts"] = (summary.period, summary.phases)
     if summary.channel_tiles is not None:
         mapping.__dict__["_channel_tiles"] = ((shape[1], shape[2] * shape[3], n_tiles),

@@ -147,15 +147,17 @@ class Exchange:
             raise ExchangeError(f"{name}: copy table columns differ in length "
                                 f"({st.size}, {so.size}, {dt.size}, {do.size}, {n})")
         row = machine.tile_bytes if row_bytes is None else int(row_bytes)
-        self._validate(st, so, dt, do, nb, row)
+        # destination order of the copies of positive size (locality of writes on the
+        # host), found by the validation
+        order = self._validate(st, so, dt, do, nb, row)
         try:
             bus = np.broadcast_to(np.asarray(shared_bus, dtype=bool), (n,))
         except ValueError:
             raise ExchangeError(f"{name}: shared_bus must be one bool or one per copy ({n}), "
                                 f"got shape {np.shape(shared_bus)}") from None
         keep = nb > 0
-        st, so, dt, do, nb, bus = st[keep], so[keep], dt[keep], do[keep], nb[keep], bus[keep]
-        order = np.lexsort((do, dt))  # destination order: locality of writes on the host
+        if not keep.all():
+            st, so, dt, do, nb, bus = st[keep], so[keep], dt[keep], do[keep], nb[keep], bus[keep]
         self.src_tile = st[order].astype(np.int32)
         self.src_offset = so[order]
         self.dst_tile = dt[order].astype(np.int32)
@@ -171,7 +173,10 @@ class Exchange:
         self._bounds: dict[int, np.ndarray] = {}
 
     # ------------------------------------------------------------------ validation
-    def _validate(self, st, so, dt, do, nb, row) -> None:
+    def _validate(self, st, so, dt, do, nb, row) -> np.ndarray:
+        """Check the table; return the destination order (by tile, then offset) of its
+        copies of positive size. The bounds are checked first, so ``tile * row + offset``
+        orders them (one stable sort, not a two-key lexsort)."""
         nt = self.machine.n_tiles
         name = self.name
         if (nb < 0).any():
@@ -191,11 +196,13 @@ class Exchange:
                                     f"{int(off[i]) + int(nb[i])}) fall outside the tile's {row} B")
         keep = nb > 0
         if not keep.any():
-            return
-        st, so, dt, do, nb = st[keep], so[keep], dt[keep], do[keep], nb[keep]
+            return np.zeros(0, np.int64)
+        if not keep.all():
+            st, so, dt, do, nb = st[keep], so[keep], dt[keep], do[keep], nb[keep]
         idx_all = np.flatnonzero(keep)
         # two copies writing the same bytes: the fabric has no defined winner
-        o = np.lexsort((do, dt))
+        d_start = dt * row + do
+        o = np.argsort(d_start, kind="stable")
         j = _first_overlap(dt[o], do[o], do[o] + nb[o], row)
         if j >= 0:
             a, b = idx_all[o[j - 1]], idx_all[o[j]]
@@ -203,12 +210,11 @@ class Exchange:
                                 f"writes [{int(do[o[j]])}, {int(do[o[j]] + nb[o[j]])}) which another "
                                 f"copy (e.g. {a}) also writes")
         # a destination overlapping a source: result would depend on the copy order
-        so_sorted = np.lexsort((so, st))
-        s_tile, s_start, s_end = st[so_sorted], so[so_sorted], so[so_sorted] + nb[so_sorted]
-        s_key_start = s_tile * row + s_start
-        s_run_end = np.maximum.accumulate(s_tile * row + s_end)
-        d_start = dt * row + do
-        d_end = dt * row + do + nb
+        s_key = st * row + so
+        so_sorted = np.argsort(s_key, kind="stable")
+        s_key_start = s_key[so_sorted]
+        s_run_end = np.maximum.accumulate(s_key_start + nb[so_sorted])
+        d_end = d_start + nb
         pos = np.searchsorted(s_key_start, d_end, side="left") - 1
         hit = (pos >= 0) & (s_run_end[np.maximum(pos, 0)] > d_start)
         if hit.any():
@@ -216,6 +222,7 @@ class Exchange:
             raise ExchangeError(f"{name}: copy {idx_all[i]} writes tile {int(dt[i])} bytes "
                                 f"[{int(do[i])}, {int(do[i] + nb[i])}) that this exchange also "
                                 f"reads; split it into two exchanges")
+        return o
 
     # ------------------------------------------------------------------ cost
     def _cost(self) -> None:

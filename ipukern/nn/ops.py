@@ -132,12 +132,19 @@ def param_memory(machine: MachineSpec, layout: Layout, channels: int, inner: int
     copy of the entries its elements use (a temporary). Copying the whole vectors to every
     tile and keeping them would hold a 26,560-channel ResNet-50's batch-norm parameters
     (or BERT's position table) once per tile."""
+    from ..conv.mapping import runs_per_tile
     nt = machine.n_tiles
     m = layout.mapping
     isz = layout.itemsize
-    first = m.start // inner
-    last = (m.start + m.count - 1) // inner
-    used = np.bincount(m.tile, weights=np.minimum(last - first + 1, channels), minlength=nt)
+    runs = runs_per_tile(m, nt)
+    if runs is not None and inner % runs[0] == 0:
+        # each interval lies inside one aligned period, so inside one channel's block: it
+        # uses one entry (a column-split conv's output, counted without listing it)
+        used = runs[1]
+    else:
+        first = m.start // inner
+        last = (m.start + m.count - 1) // inner
+        used = np.bincount(m.tile, weights=np.minimum(last - first + 1, channels), minlength=nt)
     copies = vectors * np.minimum(used.astype(np.int64), channels) * isz
     return linear_param_bytes(machine, vectors * channels, isz), copies
 

@@ -8,9 +8,10 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 from ipukern.conv import build
 from ipukern.conv.build import build_conv_program
 from ipukern.conv.layout import Split
-from ipukern.conv.mapping import channel_tile_pairs, periodic_starts
+from ipukern.conv.mapping import channel_tile_pairs, periodic_starts, runs_per_tile
 from ipukern.core.tensor import LazyTileMapping, TileMapping
 from ipukern.nn.layout import Layout, _count_segments, lazy_layout
+from ipukern.nn.ops import param_memory
 from ipukern.nn.tile_reduce import _pair_keys
 from ipukern.conv.estimators import candidate_methods
 from ipukern.conv.params import ConvParams
@@ -88,6 +89,17 @@ def _check_recorded(m, shape):
     if pairs is not None:
         np.testing.assert_array_equal(pairs, _pair_keys(Layout(shape, "float32", plain), C, inner,
                                                         GC200.n_tiles))
+    runs = runs_per_tile(m, GC200.n_tiles)
+    if runs is not None:
+        period, n_runs = runs
+        np.testing.assert_array_equal(n_runs, np.bincount(m.tile, minlength=GC200.n_tiles))
+        assert (m.start // period == (m.start + m.count - 1) // period).all()
+        # the per-channel parameter copies counted from them equal the count over intervals
+        for c, i in ((C, inner), (1, inner), (3, shape[3]), (2, 1)):
+            got = param_memory(GC200, Layout(shape, "float32", m), c, i, 2)
+            want = param_memory(GC200, Layout(shape, "float32", plain), c, i, 2)
+            for a, b in zip(got, want):
+                np.testing.assert_array_equal(a, b)
     per = periodic_starts(m)
     if per is None:
         return
