@@ -51,7 +51,7 @@ from .params import ConvParams
 
 __all__ = ["EXPAND_CANDIDATES", "expand_candidates", "expanded_params", "transform_estimate",
            "transform_copy_cycles", "source_boxes", "choose_plan", "plan_expanded",
-           "expanded_candidates"]
+           "expanded_candidates", "expanded_lower_bound"]
 
 #: expandDims subsets the planner tries ("w" alone would need transposed weights); a study
 #: can set it to () to plan without the transform (bench/zoo_transforms.py does)
@@ -206,16 +206,45 @@ def expanded_candidates(p: ConvParams, machine: MachineSpec, *, bias: bool = Fal
     return out
 
 
+def expanded_lower_bound(p: ConvParams, machine: MachineSpec, dims: str, bias: bool = False) -> int:
+    """A lower bound on :func:`plan_expanded`'s cycles for any split, without planning:
+    the expanded conv's MACs spread over every tile at the fastest candidate's peak rate
+    (the planner's own bound), two supersteps (exchange-in, one slice), and the transform's
+    copy of an even share of the expanded input plus its superstep. The busiest owner of
+    the largest window core writes at least that share: the cores partition the expanded
+    input over the blocks, each shared by at most out-chans owners."""
+    from .estimators import candidate_methods, direct_output_candidates
+    e = expanded_params(p, dims)
+    nt = machine.n_tiles
+    cands = candidate_methods(machine, e.dtype, e.partials, e.in_per_group, e.out_per_group,
+                              e.kernel_w, e.stride[1], n_groups=e.groups)
+    cands += direct_output_candidates(machine, e.dtype, e.partials, e.in_per_group,
+                                      e.kernel_h, e.kernel_w)
+    if not cands:
+        return 0
+    rate = max(c.macs_per_cycle_bound(machine) for c in cands)
+    conv = int(e.macs / (nt * rate))
+    share = e.batch * e.in_channels * e.in_h * e.in_w * e.itemsize // nt
+    return conv + 3 * machine.sync_cycles + int(transform_copy_cycles(machine, share, e))
+
+
 def choose_plan(p: ConvParams, machine: MachineSpec, direct, *, bias: bool = False,
                 method: str | None = None):
     """The cheapest of ``direct`` (the plan without expandDims, or the exception planning it
     raised) and the expandDims candidates of ``p`` (PopLibs tries every subset and keeps
     the cheapest plan, the transform's cost included). Fewer serial slices win first, as in
-    :func:`~.planner.plan_conv`; ties keep the direct plan."""
+    :func:`~.planner.plan_conv`; ties keep the direct plan. A candidate whose
+    :func:`expanded_lower_bound` cannot beat the best plan so far (without serial slices)
+    is not planned (not when ``planner.PRUNE`` is off): the choice is the same."""
     from ..core.memory import TileMemoryError
+    from .planner import PRUNE
     best = None if isinstance(direct, Exception) else direct
     n = best.n_candidates if best is not None else 0
     for dims in expand_candidates(p):
+        # a candidate can only replace a plan without serial slices by beating its cycles
+        if (PRUNE and best is not None and best.serial == 1
+                and expanded_lower_bound(p, machine, dims, bias) >= best.estimated_cycles):
+            continue
         try:
             cand = plan_expanded(p, machine, dims, bias=bias, method=method)
         except (ValueError, TileMemoryError):

@@ -107,7 +107,8 @@ class ConvPlan:
     breakdown : dict
         Planner estimate by category (exchange, compute, reduction, cast, bias, sync).
     n_candidates : int
-        Split vectors scored.
+        Split vectors scored (expandDims candidates pruned by their lower bound are not
+        scored). A statistic of the search: plans compare equal without it.
     expand_dims : str
         PopLibs' expandDims transform: "" (none), "h" (kernel rows folded into the input
         channels) or "hw" (both kernel dims: a 1x1 conv). When set, ``method``, ``split``
@@ -124,7 +125,7 @@ class ConvPlan:
     estimated_cycles: int
     estimated_bytes_per_tile: int
     breakdown: dict = field(default_factory=dict, compare=False)
-    n_candidates: int = 0
+    n_candidates: int = field(default=0, compare=False)
     expand_dims: str = ""
 
     @property
@@ -409,9 +410,12 @@ def _in_chan_splits(n_grains: int, T: int) -> np.ndarray:
 
 
 def clear_planner_caches() -> None:
-    """Forget the planner's memoised split axes (for cold timings; plans do not change)."""
+    """Forget the planner's memoised split axes and vertex candidates (for cold timings;
+    plans do not change)."""
+    from .estimators.candidates import _candidate_methods
     _splits.cache_clear()
     _in_chan_splits.cache_clear()
+    _candidate_methods.cache_clear()
 
 
 def in_chan_splits(n_grains: int, T: int) -> np.ndarray:

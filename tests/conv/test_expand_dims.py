@@ -211,3 +211,24 @@ def test_zoo_layers_that_gain_run_expanded_and_exactly(x, w, stride):
     run = ik.conv2d(xs, ws, stride=stride, padding=1)
     assert run.plan.expand_dims == "hw"
     check(xs, ws, run.output, "float16", stride=stride, padding=1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.sampled_from([1, 2, 16]), g=st.sampled_from([1, 2, 32]), cig=st.sampled_from([1, 3, 4, 16, 64]),
+       cog=st.sampled_from([1, 4, 64]), hw=st.sampled_from([7, 14, 56]), k=st.sampled_from([3, 5, 7]),
+       s=st.sampled_from([1, 2]), dims=st.sampled_from(["h", "hw"]),
+       dtype=st.sampled_from([("float16", "float32"), ("float16", "float16"), ("float32", "float32")]),
+       machine=st.sampled_from(["GC200", "GC200-64"]))
+def test_expanded_lower_bound_bounds_the_expanded_plan(n, g, cig, cog, hw, k, s, dims, dtype, machine):
+    """The bound choose_plan prunes expandDims candidates with is below their plan's cycles
+    (so the pruned choice equals the exhaustive one: tests/conv/test_planner_prune.py)."""
+    from ipukern.conv.expand import expanded_lower_bound, plan_expanded
+    from ipukern.core.memory import TileMemoryError
+    m = ik.GC200 if machine == "GC200" else ik.GC200.replace(n_tiles=64, name="GC200-64")
+    p = ConvParams.from_shapes((n, cig * g, hw, hw), (cog * g, cig, k, k), stride=s, padding=k // 2,
+                               groups=g, dtype=dtype[0], partials=dtype[1])
+    try:
+        plan = plan_expanded(p, m, dims)
+    except (ValueError, TileMemoryError):
+        return
+    assert expanded_lower_bound(p, m, dims) <= plan.estimated_cycles

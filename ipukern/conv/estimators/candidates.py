@@ -2,6 +2,8 @@
 combineConvGroups factors (``lib/poplin/ConvPlan.cpp``)."""
 from __future__ import annotations
 
+from functools import lru_cache
+
 from ...core.cost import ceil_div
 from ...core.tensor import split_candidates
 from ...dtypes import DTYPES, canonical_dtype
@@ -118,6 +120,22 @@ def candidate_methods(machine: MachineSpec, in_dtype: str, partials_dtype: str,
         Most promising first. Candidates may still be invalid for a particular tile split
         (SLIC: one channel group per tile; VMAC: one output channel per tile).
     """
+    args = (machine, in_dtype, partials_dtype, in_per_group, out_per_group, kernel_w, stride_w,
+            n_groups)
+    try:
+        hash(args)
+    except TypeError:           # bad arguments: validated (and refused) uncached
+        return list(_candidate_methods.__wrapped__(*args))
+    return list(_candidate_methods(*args))
+
+
+@lru_cache(maxsize=512)
+def _candidate_methods(machine: MachineSpec, in_dtype: str, partials_dtype: str,
+                       in_per_group: int, out_per_group: int, kernel_w: int, stride_w: int,
+                       n_groups: int) -> tuple[VertexMethod, ...]:
+    """:func:`candidate_methods`, memoised (every plan of a layer shape, its expandDims
+    variants and its training passes ask again). Cleared by
+    :func:`~ipukern.conv.planner.clear_planner_caches`."""
     dt, pt = canonical_dtype(in_dtype), canonical_dtype(partials_dtype)
     if dt == _FLOAT and pt == _HALF:
         raise ValueError("float32 inputs accumulate in float32; half partials are invalid")
@@ -159,7 +177,7 @@ def candidate_methods(machine: MachineSpec, in_dtype: str, partials_dtype: str,
         return (-m.macs_per_cycle_bound(machine) * (1 - padding), padding,
                 DTYPES[m.partials_dtype].itemsize)
 
-    return sorted(unique, key=rank)
+    return tuple(sorted(unique, key=rank))
 
 
 def direct_output_candidates(machine: MachineSpec, in_dtype: str, partials_dtype: str,
