@@ -412,10 +412,11 @@ def _in_chan_splits(n_grains: int, T: int) -> np.ndarray:
 def clear_planner_caches() -> None:
     """Forget the planner's memoised split axes and vertex candidates (for cold timings;
     plans do not change)."""
-    from .estimators.candidates import _candidate_methods
+    from .estimators.candidates import _candidate_methods, _method
     _splits.cache_clear()
     _in_chan_splits.cache_clear()
     _candidate_methods.cache_clear()
+    _method.cache_clear()
 
 
 def in_chan_splits(n_grains: int, T: int) -> np.ndarray:
@@ -545,7 +546,10 @@ def _new_split_vectors(p: ConvParams, cand: VertexMethod, fg: dict[str, Any], T:
     cn = cg * ci * co
     keep_c = cn <= T
     cg, ci, co, cn = cg[keep_c], ci[keep_c], co[keep_c], cn[keep_c]
-    pairs = _field_pairs(fg["n"], cn, T)
+    if "_by_n" not in fg:
+        order = np.argsort(fg["n"], kind="stable")
+        fg["_by_n"] = (order, fg["n"][order])
+    pairs = _field_pairs(fg["_by_n"], cn, T)
     if pairs is None:
         return None
     fi, chi = pairs
@@ -559,18 +563,18 @@ def _new_split_vectors(p: ConvParams, cand: VertexMethod, fg: dict[str, Any], T:
     return c
 
 
-def _field_pairs(n: np.ndarray, cn: np.ndarray, T: int
+def _field_pairs(by_n: tuple[np.ndarray, np.ndarray], cn: np.ndarray, T: int
                  ) -> tuple[np.ndarray, np.ndarray] | None:
     """The (field, channel) index pairs whose tiles ``n * cn`` fit the machine, in
     row-major order (field first), without those leaving more than half of the most
     tiles any pair uses idle (halving the busiest tile's work always beats them in
     practice, and skipping them keeps planning in milliseconds). None if no pair fits.
-    Found per channel split by bisection over the sorted field sizes, not by forming every
-    pair."""
+    Found per channel split by bisection over the sorted field sizes (``by_n``: the
+    stable order of the fields' tile counts ``n`` and ``n`` in it, shared by the methods
+    of a conv), not by forming every pair."""
     if not cn.size:
         return None
-    order = np.argsort(n, kind="stable")
-    ns = n[order]
+    order, ns = by_n
     hi = np.searchsorted(ns, T // cn, side="right")          # n * cn <= T below hi
     has = np.flatnonzero(hi > 0)
     if not has.size:
@@ -580,7 +584,7 @@ def _field_pairs(n: np.ndarray, cn: np.ndarray, T: int
     counts = np.maximum(hi - lo, 0)
     chi, k = expand(counts)
     fi = order[lo[chi] + k]
-    rank = np.lexsort((chi, fi))
+    rank = np.argsort(fi * cn.size + chi)     # distinct keys: the (field, channel) order
     return fi[rank], chi[rank]
 
 

@@ -50,6 +50,15 @@ def combine_group_factors(machine: MachineSpec, in_dtype: str, in_per_group: int
     return out
 
 
+@lru_cache(maxsize=4096)
+def _method(method: str, in_dtype: str, partials_dtype: str, cgpg: int, icpg: int, pcpg: int,
+            conv_units: int = 0, slic_chains: int = 0, combine_groups: int = 1) -> VertexMethod:
+    """A (frozen, validated) :class:`VertexMethod`, memoised: the candidate lists of every
+    conv repeat the same few dozen."""
+    return VertexMethod(method, in_dtype, partials_dtype, cgpg, icpg, pcpg,
+                        conv_units=conv_units, slic_chains=slic_chains, combine_groups=combine_groups)
+
+
 def _amp_candidates(machine: MachineSpec, in_dtype: str, partials_dtype: str,
                     combine: int) -> list[VertexMethod]:
     pt = partials_dtype
@@ -73,8 +82,7 @@ def _amp_candidates(machine: MachineSpec, in_dtype: str, partials_dtype: str,
             for pcpg in pcpg_modes:
                 if pcpg not in (units, used_weights) or pcpg % units:
                     continue
-                out.append(VertexMethod("AMP", in_dtype, pt, 1, icpg, pcpg,
-                                        conv_units=units, combine_groups=combine))
+                out.append(_method("AMP", in_dtype, pt, 1, icpg, pcpg, units, 0, combine))
     return out
 
 
@@ -154,16 +162,16 @@ def _candidate_methods(machine: MachineSpec, in_dtype: str, partials_dtype: str,
                                                 if slic_pt == _HALF and hh16 else [])
         for ch in chains:
             for cg, c in groupings:
-                found.append(VertexMethod("SLIC", dt, slic_pt, cg, c, c, slic_chains=ch))
+                found.append(_method("SLIC", dt, slic_pt, cg, c, c, 0, ch))
     # HMAC: every icpg (in grains) that lowers the number of in-groups, i.e. the smallest
     # icpg for each distinct ceil(Ci / icpg): O(sqrt(Ci)) of them, enumerated directly
     grain = 2 if half_in else 1
     n_grains = ceil_div(ci, grain)
     for s in split_candidates(n_grains, n_grains):
-        found.append(VertexMethod("HMAC", dt, pt, 1, int(s) * grain, 2 if pt == _HALF else 1))
+        found.append(_method("HMAC", dt, pt, 1, int(s) * grain, 2 if pt == _HALF else 1))
     if half_in:
         for cg in [machine.vector_elems(dt)] + ([8, 16] if pt == _HALF else []):
-            found.append(VertexMethod("VMAC", dt, pt, cg, 1, 1))
+            found.append(_method("VMAC", dt, pt, cg, 1, 1))
     for f in combine_group_factors(machine, dt, ci, n_groups):
         found.extend(_amp_candidates(machine, dt, pt, f))
 
