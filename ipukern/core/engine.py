@@ -74,7 +74,7 @@ class Device:
         per_tile = mapping.elems_per_tile(self.machine.n_tiles) * itemsize
         base = self.memory.alloc(name, per_tile, category)
         # within a tile, intervals are stored consecutively in element order
-        order = np.lexsort((mapping.start, mapping.tile))
+        order = _tile_order(mapping.tile, mapping.start, n)
         nbytes = mapping.count[order] * itemsize
         tiles = mapping.tile[order]
         csum = np.cumsum(nbytes) - nbytes
@@ -317,3 +317,12 @@ def run_program(program: Program, mode: str = "execute", *, device: Device | Non
                     step.exchange.run(data, n_threads)
     return Profile(program.machine, list(program.records), flops=flops, peak_flops=peak_flops,
                    label=program.label, memory_source=program.memory, info=dict(info or {}))
+
+
+def _tile_order(tile: np.ndarray, start: np.ndarray, n_elems: int) -> np.ndarray:
+    """``np.lexsort((start, tile))``: intervals by tile, then element start. Starts lie in
+    [0, n_elems), so one stable sort of ``tile * n_elems + start`` gives the same order
+    (about twice as fast) unless that key could overflow."""
+    if tile.size and int(tile.max()) < (1 << 62) // max(int(n_elems), 1):
+        return np.argsort(tile.astype(np.int64) * max(int(n_elems), 1) + start, kind="stable")
+    return np.lexsort((start, tile))
