@@ -29,6 +29,8 @@ def canonical_dtype(dtype: Any) -> str:
     Accepts NumPy dtypes and names, the aliases above, and torch dtypes (``torch.float16``,
     ``torch.float32``); ``torch.bfloat16`` and every other dtype are refused.
     """
+    if type(dtype) is str and (dtype == "float16" or dtype == "float32"):
+        return dtype                                 # canonical already: the hot path
     if type(dtype).__module__ == "torch":            # torch.dtype, without importing torch
         name = str(dtype).rpartition(".")[2]
         if name in ("float16", "half", "float32", "float"):
