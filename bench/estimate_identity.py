@@ -42,8 +42,11 @@ out = {}
 net = ik.models.resnet50()
 for tr in (False, True):
     out[("resnet50", tr)] = prof(ik.estimate_network(net, batch=16, training=tr, allow_overflow=True))
-e = ik.estimate_training(net, "POD64", micro_batch=20, gradient_accumulation=6, recompute=True)
-out["pod64"] = (e.step_seconds, e.breakdown, e.bottleneck, repr(e.info))
+try:
+    e = ik.estimate_training(net, "POD64", micro_batch=20, gradient_accumulation=6, recompute=True)
+    out["pod64"] = (e.step_seconds, e.breakdown, e.bottleneck, repr(e.info))
+except (ValueError, MemoryError) as err:    # e.g. a stage that does not fit: same error
+    out["pod64"] = (type(err).__name__, str(err))
 if sys.argv[2] != "quick":
     for m in ("mobilenet_v2", "efficientnet_b0", "resnext50_32x4d", "bert_base"):
         for tr in (False, True):
@@ -61,7 +64,10 @@ import ipukern as ik
 net = ik.models.resnet50()
 t, w = time.process_time(), time.perf_counter()
 if sys.argv[1] == "pod64":
-    ik.estimate_training(net, "POD64", micro_batch=20, gradient_accumulation=6, recompute=True)
+    try:
+        ik.estimate_training(net, "POD64", micro_batch=20, gradient_accumulation=6, recompute=True)
+    except (ValueError, MemoryError):
+        pass
 else:
     ik.estimate_network(net, batch=16, training=sys.argv[1] == "training", allow_overflow=True)
 print(time.process_time() - t, time.perf_counter() - w)
