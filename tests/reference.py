@@ -167,3 +167,23 @@ def conv2d_nchw(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1):
     if bias is not None:
         out += np.asarray(bias, dtype=np.float64)[None, :, None, None]
     return out
+
+
+def check_conv(x, w, out, dtype, bias=None, **kw) -> None:
+    """Assert a conv's output is within the tests' bounds of the float64 reference: fp32
+    ``|out - ref| <= 1e-5 * sum|x*w|``; fp16 with float partials ``<= 2^-11 * |ref| +
+    1e-6 * sum|x*w|`` (plus one more 2^-11 * sum|..| with a bias, added after rounding)."""
+    ref = conv2d_nchw(x, w, bias, **kw)
+    mag = conv2d_nchw(np.abs(x), np.abs(w), None if bias is None else np.abs(bias), **kw)
+    err = np.abs(out.astype(np.float64) - ref)
+    if dtype == "float32":
+        assert np.all(err <= 1e-5 * mag + 1e-30)
+    else:
+        assert np.all(err <= 2.0 ** -11 * np.abs(ref) + (1e-6 + (2.0 ** -11 if bias is not None else 0))
+                      * mag + 1e-7)
+
+
+def conv_operands(x_shape, w_shape, dtype, seed: int = 0):
+    """Standard-normal input, weights and bias of a conv (bias: one per out-channel)."""
+    rng = np.random.default_rng(seed)
+    return tuple(rng.standard_normal(s).astype(dtype) for s in (x_shape, w_shape, w_shape[:1]))

@@ -21,8 +21,8 @@ from ipukern.scaling import DEFAULT_BATCH, DEFAULT_LAYERS
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "default_layers.json"
 CPGS: tuple[int | str, ...] = (1, 4, 16, "dense")
-FIELDS = ("method", "expand_dims", "total_cycles", "compute_cycles", "sync_cycles", "exchange_cycles",
-          "bytes_exchanged", "by_category", "max_tile_bytes")
+FIELDS = ("method", "expand_dims", "kernel_split", "total_cycles", "compute_cycles", "sync_cycles",
+          "exchange_cycles", "bytes_exchanged", "by_category", "max_tile_bytes")
 
 
 def current() -> dict[str, dict]:
@@ -42,7 +42,8 @@ def current() -> dict[str, dict]:
                 out[f"{layer.name} N{batch} cpg{cpg}"] = {
                     "method": prof.info.get("method"),
                     "expand_dims": prof.info.get("expand_dims"),
-                    **{k: d[k] for k in FIELDS[2:7]},
+                    "kernel_split": prof.info.get("kernel_split"),
+                    **{k: d[k] for k in FIELDS[3:8]},
                     "by_category": {k: v["total"] for k, v in d["by_category"].items()},
                     "max_tile_bytes": d["memory"]["max_bytes"] if d["memory"] else None,
                 }

@@ -34,7 +34,7 @@ from ..core.vertices import sum_rows
 from ..dtypes import DTYPE_CODE, DTYPES
 from . import estimators
 from .codelet import ConvCodelet
-from .homes import spread_weight_copies, spread_weight_runs
+from .homes import kernel_block_runs, spread_weight_copies, spread_weight_runs
 from .estimators import TileConv, vertex_field
 from .layout import (MAX_INPUT_OWNERS, CopyTable, StridedCopies, TileGeometry, geometry,
                      owned_input_intervals, window_copies)
@@ -205,7 +205,7 @@ class _ConvBuffers:
 
     @property
     def R(self) -> int:
-        return self.plan.split.in_chans
+        return self.plan.split.reduction
 
     @property
     def need_partials(self) -> bool:
@@ -238,12 +238,12 @@ class _ConvBuffers:
 def _slices(plan: ConvPlan, geo: TileGeometry) -> dict[str, np.ndarray]:
     """Serial slices of each tile's out-chans (ks[t, j] .. ks[t, j + 1]) and reduction chunks."""
     p = plan.params
-    S, R, og = plan.serial, plan.split.in_chans, plan.split.out_grain
+    S, R, og = plan.serial, plan.split.reduction, plan.split.out_grain
     n_grains = -(-geo.K // og)
     ks = np.minimum((np.arange(S + 1)[None, :] * n_grains[:, None]) // S * og, geo.K[:, None])
     Kj = np.diff(ks, axis=1)
     out_j = (geo.B * geo.G)[:, None] * Kj * (geo.OR * geo.OC)[:, None]
-    wj_elems = geo.G[:, None] * Kj * (geo.C * p.kernel_h * p.kernel_w)[:, None]
+    wj_elems = geo.G[:, None] * Kj * (geo.C * geo.KH * p.kernel_w)[:, None]
     stages = reduce_stages(R) if R > 1 else ()
     # the range each tile holds after each stage, largest over the slices
     stage_stride = [np.zeros(geo.n_tiles, np.int64)]
@@ -259,7 +259,7 @@ def _allocate(dev: Device, plan: ConvPlan, geo: TileGeometry) -> _ConvBuffers:
     """Allocate every conv buffer on ``dev`` (one allocation each, see the module docstring)."""
     p = plan.params
     s = plan.split
-    T, S, R = geo.n_tiles, plan.serial, s.in_chans
+    T, S, R = geo.n_tiles, plan.serial, s.reduction
     isz, psz = DTYPES[p.dtype].itemsize, DTYPES[p.partials].itemsize
     sl = _slices(plan, geo)
     reduce_needed = R > 1
@@ -333,8 +333,11 @@ def build_conv_program(plan: ConvPlan, device: Device | None = None, *,
     finishing = buf.need_partials or plan.bias
     if vertex is not None:
         _check_custom_vertex(plan, geo, buf.conv_out_dtype)
-    codelet = ConvCodelet((p.kernel_h, p.kernel_w), p.stride, p.dilation, p.dtype,
-                          buf.conv_out_dtype, name=f"conv<{p.dtype}->{buf.conv_out_dtype}>")
+    # one codelet per kernel-block height (a kernel split into uneven blocks has two)
+    codelets = {int(kh): ConvCodelet((int(kh), p.kernel_w), p.stride, p.dilation, p.dtype,
+                                     buf.conv_out_dtype, name=f"conv<{p.dtype}->{buf.conv_out_dtype}>"
+                                     + (f" {kh}x{p.kernel_w} kernel block" if kh != p.kernel_h else ""))
+                for kh in np.unique(geo.KH)}
 
     first = [window_copies(geo, buf.win_off, buf.isz), _weight_copies(buf, 0)]
     if plan.bias:
@@ -349,7 +352,7 @@ def build_conv_program(plan: ConvPlan, device: Device | None = None, *,
                                           shared_bus))]
     n_st = len(buf.stages)
     for j in range(S):
-        batches = [_conv_batch(buf, j, codelet, vertex)]
+        batches = _conv_batches(buf, j, codelets, vertex)
         if j >= 1 and finishing:
             batches += _finish_batches(buf, j - 1)
         tabs = ([_weight_copies(buf, j + 1)] if j + 1 < S else []) + (
@@ -465,7 +468,7 @@ def _stage_sum(buf: _ConvBuffers, j: int, s: int) -> VertexBatch:
 def _bias_owner(buf: _ConvBuffers) -> np.ndarray:
     """The (in-chan 0, first batch/row/col) tile of each (group, out-chan) block."""
     s, geo = buf.plan.split, buf.geo
-    return ((geo.gi * s.in_chans) * s.batch * s.rows * s.cols) * s.out_chans + geo.oi
+    return ((geo.gi * s.reduction) * s.batch * s.rows * s.cols) * s.out_chans + geo.oi
 
 
 def _bias_copies(buf: _ConvBuffers) -> CopyTable:
@@ -490,11 +493,21 @@ def _conv_dst(buf: _ConvBuffers, j: int, t: np.ndarray) -> np.ndarray:
     return buf.out_off[t] + buf.out_starts[t, j] * buf.isz
 
 
-def _conv_batch(buf: _ConvBuffers, j: int, codelet: ConvCodelet, vertex: Any) -> VertexBatch:
-    """Slice j's conv vertex on every tile with out-chans in it (or the user's vertex)."""
+def _conv_batches(buf: _ConvBuffers, j: int, codelets: dict[int, ConvCodelet],
+                  vertex: Any) -> list[VertexBatch]:
+    """Slice j's conv vertex on every tile with out-chans in it (or the user's vertex):
+    one batch per kernel-block height."""
+    geo = buf.geo
+    has = buf.Kj[:, j] > 0
+    return [_conv_batch(buf, j, np.flatnonzero(has & (geo.KH == kh)), codelet, vertex)
+            for kh, codelet in codelets.items()]
+
+
+def _conv_batch(buf: _ConvBuffers, j: int, t: np.ndarray, codelet: ConvCodelet,
+                vertex: Any) -> VertexBatch:
+    """Slice j's conv vertex on tiles ``t`` (one kernel-block height)."""
     geo, m = buf.geo, buf.plan.machine
     Kj = buf.Kj[:, j]
-    t = np.flatnonzero(Kj > 0)
     dst = _conv_dst(buf, j, t)
     if vertex is not None:
         views = [ArgViews("a", "float32", buf.w_off[t], np.stack([Kj[t], geo.C[t]], axis=1)),
@@ -573,11 +586,12 @@ def _conv_cycles(plan: ConvPlan, geo: TileGeometry, t: np.ndarray, K: np.ndarray
     vb, vh, vw = vertex_field(p, geo.B[t], geo.OR[t], geo.OC[t])
     cyc = estimators.conv_vertex_cycles_array(m, plan.method, conv_groups=geo.G[t],
                                             in_chans=geo.C[t], out_chans=K, batch=vb,
-                                            out_h=vh, out_w=vw, kernel_h=p.kernel_h,
+                                            out_h=vh, out_w=vw, kernel_h=geo.KH[t],
                                             kernel_w=p.kernel_w, stride=p.stride)
     i = int(np.argmax(cyc))
     tile = TileConv(conv_groups=int(geo.G[t][i]), in_chans=int(geo.C[t][i]), out_chans=int(K[i]),
-                    batch=int(vb[i]), out_h=int(vh[i]), out_w=int(vw[i]), kernel_h=p.kernel_h,
+                    batch=int(vb[i]), out_h=int(vh[i]), out_w=int(vw[i]),
+                    kernel_h=int(geo.KH[t][i]),
                     kernel_w=p.kernel_w, stride=p.stride)
     vc = estimators.conv_vertex_cycles(m, plan.method, tile)
     return cyc, f"{plan.method.label()}: {vc.why}"
@@ -621,8 +635,8 @@ def _weight_tensor(dev: Device, buf: _ConvBuffers, shape: tuple | None = None) -
     S = plan.serial
     kk = p.kernel_h * p.kernel_w
     leaders = np.flatnonzero(buf.group_leader == np.arange(geo.n_tiles))
-    tiles, starts, counts, offs = [], [], [], []
-    slice_stride = (geo.G[:, None] * Kj * (geo.C * kk)[:, None]).max(axis=1) * isz
+    tiles, starts, counts, offs, leads = [], [], [], [], []
+    slice_stride = buf.wj_elems.max(axis=1) * isz
     for j in range(S):
         st = leaders + (j % M) * Os
         base = buf.store_off[st] + (j // M) * slice_stride[st] if S > 1 else buf.w_off[st]
@@ -641,9 +655,11 @@ def _weight_tensor(dev: Device, buf: _ConvBuffers, shape: tuple | None = None) -
         tiles.append(st[li])
         starts.append((co * p.in_per_group + geo.c0[L]) * kk)
         counts.append(np.where(whole[li], K_ * run, run))
-        offs.append(base[li] + (g_l * K_ + k_l) * run * isz)
-    return dev.add_tensor_view("w", shape or p.weight_shape, p.dtype, _cat(tiles), _cat(starts),
-                               _cat(counts), _cat(offs))
+        offs.append(base[li] + (g_l * K_ + k_l) * (geo.C[L] * geo.KH[L] * p.kernel_w) * isz)
+        leads.append(L)
+    runs = kernel_block_runs(geo, _cat(leads), _cat(tiles), _cat(starts), _cat(counts),
+                             _cat(offs), isz)
+    return dev.add_tensor_view("w", shape or p.weight_shape, p.dtype, *runs)
 
 
 def _output_tensor(dev: Device, buf: _ConvBuffers) -> TileTensor:
@@ -656,7 +672,7 @@ def _output_tensor(dev: Device, buf: _ConvBuffers) -> TileTensor:
     if cols is not None:
         return _unchecked_view(dev, "y", p.output_shape, p.dtype, cols)
     T = geo.n_tiles
-    R = plan.split.in_chans
+    R = plan.split.reduction
     full_rows = geo.OC == p.out_w
     tiles, starts, counts, offs = [], [], [], []
     # with R > 1 all in-chan tiles of a block describe the same outputs: use in-chan 0's

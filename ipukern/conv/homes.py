@@ -31,7 +31,8 @@ import numpy as np
 from ..core.tensor import expand
 from .layout import CopyTable
 
-__all__ = ["MIN_HOME_BYTES", "home_pieces", "spread_weight_copies", "spread_weight_runs"]
+__all__ = ["MIN_HOME_BYTES", "home_pieces", "kernel_block_runs", "spread_weight_copies",
+           "spread_weight_runs"]
 
 #: PopLibs mapActivationsOrWeights: ``minBytesPerTile = isActs ? 128 : 256`` (weights)
 MIN_HOME_BYTES = 256
@@ -47,7 +48,7 @@ def home_pieces(buf: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     geo = buf.geo
     p = buf.plan.params
     n_runs = geo.G * buf.Kj[:, 0]
-    run_bytes = geo.C * (p.kernel_h * p.kernel_w) * buf.isz
+    run_bytes = geo.C * (geo.KH * p.kernel_w) * buf.isz
     min_runs = np.maximum(1, -(-MIN_HOME_BYTES // np.maximum(run_bytes, 1)))
     pieces = np.minimum(buf.M, -(-n_runs // min_runs))
     return n_runs, run_bytes, pieces
@@ -85,7 +86,25 @@ def spread_weight_runs(buf: Any) -> tuple[np.ndarray, ...]:
     start = (co * p.in_per_group + geo.c0[L]) * kk
     count = geo.C[L] * kk
     off = buf.w_off[tile] + r * run_bytes[L]
-    return _merge_runs(tile, start, count, off, buf.isz)
+    return _merge_runs(*kernel_block_runs(geo, L, tile, start, count, off, buf.isz), buf.isz)
+
+
+def kernel_block_runs(geo: Any, block: np.ndarray, tile: np.ndarray, start: np.ndarray,
+                      count: np.ndarray, off: np.ndarray, isz: int) -> tuple[np.ndarray, ...]:
+    """Weight intervals of a kernel-split plan. Each given interval covers whole
+    (out-chan, in-chan) pairs of the weight tensor (``count`` a multiple of kh x kw from a
+    pair's first element ``start``), whose kernel-row block (that of tile ``block``) lies
+    in the buffer from byte ``off``, ``KH x kw`` elements per pair. Without a kernel
+    split they are returned as they are; with one, cut into one interval per pair, its
+    block's rows."""
+    p = geo.params
+    if geo.split.kernel_rows == 1:
+        return tile, start, count, off
+    kk = p.kernel_h * p.kernel_w
+    i, n = expand(count // kk)
+    b = block[i]
+    per = geo.KH[b] * p.kernel_w
+    return tile[i], start[i] + n * kk + geo.kr0[b] * p.kernel_w, per, off[i] + n * per * isz
 
 
 def _merge_runs(tile, start, count, off, isz: int) -> tuple[np.ndarray, ...]:

@@ -50,8 +50,14 @@ MAX_INPUT_OWNERS = 4
 @dataclass(frozen=True)
 class Split:
     """Parallel split of the conv over tiles; tile index order (outermost first):
-    group, in-chan, batch, rows, cols, out-chan (out-chan innermost, so the tiles that
-    share an input window are neighbours and pairs of them share an exchange bus)."""
+    group, reduction (in-chan block x kernel-row block, the kernel block innermost), batch,
+    rows, cols, out-chan (out-chan innermost, so the tiles that share an input window are
+    neighbours and pairs of them share an exchange bus).
+
+    ``kernel_rows`` is PopLibs' kernel split along the kernel's rows (``kernelSplit[0]``):
+    each tile convolves a block of kernel rows, and the partial sums of the
+    ``in_chans x kernel_rows`` tiles of an output block are reduced like an in-channel
+    split (the reduction depth is their product)."""
 
     groups: int = 1
     in_chans: int = 1
@@ -59,6 +65,8 @@ class Split:
     rows: int = 1
     cols: int = 1
     out_chans: int = 1
+    #: kernel-row blocks (PopLibs' kernelSplit along the kernel height)
+    kernel_rows: int = 1
     #: grains: conv groups per group-block, in-chans and out-chans per channel block
     group_grain: int = 1
     in_grain: int = 1
@@ -66,7 +74,13 @@ class Split:
 
     @property
     def shape(self) -> tuple[int, int, int, int, int, int]:
-        return (self.groups, self.in_chans, self.batch, self.rows, self.cols, self.out_chans)
+        """Tiles per axis in tile index order; axis 1 is the reduction axis."""
+        return (self.groups, self.reduction, self.batch, self.rows, self.cols, self.out_chans)
+
+    @property
+    def reduction(self) -> int:
+        """Partial sums per output: in-chan split x kernel-row split."""
+        return self.in_chans * self.kernel_rows
 
     @property
     def n_tiles(self) -> int:
@@ -89,7 +103,7 @@ class TileGeometry:
 
     split: Split
     params: ConvParams
-    # block indices
+    # block indices (ii: along the reduction axis, in-chan block * kernel_rows + kernel block)
     gi: np.ndarray
     ii: np.ndarray
     bi: np.ndarray
@@ -118,6 +132,9 @@ class TileGeometry:
     cr1: np.ndarray
     cc0: np.ndarray
     cc1: np.ndarray
+    # kernel rows [kr0, kr1) the tile convolves (its kernel-row block)
+    kr0: np.ndarray
+    kr1: np.ndarray
     #: the most tiles sharing a window that own a share of its core (see input_owners)
     max_owners: int = MAX_INPUT_OWNERS
 
@@ -151,6 +168,11 @@ class TileGeometry:
         return self.x1 - self.x0
 
     @property
+    def KH(self) -> np.ndarray:
+        """Kernel rows on the tile."""
+        return self.kr1 - self.kr0
+
+    @property
     def WR(self) -> np.ndarray:
         return self.wr1 - self.wr0
 
@@ -165,9 +187,10 @@ class TileGeometry:
 
     @property
     def row_org(self) -> np.ndarray:
-        """Window row of output row 0's first tap (negative: top padding)."""
+        """Window row of output row 0's first tap of the tile's kernel block (negative: top
+        padding)."""
         p = self.params
-        return self.y0 * p.stride[0] - p.padding[0] - self.wr0
+        return self.y0 * p.stride[0] - p.padding[0] + self.kr0 * p.dilation[0] - self.wr0
 
     @property
     def col_org(self) -> np.ndarray:
@@ -179,7 +202,7 @@ class TileGeometry:
 
     def weight_elems(self) -> np.ndarray:
         p = self.params
-        return self.G * self.K * self.C * p.kernel_h * p.kernel_w
+        return self.G * self.K * self.C * self.KH * p.kernel_w
 
     def output_elems(self) -> np.ndarray:
         return self.B * self.G * self.K * self.OR * self.OC
@@ -188,8 +211,7 @@ class TileGeometry:
 def _window_axis(n_out: int, parts: int, size: int, k: int, stride: int, pad: int, dil: int):
     """Per block along one spatial axis: output range, window range, core range."""
     o0, o1 = split_ranges(n_out, parts)
-    need0 = np.clip(o0 * stride - pad, 0, size)
-    need1 = np.clip((o1 - 1) * stride - pad + (k - 1) * dil + 1, 0, size)
+    need0, need1 = _needed(o0, o1, 0, k, size, stride, pad, dil)
     core0 = need0.copy()
     core0[0] = 0
     core1 = np.empty_like(core0)
@@ -201,25 +223,47 @@ def _window_axis(n_out: int, parts: int, size: int, k: int, stride: int, pad: in
     return o0, o1, w0, w1, core0, core1
 
 
+def _needed(o0, o1, k0, k1, size: int, stride: int, pad: int, dil: int):
+    """Input rows [need0, need1) that outputs [o0, o1) read with kernel taps [k0, k1),
+    clipped to the input (empty, need1 == need0, when every tap lands in padding)."""
+    need0 = np.clip(o0 * stride - pad + k0 * dil, 0, size)
+    need1 = np.clip((o1 - 1) * stride - pad + (k1 - 1) * dil + 1, 0, size)
+    return need0, np.maximum(need1, need0)
+
+
 def geometry(params: ConvParams, split: Split, max_owners: int = MAX_INPUT_OWNERS) -> TileGeometry:
     """Every tile's sub-convolution, window and core ranges for this split; each core is
-    owned by up to ``max_owners`` of the tiles sharing its window (:func:`input_owners`)."""
+    owned by up to ``max_owners`` of the tiles sharing its window (:func:`input_owners`).
+
+    With a kernel split, every kernel block's tiles hold the whole kernel's window (each
+    reads its own rows of it: :attr:`TileGeometry.row_org`); the tiles of kernel block 0
+    own the cores, the others own nothing."""
     p = params
     gi, ii, bi, hi, wi, oi = np.unravel_index(np.arange(split.n_tiles, dtype=np.int64), split.shape)
+    ci, ki = np.divmod(ii, split.kernel_rows)
     gs0, gs1 = split_ranges(p.groups, split.groups, split.group_grain)
     cs0, cs1 = split_ranges(p.in_per_group, split.in_chans, split.in_grain)
+    kr0, kr1 = split_ranges(p.kernel_h, split.kernel_rows)
     ns0, ns1 = split_ranges(p.batch, split.batch)
     ks0, ks1 = split_ranges(p.out_per_group, split.out_chans, split.out_grain)
     ys0, ys1, wr0, wr1, cr0, cr1 = _window_axis(p.out_h, split.rows, p.in_h, p.kernel_h,
                                                 p.stride[0], p.padding[0], p.dilation[0])
     xs0, xs1, wc0, wc1, cc0, cc1 = _window_axis(p.out_w, split.cols, p.in_w, p.kernel_w,
                                                 p.stride[1], p.padding[1], p.dilation[1])
+    wr0, wr1, cr0, cr1 = wr0[hi], wr1[hi], cr0[hi], cr1[hi]
+    if split.kernel_rows > 1:
+        # every kernel block of an in-chan block holds the same window (the whole kernel's),
+        # block 0's tiles own the cores: a later block receives exactly what the others
+        # receive, so each piece is sent once (a broadcast), not once per block
+        later = ki > 0
+        cr0, cr1 = np.where(later, wr0, cr0), np.where(later, wr0, cr1)
     return TileGeometry(
         split=split, params=p, gi=gi, ii=ii, bi=bi, hi=hi, wi=wi, oi=oi,
-        g0=gs0[gi], g1=gs1[gi], c0=cs0[ii], c1=cs1[ii], n0=ns0[bi], n1=ns1[bi],
+        g0=gs0[gi], g1=gs1[gi], c0=cs0[ci], c1=cs1[ci], n0=ns0[bi], n1=ns1[bi],
         y0=ys0[hi], y1=ys1[hi], x0=xs0[wi], x1=xs1[wi], k0=ks0[oi], k1=ks1[oi],
-        wr0=wr0[hi], wr1=wr1[hi], wc0=wc0[wi], wc1=wc1[wi],
-        cr0=cr0[hi], cr1=cr1[hi], cc0=cc0[wi], cc1=cc1[wi], max_owners=max_owners)
+        wr0=wr0, wr1=wr1, wc0=wc0[wi], wc1=wc1[wi],
+        cr0=cr0, cr1=cr1, cc0=cc0[wi], cc1=cc1[wi], kr0=kr0[ki], kr1=kr1[ki],
+        max_owners=max_owners)
 
 
 @dataclass
@@ -267,22 +311,28 @@ def window_copies(geo: TileGeometry, win_off: np.ndarray, itemsize: int) -> Copy
     Os = s.out_chans
     P = geo.planes
     B = geo.B
-    # tiles of the first out-chan index represent each block (geometry is shared)
-    block_first = np.arange(T) - geo.oi          # tile index of (.., o=0) in the block
+    # tiles of the first out-chan index represent each block (geometry is shared); the
+    # cores are those of kernel block 0 of the same in-chan block
+    ki = geo.ii % s.kernel_rows
+    block_first = np.arange(T) - geo.oi - ki * (s.batch * s.rows * s.cols * Os)
     pieces = []
-    max_dh = s.rows - 1
-    max_dw = s.cols - 1
-    for dh in range(0, max_dh + 1):
+    # with a kernel split, a core's rows go whole to the later kernel blocks of its own
+    # row block and in part (halos) to earlier row blocks: cutting every copy at the
+    # windows' ends makes them the same pieces, sent once
+    cuts = (np.unique(geo.wr1[::s.cols * Os][:s.rows]) if s.kernel_rows > 1 and s.rows > 1
+            else None)
+    for dh in range(s.rows):
         ok_h = geo.hi + dh < s.rows
+        # cores start further down as dh grows: stop once no window reaches this one
+        ok_h &= geo.cr0[np.where(ok_h, block_first + dh * s.cols * Os, 0)] < geo.wr1
         if not ok_h.any():
             break
-        any_h = False
-        for dw in range(0, max_dw + 1):
+        for dw in range(s.cols):
             ok = ok_h & (geo.wi + dw < s.cols)
+            nb = block_first + (dh * s.cols + dw) * Os
+            ok &= geo.cc0[np.where(ok, nb, 0)] < geo.wc1
             if not ok.any():
                 break
-            # neighbour block's first tile: same g,i,b; h+dh, w+dw; o=0
-            nb = block_first + (dh * s.cols + dw) * Os
             t = np.flatnonzero(ok)
             n = nb[t]
             ra = np.maximum(geo.wr0[t], geo.cr0[n])
@@ -291,16 +341,24 @@ def window_copies(geo: TileGeometry, win_off: np.ndarray, itemsize: int) -> Copy
             cb = np.minimum(geo.wc1[t], geo.cc1[n])
             hit = (ra < rb) & (ca < cb)
             if not hit.any():
-                if dw > 0:
-                    break
                 continue
-            any_h = True
             t, n, ra, rb, ca, cb = t[hit], n[hit], ra[hit], rb[hit], ca[hit], cb[hit]
+            if cuts is not None:
+                t, n, ra, rb, ca, cb = _cut_rows(cuts, t, n, ra, rb, ca, cb)
             pieces.append(_block_pieces(geo, t, n, ra, rb, ca, cb, win_off, itemsize,
                                         input_owners(geo), P, B))
-        if not any_h and dh > 0:
-            break
     return CopyTable.concat(pieces)
+
+
+def _cut_rows(cuts: np.ndarray, t, n, ra, rb, ca, cb):
+    """Cut each copy of rows [ra, rb) at the sorted row boundaries ``cuts`` inside it."""
+    lo = np.searchsorted(cuts, ra, side="right")
+    hi = np.searchsorted(cuts, rb, side="left")
+    i, k = expand(hi - lo + 1)
+    inner = lo[i] + k                                  # the cut ending piece k (if any)
+    a = np.where(k == 0, ra[i], cuts[np.minimum(inner - 1, cuts.size - 1)])
+    b = np.where(inner < hi[i], cuts[np.minimum(inner, cuts.size - 1)], rb[i])
+    return t[i], n[i], a, b, ca[i], cb[i]
 
 
 def _block_pieces(geo, t, n, ra, rb, ca, cb, win_off, itemsize, Os, P, B) -> CopyTable:

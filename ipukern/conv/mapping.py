@@ -74,8 +74,8 @@ def input_summary(geo: TileGeometry) -> MappingSummary | None:
     W = p.in_w
     cc0, cc1 = _along(geo, 4, geo.cc0, geo.cc1)
     width = cc1 - cc0
-    if s.cols < 2 or (width == W).any():
-        return None
+    if s.cols < 2 or s.kernel_rows > 1 or (width == W).any():
+        return None     # (a kernel split's later blocks own no core: the general builder)
     # each block's core runs are split between its owners by run ranges
     n_own = input_owners(geo)
     blocks = np.flatnonzero(geo.oi == 0)
@@ -153,7 +153,7 @@ def output_summary(geo: TileGeometry, n_tiles: int) -> MappingSummary | None:
     """The summary of :func:`column_split_output`'s view without its intervals, or None
     for a plan it does not cover."""
     p, s = geo.params, geo.split
-    if s.cols < 2 or s.in_chans != 1:
+    if s.cols < 2 or s.reduction != 1:
         return None
     gi, oi = _out_channel_blocks(geo)
     Bs, Rows, Cols, Os = s.shape[2:]

@@ -2,7 +2,8 @@
 
 Like PopLibs' planner (reference/poplibs-planner.md §2), it enumerates vertex candidates
 (AMP, SLIC, VMAC, HMAC, AMP on combined groups) and parallel split vectors over
-(conv groups, input channels, batch, output rows, output columns, output channels), scores
+(conv groups, input channels, kernel rows, batch, output rows, output columns, output
+channels), scores
 each with the cycle model and keeps the fastest plan whose busiest tile fits its memory
 budget. Scoring is vectorised over all split vectors of a method, with a lower-bound prune
 (useful MACs / the method's peak rate), so planning a layer takes milliseconds.
@@ -29,8 +30,9 @@ G_t, C_t  conv groups, input channels per group on the tile
 K_t, K_s  output channels per group on the tile; in one serial slice
 B_t       batch images on the tile
 OR, OC    output rows / columns on the tile; WR, WC the input window they need
+kr, KH_t  kernel-row split (PopLibs' kernelSplit along the height), kernel rows on the tile
 M         tiles sharing one weight block (bs x hs x ws)
-R         reduction depth (= is_): partials summed per output
+R         reduction depth (= is_ x kr): partials summed per output
 T         tiles on the machine
 ========  ==========================================================================
 
@@ -40,8 +42,16 @@ PopLibs' stages (:mod:`.reduce`: 1 stage below depth 16, 2 from 16, 3 from 125).
 ``DEEP_SPLIT_RATIO``) of the splits whose exact stages stay close to PopLibs' plan, which
 bounds the search at a few dozen in-channel splits however large K is.
 
-Modelled and documented simplifications: kernel dimensions are never split across tiles;
-only output channels are split serially.
+Kernel splits: a kernel with more than one row may be split into blocks of rows across
+tiles (PopLibs' ``kernelSplit``). Each tile runs the vertex of its smaller kernel and holds
+its block of the weights; the partial sums of the in-chan x kernel-block tiles of an output
+block are reduced like an in-channel split (depth ``is_ x kr``, same stages). Every kernel
+block holds the whole kernel's input window (the tiles of block 0 own it; the later blocks
+receive the same pieces, so each is sent once): PopLibs gives a kernel block only the rows
+it reads, which here would make the owner send each overlapping piece once per block.
+
+Modelled and documented simplifications: kernel columns are never split across tiles
+(only rows); only output channels are split serially.
 """
 from __future__ import annotations
 
@@ -84,6 +94,8 @@ _ALIGN = 8
 #: full (the exhaustive search the tests compare with); both give the same plan
 BNB_SEED = 16
 PRUNE = True
+#: score kernel-row splits (PopLibs' kernelSplit); False plans without them (baselines)
+KERNEL_SPLITS = True
 
 
 @dataclass(frozen=True)
@@ -148,12 +160,19 @@ class ConvPlan:
 
     @property
     def reduction_depth(self) -> int:
-        return self.split.in_chans
+        """Partials per output: in-chan split x kernel split."""
+        return self.split.reduction
+
+    @property
+    def kernel_split(self) -> int:
+        """Kernel-row blocks across tiles (PopLibs' kernelSplit along the height; 1: none)."""
+        return self.split.kernel_rows
 
     @property
     def reduction_stages(self) -> tuple[int, ...]:
         """Partials summed per output at each reduction stage (empty: no reduction)."""
-        return reduce_stages(self.split.in_chans) if self.split.in_chans > 1 else ()
+        r = self.split.reduction
+        return reduce_stages(r) if r > 1 else ()
 
     def describe(self) -> str:
         s = self.split
@@ -165,7 +184,8 @@ class ConvPlan:
         exp = (f"expandDims {self.expand_dims} (C_in/group {self.params.in_per_group} -> "
                f"{e.in_per_group}, kernel {self.params.kernel_h}x{self.params.kernel_w} -> "
                f"{e.kernel_h}x{e.kernel_w}); " if self.expand_dims else "")
-        return (f"{exp}{self.method.label()}; splits groups {s.groups} x in-chans {s.in_chans} x "
+        ksp = f"kernel rows {s.kernel_rows} x " if s.kernel_rows > 1 else ""
+        return (f"{exp}{self.method.label()}; splits groups {s.groups} x in-chans {s.in_chans} x {ksp}"
                 f"batch {s.batch} x rows {s.rows} x cols {s.cols} x out-chans {s.out_chans} "
                 f"= {s.n_tiles} tiles{serial}{red}")
 
@@ -179,7 +199,7 @@ class ConvPlan:
     def to_dict(self) -> dict[str, Any]:
         s = self.split
         return {"method": self.method.label(), "vertex_method": self.method.method,
-                "expand_dims": self.expand_dims,
+                "expand_dims": self.expand_dims, "kernel_split": s.kernel_rows,
                 "combine_groups": self.method.combine_groups,
                 "splits": {"groups": s.groups, "in_chans": s.in_chans, "batch": s.batch,
                            "rows": s.rows, "cols": s.cols, "out_chans": s.out_chans},
@@ -213,7 +233,8 @@ def _window_extent(n_out_t: np.ndarray, k: int, stride: int, dil: int, size: int
 
 
 def plan_conv(params: ConvParams, machine: MachineSpec, *, bias: bool = False,
-              method: str | None = None, expand_dims: str | None = None) -> ConvPlan:
+              method: str | None = None, expand_dims: str | None = None,
+              kernel_split: int | None = None) -> ConvPlan:
     """Choose the fastest plan whose busiest tile fits ``machine``'s per-tile budget.
 
     Parameters
@@ -228,6 +249,10 @@ def plan_conv(params: ConvParams, machine: MachineSpec, *, bias: bool = False,
         PopLibs' expandDims transform (:mod:`.expand`): None (default) plans the conv as it
         is and with each expandDims candidate, transform cost included, and keeps the
         cheapest; "" never expands; "h" / "hw" force that expansion.
+    kernel_split : int, optional
+        PopLibs' kernel split along the kernel rows: None (default) scores every useful
+        split (when ``KERNEL_SPLITS``, the module switch, is on) and keeps the fastest; 1
+        never splits; k > 1 forces k blocks of kernel rows (then no expandDims).
 
     Raises
     ------
@@ -237,13 +262,24 @@ def plan_conv(params: ConvParams, machine: MachineSpec, *, bias: bool = False,
         alone exceed the whole chip.
     ValueError
         If ``method`` names no valid candidate for this conv, or no split of the conv
-        suits any candidate (e.g. a forced SLIC with stride_w > 2).
+        suits any candidate (e.g. a forced SLIC with stride_w > 2), or ``kernel_split``
+        is not an int in 1..kernel_h.
     """
+    if kernel_split is not None:
+        if (isinstance(kernel_split, bool) or not isinstance(kernel_split, (int, np.integer))
+                or not 1 <= kernel_split <= params.kernel_h):
+            raise ValueError(f"kernel_split must be an int in 1..{params.kernel_h} (the kernel's "
+                             f"rows) or None, got {kernel_split!r}")
+        kernel_split = int(kernel_split)
+        if kernel_split > 1 and expand_dims is None:
+            expand_dims = ""
+        if kernel_split > 1 and expand_dims:
+            raise ValueError("a kernel split and expandDims cannot be forced together")
     if expand_dims is None:
         from .expand import choose_plan
         try:
             direct: ConvPlan | Exception = plan_conv(params, machine, bias=bias, method=method,
-                                                     expand_dims="")
+                                                     expand_dims="", kernel_split=kernel_split)
         except (ValueError, TileMemoryError) as err:
             direct = err
         return choose_plan(params, machine, direct, bias=bias, method=method)
@@ -261,7 +297,7 @@ def plan_conv(params: ConvParams, machine: MachineSpec, *, bias: bool = False,
         cands = [c for c in cands if c.method == method.upper()]
         if not cands:
             raise ValueError(f"no {method!r} vertex candidate for {p.describe()}")
-    fg = _field_grid(p, machine.n_tiles)
+    fg = _field_grid(p, machine.n_tiles, kernel_split)
     serials = _serial_candidates(p)
     smallest: tuple[int, VertexMethod, int] | None = None
     best: tuple[tuple, VertexMethod, _Scored] | None = None
@@ -352,10 +388,11 @@ def _serial_candidates(p: ConvParams) -> np.ndarray:
     return np.array(out, dtype=np.int64)
 
 
-def _field_grid(p: ConvParams, T: int) -> dict[str, Any]:
+def _field_grid(p: ConvParams, T: int, kernel_split: int | None = None) -> dict[str, Any]:
     """All (batch, rows, cols) split vectors using at most T tiles, with their busiest
     block's sizes, and a memo of the split tables built on them (``_tables``, see
-    :func:`_split_vectors`). Shared by every vertex method of one conv."""
+    :func:`_split_vectors`). Shared by every vertex method of one conv (as is the forced
+    ``kernel_split``, see :func:`_kernel_axis`)."""
     b_ax = _splits(p.batch, T)
     h_ax = _splits(p.out_h, T)
     w_ax = _splits(p.out_w, T)
@@ -366,12 +403,25 @@ def _field_grid(p: ConvParams, T: int) -> dict[str, Any]:
     # these splits rarely win and would make the copy tables (and host runs) large.
     ok = (bs * hs * ws <= T) & ((ws == 1) | (p.kernel_w == 1) | (hs == h_ax.max()))
     bs, hs, ws = bs[ok], hs[ok], ws[ok]
-    return {"_tables": {}, "bs": bs, "hs": hs, "ws": ws, "n": bs * hs * ws,
+    return {"_tables": {}, "kernel_split": kernel_split, "bs": bs, "hs": hs, "ws": ws, "n": bs * hs * ws,
             "B_t": _axis_sizes(p.batch, 1, bs), "OR": _axis_sizes(p.out_h, 1, hs),
             "OC": _axis_sizes(p.out_w, 1, ws)}
 
 
-def _channel_axes(p: ConvParams, cand: VertexMethod, T: int):
+def _kernel_axis(p: ConvParams, cand: VertexMethod, T: int, forced: int | None) -> np.ndarray:
+    """Kernel-row splits to score: ``forced`` when given; else every useful split of a
+    kernel with more than one row (none when ``KERNEL_SPLITS`` is off). A vertex that
+    writes the output type allows no reduction, so no kernel split."""
+    if writes_output_type(p, cand):
+        return np.array([1]) if not forced or forced == 1 else np.zeros(0, np.int64)
+    if forced is not None:
+        return np.array([forced])
+    if p.kernel_h > 1 and KERNEL_SPLITS:
+        return _splits(p.kernel_h, T)
+    return np.array([1])
+
+
+def _channel_axes(p: ConvParams, cand: VertexMethod, T: int, forced: int | None = None):
     gg, ig, og = _method_grains(p, cand)
     n_i = ceil_div(p.in_per_group, ig)
     n_o = ceil_div(p.out_per_group, og)
@@ -389,7 +439,14 @@ def _channel_axes(p: ConvParams, cand: VertexMethod, T: int):
     else:
         i_ax, o_ax = _in_chan_splits(n_i, T), _splits(n_o, T)
     g_ax = _splits(ceil_div(p.groups, gg), T)
-    return g_ax, i_ax, o_ax
+    return g_ax, i_ax, o_ax, _kernel_axis(p, cand, T, forced)
+
+
+def _tried_depths(R: np.ndarray) -> np.ndarray:
+    """:func:`~.reduce.planner_tries_depth` per element (the staged reductions the
+    planner scores; a kernel split multiplies the in-chan split's depth)."""
+    uniq, inv = np.unique(R, return_inverse=True)
+    return np.array([planner_tries_depth(int(r)) for r in uniq], dtype=bool)[inv.reshape(-1)]
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
@@ -510,7 +567,7 @@ def _score_method(p: ConvParams, machine: MachineSpec, cand: VertexMethod, bias:
     gg, ig, og = _method_grains(p, cand)
     split = Split(groups=int(c.gs[j]), in_chans=int(c.is_[j]), batch=int(c.bs[j]),
                   rows=int(c.hs[j]), cols=int(c.ws[j]), out_chans=int(c.os_[j]),
-                  group_grain=gg, in_grain=ig, out_grain=og)
+                  kernel_rows=int(c.kr[j]), group_grain=gg, in_grain=ig, out_grain=og)
     k = int(c.serial[j])
     breakdown = {"exchange": int(costs["ex_in"][j] + (k - 1) * costs["ex_w"][j]
                                  + k * costs["red_x"][j]),
@@ -539,13 +596,13 @@ def _split_vectors(p: ConvParams, machine: MachineSpec, cand: VertexMethod,
 
 def _new_split_vectors(p: ConvParams, cand: VertexMethod, fg: dict[str, Any], T: int,
                        gg: int, ig: int, og: int) -> _Table | None:
-    axes = _channel_axes(p, cand, T)
+    axes = _channel_axes(p, cand, T, fg["kernel_split"])
     if axes is None:
         return None
-    cg, ci, co = (a.ravel() for a in np.meshgrid(*axes, indexing="ij"))
-    cn = cg * ci * co
-    keep_c = cn <= T
-    cg, ci, co, cn = cg[keep_c], ci[keep_c], co[keep_c], cn[keep_c]
+    cg, ci, co, ck = (a.ravel() for a in np.meshgrid(*axes, indexing="ij"))
+    cn = cg * ci * co * ck
+    keep_c = (cn <= T) & ((ck == 1) | _tried_depths(ci * ck))
+    cg, ci, co, ck, cn = cg[keep_c], ci[keep_c], co[keep_c], ck[keep_c], cn[keep_c]
     if "_by_n" not in fg:
         order = np.argsort(fg["n"], kind="stable")
         fg["_by_n"] = (order, fg["n"][order])
@@ -553,8 +610,10 @@ def _new_split_vectors(p: ConvParams, cand: VertexMethod, fg: dict[str, Any], T:
     if pairs is None:
         return None
     fi, chi = pairs
-    c = _Table(gs=cg[chi], is_=ci[chi], os_=co[chi], bs=fg["bs"][fi], hs=fg["hs"][fi],
-               ws=fg["ws"][fi], B_t=fg["B_t"][fi], OR=fg["OR"][fi], OC=fg["OC"][fi])
+    c = _Table(gs=cg[chi], is_=ci[chi], os_=co[chi], kr=ck[chi], bs=fg["bs"][fi],
+               hs=fg["hs"][fi], ws=fg["ws"][fi], B_t=fg["B_t"][fi], OR=fg["OR"][fi],
+               OC=fg["OC"][fi])
+    c["KH_t"] = _axis_sizes(p.kernel_h, 1, c.kr)
     c["G_t"] = _axis_sizes(p.groups, gg, c.gs)
     c["C_t"] = _axis_sizes(p.in_per_group, ig, c.is_)
     c["K_t"] = _axis_sizes(p.out_per_group, og, c.os_)
@@ -594,7 +653,7 @@ def _lower_bound_prune(p: ConvParams, machine: MachineSpec, cand: VertexMethod, 
     could beat ``bound`` (the best plan so far). Without a plan to beat yet, look near the
     best lower bound first: the winner uses the machine well, and its cost then prunes
     every other method's candidates."""
-    kk = p.kernel_h * p.kernel_w
+    kk = c.KH_t * p.kernel_w
     lb = (c.G_t * c.C_t * c.K_t * c.B_t * c.OR * c.OC * kk) / cand.macs_per_cycle_bound(machine)
     if bound is not None:
         # a reduction's first stage moves at least half of the tile's partials, at the
@@ -602,7 +661,7 @@ def _lower_bound_prune(p: ConvParams, machine: MachineSpec, cand: VertexMethod, 
         outs = c.G_t * c.K_t * c.B_t * c.OR * c.OC
         red = (outs * DTYPES[p.partials].itemsize / (2 * machine.exchange_bytes_per_cycle)
                + machine.sync_cycles)
-        lb = lb + np.where(c.is_ > 1, red, 0)
+        lb = lb + np.where(c.is_ * c.kr > 1, red, 0)
     cut = bound if bound is not None else LB_SLACK * lb.min()
     sel = np.flatnonzero(lb <= cut)
     return c.take(sel) if sel.size else None
@@ -612,6 +671,7 @@ def _with_windows(p: ConvParams, c: _Table, direct_output: bool) -> _Table:
     """Add the input window (WR x WC, bytes), the weight-sharing group size M, the
     reduction depth R and what finishes each slice (reduce or cast)."""
     isz = DTYPES[p.dtype].itemsize
+    # every kernel block holds the whole kernel's window (see layout.geometry)
     WR = _window_extent(c.OR, p.kernel_h, p.stride[0], p.dilation[0], p.in_h)
     WC = _window_extent(c.OC, p.kernel_w, p.stride[1], p.dilation[1], p.in_w)
     # a window also holds its block's core, which is longer than the taps need when the
@@ -619,8 +679,10 @@ def _with_windows(p: ConvParams, c: _Table, direct_output: bool) -> _Table:
     c["WR"] = np.maximum(WR, np.minimum(ceil_div(p.in_h, c.hs) + p.stride[0], p.in_h))
     c["WC"] = np.maximum(WC, np.minimum(ceil_div(p.in_w, c.ws) + p.stride[1], p.in_w))
     c["win_b"] = c.B_t * c.WR * c.G_t * c.C_t * c.WC * isz
+    # a later kernel block owns none of its window: it receives all of it
+    c["later_b"] = np.where(c.kr > 1, c.win_b, 0)
     c["M"] = c.bs * c.hs * c.ws
-    c["R"] = c.is_
+    c["R"] = c.is_ * c.kr
     c["f1"], c["f2"], c["f3"] = _stage_depths(c.R)
     c["reduce_needed"] = c.R > 1
     c["cast_needed"] = (~c.reduce_needed) & (p.partials != p.dtype) & (not direct_output)
@@ -632,7 +694,7 @@ def _tile_bytes(p: ConvParams, og: int, c: _Table, serial: np.ndarray,
     """The busiest tile's bytes (``mem``) with ``serial`` out-chan slices, and the slice
     sizes: out-chans K_s, weight bytes w_b, outputs out_s and reduction chunk."""
     isz, psz = DTYPES[p.dtype].itemsize, DTYPES[p.partials].itemsize
-    kk = p.kernel_h * p.kernel_w
+    kk = c.KH_t * p.kernel_w
     K_s = np.minimum(ceil_div(ceil_div(c.K_t, og), serial) * og, c.K_t)  # out-chans per slice
     w_b = c.G_t * K_s * c.C_t * kk * isz                           # one slice of weights
     w_store = np.where(serial > 1, ceil_div(serial, c.M) * w_b, 0)   # owned slices
@@ -719,7 +781,7 @@ def _fewest_serial_slices(p: ConvParams, machine: MachineSpec, og: int, c: _Tabl
 
 #: the columns :func:`_tile_bytes` reads
 _SIZING_COLUMNS = ("K_t", "G_t", "C_t", "M", "B_t", "OR", "OC", "win_b", "reduce_needed",
-                   "cast_needed", "f1", "f2", "f3")
+                   "cast_needed", "f1", "f2", "f3", "KH_t")
 
 
 def _costs(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: _Table, bias: bool,
@@ -781,11 +843,27 @@ def _costs(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: _Table, b
 
 def _vertex_cycles(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: _Table,
                    out_chans: np.ndarray) -> np.ndarray:
-    """The busiest tile's conv vertex cycles with ``out_chans`` output channels per group."""
+    """The busiest tile's conv vertex cycles with ``out_chans`` output channels per group.
+
+    The busiest tile is taken to be the one with the largest block. The worker split
+    makes a vertex's cycles not monotone in its rows (SLIC: 5 x 28 outputs over 6 workers
+    cost more than 6 x 28), so for kernel-split rows the smaller row block is costed too
+    and the larger of the two kept: it decided between kernel splits and no split on the
+    default layers (the plans without a kernel split keep the largest-block figure)."""
     vb, vh, vw = vertex_field(p, c.B_t, c.OR, c.OC)
-    return conv_vertex_cycles_array(machine, cand, conv_groups=c.G_t, in_chans=c.C_t,
-                                    out_chans=out_chans, batch=vb, out_h=vh, out_w=vw,
-                                    kernel_h=p.kernel_h, kernel_w=p.kernel_w, stride=p.stride)
+    cyc = conv_vertex_cycles_array(machine, cand, conv_groups=c.G_t, in_chans=c.C_t,
+                                   out_chans=out_chans, batch=vb, out_h=vh, out_w=vw,
+                                   kernel_h=c.KH_t, kernel_w=p.kernel_w, stride=p.stride)
+    uneven = np.flatnonzero((c.kr > 1) & (p.out_h % c.hs != 0))
+    if uneven.size:
+        r = c.take(uneven)
+        vb, vh, vw = vertex_field(p, r.B_t, np.maximum(p.out_h // r.hs, 1), r.OC)
+        k = out_chans[uneven] if np.ndim(out_chans) else out_chans
+        small = conv_vertex_cycles_array(machine, cand, conv_groups=r.G_t, in_chans=r.C_t,
+                                         out_chans=k, batch=vb, out_h=vh, out_w=vw,
+                                         kernel_h=r.KH_t, kernel_w=p.kernel_w, stride=p.stride)
+        cyc[uneven] = np.maximum(cyc[uneven], small)
+    return cyc
 
 
 def _input_receive(p: ConvParams, machine: MachineSpec, c: _Table) -> np.ndarray:
@@ -799,7 +877,8 @@ def _input_receive(p: ConvParams, machine: MachineSpec, c: _Table) -> np.ndarray
     CR = np.minimum(ceil_div(p.in_h, c.hs), c.WR)
     CC = np.minimum(ceil_div(p.in_w, c.ws), c.WC)
     core_b = c.B_t * CR * c.G_t * c.C_t * CC * isz
-    in_recv = c.win_b - np.where(c.os_ <= MAX_INPUT_OWNERS, core_b // c.os_, 0)
+    in_recv = np.maximum(c.win_b - np.where(c.os_ <= MAX_INPUT_OWNERS, core_b // c.os_, 0),
+                         c.later_b)
     bus = machine.tiles_per_exchange_bus
     return np.where((bus > 1) & (c.os_ % bus == 0), in_recv // 2, in_recv)
 
@@ -826,7 +905,7 @@ def _beat_prune(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: _Tab
     one superstep per stage of one slice. Checked first with the compute lower bound in
     place of the vertex, which is cheaper."""
     cut = beat * (1 + NEAR_TIE)
-    kk = p.kernel_h * p.kernel_w
+    kk = c.KH_t * p.kernel_w
     w_b = c.G_t * c.K_t * c.C_t * kk * DTYPES[p.dtype].itemsize
     w_eff = np.where((c.M > 1), w_b, 0)
     fixed = (exchange_cycles(_input_receive(p, machine, c) + w_eff, machine, with_overhead=True)
@@ -887,7 +966,7 @@ def _pick_near_tie(c: _Table, total: np.ndarray) -> int:
     but column halos are one message per row and channel, so a near tie should not pay
     for them."""
     near = total <= total.min() * (1 + NEAR_TIE)
-    order = np.lexsort((c.mem, total, c.ws > 1, c.serial > 1))
+    order = np.lexsort((c.mem, total, c.ws > 1, c.kr > 1, c.serial > 1))
     return int(order[near[order]][0])
 
 

@@ -145,7 +145,7 @@ def profile_kw(prog: ConvProgram, op: str = "conv2d") -> dict[str, Any]:
         "peak_flops": plan.machine.peak_flops(p.dtype, p.partials),
         "info": {"op": op, "layer": p.describe(), "method": plan.method.label(),
                  "vertex_method": plan.method.method, "plan": plan.describe(),
-                 "expand_dims": plan.expand_dims,
+                 "expand_dims": plan.expand_dims, "kernel_split": plan.kernel_split,
                  "tiles_used": plan.tiles_used, "serial_splits": plan.serial,
                  "planner_estimate_cycles": plan.estimated_cycles},
     }

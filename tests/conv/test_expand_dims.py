@@ -17,7 +17,7 @@ from ipukern.conv.expand import expand_candidates, expanded_params
 from ipukern.conv.params import ConvParams
 from ipukern.conv.planner import plan_conv
 
-from reference import conv2d_nchw
+from reference import check_conv as check, conv2d_nchw, conv_operands
 
 M = ik.GC200
 ONE_TILE = ik.GC200.replace(n_tiles=1, name="GC200-1")
@@ -29,17 +29,6 @@ def run_plan(plan, x, w, bias=None):
     prog.write_inputs(x, w, bias)
     prof = prog.device.run(prog.program, "execute")
     return prog.device.read(prog.y), prof, prog.device.run(prog.program, "estimate")
-
-
-def check(x, w, out, dtype, bias=None, **kw):
-    ref = conv2d_nchw(x, w, bias, **kw)
-    mag = conv2d_nchw(np.abs(x), np.abs(w), None if bias is None else np.abs(bias), **kw)
-    err = np.abs(out.astype(np.float64) - ref)
-    if dtype == "float32":
-        assert np.all(err <= 1e-5 * mag + 1e-30)
-    else:
-        assert np.all(err <= 2.0 ** -11 * np.abs(ref) + (1e-6 + (2.0 ** -11 if bias is not None else 0))
-                      * mag + 1e-7)
 
 
 CASES = [
@@ -61,10 +50,7 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"x{c[0]}w{c[1]}")
 def test_forced_expand_dims_matches_reference(case, dims, dtype):
     xs, ws, s, pd, d, g = case
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal(xs).astype(dtype)
-    w = rng.standard_normal(ws).astype(dtype)
-    b = rng.standard_normal(ws[0]).astype(dtype)
+    x, w, b = conv_operands(xs, ws, dtype, seed=0)
     p = ConvParams.from_shapes(xs, ws, stride=s, padding=pd, dilation=d, groups=g, dtype=dtype)
     plan = plan_conv(p, M, bias=True, expand_dims=dims)
     assert plan.expand_dims == dims and plan.conv_params == expanded_params(p, dims)

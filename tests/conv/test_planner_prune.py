@@ -4,8 +4,9 @@
 branch and bound inside a method, no cutting against the best plan of earlier methods).
 Every field of the plan -- method, split, serial slices, estimated cycles and bytes,
 breakdown -- must be the same with and without it, on shapes that exercise each vertex
-method, in-channel reductions, casts, bias, serial splits and machines small enough that
-the tile memory binds.
+method, in-channel reductions, kernel-row splits (every k x k kernel with k > 1 has them
+among its split vectors), casts, bias, serial splits and machines small enough that the
+tile memory binds.
 """
 import numpy as np
 import pytest
@@ -70,6 +71,8 @@ def test_pruned_plan_equals_exhaustive(monkeypatch, n, cpg, opg, g, hw, k, s, dt
     ((16, 144, 56, 56), (24, 144, 1, 1), 1, 0, 1, True),
     ((16, 96, 56, 56), (24, 96, 1, 1), 1, 0, 1, True),
     ((1, 12288, 1, 128), (24576, 64, 1, 1), 1, 0, 192, False),  # BERT attention, batched
+    # EfficientNet-B0 features.6.1 (5x5 depthwise on 7x7): its plan is a kernel split
+    ((8, 1152, 7, 7), (1152, 1, 5, 5), 1, 2, 1152, False),
 ])
 def test_pruned_plan_equals_exhaustive_on_network_layers(monkeypatch, shape):
     x, w, stride, pad, groups, bias = shape
