@@ -1,16 +1,20 @@
 """The measurement behind README "expandDims and kernel splits on the zoo": what PopLibs'
-expandDims (built) and kernel splits (not built) change on the zoo's conv layers.
+expandDims and kernel splits (both built) change on the zoo's conv layers.
 
-Run: ``python bench/zoo_transforms.py [batch]`` (a few minutes on one core). For every
-distinct conv layer of the CNNs in the zoo (fp16, float partials, GC200):
+Run: ``python bench/zoo_transforms.py [batch]`` (a few minutes on one core), or
+``python bench/zoo_transforms.py [batch] --kernel-splits`` for the kernel-split part only.
+For every distinct conv layer of the CNNs in the zoo (fp16, float partials, GC200):
 
 - expandDims: the layer's plan without it (``expand_dims=""``) and the planner's choice,
   both as planned and as the built programs cost them (estimate mode), for every layer
   where the planner chooses it;
 - network totals (inference, batch ``batch``, fp16, float partials) with and without
   expandDims (the latter in a child process with the candidates switched off);
-- kernel splits: an optimistic bound, the kernel rows folded into channels with no transform
-  cost (a kernel-row split pays halos and a reduction instead);
+- kernel splits: the layer's plan without them (``kernel_split=1``) and the planner's
+  choice, planned and built (estimate mode), for every layer where the planner chooses
+  one, next to the optimistic bound measured before they were built (the kernel rows folded
+  into channels with no transform cost); network totals with and without them (the latter
+  in a child process with ``planner.KERNEL_SPLITS`` off);
 - serial splits: how many layers need a serial split at all.
 """
 import json
@@ -18,7 +22,7 @@ import subprocess
 import sys
 
 import ipukern as ik
-from ipukern.conv import expand
+from ipukern.conv import expand, planner
 from ipukern.conv.build import build_conv_program
 from ipukern.conv.params import ConvParams
 from ipukern.conv.planner import plan_conv
@@ -28,6 +32,8 @@ M = ik.GC200
 MODELS = ("resnet50", "resnext50_32x4d", "mobilenet_v1", "mobilenet_v2", "efficientnet_b0",
           "efficientnet_b4")
 NETWORKS = ("resnet50", "mobilenet_v1", "efficientnet_b4")
+#: the networks whose depthwise layers the kernel-split bound pointed at
+KSPLIT_NETWORKS = ("efficientnet_b0", "mobilenet_v2")
 
 
 def zoo_convs(batch: int) -> dict:
@@ -50,14 +56,50 @@ def program_cycles(plan) -> int:
     return prog.device.run(prog.program, "estimate").total_cycles
 
 
-def network_totals(batch: int) -> dict:
+def network_totals(batch: int, networks=NETWORKS) -> dict:
     return {name: ik.nn.estimate_network(getattr(ik.models, name)(), batch=batch, dtype="float16",
-                                         partials="float").total_cycles for name in NETWORKS}
+                                         partials="float").total_cycles for name in networks}
+
+
+def networks_before_after(batch: int, flag: str, networks) -> None:
+    """Network totals now and in a child process with ``flag``'s candidates switched off."""
+    after = network_totals(batch, networks)
+    child = subprocess.run([sys.executable, __file__, str(batch), flag], capture_output=True,
+                           text=True, check=True)
+    before = json.loads(child.stdout)
+    for name in networks:
+        print(f"network {name} b{batch}: {before[name]:,} -> {after[name]:,} cycles "
+              f"(x{before[name] / after[name]:.3f})")
+
+
+def kernel_splits(convs: dict, batch: int) -> None:
+    """Every layer whose plan the planner now gives a kernel split: planned and built
+    cycles without and with it, and the optimistic bound."""
+    rows = []
+    for p, names in convs.items():
+        if p.kernel_h < 2:
+            continue
+        chosen = plan_conv(p, M)
+        if chosen.kernel_split == 1:
+            continue
+        base = plan_conv(p, M, kernel_split=1)    # expandDims still allowed
+        bound = plan_conv(expand.expanded_params(p, "h"), M, expand_dims="")
+        before, after = program_cycles(base), program_cycles(chosen)
+        rows.append((before / after, chosen.kernel_split, p.describe(), base.estimated_cycles,
+                     chosen.estimated_cycles, before, after,
+                     base.estimated_cycles / bound.estimated_cycles, names))
+    print(f"kernel split chosen on {len(rows)} layers (planned before -> after; program before "
+          "-> after, gain; bound):")
+    for r in sorted(rows, reverse=True):
+        print(f"  x{r[0]:.2f} (k{r[1]}) {r[2]}: planned {r[3]:,} -> {r[4]:,}; program {r[5]:,} -> "
+              f"{r[6]:,}; bound x{r[7]:.2f}  {', '.join(r[8][:3])}{' ...' if len(r[8]) > 3 else ''}")
+    print(f"layers gaining > 10%: {sum(r[0] > 1.1 for r in rows)}")
+    networks_before_after(batch, "--networks-without-kernel-split", KSPLIT_NETWORKS)
 
 
 def main(batch: int = 8) -> None:
     convs = zoo_convs(batch)
-    built, kernel, serial = [], [], []
+    built, serial = [], []
     for p, names in convs.items():
         base = plan_conv(p, M, expand_dims="")
         if base.serial > 1:
@@ -69,10 +111,6 @@ def main(batch: int = 8) -> None:
             before, after = program_cycles(base), program_cycles(chosen)
             built.append((before / after, chosen.expand_dims, p.describe(), base.estimated_cycles,
                           chosen.estimated_cycles, before, after, names))
-        if p.kernel_h > 1:
-            pe = plan_conv(expand.expanded_params(p, "h"), M, expand_dims="")
-            kernel.append((base.estimated_cycles / pe.estimated_cycles, p.describe(),
-                           base.estimated_cycles, pe.estimated_cycles, names[0]))
     print(f"{len(convs)} distinct conv layers at batch {batch}")
     print(f"expandDims chosen on {len(built)} layers (planned before -> after; program before -> "
           "after, ratio):")
@@ -80,16 +118,8 @@ def main(batch: int = 8) -> None:
         print(f"  x{r[0]:.2f} ({r[1]}) {r[2]}: planned {r[3]:,} -> {r[4]:,}; program {r[5]:,} -> "
               f"{r[6]:,}  {', '.join(r[7][:3])}{' ...' if len(r[7]) > 3 else ''}")
     print(f"layers gaining > 10%: {sum(r[0] > 1.1 for r in built)}")
-    after = network_totals(batch)
-    child = subprocess.run([sys.executable, __file__, str(batch), "--networks-without-expand"],
-                           capture_output=True, text=True, check=True)
-    before = json.loads(child.stdout)
-    for name in NETWORKS:
-        print(f"network {name} b{batch}: {before[name]:,} -> {after[name]:,} cycles "
-              f"(x{before[name] / after[name]:.3f})")
-    print(f"kernel-row split bound > 10%: {sum(r[0] > 1.1 for r in kernel)} of {len(kernel)}")
-    for r in sorted(kernel, reverse=True)[:6]:
-        print(f"  x{r[0]:.2f} {r[1]}: {r[2]:,} -> {r[3]:,}  {r[4]}")
+    networks_before_after(batch, "--networks-without-expand", NETWORKS)
+    kernel_splits(convs, batch)
     print(f"layers with serial splits: {len(serial)}", *serial[:5], sep="\n  ")
 
 
@@ -99,5 +129,10 @@ if __name__ == "__main__":
     if "--networks-without-expand" in sys.argv:
         expand.EXPAND_CANDIDATES = ()        # the planner then tries no expandDims subset
         print(json.dumps(network_totals(b)))
+    elif "--networks-without-kernel-split" in sys.argv:
+        planner.KERNEL_SPLITS = False        # the planner then scores no kernel split
+        print(json.dumps(network_totals(b, KSPLIT_NETWORKS)))
+    elif "--kernel-splits" in sys.argv:
+        kernel_splits(zoo_convs(b), b)
     else:
         main(b)

@@ -50,9 +50,13 @@ def validate_trace(trace: dict) -> None:
             assert isinstance(e["args"], dict)
 
 
+VIEWS_CONV = ((4, 64, 28, 28), (64, 4, 3, 3))
+
+
 @pytest.fixture(scope="module")
 def conv_profile():
-    return ik.estimate_conv2d((2, 64, 28, 28), (64, 4, 3, 3), padding=1, groups=16)
+    # a plan that stays the same with the datasheet exchange (test_diff_round_trip_through_json)
+    return ik.estimate_conv2d(*VIEWS_CONV, padding=1, groups=16)
 
 
 def test_trace_is_valid_and_covers_every_superstep(conv_profile, tmp_path):
@@ -140,7 +144,7 @@ def test_user_program_activity_counts_idle_tiles():
 
 # --------------------------------------------------------------------------- diff
 def test_diff_round_trip_through_json(conv_profile, tmp_path):
-    slow = ik.estimate_conv2d((2, 64, 28, 28), (64, 4, 3, 3), padding=1, groups=16,
+    slow = ik.estimate_conv2d(*VIEWS_CONV, padding=1, groups=16,
                               machine=ik.GC200.with_datasheet_exchange())
     pa, pb = tmp_path / "a.json", tmp_path / "b.json"
     pa.write_text(conv_profile.to_json())
