@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..conv.build import ConvProgram, build_conv_program
+from ..conv.layout import MAX_INPUT_OWNERS
 from ..conv.params import ConvParams
 from ..conv.planner import plan_conv
 from ..core.engine import run_program
@@ -42,13 +43,25 @@ def clear_program_cache() -> None:
         _PROGRAMS.clear()
 
 
-def conv_program(params: ConvParams, machine: MachineSpec, bias: bool) -> ConvProgram:
-    """The planned and built program for these conv parameters (cached)."""
-    key = (params, machine, bias)
+def conv_program(params: ConvParams, machine: MachineSpec, bias: bool, *,
+                 resident_input: bool = False) -> ConvProgram:
+    """The planned and built program for these conv parameters (cached).
+
+    ``resident_input``: the conv's *input* operand is a parameter that stays in tile memory
+    (a Linear layer's weight, which its matmul plans as the conv input). Its home is then
+    spread over every tile sharing a window, as PopLibs lays out a matmul operand over all
+    the tiles of its plan (``createMatMulInputRHS`` -> ``createInput``), instead of over at
+    most :data:`~ipukern.conv.layout.MAX_INPUT_OWNERS` of them: an activation's home lives
+    for one layer, a weight's for the whole program, and every layer of the same shape
+    shares one plan, so the few owners of each block would hold all those layers' weights.
+    """
+    key = (params, machine, bias, resident_input)
     with _LOCK:
         prog = _PROGRAMS.get(key)
     if prog is None:
-        prog = build_conv_program(plan_conv(params, machine, bias=bias))
+        plan = plan_conv(params, machine, bias=bias)
+        owners = plan.split.out_chans if resident_input else MAX_INPUT_OWNERS
+        prog = build_conv_program(plan, input_owners=owners)
         with _LOCK:
             prog = _PROGRAMS.setdefault(key, prog)
     return prog
@@ -122,7 +135,7 @@ def matmul_plan(machine: MachineSpec, a_shape: Sequence[int], b_shape: Sequence[
     N = b3[2]
     params = ConvParams(batch=1, in_channels=G * K, out_channels=G * M, in_h=1, in_w=N,
                         kernel_h=1, kernel_w=1, groups=G, dtype=dtype, partials=partials)
-    prog = conv_program(params, machine, False)
+    prog = conv_program(params, machine, False, resident_input=b_param)
     nt = machine.n_tiles
     w, x = prog.w, prog.x
     a_want = Layout(tuple(a_shape), dtype, w.mapping, offsets=w.offset)

@@ -135,3 +135,43 @@ def test_resnet_batch_norm_parameters_do_not_pile_up_in_training():
     bn_w = 6 * 2 * 32 * 2
     assert int(w.sum()) == conv_w + bn_w
     assert int(w.max()) <= 2 * (conv_w + bn_w) / SMALL.n_tiles + 6 * 128
+
+
+def deep_mlp(layers: int = 8, tokens: int = 64, features: int = 256) -> nn.Network:
+    net = nn.Network("mlp")
+    y = net.input("x", (tokens, features))
+    for i in range(layers):
+        y = net.add(nn.Linear(features, features, bias=False), y, name=f"fc{i}")
+    net.output(y)
+    return net
+
+
+def test_linear_weights_spread_over_every_tile_of_their_plan():
+    # A Linear weight is its matmul's conv *input* (K in-chans x N columns). Each block of
+    # the plan's (in-chan, column) split is read by the Os out-chan tiles sharing it and
+    # was homed on at most 4 of them (MAX_INPUT_OWNERS), so layers of one shape (one plan)
+    # piled their weights on those few tiles (BERT: 3.1 MB on tile 258). Now all Os tiles
+    # own a share of whole channel rows (PopLibs createInput over the plan's tiles): per
+    # tile exactly layers x (rows share) x (block width) x 2 B, computed here by hand.
+    L, T, F = 8, 64, 256
+    net = deep_mlp(L, T, F)
+    ctx = nn.api._context("float16", "half", SMALL)
+    prog = nn.compile_network(net, 2, ctx)
+    _, w = prog.liveness()
+    assert int(w.sum()) == L * F * F * 2
+    cp = nn.convops.conv_program(ConvParams(batch=1, in_channels=F, out_channels=2 * T, in_h=1,
+                                            in_w=F, kernel_h=1, kernel_w=1, dtype="float16",
+                                            partials="half"), SMALL, False, resident_input=True)
+    s = cp.plan.split
+    assert s.out_chans > 4                     # the case the old cap got wrong
+    want = np.zeros(SMALL.n_tiles, np.int64)
+    c_lo = np.arange(s.in_chans) * F // s.in_chans
+    for i in range(s.in_chans):
+        rows = (i + 1) * F // s.in_chans - c_lo[i]
+        for j in range(s.cols):
+            width = (j + 1) * F // s.cols - j * F // s.cols
+            for o in range(s.out_chans):
+                t = (i * s.cols + j) * s.out_chans + o
+                want[t] = L * ((o + 1) * rows // s.out_chans - o * rows // s.out_chans) * width * 2
+    assert list(w) == list(want)
+    assert int(w.max()) <= 2 * int(w.sum()) // s.n_tiles
