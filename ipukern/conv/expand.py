@@ -36,6 +36,11 @@ becomes 1x1). Expanded channel ``c'`` of a group is ``c * kh * kw' + i * kw' + j
 for "hw", 1 for "h"), so the expanded weights (C_out, C_in * kh [* kw], 1, kw or 1) are the
 original weights reshaped: nothing moves. PopLibs also tries expanding the width alone;
 there the expanded weights are a transpose of the original ones (not built, README).
+A 1-wide kernel dim with a stride is a candidate too: expanding it subsamples the input
+(PopLibs ``expandSpatialDim``, ``slice.subSample(stride)``), so a strided 1x1 conv's
+windows hold only the rows and columns it reads, and each tile receives only the input
+rows it reads (:func:`box_row_step`; columns arrive as whole runs and the copy vertex
+steps over them, as element-sized exchange runs would be).
 """
 from __future__ import annotations
 
@@ -49,7 +54,7 @@ from ..machine import MachineSpec
 from .layout import geometry, owned_input_segments
 from .params import ConvParams
 
-__all__ = ["EXPAND_CANDIDATES", "expand_candidates", "expanded_params", "transform_estimate",
+__all__ = ["EXPAND_CANDIDATES", "expand_candidates", "box_row_step", "expanded_params", "transform_estimate",
            "transform_copy_cycles", "source_boxes", "choose_plan", "plan_expanded",
            "expanded_candidates", "expanded_lower_bound"]
 
@@ -59,14 +64,25 @@ EXPAND_CANDIDATES = ("h", "hw")
 
 
 def expand_candidates(p: ConvParams) -> list[str]:
-    """The expandDims subsets that change ``p``: "h" when the kernel has more than one row,
-    "hw" when it has more than one column (PopLibs: dims whose expansion changes something)."""
+    """The expandDims subsets that change ``p``: "h" when the kernel has more than one row
+    or is one row with a row stride, "hw" when the same holds for columns (PopLibs
+    ``getExpandDimsCandidates``: the dims whose expansion changes the params). Expanding a
+    1-wide strided dim *subsamples* the input (``expandSpatialDim``: ``slice.subSample(
+    stride)``, ConvTransforms.cpp), so the expanded conv's windows hold only the rows and
+    columns it reads."""
     out = []
-    if p.kernel_h > 1:
+    if p.kernel_h > 1 or p.stride[0] > 1:
         out.append("h")
-    if p.kernel_w > 1:
+    if p.kernel_w > 1 or p.stride[1] > 1:
         out.append("hw")
     return [d for d in out if d in EXPAND_CANDIDATES]
+
+
+def box_row_step(p: ConvParams) -> int:
+    """Row step of a tile's received box of original rows: the row stride when the kernel is
+    one row without padding (the rows between are never read, so they are not received);
+    else 1 (whole row ranges)."""
+    return p.stride[0] if p.kernel_h == 1 and p.padding[0] == 0 else 1
 
 
 def expanded_params(p: ConvParams, dims: str) -> ConvParams:
@@ -128,7 +144,8 @@ def transform_estimate(machine: MachineSpec, p: ConvParams, dims: str, split) ->
 
 def source_boxes(p, e, dims: str, seg, nt: int) -> dict[str, np.ndarray]:
     """Per tile, the box of the original input its owned segments read: images [na, nb),
-    rows [ra, rb), global channels [cha, chb), columns [ca, cb); ``elems`` its size."""
+    rows [ra, rb) every :func:`box_row_step` rows (``"nr"`` of them), global channels
+    [cha, chb), columns [ca, cb); ``elems`` its size."""
     kk = e.in_per_group // p.in_per_group
     g = seg.channel // e.in_per_group
     cl = seg.channel - g * e.in_per_group
@@ -153,7 +170,9 @@ def source_boxes(p, e, dims: str, seg, nt: int) -> dict[str, np.ndarray]:
         np.maximum.at(b, t, hi[ok])
         a = np.minimum(a, b)
         out[name + "0"], out[name + "1"] = a, b
-    out["elems"] = ((out["n1"] - out["n0"]) * (out["r1"] - out["r0"])
+    step = box_row_step(p)
+    out["nr"] = -(-(out["r1"] - out["r0"]) // step)
+    out["elems"] = ((out["n1"] - out["n0"]) * out["nr"]
                     * (out["ch1"] - out["ch0"]) * (out["c1"] - out["c0"]))
     return out
 

@@ -26,7 +26,7 @@ import numpy as np
 from ..core.engine import Device
 from ..core.program import Superstep, VertexBatch
 from ..core.tensor import expand, split_bounds
-from .expand import source_boxes, transform_copy_cycles
+from .expand import box_row_step, source_boxes, transform_copy_cycles
 from .layout import CopyTable, StridedCopies, owned_input_segments
 
 __all__ = ["build_expanded_program"]
@@ -85,11 +85,12 @@ def build_expanded_program(plan, device: Device | None, vertex=None):
 
 
 def _recv_copies(p, box, bounds, home_off, recv_off, isz) -> CopyTable:
-    """Every tile's box from the linear home of the original input: one run per (image,
-    row) when the box has whole rows (channels x width are contiguous in NHCW), else one
-    per (image, row, channel); runs are cut where the home changes tile."""
+    """Every tile's box from the linear home of the original input (only every
+    :func:`~.expand.box_row_step`-th row): one run per (image, row) when the box has whole
+    rows (channels x width are contiguous in NHCW), else one per (image, row, channel);
+    runs are cut where the home changes tile."""
     t = np.flatnonzero(box["elems"] > 0)
-    NB, RR = (box["n1"] - box["n0"])[t], (box["r1"] - box["r0"])[t]
+    NB, RR = (box["n1"] - box["n0"])[t], box["nr"][t]
     CH, RC = (box["ch1"] - box["ch0"])[t], (box["c1"] - box["c0"])[t]
     full = RC == p.in_w
     per = np.where(full, 1, CH)
@@ -98,7 +99,8 @@ def _recv_copies(p, box, bounds, home_off, recv_off, isz) -> CopyTable:
     n, r = np.divmod(nr, RR[i])
     tt = t[i]
     ch = box["ch0"][tt] + k
-    start = ((((box["n0"][tt] + n) * p.in_h + box["r0"][tt] + r) * p.in_channels + ch) * p.in_w
+    start = ((((box["n0"][tt] + n) * p.in_h + box["r0"][tt] + r * box_row_step(p)) * p.in_channels
+              + ch) * p.in_w
              + box["c0"][tt])
     count = np.where(full[i], CH[i] * p.in_w, RC[i])
     dst = recv_off[tt] + ((nr * CH[i] + k) * RC[i]) * isz
@@ -140,9 +142,10 @@ def _im2col_batch(p, e, plan, seg, box, recv_off, isz) -> VertexBatch:
         src_col, col_stride = xv0 * sw - pw + j * dw, sw
     else:
         xv0, xv1, src_col, col_stride = x0, x0 + width, x0, 1
-    RR, CH, RC = ((box[k + "1"] - box[k + "0"])[t] for k in ("r", "ch", "c"))
+    RR = box["nr"][t]
+    CH, RC = ((box[k + "1"] - box[k + "0"])[t] for k in ("ch", "c"))
     img = seg.image[s] - box["n0"][t]
-    src = recv_off[t] + (((img * RR + r - box["r0"][t]) * CH
+    src = recv_off[t] + (((img * RR + (r - box["r0"][t]) // box_row_step(p)) * CH
                           + g * p.in_per_group + c_first - box["ch0"][t]) * RC
                          + src_col - box["c0"][t]) * isz
     # blocks: the copy, then zeros (whole segment row if the tap's row is padding; else the

@@ -42,6 +42,8 @@ CASES = [
     ((1, 8, 9, 9), (8, 8, 2, 5), (2, 1), (0, 2), 1, 1),  # rectangular kernel and stride
     ((2, 20, 9, 9), (40, 20, 3, 3), 3, 0, 1, 1),       # stride 3 = kernel span
     ((1, 4, 10, 10), (8, 4, 2, 2), 3, 1, 1, 1),        # stride 3 > kernel span 2
+    ((2, 16, 14, 14), (24, 16, 1, 1), 2, 0, 1, 1),     # ResNet downsample: 1x1 stride 2
+    ((1, 8, 11, 9), (8, 4, 1, 1), (3, 2), 0, 1, 2),    # 1x1, odd sizes, grouped
 ]
 
 
@@ -218,3 +220,30 @@ def test_expanded_lower_bound_bounds_the_expanded_plan(n, g, cig, cog, hw, k, s,
     except (ValueError, TileMemoryError):
         return
     assert expanded_lower_bound(p, m, dims) <= plan.estimated_cycles
+
+
+def test_strided_1x1_expansion_receives_only_the_rows_it_reads():
+    """A 1x1 stride-2 conv expanded over both dims subsamples its input (PopLibs
+    expandSpatialDim: ``subSample(stride)``): the expanded conv's input is the N x C x 7 x 7
+    subsample of the 14 x 14 input, and on one tile the received box holds the 7 used rows
+    (0, 2, .., 12) of columns 0..12 (columns arrive as whole runs, the copy vertex steps
+    over them): 2 x 16 x 7 x 13 fp32 values instead of the 2 x 16 x 14 x 14 input the
+    direct conv's window holds."""
+    p = ConvParams(2, 16, 24, 14, 14, 1, 1, stride=2)
+    assert expand_candidates(p) == ["h", "hw"]
+    assert expanded_params(p, "hw") == ConvParams(2, 16, 24, 7, 7, 1, 1)
+    plan = plan_conv(p, ONE_TILE, expand_dims="hw")
+    prog = build_conv_program(plan)
+    ex = prog.program.steps[0].exchange
+    assert int(ex.nbytes.sum()) == 2 * 16 * 7 * 13 * 4
+    used = {a.name: int(a.nbytes[0]) for a in prog.device.memory.allocations}
+    assert used["conv.expand_recv"] == 2 * 16 * 7 * 13 * 4
+    direct = build_conv_program(plan_conv(p, ONE_TILE, expand_dims=""))
+    d_used = {a.name: int(a.nbytes[0]) for a in direct.device.memory.allocations}
+    assert d_used["conv.window"] == 2 * 16 * 14 * 14 * 4
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(p.input_shape).astype(np.float32)
+    w = rng.standard_normal(p.weight_shape).astype(np.float32)
+    out, prof, est = run_plan(plan, x, w)
+    check(x, w, out, "float32", stride=2)
+    assert prof.total_cycles == est.total_cycles
