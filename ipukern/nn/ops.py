@@ -149,6 +149,31 @@ def param_memory(machine: MachineSpec, layout: Layout, channels: int, inner: int
     return linear_param_bytes(machine, vectors * channels, isz), copies
 
 
+def param_broadcast_record(machine: MachineSpec, name: str, home: np.ndarray,
+                           copies: np.ndarray) -> SuperstepRecord:
+    """The exchange that brings every tile the parameter entries its elements use (the
+    ``copies`` of :func:`param_memory`) from their linear home, before the op's compute:
+    PopLibs' broadcast operands (popops ``addToChannel``/``channelMul``, layer norm's
+    gain and bias) are exchanged from where they are mapped to the tiles using them.
+    Costed per tile as every exchange here (:func:`~ipukern.core.cost.tile_exchange_cycles`):
+    a tile receives its copies and sends its home once (a broadcast), the slowest tile
+    sets the pace. Entries homed on the tile that uses them are counted as received (at
+    most a 128 B grain per vector)."""
+    from ..core import cost
+    recv = np.asarray(copies, np.int64)
+    send = np.asarray(home, np.int64)
+    per_tile = cost.tile_exchange_cycles(recv, np.zeros_like(recv), send, machine)
+    t = int(np.argmax(per_tile))
+    over = machine.exchange_overhead_cycles
+    return SuperstepRecord(index=0, name=f"{name} parameters", category="exchange",
+                           compute_cycles=0, sync_cycles=machine.sync_cycles,
+                           exchange_cycles=int(per_tile[t]) + over, exchange_tile=t,
+                           bytes_exchanged=int(recv.sum()), n_copies=int((recv > 0).sum()),
+                           exchange_why=f"{name}: parameter entries to the tiles using them; tile "
+                                        f"{t} receives {int(recv[t])} B, sends {int(send[t])} B",
+                           exchange_overhead_cycles=over)
+
+
 def _zeros(machine: MachineSpec) -> np.ndarray:
     return np.zeros(machine.n_tiles, dtype=np.int64)
 
@@ -241,7 +266,8 @@ def affine_plan(machine: MachineSpec, src: Layout, channels: int, inner: int, *,
     producer's layout: batch-norm inference (popnn batchNormalise: channelMul then
     addToChannel, two broadcast binary passes), bias add, position-embedding add, SE scale.
     Parameters live linearly over the tiles; each tile holding data holds a copy of the
-    entries it uses while the op runs (:func:`param_memory`; that broadcast is not costed)."""
+    entries it uses while the op runs (:func:`param_memory`), brought by an exchange
+    (:func:`param_broadcast_record`)."""
     nt = machine.n_tiles
     n = src.elems_per_tile(nt)
     passes = int(scale) + int(shift)
@@ -270,7 +296,8 @@ def affine_plan(machine: MachineSpec, src: Layout, channels: int, inner: int, *,
 
     rec = compute_record(machine, name, cyc, f"popops broadcast {'mul+add' if passes == 2 else 'op'} "
                          f"over {int(n.max())} elements per tile ({channels} channels)")
-    return OpPlan(name, "fwd", "BroadcastVectorOuter", [src], out, [rec], passes * src.n_elems,
+    xrec = param_broadcast_record(machine, name, home, copies)
+    return OpPlan(name, "fwd", "BroadcastVectorOuter", [src], out, [xrec, rec], passes * src.n_elems,
                   out.bytes_per_tile(nt) + copies + home, home, run, (True,), inplace=True)
 
 
@@ -491,7 +518,8 @@ def layernorm_plan(machine: MachineSpec, shape: Sequence[int], dtype: str, eps: 
         return _store(Resident(out, nt), y.reshape(nt, -1))
 
     rec = compute_record(machine, "layernorm", cyc, f"layer norm: {int(rows.max())} rows of {L} per tile")
-    return OpPlan("layernorm", "fwd", "reduce+rsqrt+mul", [want], out, [rec], 8 * want.n_elems,
+    xrec = param_broadcast_record(machine, "layernorm", home, copies)
+    return OpPlan("layernorm", "fwd", "reduce+rsqrt+mul", [want], out, [xrec, rec], 8 * want.n_elems,
                   2 * want.bytes_per_tile(nt) + copies + home, home, run, (False,))
 
 

@@ -175,3 +175,27 @@ def test_linear_weights_spread_over_every_tile_of_their_plan():
                 want[t] = L * ((o + 1) * rows // s.out_chans - o * rows // s.out_chans) * width * 2
     assert list(w) == list(want)
     assert int(w.max()) <= 2 * int(w.sum()) // s.n_tiles
+
+
+def test_parameter_broadcast_is_an_exchange_costed_by_hand():
+    # x + p with p of the per-sample shape (nt, 8) fp32: p's home is 32 entries (128 B) on
+    # each of the first nt / 4 tiles; every tile needs the 8 entries (32 B) its elements
+    # use. The exchange before the add: tiles 0..nt/4-1 send 128 B (a broadcast, sent
+    # once), every tile receives 32 B: the busiest tile moves 128 B at the exchange rate.
+    from ipukern.core.cost import exchange_cycles
+    m = ik.GC200
+    nt = m.n_tiles
+    net = nn.Network("posadd")
+    x = net.input("x", (nt, 8))
+    net.output(net.add(nn.AddParam((nt, 8)), x, name="pos"))
+    prof = nn.estimate_network(net, batch=1, dtype="float32", partials="float")
+    xrec = [r for r in prof.supersteps if r.name == "add_param parameters"]
+    assert len(xrec) == 1
+    assert xrec[0].exchange_cycles == exchange_cycles(128, m) + m.exchange_overhead_cycles
+    assert xrec[0].bytes_exchanged == nt * 32 and xrec[0].sync_cycles == m.sync_cycles
+    rng = np.random.default_rng(0)
+    xs = rng.standard_normal((1, nt, 8)).astype(np.float32)
+    prm = {"pos.weight": rng.standard_normal((nt, 8)).astype(np.float32)}
+    run = nn.run_network(net, xs, prm)
+    assert np.array_equal(run.output, xs + prm["pos.weight"])
+    assert run.profile.total_cycles == prof.total_cycles
