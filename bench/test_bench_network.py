@@ -69,7 +69,7 @@ def _planner_seconds():
     from ipukern.nn import convops
     keys = list(convops._PROGRAMS)
     t0 = time.perf_counter()
-    for params, machine, bias in keys:
+    for params, machine, bias, _resident in keys:
         plan_conv(params, machine, bias=bias)
     return time.perf_counter() - t0, len(keys)
 

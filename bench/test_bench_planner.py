@@ -97,7 +97,7 @@ def test_estimate_warm(benchmark, layer):
 
 def _training_passes(size, batch):
     """The distinct conv passes (forward, backward-data, weight-update) ResNet-50's
-    training estimate plans, as (params, machine, bias) keys."""
+    training estimate plans, as (params, machine, bias, resident input) keys."""
     from ipukern.nn import convops
     ik.nn.clear_network_caches()
     ik.estimate_network(ik.models.resnet50(image_size=size), batch=batch, training=True,
@@ -107,7 +107,7 @@ def _training_passes(size, batch):
 
 def _plan_all(keys):
     ik.clear_plan_cache()    # also the planner's memoised split axes: every plan is cold
-    return [plan_conv(params, machine, bias=bias) for params, machine, bias in keys]
+    return [plan_conv(params, machine, bias=bias) for params, machine, bias, _resident in keys]
 
 
 @pytest.mark.benchmark(group="planner")
