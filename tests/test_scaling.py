@@ -142,7 +142,11 @@ def _curve(rows, batch, device="GC200", field="tflops"):
 @pytest.mark.parametrize("batch", [1, 32])
 def test_ipu_rate_falls_as_cpg_shrinks(resnext, batch):
     ipu = _curve(resnext, batch)
-    assert all(a < b for a, b in zip(ipu, ipu[1:])), ipu
+    # strictly up to cpg 64; the dense layer at batch 32 is planned under PopLibs' 0.6
+    # temporary-memory bound (availableMemoryProportion), which costs it ~2% against the
+    # unbounded plan and leaves it level with cpg 64, not above it
+    assert all(a < b for a, b in zip(ipu[:-1], ipu[1:-1])), ipu
+    assert ipu[-1] >= 0.95 * ipu[-2], ipu
     gpu = _curve(resnext, batch, "A100_40GB")
     assert all(a <= b for a, b in zip(gpu, gpu[1:])), gpu
 

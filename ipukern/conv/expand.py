@@ -178,7 +178,7 @@ def source_boxes(p, e, dims: str, seg, nt: int) -> dict[str, np.ndarray]:
 
 
 def plan_expanded(p: ConvParams, machine: MachineSpec, dims: str, *, bias: bool = False,
-                  method: str | None = None):
+                  method: str | None = None, available_memory_proportion: float | None = None):
     """The plan of ``p`` with expandDims over ``dims``: the expanded conv's own plan (the
     planner's, without the transform) plus the transform's estimate for that split.
 
@@ -188,7 +188,8 @@ def plan_expanded(p: ConvParams, machine: MachineSpec, dims: str, *, bias: bool 
         As :func:`~.planner.plan_conv` for the expanded conv; ValueError also when the
         transform's buffers do not fit beside the expanded conv's."""
     from .planner import plan_conv
-    inner = plan_conv(expanded_params(p, dims), machine, bias=bias, method=method, expand_dims="")
+    inner = plan_conv(expanded_params(p, dims), machine, bias=bias, method=method, expand_dims="",
+                      available_memory_proportion=available_memory_proportion)
     t = transform_estimate(machine, p, dims, inner.split)
     nbytes = inner.estimated_bytes_per_tile + t["bytes"]
     if nbytes > machine.tile_budget_bytes:
@@ -248,29 +249,34 @@ def expanded_lower_bound(p: ConvParams, machine: MachineSpec, dims: str, bias: b
 
 
 def choose_plan(p: ConvParams, machine: MachineSpec, direct, *, bias: bool = False,
-                method: str | None = None):
+                method: str | None = None, available_memory_proportion: float | None = None):
     """The cheapest of ``direct`` (the plan without expandDims, or the exception planning it
     raised) and the expandDims candidates of ``p`` (PopLibs tries every subset and keeps
-    the cheapest plan, the transform's cost included). Fewer serial slices win first, as in
+    the cheapest plan, the transform's cost included). Plans within the temporary-memory
+    bound win first (``ConvPlan.temp_bytes_bound``), then fewer serial slices, as in
     :func:`~.planner.plan_conv`; ties keep the direct plan. A candidate whose
-    :func:`expanded_lower_bound` cannot beat the best plan so far (without serial slices)
-    is not planned (not when ``planner.PRUNE`` is off): the choice is the same."""
+    :func:`expanded_lower_bound` cannot beat the best plan so far (within the bound and
+    without serial slices) is not planned (not when ``planner.PRUNE`` is off): the choice
+    is the same."""
     from ..core.memory import TileMemoryError
     from .planner import PRUNE
     best = None if isinstance(direct, Exception) else direct
     n = best.n_candidates if best is not None else 0
     for dims in expand_candidates(p):
         # a candidate can only replace a plan without serial slices by beating its cycles
-        if (PRUNE and best is not None and best.serial == 1
+        # (and, unless the best meets the memory bound, a bounded candidate wins on memory)
+        if (PRUNE and best is not None and best.serial == 1 and best.temp_bytes_bound
                 and expanded_lower_bound(p, machine, dims, bias) >= best.estimated_cycles):
             continue
         try:
-            cand = plan_expanded(p, machine, dims, bias=bias, method=method)
+            cand = plan_expanded(p, machine, dims, bias=bias, method=method,
+                                 available_memory_proportion=available_memory_proportion)
         except (ValueError, TileMemoryError):
             continue
         n += cand.n_candidates
-        if best is None or ((cand.serial > 1, cand.estimated_cycles)
-                            < (best.serial > 1, best.estimated_cycles)):
+        # a plan within the temporary-memory bound beats one planned without it
+        if best is None or ((not cand.temp_bytes_bound, cand.serial > 1, cand.estimated_cycles)
+                            < (not best.temp_bytes_bound, best.serial > 1, best.estimated_cycles)):
             best = cand
     if best is None:
         raise direct

@@ -74,7 +74,14 @@ from .params import ConvParams
 from .reduce import planner_tries_depth, reduce_stages
 
 __all__ = ["ConvPlan", "PlanCandidate", "plan_conv", "rank_candidates", "split_candidates",
-           "writes_output_type", "MAX_SINGLE_STAGE_DEPTH"]
+           "writes_output_type", "MAX_SINGLE_STAGE_DEPTH", "AVAILABLE_MEMORY_PROPORTION",
+           "temp_bytes_bound"]
+
+#: PopLibs' default ``availableMemoryProportion`` (poplin convolution/matmul option, "the
+#: proportion of tile memory to be made available as temporary memory for this
+#: convolution", default 0.6; ConvOptions.cpp, ConvPlan.cpp ``availableTileMem =
+#: target.getBytesPerTile() * options.availableMemoryProportion``)
+AVAILABLE_MEMORY_PROPORTION = 0.6
 
 #: input-channel splits below this depth are reduced in one stage and all scored; deeper
 #: ones are reduced in 2-3 stages (PopLibs' ConvReducePlan.cpp, reference §4.3)
@@ -126,6 +133,10 @@ class ConvPlan:
         channels) or "hw" (both kernel dims: a 1x1 conv). When set, ``method``, ``split``
         and ``serial`` are those of the expanded conv (:attr:`conv_params`), whose input
         the program builds on chip first (:mod:`.expand`).
+    temp_bytes_bound : int
+        The per-tile bound on temporary bytes the plan was chosen under (PopLibs'
+        ``availableMemoryProportion`` of the tile, :func:`plan_conv`); 0 when no plan met
+        it and the conv was planned against the tile budget alone.
     """
 
     params: ConvParams
@@ -139,6 +150,7 @@ class ConvPlan:
     breakdown: dict = field(default_factory=dict, compare=False)
     n_candidates: int = field(default=0, compare=False)
     expand_dims: str = ""
+    temp_bytes_bound: int = 0
 
     @property
     def conv_params(self) -> ConvParams:
@@ -207,6 +219,7 @@ class ConvPlan:
                 "reduction_stages": list(self.reduction_stages),
                 "tiles_used": s.n_tiles, "estimated_cycles": self.estimated_cycles,
                 "estimated_bytes_per_tile": self.estimated_bytes_per_tile,
+                "temp_bytes_bound": self.temp_bytes_bound,
                 "breakdown": dict(self.breakdown)}
 
 
@@ -234,8 +247,10 @@ def _window_extent(n_out_t: np.ndarray, k: int, stride: int, dil: int, size: int
 
 def plan_conv(params: ConvParams, machine: MachineSpec, *, bias: bool = False,
               method: str | None = None, expand_dims: str | None = None,
-              kernel_split: int | None = None) -> ConvPlan:
-    """Choose the fastest plan whose busiest tile fits ``machine``'s per-tile budget.
+              kernel_split: int | None = None,
+              available_memory_proportion: float | None = None) -> ConvPlan:
+    """Choose the fastest plan whose busiest tile fits ``machine``'s per-tile budget and
+    whose temporary memory fits ``available_memory_proportion`` of the tile.
 
     Parameters
     ----------
@@ -253,6 +268,14 @@ def plan_conv(params: ConvParams, machine: MachineSpec, *, bias: bool = False,
         PopLibs' kernel split along the kernel rows: None (default) scores every useful
         split (when ``KERNEL_SPLITS``, the module switch, is on) and keeps the fastest; 1
         never splits; k > 1 forces k blocks of kernel rows (then no expandDims).
+    available_memory_proportion : float in (0, 1], optional
+        PopLibs' ``availableMemoryProportion`` option: the share of the tile's bytes the
+        conv's temporary memory may use (here every buffer of the plan but its output:
+        input windows, weights, partials, reduction and receive buffers). None means
+        PopLibs' default, :data:`AVAILABLE_MEMORY_PROPORTION` (0.6). As in PopLibs, when
+        no plan meets it the conv is planned again without it (PopLibs then minimises
+        memory; here the fastest plan that fits the tile budget is kept); the plan's
+        ``temp_bytes_bound`` says which happened (0: bound not met).
 
     Raises
     ------
@@ -275,18 +298,32 @@ def plan_conv(params: ConvParams, machine: MachineSpec, *, bias: bool = False,
             expand_dims = ""
         if kernel_split > 1 and expand_dims:
             raise ValueError("a kernel split and expandDims cannot be forced together")
+    amp = available_memory_proportion
+    bound = temp_bytes_bound(machine, amp)
     if expand_dims is None:
         from .expand import choose_plan
         try:
             direct: ConvPlan | Exception = plan_conv(params, machine, bias=bias, method=method,
-                                                     expand_dims="", kernel_split=kernel_split)
+                                                     expand_dims="", kernel_split=kernel_split,
+                                                     available_memory_proportion=amp)
         except (ValueError, TileMemoryError) as err:
             direct = err
-        return choose_plan(params, machine, direct, bias=bias, method=method)
+        return choose_plan(params, machine, direct, bias=bias, method=method,
+                           available_memory_proportion=amp)
     if expand_dims:
         from .expand import plan_expanded
-        return plan_expanded(params, machine, expand_dims, bias=bias, method=method)
-    p = params
+        return plan_expanded(params, machine, expand_dims, bias=bias, method=method,
+                             available_memory_proportion=amp)
+    try:
+        return _plan_direct(params, machine, bias, method, bound, kernel_split)
+    except TileMemoryError:
+        # PopLibs replans without the bound when no plan meets it (ConvPlan.cpp runPlanner)
+        return _plan_direct(params, machine, bias, method, None, kernel_split)
+
+
+def _plan_direct(p: ConvParams, machine: MachineSpec, bias: bool, method: str | None,
+                 temp_bound: int | None, kernel_split: int | None) -> ConvPlan:
+    """:func:`plan_conv` without expandDims, temporary bytes bounded by ``temp_bound``."""
     _check_fits_chip(p, machine)
     cands = candidate_methods(machine, p.dtype, p.partials, p.in_per_group, p.out_per_group,
                               p.kernel_w, p.stride[1], n_groups=p.groups)
@@ -310,7 +347,7 @@ def plan_conv(params: ConvParams, machine: MachineSpec, *, bias: bool = False,
         # a method can only replace a best plan without serial slices by beating its cycles
         beat = best[2].cycles if best is not None and best[2].serial == 1 else None
         res = _score_method(p, machine, cand, bias, serials, best[2].cycles if best else None, fg,
-                            beat=beat)
+                            beat=beat, temp_bound=temp_bound)
         if res is None:
             continue
         n_scored += res.n_scored
@@ -325,7 +362,8 @@ def plan_conv(params: ConvParams, machine: MachineSpec, *, bias: bool = False,
         _, cand, b = best
         return ConvPlan(params=p, machine=machine, method=cand, split=b.split, serial=b.serial,
                         bias=bias, estimated_cycles=b.cycles, estimated_bytes_per_tile=b.nbytes,
-                        breakdown=b.breakdown, n_candidates=n_scored)
+                        breakdown=b.breakdown, n_candidates=n_scored,
+                        temp_bytes_bound=temp_bound or 0)
     if smallest is None:
         # no candidate got as far as sizing a tile: every split was invalid for the methods
         tried = sorted({c.method for c in cands})
@@ -466,6 +504,25 @@ def _in_chan_splits(n_grains: int, T: int) -> np.ndarray:
     return _frozen(in_chan_splits(n_grains, T))
 
 
+def temp_bytes_bound(machine: MachineSpec, proportion: float | None) -> int:
+    """The per-tile bound on a plan's temporary bytes: ``proportion`` (None: PopLibs'
+    default :data:`AVAILABLE_MEMORY_PROPORTION`) of the tile's bytes, as PopLibs computes
+    it (of the whole tile, not of the budget left after the reserve).
+
+    Raises
+    ------
+    ValueError
+        Unless ``0 < proportion <= 1`` (PopLibs' 0, "plan for the least memory", is not
+        modelled)."""
+    if proportion is None:
+        proportion = AVAILABLE_MEMORY_PROPORTION
+    if (isinstance(proportion, bool) or not isinstance(proportion, (int, float, np.floating))
+            or not 0 < proportion <= 1):
+        raise ValueError(f"available_memory_proportion must be a number in (0, 1], got "
+                         f"{proportion!r}")
+    return int(machine.tile_bytes * float(proportion))
+
+
 def clear_planner_caches() -> None:
     """Forget the planner's memoised split axes and vertex candidates (for cold timings;
     plans do not change)."""
@@ -525,7 +582,8 @@ class _MethodScore(NamedTuple):
 
 def _score_method(p: ConvParams, machine: MachineSpec, cand: VertexMethod, bias: bool,
                   serials: np.ndarray, bound: int | None,
-                  fg: dict[str, Any], beat: int | None = None) -> _MethodScore | None:
+                  fg: dict[str, Any], beat: int | None = None,
+                  temp_bound: int | None = None) -> _MethodScore | None:
     """Score every split vector of one vertex method, each with the fewest serial
     out-chan slices (from ``serials``) that make its busiest tile fit.
 
@@ -548,7 +606,7 @@ def _score_method(p: ConvParams, machine: MachineSpec, cand: VertexMethod, bias:
         if c is None:
             return _MethodScore(n_all, None, None)     # nothing here beats the best plan
     og = _method_grains(p, cand)[2]
-    serial, smallest, sizes = _fewest_serial_slices(p, machine, og, c, serials, bias)
+    serial, smallest, sizes = _fewest_serial_slices(p, machine, og, c, serials, bias, temp_bound)
     fits = serial > 0
     if cand.method == "VMAC":
         fits &= serial == 1
@@ -706,7 +764,8 @@ def _tile_bytes(p: ConvParams, og: int, c: _Table, serial: np.ndarray,
     recv_b = np.where(c.reduce_needed, recv * psz, 0)
     bias_b = c.G_t * c.K_t * isz if bias else 0
     mem = sum(_aligned(x) for x in (c.win_b, w_b, w_store, part_b, out_b, recv_b, bias_b, mid_b))
-    return {"mem": mem, "K_s": K_s, "w_b": w_b, "out_s": out_s, "chunk": chunk}
+    return {"mem": mem, "K_s": K_s, "w_b": w_b, "out_s": out_s, "chunk": chunk,
+            "out_b": _aligned(out_b)}
 
 
 def _stage_depths(R: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -749,9 +808,10 @@ def _reduction_sizes(c: _Table, out_s: np.ndarray, psz: int) -> tuple[np.ndarray
 
 
 def _fewest_serial_slices(p: ConvParams, machine: MachineSpec, og: int, c: _Table,
-                          serials: np.ndarray, bias: bool
+                          serials: np.ndarray, bias: bool, temp_bound: int | None = None
                           ) -> tuple[np.ndarray, tuple[int, int] | None, dict[str, np.ndarray]]:
-    """Per split vector, the fewest serial slices whose busiest tile fits the budget (0 if
+    """Per split vector, the fewest serial slices whose busiest tile fits the budget and
+    whose temporary bytes (all but the output) stay within ``temp_bound`` when given (0 if
     none does; each tile needs a grain per slice), the smallest (bytes, slices) seen, and
     the :func:`_tile_bytes` sizes of the slices chosen (0 where none fits). Each serial
     count sizes only the vectors that no smaller count fitted."""
@@ -767,6 +827,8 @@ def _fewest_serial_slices(p: ConvParams, machine: MachineSpec, og: int, c: _Tabl
         sub = c if todo.size == n else _Table({col: c[col][todo] for col in _SIZING_COLUMNS})
         t = _tile_bytes(p, og, sub, k, bias)
         ok = t["mem"] <= machine.tile_budget_bytes
+        if temp_bound is not None:
+            ok &= t["mem"] - t["out_b"] <= temp_bound
         rows = todo[ok]
         serial[rows] = k
         for name, v in t.items():

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from ..conv.planner import temp_bytes_bound
 from ..core.memory import TileMemoryError
 from ..dtypes import canonical_dtype, partials_dtype
 from ..machine import GC200, MachineSpec, get_machine
@@ -32,11 +33,16 @@ class NetworkRun:
     profile: NetworkProfile
 
 
-def _context(dtype: Any, partials: Any, machine: MachineSpec | str) -> PlanContext:
+def _context(dtype: Any, partials: Any, machine: MachineSpec | str,
+             amp: float | None = None) -> PlanContext:
     dt = canonical_dtype(dtype)
     if partials in ("half", "float16", "fp16") and dt == "float32":
         partials = "float"
-    return PlanContext(get_machine(machine), dt, partials_dtype(partials, dt))
+    m = get_machine(machine)
+    if amp is not None:
+        temp_bytes_bound(m, amp)          # a clear error for a bad proportion
+        amp = float(amp)
+    return PlanContext(m, dt, partials_dtype(partials, dt), amp)
 
 
 def _check_batch(batch: Any) -> int:
@@ -138,6 +144,7 @@ def estimate_network(net: Network, batch: int = 16, dtype: Any = "float16", part
                      machine: MachineSpec | str = GC200, training: bool = False,
                      recompute: Any = None, optimizer: str = "sgd_momentum", *,
                      fold_bn: bool | None = None, allow_overflow: bool = False,
+                     available_memory_proportion: float | None = None,
                      **training_kw: Any) -> NetworkProfile:
     """Cycles, throughput and memory of ``net`` on one IPU, without touching data.
 
@@ -159,6 +166,11 @@ def estimate_network(net: Network, batch: int = 16, dtype: Any = "float16", part
         Fold inference batch norms into the preceding conv (default: True for inference).
     allow_overflow : bool
         Report a network that does not fit instead of raising :class:`TileMemoryError`.
+    available_memory_proportion : float in (0, 1], optional
+        PopLibs' ``availableMemoryProportion`` for every conv and matmul pass: the share of
+        a tile's bytes the op's temporary buffers may use when it is planned (None:
+        PopLibs' default 0.6; Graphcore's ResNet-50 training configurations use e.g.
+        0.16). See :func:`ipukern.conv.planner.plan_conv`.
 
     Returns
     -------
@@ -166,7 +178,7 @@ def estimate_network(net: Network, batch: int = 16, dtype: Any = "float16", part
     """
     net = _check_net(net)
     batch = _check_batch(batch)
-    ctx = _context(dtype, partials, machine)
+    ctx = _context(dtype, partials, machine, available_memory_proportion)
     if training:
         try:
             from . import training as _training
@@ -185,7 +197,8 @@ def estimate_network(net: Network, batch: int = 16, dtype: Any = "float16", part
 
 def run_network(net: Network, x: Any, params: dict[str, Any] | None = None, *,
                 dtype: Any = "float32", partials: Any = "float", machine: MachineSpec | str = GC200,
-                fold_bn: bool = True, allow_overflow: bool = False) -> NetworkRun:
+                fold_bn: bool = True, allow_overflow: bool = False,
+                available_memory_proportion: float | None = None) -> NetworkRun:
     """Execute the forward pass on real data, tile by tile; same cycles as the estimate.
 
     Parameters
@@ -197,7 +210,7 @@ def run_network(net: Network, x: Any, params: dict[str, Any] | None = None, *,
     params : dict, optional
         ``"<layer>.<param>" -> array``; None uses the weights the network carries
         (``from_torch``) or ``net.init_params(seed=0)``.
-    dtype, partials, machine, fold_bn, allow_overflow
+    dtype, partials, machine, fold_bn, allow_overflow, available_memory_proportion
         As :func:`estimate_network` (default float32 here: results comparable with a
         float32 framework).
 
@@ -237,7 +250,7 @@ def run_network(net: Network, x: Any, params: dict[str, Any] | None = None, *,
     if params is None:
         params = net.params if net.params is not None else net.init_params(seed=0)
     net.check_params(params)
-    ctx = _context(dtype, partials, machine)
+    ctx = _context(dtype, partials, machine, available_memory_proportion)
     prog = compile_network(net, batch, ctx, fold_bn=fold_bn)
     prof = network_profile(prog, allow_overflow=allow_overflow)
     outs = prog.execute(arrays, params)

@@ -46,10 +46,11 @@ from .tile_reduce import channel_reduce
 __all__ = ["PassRow", "backward_rows", "bn_stats_row"]
 
 
-def _conv_row(name: str, op: str, pass_: str, params: ConvParams, machine, flops: int, run=None) -> PassRow:
+def _conv_row(name: str, op: str, pass_: str, params: ConvParams, machine, flops: int, run=None,
+              amp: float | None = None) -> PassRow:
     # the network's program cache (layers of equal shape share one, cleared with the
     # network caches), not the op-level LRU: a network has more distinct passes than it holds
-    prog = conv_program(params, machine, False)
+    prog = conv_program(params, machine, False, amp=amp)
     return PassRow(name, op, pass_, prog.plan.method.label(), list(prog.program.records), flops,
                    prog.device.memory.used.copy(), {"plan": prog.plan.describe(),
                                                     "pass_conv": params.describe(), "measured": True},
@@ -64,9 +65,9 @@ def _matmul_rows(name, op, shape_a, shape_b, ctx, *, grad_a: bool, grad_b_pass: 
             continue
         la, lb = _pass_shapes(shape_a, shape_b, which)
         # the orientation ipukern.matmul would run (C = A B or C^T = B^T A^T)
-        p, _ = _orient(_layout(la, lb), ctx.dtype, ctx.partials, ctx.machine, None)
+        p, _ = _orient(_layout(la, lb), ctx.dtype, ctx.partials, ctx.machine, None, ctx.amp)
         rows.append(_conv_row(f"{name}.{'grad_a' if which == 'a' else 'grad_b'}", op, pass_, p,
-                              ctx.machine, fl, None if runs is None else runs[which]))
+                              ctx.machine, fl, None if runs is None else runs[which], ctx.amp))
     return rows
 
 
@@ -164,10 +165,10 @@ def backward_rows(step, ctx, needs_input_grad: list[bool],
         rows = []
         if needs_input_grad[0]:
             rows.append(_conv_row(f"{name}.grad_input", op, "bwd", backward_data_pass(fwd).params, m,
-                                  fwd.flops, gi))
+                                  fwd.flops, gi, ctx.amp))
             rows += deliver_rows(step, 0, ctx, acc[0], rearrange=False)
         rows.append(_conv_row(f"{name}.grad_weight", op, "wu", weight_update_pass(fwd).params, m,
-                              fwd.flops, gw))
+                              fwd.flops, gw, ctx.amp))
         if layer.bias:
             rows.append(_bias_row(step, ctx, layer.out_channels, int(np.prod(step.out_shape[2:]))))
         return flush_rows(rows)

@@ -44,8 +44,9 @@ def clear_program_cache() -> None:
 
 
 def conv_program(params: ConvParams, machine: MachineSpec, bias: bool, *,
-                 resident_input: bool = False) -> ConvProgram:
-    """The planned and built program for these conv parameters (cached).
+                 resident_input: bool = False, amp: float | None = None) -> ConvProgram:
+    """The planned and built program for these conv parameters (cached); ``amp``: the
+    planner's ``available_memory_proportion`` (None: PopLibs' default).
 
     ``resident_input``: the conv's *input* operand is a parameter that stays in tile memory
     (a Linear layer's weight, which its matmul plans as the conv input). Its home is then
@@ -55,11 +56,11 @@ def conv_program(params: ConvParams, machine: MachineSpec, bias: bool, *,
     for one layer, a weight's for the whole program, and every layer of the same shape
     shares one plan, so the few owners of each block would hold all those layers' weights.
     """
-    key = (params, machine, bias, resident_input)
+    key = (params, machine, bias, resident_input, amp)
     with _LOCK:
         prog = _PROGRAMS.get(key)
     if prog is None:
-        plan = plan_conv(params, machine, bias=bias)
+        plan = plan_conv(params, machine, bias=bias, available_memory_proportion=amp)
         owners = plan.split.out_chans if resident_input else MAX_INPUT_OWNERS
         prog = build_conv_program(plan, input_owners=owners)
         with _LOCK:
@@ -85,12 +86,14 @@ def _home_bytes(t, nt: int) -> np.ndarray:
 
 def conv_plan(machine: MachineSpec, in_shape: Sequence[int], weight_shape: Sequence[int], *,
               stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1,
-              dtype: str = "float16", partials: str = "float32", bias: bool = False) -> OpPlan:
-    """A conv2d layer pass (PyTorch semantics) as a network op."""
+              dtype: str = "float16", partials: str = "float32", bias: bool = False,
+              amp: float | None = None) -> OpPlan:
+    """A conv2d layer pass (PyTorch semantics) as a network op; ``amp`` as for
+    :func:`conv_program`."""
     params = ConvParams.from_shapes(in_shape, weight_shape, stride=stride, padding=padding,
                                     dilation=dilation, groups=groups, dtype=dtype,
                                     partials=partials)
-    prog = conv_program(params, machine, bias)
+    prog = conv_program(params, machine, bias, amp=amp)
     nt = machine.n_tiles
     xm = prog.input_mapping()
     if isinstance(xm, LazyTileMapping):       # built only if execution reads it
@@ -119,13 +122,15 @@ def conv_plan(machine: MachineSpec, in_shape: Sequence[int], weight_shape: Seque
 
 def matmul_plan(machine: MachineSpec, a_shape: Sequence[int], b_shape: Sequence[int], *,
                 dtype: str = "float16", partials: str = "float32", b_param: bool = False,
-                bias: bool = False, out_shape: Sequence[int] | None = None) -> OpPlan:
+                bias: bool = False, out_shape: Sequence[int] | None = None,
+                amp: float | None = None) -> OpPlan:
     """``a @ b`` for a (G, M, K) and b (G, K, N) (2-D shapes mean G = 1), planned as a 1x1
     grouped conv like :func:`ipukern.matmul`: ``a`` is the conv's weights (rows of K
     contiguous, the natural layout of activations (tokens, features)), ``b`` its input.
 
     ``b_param``: ``b`` is a parameter (a Linear layer's transposed weight, param
     ``"weight"`` of shape (N, K) as in PyTorch); ``bias`` adds param ``"bias"`` (N,).
+    ``amp`` as for :func:`conv_program`.
     """
     a3 = tuple(a_shape) if len(a_shape) == 3 else (1,) + tuple(a_shape)
     b3 = tuple(b_shape) if len(b_shape) == 3 else (1,) + tuple(b_shape)
@@ -135,7 +140,7 @@ def matmul_plan(machine: MachineSpec, a_shape: Sequence[int], b_shape: Sequence[
     N = b3[2]
     params = ConvParams(batch=1, in_channels=G * K, out_channels=G * M, in_h=1, in_w=N,
                         kernel_h=1, kernel_w=1, groups=G, dtype=dtype, partials=partials)
-    prog = conv_program(params, machine, False, resident_input=b_param)
+    prog = conv_program(params, machine, False, resident_input=b_param, amp=amp)
     nt = machine.n_tiles
     w, x = prog.w, prog.x
     a_want = Layout(tuple(a_shape), dtype, w.mapping, offsets=w.offset)

@@ -68,11 +68,13 @@ __all__ = [
 
 @dataclass(frozen=True)
 class PlanContext:
-    """What a plan depends on besides shapes: machine, dtype, partials."""
+    """What a plan depends on besides shapes: machine, dtype, partials, and the conv
+    planner's ``available_memory_proportion`` (None: PopLibs' default)."""
 
     machine: Any
     dtype: str
     partials: str
+    amp: float | None = None
 
     @property
     def n_tiles(self) -> int:
@@ -190,7 +192,7 @@ class Conv2d(Layer):
         return conv_plan(ctx.machine, shapes[0], self.weight_shape(), stride=self.stride,
                          padding=self.padding, dilation=self.dilation, groups=self.groups,
                          dtype=ctx.dtype, partials=ctx.partials,
-                         bias=self.bias if bias is None else bias)
+                         bias=self.bias if bias is None else bias, amp=ctx.amp)
 
 
 class BatchNorm2d(Layer):
@@ -453,7 +455,7 @@ class Linear(Layer):
         s = tuple(shapes[0])
         rows = int(np.prod(s[:-1]))
         return matmul_plan(ctx.machine, (rows, self.in_features), (self.in_features, self.out_features),
-                           dtype=ctx.dtype, partials=ctx.partials, b_param=True, bias=self.bias,
+                           dtype=ctx.dtype, partials=ctx.partials, b_param=True, bias=self.bias, amp=ctx.amp,
                            out_shape=self.out_shape(shapes))
 
 
@@ -470,7 +472,8 @@ class MatMul(Layer):
         return (a[0], a[1], b[2])
 
     def forward(self, ctx, layouts, shapes):
-        return matmul_plan(ctx.machine, shapes[0], shapes[1], dtype=ctx.dtype, partials=ctx.partials)
+        return matmul_plan(ctx.machine, shapes[0], shapes[1], dtype=ctx.dtype, partials=ctx.partials,
+                           amp=ctx.amp)
 
 
 class LayerNorm(Layer):

@@ -57,16 +57,18 @@ def clear_plan_cache() -> None:
 
 
 def cached_plan(params: ConvParams, machine: MachineSpec, bias: bool,
-                method: str | None) -> ConvPlan:
-    """``plan_conv`` through a small LRU cache (a planning error is cached and re-raised)."""
-    key = (params, machine, bias, method)
+                method: str | None, amp: float | None = None) -> ConvPlan:
+    """``plan_conv`` through a small LRU cache (a planning error is cached and re-raised);
+    ``amp``: its ``available_memory_proportion``."""
+    key = (params, machine, bias, method, amp)
     with _CACHE_LOCK:
         hit = _PLANS.get(key)
         if hit is not None:
             _PLANS.move_to_end(key)
     if hit is None:
         try:
-            hit = plan_conv(params, machine, bias=bias, method=method)
+            hit = plan_conv(params, machine, bias=bias, method=method,
+                            available_memory_proportion=amp)
         except (ValueError, MemoryError) as e:
             hit = e
         with _CACHE_LOCK:
@@ -118,15 +120,16 @@ def _trim_locked() -> None:
 
 
 def cached_program(params: ConvParams, machine: MachineSpec, bias: bool, method: str | None,
-                   vertex: Any = None) -> ConvProgram:
-    """The planned and built program for a conv, from the cache or built now (LRU)."""
-    key = (params, machine, bias, method, vertex)
+                   vertex: Any = None, amp: float | None = None) -> ConvProgram:
+    """The planned and built program for a conv, from the cache or built now (LRU);
+    ``amp``: the planner's ``available_memory_proportion``."""
+    key = (params, machine, bias, method, vertex, amp)
     with _CACHE_LOCK:
         prog = _CACHE.get(key)
         if prog is not None:
             _CACHE.move_to_end(key)
             return prog
-    plan = cached_plan(params, machine, bias, method)
+    plan = cached_plan(params, machine, bias, method, amp)
     prog = build_conv_program(plan, vertex=vertex)
     with _CACHE_LOCK:
         # another thread may have built the same program meanwhile: keep the first one

@@ -48,17 +48,20 @@ class ConvRun:
 def plan_conv2d(input_shape: Sequence[int], weight_shape: Sequence[int], *,
                 dtype: Any = "float16", stride: Any = 1, padding: Any = 0, dilation: Any = 1,
                 groups: int = 1, machine: MachineSpec | str = GC200, partials: Any = "float",
-                bias: bool = False, method: str | None = None) -> ConvPlan:
+                bias: bool = False, method: str | None = None,
+                available_memory_proportion: float | None = None) -> ConvPlan:
     """The plan :func:`conv2d` would use for these shapes (cached)."""
     params = ConvParams.from_shapes(input_shape, weight_shape, stride=stride, padding=padding,
                                     dilation=dilation, groups=groups, dtype=dtype,
                                     partials=partials)
-    return cached_program(params, get_machine(machine), bias, method).plan
+    return cached_program(params, get_machine(machine), bias, method,
+                          amp=available_memory_proportion).plan
 
 
 def conv2d(input: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0,
            dilation: Any = 1, groups: int = 1, *, machine: MachineSpec | str = GC200,
-           partials: Any = "float", method: str | None = None) -> ConvRun:
+           partials: Any = "float", method: str | None = None,
+           available_memory_proportion: float | None = None) -> ConvRun:
     """Grouped 2-D convolution computed tile by tile on a simulated IPU.
 
     PyTorch semantics and signature (``torch.nn.functional.conv2d(input, weight, bias,
@@ -80,6 +83,10 @@ def conv2d(input: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: 
         either; fp32 inputs accumulate in float.
     method : {"AMP", "SLIC", "VMAC", "HMAC"}, optional
         Force a vertex method instead of letting the planner choose.
+    available_memory_proportion : float in (0, 1], optional
+        PopLibs' ``availableMemoryProportion``: the share of each tile's bytes the op's
+        temporary buffers may use when planning (None: PopLibs' default 0.6; see
+        :func:`ipukern.conv.planner.plan_conv`).
 
     Returns
     -------
@@ -114,7 +121,8 @@ def conv2d(input: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: 
         if canonical_dtype(bias.dtype) != dtype:
             raise TypeError(f"bias is {bias.dtype} but input is {x.dtype}: both must have the "
                             "same dtype")
-    prog = cached_program(params, get_machine(machine), bias is not None, method)
+    prog = cached_program(params, get_machine(machine), bias is not None, method,
+                          amp=available_memory_proportion)
     out, profile = execute(prog, x, w, bias, profile_kw(prog))
     return ConvRun(output=like_input(out, *torch_in), profile=profile, plan=prog.plan)
 
@@ -122,7 +130,8 @@ def conv2d(input: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: 
 def estimate_conv2d(input_shape: Any, weight_shape: Any, *, dtype: Any = None,
                     stride: Any = 1, padding: Any = 0, dilation: Any = 1,
                     groups: int = 1, machine: MachineSpec | str = GC200, partials: Any = "float",
-                    bias: bool = False, method: str | None = None) -> Profile:
+                    bias: bool = False, method: str | None = None,
+                    available_memory_proportion: float | None = None) -> Profile:
     """The cycles :func:`conv2d` would report for these shapes, without touching data.
 
     Same planner, same program, same numbers as execute mode; no tensor bytes exist, so
@@ -131,6 +140,7 @@ def estimate_conv2d(input_shape: Any, weight_shape: Any, *, dtype: Any = None,
     ``input_shape`` and ``weight_shape`` may be shapes (tuples, ``torch.Size``) or tensors
     (NumPy arrays, torch tensors including meta tensors), whose shapes are used. ``dtype``
     defaults to the input tensor's dtype, or float16 for plain shapes.
+    ``available_memory_proportion`` as in :func:`conv2d`.
     """
     input_shape, in_dtype = shape_and_dtype(input_shape)
     weight_shape, _ = shape_and_dtype(weight_shape)
@@ -139,5 +149,6 @@ def estimate_conv2d(input_shape: Any, weight_shape: Any, *, dtype: Any = None,
     params = ConvParams.from_shapes(input_shape, weight_shape, stride=stride, padding=padding,
                                     dilation=dilation, groups=groups, dtype=dtype,
                                     partials=partials)
-    prog = cached_program(params, get_machine(machine), bias, method)
+    prog = cached_program(params, get_machine(machine), bias, method,
+                          amp=available_memory_proportion)
     return prog.device.run(prog.program, "estimate", **profile_kw(prog))

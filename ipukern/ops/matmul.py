@@ -130,11 +130,11 @@ def _conv_params(lay: _Layout, dtype: str, partials: Any, transposed: bool) -> C
 
 
 def _transposed_is_cheaper(direct: ConvParams, transposed: ConvParams, machine: MachineSpec,
-                           method: str | None) -> bool:
+                           method: str | None, amp: float | None = None) -> bool:
     """Whether the planner's estimate of the transposed orientation beats the direct one."""
     def cycles(p: ConvParams) -> float:
         try:
-            return cached_plan(p, machine, False, method).estimated_cycles
+            return cached_plan(p, machine, False, method, amp).estimated_cycles
         except (ValueError, MemoryError):
             return float("inf")
     a, b = cycles(direct), cycles(transposed)
@@ -144,14 +144,14 @@ def _transposed_is_cheaper(direct: ConvParams, transposed: ConvParams, machine: 
 
 
 def _orient(lay: _Layout, dtype: str, partials: Any, machine: MachineSpec,
-            method: str | None) -> tuple[ConvParams, bool]:
+            method: str | None, amp: float | None = None) -> tuple[ConvParams, bool]:
     """The conv to run and whether it is the transposed orientation (the same choice with or
     without a user vertex, so swapping the vertex never changes the plan)."""
     direct = _conv_params(lay, dtype, partials, False)
     if lay.M == lay.N:
         return direct, False
     transposed = _conv_params(lay, dtype, partials, True)
-    if _transposed_is_cheaper(direct, transposed, machine, method):
+    if _transposed_is_cheaper(direct, transposed, machine, method, amp):
         return transposed, True
     return direct, False
 
@@ -166,7 +166,8 @@ def _profile(prog, lay: _Layout, transposed: bool) -> dict[str, Any]:
 
 
 def matmul(a: np.ndarray, b: np.ndarray, *, machine: MachineSpec | str = GC200,
-           partials: Any = "float", method: str | None = None, vertex: Any = None) -> MatmulRun:
+           partials: Any = "float", method: str | None = None, vertex: Any = None,
+           available_memory_proportion: float | None = None) -> MatmulRun:
     """``a @ b`` (NumPy semantics) computed tile by tile on a simulated IPU.
 
     Parameters
@@ -192,6 +193,10 @@ def matmul(a: np.ndarray, b: np.ndarray, *, machine: MachineSpec | str = GC200,
         A^T and c is C^T). The plan, exchanges and reductions stay the library's; the
         profile marks the compute as a user estimate. float32 only, and only plans with
         one batch element per tile.
+    available_memory_proportion : float in (0, 1], optional
+        PopLibs' ``availableMemoryProportion`` (the share of each tile's bytes the
+        matmul's temporary buffers may use when planning; None: PopLibs' default 0.6; see
+        :func:`ipukern.conv.planner.plan_conv`).
 
     Returns
     -------
@@ -208,7 +213,8 @@ def matmul(a: np.ndarray, b: np.ndarray, *, machine: MachineSpec | str = GC200,
         raise TypeError(f"a is {a.dtype} but b is {b.dtype}: both must have the same dtype")
     lay = _layout(a.shape, b.shape)
     machine = get_machine(machine)
-    params, transposed = _orient(lay, dtype, partials, machine, method)
+    amp = available_memory_proportion
+    params, transposed = _orient(lay, dtype, partials, machine, method, amp)
     if lay.mode == "fold_a":
         w = np.ascontiguousarray(a).reshape(lay.M, lay.K, 1, 1)
         x = np.ascontiguousarray(b).reshape(1, lay.K, 1, lay.N)
@@ -229,7 +235,7 @@ def matmul(a: np.ndarray, b: np.ndarray, *, machine: MachineSpec | str = GC200,
         a3, b3 = w.reshape(lay.G, lay.M, lay.K), x.reshape(lay.G, lay.K, lay.N)
         w = np.ascontiguousarray(b3.transpose(0, 2, 1)).reshape(lay.G * lay.N, lay.K, 1, 1)
         x = np.ascontiguousarray(a3.transpose(0, 2, 1)).reshape(1, lay.G * lay.K, 1, lay.M)
-    prog = cached_program(params, machine, False, method, vertex)
+    prog = cached_program(params, machine, False, method, vertex, amp)
     out, profile = execute(prog, x, w, None, _profile(prog, lay, transposed))
     if transposed:
         out = out.reshape(lay.G, lay.N, lay.M).transpose(0, 2, 1)
@@ -243,13 +249,14 @@ def matmul(a: np.ndarray, b: np.ndarray, *, machine: MachineSpec | str = GC200,
 
 def estimate_matmul(shape_a: Any, shape_b: Any, *, dtype: Any = None,
                     machine: MachineSpec | str = GC200, partials: Any = "float",
-                    method: str | None = None) -> Profile:
+                    method: str | None = None,
+                    available_memory_proportion: float | None = None) -> Profile:
     """The cycles :func:`matmul` would report, without touching data (any size the tiles
     can hold, e.g. BERT-Large's (8192 x 1024) @ (1024 x 4096) feed-forward in fp16).
 
     Shapes may be tuples, ``torch.Size`` or tensors (NumPy, torch, meta); 1-D shapes are
     promoted as in :func:`matmul`. ``dtype`` defaults to ``shape_a``'s dtype when it is a
-    tensor, else float16."""
+    tensor, else float16. ``available_memory_proportion`` as in :func:`matmul`."""
     shape_a, a_dtype = shape_and_dtype(shape_a)
     shape_b, _ = shape_and_dtype(shape_b)
     if dtype is None:
@@ -257,6 +264,7 @@ def estimate_matmul(shape_a: Any, shape_b: Any, *, dtype: Any = None,
     shape_a, shape_b, _ = _promote(shape_a, shape_b)
     lay = _layout(shape_a, shape_b)
     machine = get_machine(machine)
-    params, transposed = _orient(lay, canonical_dtype(dtype), partials, machine, method)
-    prog = cached_program(params, machine, False, method)
+    amp = available_memory_proportion
+    params, transposed = _orient(lay, canonical_dtype(dtype), partials, machine, method, amp)
+    prog = cached_program(params, machine, False, method, amp=amp)
     return prog.device.run(prog.program, "estimate", **_profile(prog, lay, transposed))
