@@ -69,8 +69,8 @@ def _planner_seconds():
     from ipukern.nn import convops
     keys = list(convops._PROGRAMS)
     t0 = time.perf_counter()
-    for params, machine, bias, _resident in keys:
-        plan_conv(params, machine, bias=bias)
+    for params, machine, bias, _resident, amp in keys:
+        plan_conv(params, machine, bias=bias, available_memory_proportion=amp)
     return time.perf_counter() - t0, len(keys)
 
 

@@ -97,7 +97,8 @@ def test_estimate_warm(benchmark, layer):
 
 def _training_passes(size, batch):
     """The distinct conv passes (forward, backward-data, weight-update) ResNet-50's
-    training estimate plans, as (params, machine, bias, resident input) keys."""
+    training estimate plans, as the network program cache's (params, machine, bias,
+    resident input, available memory proportion) keys."""
     from ipukern.nn import convops
     ik.nn.clear_network_caches()
     ik.estimate_network(ik.models.resnet50(image_size=size), batch=batch, training=True,
@@ -107,7 +108,8 @@ def _training_passes(size, batch):
 
 def _plan_all(keys):
     ik.clear_plan_cache()    # also the planner's memoised split axes: every plan is cold
-    return [plan_conv(params, machine, bias=bias) for params, machine, bias, _resident in keys]
+    return [plan_conv(params, machine, bias=bias, available_memory_proportion=amp)
+            for params, machine, bias, _resident, amp in keys]
 
 
 @pytest.mark.benchmark(group="planner")
