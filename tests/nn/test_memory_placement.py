@@ -100,6 +100,14 @@ def test_input_copied_and_dying_is_freed_before_the_compute_phase():
     assert [int(v) - r for v in prof2.step_peak_bytes] == [128, 64 + 128 + 32]
 
 
+def _position_add(nt: int) -> "nn.Network":
+    """x + p with p of the per-sample shape (nt, 8): BERT's position add, one row per tile."""
+    net = nn.Network("posadd")
+    x = net.input("x", (nt, 8))
+    net.output(net.add(nn.AddParam((nt, 8)), x, name="pos"))
+    return net
+
+
 def test_per_channel_parameters_live_linearly_and_are_copied_only_where_used():
     # x + p with p of the per-sample shape (nt, 8) fp32 (BERT's position add): 8 elements
     # per tile. p's home is mapped like mapTensorLinearly (>= 128 B per tile, grains of one
@@ -108,9 +116,7 @@ def test_per_channel_parameters_live_linearly_and_are_copied_only_where_used():
     # (nt * 32 B) for the whole program.
     m = ik.GC200
     nt = m.n_tiles
-    net = nn.Network("posadd")
-    x = net.input("x", (nt, 8))
-    net.output(net.add(nn.AddParam((nt, 8)), x, name="pos"))
+    net = _position_add(nt)
     prog = nn.compile_network(net, 1, nn.api._context("float32", "float", m))
     live, w = prog.liveness()
     assert int(w.sum()) == nt * 8 * 4
@@ -185,9 +191,7 @@ def test_parameter_broadcast_is_an_exchange_costed_by_hand():
     from ipukern.core.cost import exchange_cycles
     m = ik.GC200
     nt = m.n_tiles
-    net = nn.Network("posadd")
-    x = net.input("x", (nt, 8))
-    net.output(net.add(nn.AddParam((nt, 8)), x, name="pos"))
+    net = _position_add(nt)
     prof = nn.estimate_network(net, batch=1, dtype="float32", partials="float")
     xrec = [r for r in prof.supersteps if r.name == "add_param parameters"]
     assert len(xrec) == 1
