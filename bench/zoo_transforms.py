@@ -72,6 +72,17 @@ def networks_before_after(batch: int, flag: str, networks) -> None:
               f"(x{before[name] / after[name]:.3f})")
 
 
+def print_gains(rows: list, tag: str, extra=lambda r: "") -> None:
+    """Print rows (gain, choice, conv, planned before, after, program before, after, layer
+    names, ...) best first, then how many gain more than 10%."""
+    for r in sorted(rows, reverse=True):
+        names = r[7]
+        print(f"  x{r[0]:.2f} ({tag}{r[1]}) {r[2]}: planned {r[3]:,} -> {r[4]:,}; program "
+              f"{r[5]:,} -> {r[6]:,}{extra(r)}  {', '.join(names[:3])}"
+              f"{' ...' if len(names) > 3 else ''}")
+    print(f"layers gaining > 10%: {sum(r[0] > 1.1 for r in rows)}")
+
+
 def kernel_splits(convs: dict, batch: int) -> None:
     """Every layer whose plan the planner now gives a kernel split: planned and built
     cycles without and with it, and the optimistic bound."""
@@ -86,14 +97,11 @@ def kernel_splits(convs: dict, batch: int) -> None:
         bound = plan_conv(expand.expanded_params(p, "h"), M, expand_dims="")
         before, after = program_cycles(base), program_cycles(chosen)
         rows.append((before / after, chosen.kernel_split, p.describe(), base.estimated_cycles,
-                     chosen.estimated_cycles, before, after,
-                     base.estimated_cycles / bound.estimated_cycles, names))
+                     chosen.estimated_cycles, before, after, names,
+                     base.estimated_cycles / bound.estimated_cycles))
     print(f"kernel split chosen on {len(rows)} layers (planned before -> after; program before "
           "-> after, gain; bound):")
-    for r in sorted(rows, reverse=True):
-        print(f"  x{r[0]:.2f} (k{r[1]}) {r[2]}: planned {r[3]:,} -> {r[4]:,}; program {r[5]:,} -> "
-              f"{r[6]:,}; bound x{r[7]:.2f}  {', '.join(r[8][:3])}{' ...' if len(r[8]) > 3 else ''}")
-    print(f"layers gaining > 10%: {sum(r[0] > 1.1 for r in rows)}")
+    print_gains(rows, "k", lambda r: f"; bound x{r[8]:.2f}")
     networks_before_after(batch, "--networks-without-kernel-split", KSPLIT_NETWORKS)
 
 
@@ -114,10 +122,7 @@ def main(batch: int = 8) -> None:
     print(f"{len(convs)} distinct conv layers at batch {batch}")
     print(f"expandDims chosen on {len(built)} layers (planned before -> after; program before -> "
           "after, ratio):")
-    for r in sorted(built, reverse=True):
-        print(f"  x{r[0]:.2f} ({r[1]}) {r[2]}: planned {r[3]:,} -> {r[4]:,}; program {r[5]:,} -> "
-              f"{r[6]:,}  {', '.join(r[7][:3])}{' ...' if len(r[7]) > 3 else ''}")
-    print(f"layers gaining > 10%: {sum(r[0] > 1.1 for r in built)}")
+    print_gains(built, "")
     networks_before_after(batch, "--networks-without-expand", NETWORKS)
     kernel_splits(convs, batch)
     print(f"layers with serial splits: {len(serial)}", *serial[:5], sep="\n  ")
