@@ -40,10 +40,50 @@ from ..conv.passes import backward_data_pass, weight_update_pass
 from ..ops.matmul import _layout, _orient
 from ..ops.matmul_grad import _pass_shapes
 from .convops import conv_program
-from .grad_ops import EXECUTABLE, PassRow, bn_stats_row, deliver_rows, flush_rows, vector_grad_rows
+from .grad_ops import (EXECUTABLE, FROM_OUTPUT, PassRow, bn_stats_row, deliver_rows, flush_rows,
+                       vector_grad_rows)
 from .tile_reduce import channel_reduce
 
-__all__ = ["PassRow", "backward_rows", "bn_stats_row"]
+__all__ = ["PassRow", "backward_reads", "backward_rows", "bn_stats_row"]
+
+
+def backward_reads(step) -> tuple[tuple[bool, ...], bool]:
+    """Which forward tensors a step's backward rows read: ``(per input, its output)``.
+
+    A training step keeps a forward activation only as long as some backward pass reads
+    it, as Poplar frees a variable after the last program that reads it. What each backward
+    reads is what the PopLibs function computing it takes:
+
+    - conv / linear: the weight update reads the input (``poplin::calculateWeightDeltas``
+      takes the activations); backward-data reads only weights and output gradients;
+      matmul: each operand's gradient reads the other operand;
+    - batch norm / layer norm: the input (``popnn::bn::batchNormGradients`` /
+      ``popnn::ln::layerNormGradients`` take the forward activations, whitened or not);
+    - relu, relu6, sigmoid, tanh (alone or fused into an add): the *output*; GELU and SiLU:
+      the input (:data:`FROM_OUTPUT`);
+    - max pooling: input and output (``popnn::pooling::poolInputGradient(in, pooled, ...)``);
+      average pooling, residual add, reshape/flatten/permute: nothing (shapes only);
+    - softmax: the output; the loss, squeeze-excitation scaling, embedding and anything
+      else: every input (conservative).
+    """
+    op, layer, n = step.op, step.layer, len(step.srcs)
+    if op in ("conv2d", "linear", "batchnorm", "layernorm"):
+        return (True,) + (False,) * (n - 1), False
+    if op == "activation":
+        out = layer.kind in FROM_OUTPUT
+        return (not out,), out
+    if op == "add":
+        act = getattr(layer, "act", None)
+        if act is None or act in FROM_OUTPUT:
+            return (False,) * n, act is not None
+        return (True,) * n, False
+    if op == "maxpool":
+        return (True,), True
+    if op in ("avgpool", "global_avgpool", "reshape", "flatten", "permute"):
+        return (False,) * n, False
+    if op == "softmax":
+        return (False,) * n, True
+    return (True,) * n, False
 
 
 def _conv_row(name: str, op: str, pass_: str, params: ConvParams, machine, flops: int, run=None,

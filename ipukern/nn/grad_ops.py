@@ -120,6 +120,12 @@ def _new(layout: Layout, nt: int, values: np.ndarray) -> Resident:
     return r
 
 
+#: activations whose popnn input gradient is computed from the *output*
+#: (popnn/NonLinearity.hpp, ``nonLinearityInputGradient``: "act: the output activations
+#: from the non-linearity. For the GELU and SWISH non-linearity only this is the input")
+FROM_OUTPUT = ("relu", "relu6", "sigmoid", "tanh")
+
+
 def act_grad(kind: str, x: np.ndarray) -> np.ndarray:
     """d act(x) / dx from the input (float32; GELU: the tanh form)."""
     with np.errstate(all="ignore"):
@@ -230,8 +236,10 @@ def _activation(step, ctx):
     n = step.plan.output.elems_per_tile(nt)
     put = _to_input(step, 0, nt)
 
-    def run(env):
-        put(env, _f(env.grad(step)) * act_grad(kind, _f(env.fetch(step, 0))))
+    def run(env):      # from the output where popnn does (FROM_OUTPUT): the input may be freed
+        d = (_out_grad(kind, _f(env.live[step.node])) if kind in FROM_OUTPUT
+             else act_grad(kind, _f(env.fetch(step, 0))))
+        put(env, _f(env.grad(step)) * d)
     rec = _rec(ctx, step, nonlinearity_grad_cycles(m, n, kind, dt),
                f"popnn NonLinearityGrad {kind}<{dt}>: {int(n.max())} elements per tile")
     return [_row(ctx, step, "NonLinearityGrad", [rec], [run], 2 * step.plan.output.n_elems,
@@ -243,7 +251,7 @@ def _add(step, ctx):
     act = step.layer.act
     n = step.plan.output.elems_per_tile(nt)
     lays = [step.rearrs[k].dst for k in range(2)]
-    from_out = act in (None, "relu", "relu6", "sigmoid", "tanh")
+    from_out = act is None or act in FROM_OUTPUT
     recs = []
     if act is not None:
         recs = ([] if from_out else _fetch_records(step, 1)

@@ -12,14 +12,18 @@ Program order (one row per layer pass, as PopLibs/PopART schedule a training ste
 Memory at every row is what is live then, per tile: every layer's weights; their
 gradients from their weight-update row to the optimizer; the optimizer state (the whole
 program when on chip, only the optimizer row when streamed from the host); activations
-from production to their last use, where *stashed* activations stay live until the
-backward of their consumers; activation gradients from the backward row that produces
-them to the one that consumes them; and the row's own buffers.
+from the row after the one producing them (that row's own buffers hold its output) to
+their last use, where a *stashed* activation stays live until the last backward row that
+reads it (:func:`~ipukern.nn.backward.backward_reads`: a batch norm's output feeding a
+ReLU is not stashed, popnn differentiates the ReLU from its output); activation gradients
+from the backward row that produces them to the one that consumes them; and the row's own
+buffers.
 
 Recomputation: ``recompute`` lists checkpoint layers. Activations produced by a
 checkpoint (and network inputs) are stashed; every other activation of a segment
 (the layers after one checkpoint up to the next) is freed after its forward use and
-recomputed before the segment's backward. The last segment (ending at the loss) is not
+recomputed (live again from its own recomputed row) before the segment's backward; what a
+recomputed step reads stays live until that recomputation. The last segment (ending at the loss) is not
 recomputed. An activation used outside its own segment stays stashed.
 """
 from __future__ import annotations
@@ -33,7 +37,7 @@ import numpy as np
 
 from ..core.memory import TileMemoryError
 from ..ops.optim import estimate_optimizer_step, get_optimizer
-from .backward import PassRow, backward_rows, bn_stats_row
+from .backward import PassRow, backward_reads, backward_rows, bn_stats_row
 from .grad_ops import accumulate_flags
 from .compile import compile_network
 from .layers import PlanContext
@@ -174,6 +178,7 @@ def _schedule(net: Network, batch: int, ctx: PlanContext, recompute: Any, opt: A
     bwd_first: dict[int, int] = {}    # step -> first backward row index
     bwd_last: dict[int, int] = {}
     recompute_row: dict[int, int] = {}  # segment -> first recompute row
+    rec_row: dict[int, int] = {}        # step -> its recompute row
     wu_row: dict[int, int] = {}
     seg_done: set[int] = set()
     for i in range(F - 1, -1, -1):
@@ -184,6 +189,7 @@ def _schedule(net: Network, batch: int, ctx: PlanContext, recompute: Any, opt: A
             recompute_row[seg[i]] = len(rows)
             for j in members:
                 sj = steps[j]
+                rec_row[j] = len(rows)
                 rows.append(_Row(f"{sj.name} (recompute)", sj.op, "fwd", sj.plan.method, sj.records(),
                                  sj.plan.flops, sj.plan.total_bytes - sj.plan.weight_bytes,
                                  sj.in_shapes, sj.out_shape, 0, j))
@@ -230,27 +236,26 @@ def _schedule(net: Network, batch: int, ctx: PlanContext, recompute: Any, opt: A
         live(0, R - 1, state)
     else:
         live(opt_row, opt_row, state)
+    reads = [backward_reads(s) for s in steps]
+    ckpt = _checkpoint_nodes(prog, recompute)
     for name, lay in prog.layouts.items():
         if lay is None:
             continue
         b = lay.bytes_per_tile(nt)
         p = produced.get(name, -1)
-        start = fwd_row[p] if p >= 0 else 0
+        start = fwd_row[p] + 1 if p >= 0 else 0   # the producing row's own bytes hold it
         cons = consumers.get(name, [])
         out = name in net.outputs
-        fwd_end = max([fwd_row[c] for c in cons] + ([fwd_row[F - 1]] if out else []) + [start])
-        if cons:
-            need_until = bwd_last[min(cons)]       # backward of its first consumer
-        else:
-            need_until = fwd_end
-        recomputed = (seg is not None and p >= 0 and seg[p] != last_seg
-                      and name not in _checkpoint_nodes(prog, recompute)
+        fwd_end = max([fwd_row[c] for c in cons] + ([fwd_row[F - 1]] if out else []) + [start - 1])
+        need_until = read_until(name, p, cons, steps, reads, bwd_last)
+        again = [rec_row[c] for c in cons if c in rec_row]      # recomputed readers
+        recomputed = (seg is not None and p >= 0 and seg[p] != last_seg and name not in ckpt
                       and all(seg[c] == seg[p] for c in cons))
         if recomputed:
             live(start, fwd_end, b)
-            live(recompute_row[seg[p]], need_until, b)
+            live(rec_row[p] + 1, max(again + [need_until]), b)
         else:
-            live(start, max(fwd_end, need_until), b)
+            live(start, max([fwd_end, need_until] + again), b)
         if p >= 0 and has_grad(name) and cons:
             live(bwd_first[max(cons)], bwd_last[p], b)            # its gradient
     acts = np.cumsum(diff, axis=0)[:R]
@@ -258,6 +263,17 @@ def _schedule(net: Network, batch: int, ctx: PlanContext, recompute: Any, opt: A
     total = acts + own + weights[None, :]
     flops = sum(r.flops for r in rows)
     return rows, total, weights, flops, oprof
+
+
+def read_until(name: str, p: int, cons: list[int], steps, reads, bwd_last: dict[int, int]) -> int:
+    """The last backward row reading activation ``name`` (produced by step ``p``, -1 for a
+    network input; read by steps ``cons``): its consumers' backward rows that read their
+    input, its producer's that reads its output (:func:`backward_reads`); -1 if none."""
+    ends = [bwd_last[c] for c in cons if c in bwd_last
+            and any(r for src, r in zip(steps[c].srcs, reads[c][0]) if src == name)]
+    if p in bwd_last and reads[p][1]:
+        ends.append(bwd_last[p])
+    return max(ends, default=-1)
 
 
 def _checkpoint_nodes(prog, recompute) -> set[str]:

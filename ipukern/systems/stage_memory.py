@@ -11,12 +11,14 @@ same order. At every row the bytes live on each tile follow the one-chip rules o
 - the stage's weights; their gradients from the weight-update row to the end (with
   gradient accumulation over M > 1 micro-batches the accumulators, all rows); the
   optimizer state (float32, 1/R with replicated sharding) unless it is streamed;
-- an activation produced in the stage from its forward row to the backward of its first
-  consumer in the stage (one sent only to a later stage: to the end of the forward, when
-  the pipeline cycle's link exchange sends it); an activation received from an earlier stage
-  or a network input from the start until the backward of its first consumer; with stage
-  recomputation the stage's own activations are freed after the forward and live again
-  from their recomputed row; checkpoint recomputation as on one chip;
+- an activation produced in the stage from the row after its forward row to its last use
+  in the stage: its last forward reader, the last backward row reading it
+  (:func:`ipukern.nn.backward.backward_reads`) and the last recomputed row reading it (one
+  sent to a later stage: at least to the end of the forward, when the pipeline cycle's link
+  exchange sends it); an activation received from an earlier stage or a network input from
+  the start to its last use in the stage; with stage recomputation the stage's own
+  activations are freed after the forward and live again from the row after their
+  recomputed row; checkpoint recomputation as on one chip;
 - activation gradients from the backward row that produces them (the start of the
   backward when a later stage sends them) to the backward of their producer (the end,
   for those sent to an earlier stage);
@@ -35,6 +37,9 @@ import threading
 from collections import OrderedDict
 
 import numpy as np
+
+from ..nn.backward import backward_reads
+from ..nn.training import read_until
 
 __all__ = ["TileMemory", "in_flight", "stage_liveness", "tile_memory"]
 
@@ -68,6 +73,7 @@ class _Seq:
         self.bwd_last: dict[int, int] = {}
         self.wu_row: dict[int, int] = {}
         self.rec_first: dict[int, int] = {}                # step -> first checkpoint-recompute row
+        self.recompute = recompute
         for pos, k in enumerate(bwd, self.bwd0):
             r, i = rows[k], rows[k].fwd_step
             if r.pass_ == "fwd":
@@ -77,6 +83,12 @@ class _Seq:
             self.bwd_last[i] = pos
             if r.pass_ == "wu":
                 self.wu_row[i] = pos
+
+    def rerun(self, i: int) -> int | None:
+        """The row recomputing step ``i``'s output (None: not recomputed)."""
+        if self.recompute:
+            return self.fwd_row[i] + self.n_fwd
+        return self.rec_first.get(i)
 
 
 def stage_liveness(prog, rows, steps: list[int], *, seg: list[int] | None, checkpoints: set[str],
@@ -129,7 +141,7 @@ def stage_liveness(prog, rows, steps: list[int], *, seg: list[int] | None, check
         if hi >= lo:
             diff[lo] += b
             diff[hi + 1] -= b
-            if act and lo < sq.n_fwd <= hi:      # live across the forward -> backward boundary
+            if act and lo <= sq.n_fwd <= hi:     # live across the forward -> backward boundary
                 stash = stash + b
 
     weights = np.zeros(nt, np.int64)
@@ -147,6 +159,7 @@ def stage_liveness(prog, rows, steps: list[int], *, seg: list[int] | None, check
             consumers.setdefault(src, []).append(i)
     last_seg = seg[-1] if seg else 0
     lo_step = min(steps)
+    reads = {i: backward_reads(psteps[i]) for i in steps}
     for name, lay in prog.layouts.items():
         if lay is None:
             continue
@@ -158,24 +171,24 @@ def stage_liveness(prog, rows, steps: list[int], *, seg: list[int] | None, check
             continue
         b = lay.bytes_per_tile(nt)
         has_grad = p >= 0
+        need = read_until(name, p, cin, psteps, reads, sq.bwd_last)
+        again = [r for r in (sq.rerun(c) for c in cin) if r is not None]
         if not mine:                       # a stage input (received, or a network input)
-            live(0, sq.bwd_last[min(cin)], b)
+            live(0, max([sq.fwd_row[c] for c in cin] + [need] + again), b)
             if has_grad and p < lo_step:   # its gradient, sent back at the end
                 live(sq.bwd_first[max(cin)], last, b, act=False)
             continue
         sent = name in outputs or any(c not in stage for c in cons)
-        start = sq.fwd_row[p]
-        fwd_end = max([sq.fwd_row[c] for c in cin] + [start] + ([fwd_end_pos] if sent else []))
-        need = sq.bwd_last[min(cin)] if cin else fwd_end
-        if recompute and cin:
+        start = sq.fwd_row[p] + 1          # the producing row's own bytes hold it
+        fwd_end = max([sq.fwd_row[c] for c in cin] + [start - 1] + ([fwd_end_pos] if sent else []))
+        rerun = sq.rerun(p)
+        if rerun is not None and (recompute or (
+                cin and seg is not None and seg[p] != last_seg and name not in checkpoints
+                and all(seg[c] == seg[p] for c in cons))):
             live(start, fwd_end, b)
-            live(start + sq.n_fwd, need, b)
-        elif (seg is not None and seg[p] != last_seg and name not in checkpoints
-              and all(seg[c] == seg[p] for c in cons) and cin):
-            live(start, fwd_end, b)
-            live(min(sq.rec_first[j] for j in steps if seg[j] == seg[p] and j in sq.rec_first), need, b)
+            live(rerun + 1, max(again + [need]), b)
         else:
-            live(start, max(fwd_end, need), b)
+            live(start, max([fwd_end, need] + again), b)
         if cons:                           # its gradient
             g0 = sq.bwd0 if any(c not in stage for c in cons) else sq.bwd_first[max(cin)]
             live(g0, sq.bwd_last[p], b, act=False)

@@ -120,3 +120,28 @@ def test_bad_training_options():
         ik.estimate_network(net, batch=2, training=True, optimizer="adagrad")
     with pytest.raises(ValueError, match="state_location"):
         ik.estimate_network(net, batch=2, training=True, state_location="disk")
+
+
+def test_stash_holds_only_what_a_backward_pass_reads_by_hand():
+    # tiny_cnn: conv1 bn1 relu1 conv2 relu2 res(add) pool(max) conv3 relu3 gap flat fc loss.
+    # After the forward a tensor is kept only if a backward pass reads it (PopLibs): conv1's
+    # input x and bn1's input conv1 (calculateWeightDeltas / batchNormGradients read their
+    # inputs), every ReLU's output (nonLinearityInputGradient reads the output), res and pool
+    # (maxPoolInputGradient reads input and output; conv3 its input), flat (fc) and fc (the
+    # loss). Not kept: bn1, conv2 and conv3 (read by a ReLU's forward only), gap (a view).
+    net = small_net()
+    ctx = ik.nn.layers.PlanContext(ik.GC200, "float16", "float16")
+    rows, live, w, _, _ = training_schedule(net, 4, ctx, optimizer=None)
+    prog = ik.nn.compile.compile_network(net, 4, ctx, fold_bn=False)
+    b = {n: lay.bytes_per_tile(ik.GC200.n_tiles) for n, lay in prog.layouts.items() if lay is not None}
+    first_bwd = next(k for k, r in enumerate(rows) if r.pass_ != "fwd")
+    stash = ["x", "conv1", "relu1", "relu2", "res", "pool", "relu3", "flat", "fc"]
+    # plus the loss gradient (the gradient of fc's output), produced at this row
+    want = sum(b[n] for n in stash) + b["fc"]
+    np.testing.assert_array_equal(live[first_bwd] - rows[first_bwd].own - w, want)
+    # a forward row's own buffers hold its output: at conv1's row only x is live besides
+    np.testing.assert_array_equal(live[0] - rows[0].own - w, b["x"])
+    # bn1's output lives from the row after bn1 to relu1's forward, then dies
+    k = {r.name: i for i, r in enumerate(rows) if r.pass_ == "fwd"}
+    np.testing.assert_array_equal(live[k["relu1"]] - rows[k["relu1"]].own - w,
+                                  b["x"] + b["conv1"] + b["bn1"])
