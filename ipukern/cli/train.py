@@ -49,6 +49,18 @@ def _pipeline(text: str | None) -> Any:
     return [s for s in text.split(",") if s]
 
 
+def _recompute(args: argparse.Namespace) -> Any:
+    """``--recompute`` (stage recomputation) or ``--checkpoints L1,L2`` (checkpoint layers)."""
+    if args.checkpoints is None:
+        return args.recompute
+    if args.recompute:
+        raise ValueError("give --recompute (stage recomputation) or --checkpoints, not both")
+    names = [s for s in args.checkpoints.split(",") if s]
+    if not names:
+        raise ValueError("--checkpoints needs comma-separated layer names")
+    return names
+
+
 def _estimate(args: argparse.Namespace, system: str) -> Any:
     net, costs = _model(args.model), _costs(args.costs)
     if net is None and costs is None:
@@ -60,16 +72,20 @@ def _estimate(args: argparse.Namespace, system: str) -> Any:
         return estimate_training(net, system, micro_batch=args.micro_batch,
                                  gradient_accumulation=args.gradient_accumulation, replicas=args.replicas,
                                  ipus_per_replica=args.ipus_per_replica, pipeline=pipeline,
-                                 dtype=args.dtype, partials=args.partials, recompute=args.recompute,
+                                 dtype=args.dtype, partials=args.partials, recompute=_recompute(args),
                                  optimizer=args.optimizer, optimizer_state=args.optimizer_state,
                                  replicated_sharding=args.replicated_sharding, costs=costs,
-                                 bn_replica_group=args.bn_group, allow_overflow=args.allow_overflow)
+                                 bn_replica_group=args.bn_group, allow_overflow=args.allow_overflow,
+                                 available_memory_proportion=args.available_memory_proportion)
     except StageMemoryError as e:
         raise RuntimeError(str(e)) from None
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
     if args.execute:
+        if args.available_memory_proportion is not None or args.checkpoints is not None:
+            raise ValueError("--available-memory-proportion and --checkpoints apply to estimates, "
+                             "not --execute")
         return train_run.execute(args)
     if args.tiles is not None:
         raise ValueError("--tiles applies to --execute")
@@ -161,6 +177,13 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="accumulation dtype of the convolutions and matmuls (default half)")
     p.add_argument("--recompute", action="store_true",
                    help="re-run each stage's forward in its backward; stash only the stage input")
+    p.add_argument("--checkpoints", default=None, metavar="L1,L2",
+                   help="recomputation checkpoint layers (e.g. Graphcore's MLPerf ResNet-50: "
+                        "layer1.0.relu3,layer1.2.relu3,layer2.0.relu3,layer2.2.relu3,layer3.0.relu3,"
+                        "layer3.3.relu3)")
+    p.add_argument("--available-memory-proportion", type=float, default=None, metavar="P",
+                   help="share of each tile a conv/matmul pass may use for temporaries (PopLibs' "
+                        "option; default 0.6; Graphcore's MLPerf ResNet-50 used 0.15)")
     p.add_argument("--optimizer", default="sgd_momentum",
                    help="sgd, sgd_momentum (default), adam or lamb")
     p.add_argument("--optimizer-state", default="chip", choices=["chip", "streaming"],

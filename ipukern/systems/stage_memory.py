@@ -205,11 +205,11 @@ class TileMemory:
     one-chip training schedule (the one the per-layer costs came from), cached per stage."""
 
     def __init__(self, net, mb, chip, dtype, partials, checkpoints, recompute, m, state_words,
-                 shard, n_stages):
+                 shard, n_stages, amp=None):
         from ..nn.api import _context
         from ..nn.compile import compile_network
         from ..nn.training import _checkpoint_nodes, _segments, training_schedule
-        ctx = _context(dtype, partials, chip)
+        ctx = _context(dtype, partials, chip, amp)
         self.rows = training_schedule(net, mb, ctx, recompute=checkpoints, optimizer=None)[0]
         self.prog = compile_network(net, mb, ctx, fold_bn=False)
         self.seg = _segments(self.prog, checkpoints)
@@ -248,12 +248,12 @@ class TileMemory:
 
 
 def tile_memory(net, mb, chip, dtype, partials, checkpoints, recompute, m, state_words, shard,
-                n_stages) -> TileMemory:
+                n_stages, amp=None) -> TileMemory:
     """A :class:`TileMemory`, shared by calls with the same arguments while the network's
     one-chip training schedule is the same cached object (``clear_network_caches`` drops it)."""
     from ..nn.api import _context
     from ..nn.training import training_schedule
-    rows = training_schedule(net, mb, _context(dtype, partials, chip), recompute=checkpoints,
+    rows = training_schedule(net, mb, _context(dtype, partials, chip, amp), recompute=checkpoints,
                              optimizer=None)[0]
     key = (id(rows), recompute, m, state_words, shard, n_stages)
     with _LOCK:
@@ -261,7 +261,8 @@ def tile_memory(net, mb, chip, dtype, partials, checkpoints, recompute, m, state
         if hit is not None and hit.rows is rows:
             _CACHE.move_to_end(key)
             return hit
-    tm = TileMemory(net, mb, chip, dtype, partials, checkpoints, recompute, m, state_words, shard, n_stages)
+    tm = TileMemory(net, mb, chip, dtype, partials, checkpoints, recompute, m, state_words, shard, n_stages,
+                    amp)
     with _LOCK:
         _CACHE[key] = tm
         while len(_CACHE) > _CACHE_SIZE:

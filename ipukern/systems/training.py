@@ -148,7 +148,8 @@ def _memory_cell(r: dict) -> str:
 def _no_fit(s: int, names: list[str], mem: dict, chip) -> str:
     """The one-line StageMemoryError message of stage s."""
     what = f"pipeline stage {s} ({names[0]} .. {names[-1]}) on IPU {s} needs "
-    fix = ("; recompute, a smaller micro-batch or more IPUs per replica would lower it "
+    fix = ("; recompute (checkpoints: recompute=[layers], CLI --checkpoints), a lower "
+           "available_memory_proportion, a smaller micro-batch or more IPUs per replica would lower it "
            "(allow_overflow=True, CLI --allow-overflow, estimates anyway)")
     if "peak_tile_bytes" in mem:
         return (what + f"{mem['peak_tile_bytes']:,} B > budget {mem['tile_bytes']:,} B on tile "
@@ -262,7 +263,7 @@ def _bn_cycles(system, reps: int, ipr: int, group: int, s: int, c: LayerCost, re
 
 
 def _costs_from_network(net: Any, micro_batch: int, chip: Any, dtype: str, partials: Any,
-                        checkpoints: list[str] | None = None) -> list[LayerCost]:
+                        checkpoints: list[str] | None = None, amp: float | None = None) -> list[LayerCost]:
     """Per-layer costs from ``estimate_network(training=True)`` on one chip, without the
     optimizer row (the update is costed per stage, whose parameters need not fit one chip).
     With ``checkpoints`` the recomputed forward rows count in their layer's ``fwd_cycles``
@@ -270,7 +271,8 @@ def _costs_from_network(net: Any, micro_batch: int, chip: Any, dtype: str, parti
     from ..nn import estimate_network
     try:
         prof = estimate_network(net, micro_batch, dtype, partials, machine=chip, training=True,
-                                recompute=checkpoints, optimizer=None, allow_overflow=True)
+                                recompute=checkpoints, optimizer=None, allow_overflow=True,
+                                available_memory_proportion=amp)
     except NotImplementedError as e:
         raise NotImplementedError("estimate_training needs the training passes (ipukern.nn.training), "
                                   "which this build does not have; pass costs=[LayerCost(...)]") from e
@@ -358,7 +360,8 @@ def estimate_training(net: Any = None, system: System | str = "POD16", *, micro_
                       partials: Any = "half", recompute: Any = None, optimizer: str = "sgd_momentum",
                       optimizer_state: str = "chip", replicated_sharding: bool = False,
                       costs: Any = None, sample_bytes: int | None = None,
-                      bn_replica_group: int = 1, allow_overflow: bool = False) -> TrainingEstimate:
+                      bn_replica_group: int = 1, allow_overflow: bool = False,
+                      available_memory_proportion: float | None = None) -> TrainingEstimate:
     """Throughput and step time of training ``net`` on ``system`` (module docstring).
 
     Parameters
@@ -398,6 +401,12 @@ def estimate_training(net: Any = None, system: System | str = "POD16", *, micro_
         Report stages that do not fit (``fits`` False in their breakdown rows) instead of
         raising :class:`StageMemoryError`, as :func:`ipukern.estimate_network` does; "auto"
         then picks the fastest split among those that fit, or the fastest if none does.
+    available_memory_proportion : float in (0, 1], optional
+        PopLibs' option of that name for every conv and matmul pass (the share of a tile
+        their temporary buffers may take; None: PopLibs' default 0.6), as for
+        :func:`ipukern.estimate_network`. Graphcore's MLPerf ResNet-50 configurations set
+        0.15 (graphcore/examples ``vision/cnns/tensorflow2/configs.yml``,
+        ``resnet50_mlperf_pod16_bs20``: ``available-memory-proportion: [15]``, in percent).
     """
     system = get_system(system)
     chip = system.chip
@@ -425,10 +434,12 @@ def estimate_training(net: Any = None, system: System | str = "POD16", *, micro_
         recompute = False    # the recomputed rows are inside the per-layer costs
     elif recompute is not None and not isinstance(recompute, bool):
         raise ValueError(f"recompute must be a bool, None or a list of layer names, got {recompute!r}")
+    if costs is not None and available_memory_proportion is not None:
+        raise ValueError("available_memory_proportion needs a network (the costs= rows are fixed)")
     if costs is None:
         if net is None:
             raise ValueError("give a network or costs=")
-        costs = _costs_from_network(net, mb, chip, dt, partials, checkpoints)
+        costs = _costs_from_network(net, mb, chip, dt, partials, checkpoints, available_memory_proportion)
     costs = _check_costs(costs)
     if sample_bytes is None:
         sample_bytes = (sum(math.prod(net.nodes[i].sample_shape) for i in net.inputs) * item
@@ -441,7 +452,8 @@ def estimate_training(net: Any = None, system: System | str = "POD16", *, micro_
     tiles = None
     if net is not None and names == [n for n, _ in net.layers]:
         tiles = tile_memory(net, mb, chip, dt, partials, checkpoints, recompute, m,
-                            0 if optimizer_state == "streaming" else state_words, shard, ipr)
+                            0 if optimizer_state == "streaming" else state_words, shard, ipr,
+                            available_memory_proportion)
 
     def memory(s: int, i: int, j: int) -> dict:
         """Stage s = layers i..j-1: per-tile liveness with a network, else the whole-chip rule."""

@@ -100,3 +100,34 @@ def test_executed_step_checks_the_same_per_tile_fit():
     with pytest.raises(ik.StageMemoryError, match=r"stage 0 \(conv1 .. relu2\) on IPU 0 .* on tile"):
         ik.run_training_step(net, x, labels, system=tiny, replicas=1, ipus_per_replica=4,
                              gradient_accumulation=8, pipeline=["res", "conv3", "fc"])
+
+
+def test_available_memory_proportion_reaches_the_planner_and_the_stage_memory(tmp_path, capsys):
+    # PopLibs' availableMemoryProportion (Graphcore's MLPerf ResNet-50 configs set 0.15) bounds
+    # every pass's temporaries: a tight bound re-plans convs (slower, other working sets), and
+    # the stage's per-tile memory is that of the re-planned passes
+    lnet = with_loss(tiny_cnn())
+    pod = ik.System.pod(4, CHIP)
+    kw = dict(micro_batch=4, replicas=1, dtype="float32", partials="float", allow_overflow=True)
+    got = {}
+    for amp in (None, 0.01):
+        est = ik.estimate_training(lnet, pod, available_memory_proportion=amp, **kw)
+        tm = TileMemory(lnet, 4, CHIP, "float32", "float", None, False, 1, 1, 1, 1, amp)
+        assert est.breakdown[0]["peak_tile_bytes"] == tm(0, 0, len(lnet.layers))["peak_tile_bytes"]
+        got[amp] = est
+    assert got[0.01].step_seconds > got[None].step_seconds
+    assert got[0.01].breakdown[0]["peak_tile_bytes"] != got[None].breakdown[0]["peak_tile_bytes"]
+    with pytest.raises(ValueError, match="available_memory_proportion"):
+        ik.estimate_training(lnet, pod, available_memory_proportion=1.5, **kw)
+    with pytest.raises(ValueError, match="needs a network"):
+        ik.estimate_training(system=pod, micro_batch=1, available_memory_proportion=0.2,
+                             costs=[ik.LayerCost("l0", 1, 1, 1, 10, 0, 0)])
+    from ipukern.cli import main
+    out = str(tmp_path / "t")
+    assert main(["train", "resnet8", "--system", "M2000", "--micro-batch", "2", "--recompute",
+                 "--checkpoints", "layer1.0", "--out", out]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--checkpoints" in err[0]
+    assert main(["train", "resnet8", "--system", "M2000", "--micro-batch", "2", "--execute",
+                 "--available-memory-proportion", "0.15", "--out", out]) == 1
+    assert "apply to estimates" in capsys.readouterr().err
