@@ -51,7 +51,6 @@ The first one is "the default layer" the README quotes ratios for.
 """
 from __future__ import annotations
 
-import concurrent.futures
 import csv
 import dataclasses
 import functools
@@ -62,6 +61,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from ._pool import run_points
 from .dtypes import canonical_dtype, partials_dtype
 from .gpu import A100_40GB, GPUSpec, estimate_conv, get_efficiency_curve, get_gpu
 from .machine import GC200, MachineSpec, get_machine, with_exchange_bandwidth
@@ -273,7 +273,8 @@ class SweepResult(list):
         ``{"layer", "channels_per_group", "reason"}`` for each requested cpg value that does
         not divide a layer's channels.
     meta : dict
-        Settings of the sweep (dtype, devices, exchange bandwidths, GPU curve, host time).
+        Settings of the sweep (dtype, devices, exchange bandwidths, GPU curve), the host
+        time and what ran the points (``"executor"``, e.g. ``"serial"``).
     """
 
     def __init__(self, rows: Iterable[SweepRow] = (), *, skipped: list | None = None,
@@ -415,7 +416,7 @@ def grouped_conv_sweep(layer: ConvLayer | Sequence[ConvLayer] | str | None = Non
                        partials: Any = "float", gpu_efficiency: Any = "cudnn",
                        bias: bool = False,
                        progress: Callable[[int, int, str], None] | None = None,
-                       executor: Any = None) -> SweepResult:
+                       executor: Any = "auto") -> SweepResult:
     """Throughput of grouped convolutions vs channels per group, IPU machines and GPUs.
 
     Parameters
@@ -440,12 +441,13 @@ def grouped_conv_sweep(layer: ConvLayer | Sequence[ConvLayer] | str | None = Non
         Include a bias add in the IPU program.
     progress : callable(done, total, label), optional
         Called after each (layer, batch, cpg) point.
-    executor : concurrent.futures.Executor, "process" or None
-        Run the points on this executor (a process or thread pool, a Dask
-        ``Client.get_executor()``, an MPI pool...); ``"process"`` makes a
-        ``ProcessPoolExecutor`` for the call. None (default) runs serially. Rows, their
-        order and every number are identical to a serial run; only ``meta["host_seconds"]``
-        differs.
+    executor : "auto" (default), None, "process" or a concurrent.futures.Executor
+        Where the points run: ``"auto"`` runs them here and moves the rest to a process
+        pool once they are expected to take long enough for it to pay (a few seconds of
+        points; see :mod:`ipukern._pool`); None serially; ``"process"`` a process pool for
+        the call; or your executor (a thread pool, a Dask ``Client.get_executor()``, an MPI
+        pool...). Rows, their order and every number are identical to a serial run; only
+        ``meta["host_seconds"]`` and ``meta["executor"]`` (what ran the points) differ.
 
     Returns
     -------
@@ -497,23 +499,10 @@ def grouped_conv_sweep(layer: ConvLayer | Sequence[ConvLayer] | str | None = Non
             for c, dense in cpgs:
                 plan.append((lay, lay.batch if b is None else b, c, dense))
 
-    rows: list[SweepRow] = []
     point = functools.partial(_sweep_point, dt=dt, pt=pt, ms=ms, gs=gs, curve=curve, bias=bias)
-    own = executor == "process"
-    if own:
-        executor = concurrent.futures.ProcessPoolExecutor()
-    elif executor is not None and not isinstance(executor, concurrent.futures.Executor):
-        raise TypeError(f"executor must be a concurrent.futures.Executor, 'process' or None, "
-                        f"got {type(executor).__name__}")
-    try:
-        results = map(point, plan) if executor is None else executor.map(point, plan)
-        for i, ((lay, b, c, _), point_rows) in enumerate(zip(plan, results)):
-            rows += point_rows
-            if progress is not None:
-                progress(i + 1, len(plan), f"{lay.name} N{b} cpg {c}")
-    finally:
-        if own:
-            executor.shutdown()
+    per_point, how = run_points(point, plan, executor, progress=progress,
+                                label=lambda job: f"{job[0].name} N{job[1]} cpg {job[2]}")
+    rows: list[SweepRow] = [r for point_rows in per_point for r in point_rows]
 
     meta = {
         "dtype": dt, "partials": pt, "bias": bias,
@@ -529,6 +518,7 @@ def grouped_conv_sweep(layer: ConvLayer | Sequence[ConvLayer] | str | None = Non
         "gpu_curve": curve.name, "gpu_baseline": curve.baseline,
         "ratio": "IPU TFLOP/s / GPU TFLOP/s at the same (layer, batch, cpg)",
         "host_seconds": time.perf_counter() - t0,
+        "executor": how,
     }
     return SweepResult(rows, skipped=skipped, meta=meta)
 

@@ -1,6 +1,7 @@
-"""Sweeps of network and training estimates over lists of configurations, serially or on any
+"""Sweeps of network and training estimates over lists of configurations, here or on any
 ``concurrent.futures.Executor`` (a process pool, a Dask ``Client.get_executor()``, an MPI
-pool such as ``mpi4py.futures.MPIPoolExecutor``).
+pool such as ``mpi4py.futures.MPIPoolExecutor``); by default (``executor="auto"``) a large
+sweep moves to a process pool by itself (:mod:`ipukern._pool`).
 
 Each configuration is a dict of keyword arguments of :func:`ipukern.estimate_network` or
 :func:`ipukern.estimate_training`; its ``"net"`` is a :class:`~ipukern.nn.Network` or the name
@@ -12,11 +13,12 @@ serial run whatever the executor. :func:`ipukern.scaling.grouped_conv_sweep` tak
 """
 from __future__ import annotations
 
-import concurrent.futures
 import functools
 import inspect
 from collections.abc import Callable, Iterable
 from typing import Any
+
+from ._pool import run_points
 
 __all__ = ["network_sweep", "training_sweep"]
 
@@ -66,28 +68,11 @@ def _check(configs: Any, target: Callable) -> list[dict]:
     return configs
 
 
-def _map(fn: Callable, configs: list[dict], executor: Any,
-         progress: Callable[[int, int, str], None] | None) -> list:
-    own = isinstance(executor, str) and executor == "process"
-    if own:
-        executor = concurrent.futures.ProcessPoolExecutor()
-    elif executor is not None and not isinstance(executor, concurrent.futures.Executor):
-        raise TypeError(f"executor must be a concurrent.futures.Executor, 'process' or None, "
-                        f"got {type(executor).__name__}")
-    out = []
-    try:
-        results = map(fn, configs) if executor is None else executor.map(fn, configs)
-        for i, r in enumerate(results):
-            out.append(r)
-            if progress is not None:
-                progress(i + 1, len(configs), str(configs[i].get("net", "")))
-    finally:
-        if own:
-            executor.shutdown()
-    return out
+def _label(cfg: dict) -> str:
+    return str(cfg.get("net", ""))
 
 
-def network_sweep(configs: Iterable[dict], *, executor: Any = None,
+def network_sweep(configs: Iterable[dict], *, executor: Any = "auto",
                   progress: Callable[[int, int, str], None] | None = None,
                   max_batch: bool = False) -> list:
     """:func:`~ipukern.estimate_network` of every configuration, in order.
@@ -97,9 +82,12 @@ def network_sweep(configs: Iterable[dict], *, executor: Any = None,
     configs : list of dict
         Keyword arguments of ``estimate_network`` (``net`` a Network or zoo model name,
         optional ``model_kwargs``), e.g. ``[{"net": "resnet50", "batch": b} for b in (1, 8)]``.
-    executor : concurrent.futures.Executor, "process" or None
-        Where the points run; ``"process"`` makes a ``ProcessPoolExecutor`` for the call,
-        None runs serially. Results are identical either way.
+    executor : "auto" (default), None, "process" or a concurrent.futures.Executor
+        Where the points run: ``"auto"`` runs them here and moves the rest to a process
+        pool once they are expected to take long enough for it to pay (a few seconds);
+        None serially; ``"process"`` a process pool for the call; or your executor (a
+        Dask ``Client.get_executor()``, an MPI pool). Results are identical either way
+        (see :mod:`ipukern._pool`).
     progress : callable(done, total, label), optional
     max_batch : bool, default False
         Also search each point's largest batch that fits (``memory["max_batch"]``, where the
@@ -115,13 +103,15 @@ def network_sweep(configs: Iterable[dict], *, executor: Any = None,
     if not isinstance(max_batch, bool):
         raise TypeError(f"max_batch must be True or False, got {max_batch!r}")
     fn = functools.partial(_network_point, max_batch=True) if max_batch else _network_point
-    return _map(fn, _check(configs, estimate_network), executor, progress)
+    return run_points(fn, _check(configs, estimate_network), executor, progress=progress,
+                      label=_label)[0]
 
 
-def training_sweep(configs: Iterable[dict], *, executor: Any = None,
+def training_sweep(configs: Iterable[dict], *, executor: Any = "auto",
                    progress: Callable[[int, int, str], None] | None = None) -> list:
     """:func:`~ipukern.estimate_training` of every configuration, in order (``net`` a
     Network or zoo model name; ``system``, ``micro_batch`` ... as its keyword arguments).
     ``executor`` and ``progress`` as :func:`network_sweep`. Returns TrainingEstimates."""
     from .systems import estimate_training
-    return _map(_training_point, _check(configs, estimate_training), executor, progress)
+    return run_points(_training_point, _check(configs, estimate_training), executor,
+                      progress=progress, label=_label)[0]

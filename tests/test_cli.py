@@ -53,6 +53,16 @@ def test_scaling_no_plot(tmp_path):
     assert not (tmp_path / "scaling.png").exists()
 
 
+def test_scaling_jobs_gives_the_serial_files(tmp_path, capsys):
+    for jobs in ("1", "2"):
+        out = tmp_path / jobs
+        assert main(["scaling", *TINY, "--out", str(out), "--no-plot", "--jobs", jobs]) == 0
+        assert ("(serial)" if jobs == "1" else "(executor ProcessPoolExecutor)") in capsys.readouterr().out
+    assert (tmp_path / "1" / "scaling.csv").read_text() == (tmp_path / "2" / "scaling.csv").read_text()
+    rows = [json.loads((tmp_path / j / "scaling.json").read_text())["rows"] for j in "12"]
+    assert rows[0] == rows[1]
+
+
 def test_scaling_without_matplotlib_still_writes_tables(tmp_path, capsys, no_matplotlib):
     assert main(["scaling", *TINY, "--out", str(tmp_path)]) == 0
     err = capsys.readouterr().err

@@ -118,6 +118,21 @@ def int_list(text: str) -> list[int]:
     return ints(text)
 
 
+def _int_at_least_1(text: str, expected: str, what: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{what} must be >= 1, got {n}")
+    return n
+
+
+def jobs_arg(text: str) -> int:
+    """``--jobs``: worker processes, an int >= 1 (1 runs in this process)."""
+    return _int_at_least_1(text, "a number of worker processes", "worker processes")
+
+
 def shape_arg(n: int | tuple[int, ...]) -> Callable[[str], list[int]]:
     return lambda text: ints(text, n=n)
 
@@ -131,13 +146,7 @@ def cpg_list(text: str) -> list[int | str]:
         if v == "dense":
             out.append("dense")
             continue
-        try:
-            c = int(v)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected integers or 'dense', got {v!r}") from None
-        if c < 1:
-            raise argparse.ArgumentTypeError(f"channels per group must be >= 1, got {c}")
-        out.append(c)
+        out.append(_int_at_least_1(v, "integers or 'dense'", "channels per group"))
     if not out:
         raise argparse.ArgumentTypeError("empty list")
     return out

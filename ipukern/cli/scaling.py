@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
 import sys
 from typing import Any
 
+from .._pool import process_pool
 from ._common import (PRESETS, Outputs, Progress, add_common, apply_bandwidths, cpg_list, exchange_note,
-                      gpu_list, int_list, machine_file, machine_list, progress_enabled, shape_arg)
+                      gpu_list, int_list, jobs_arg, machine_file, machine_list, progress_enabled,
+                      shape_arg)
 
 
 def _cmd_scaling(args: argparse.Namespace) -> int:
@@ -50,11 +53,14 @@ def _cmd_scaling(args: argparse.Namespace) -> int:
               f"({args.dtype}, IPU partials {args.partials}, GPU curve {args.gpu_efficiency})")
         for line in exchange_note(machines):
             print("  " + line)
-    with Progress("sweep", enabled=progress_enabled(args)) as bar:
+    # --jobs N > 1: a pool of N workers made here (shut down on the way out, errors too)
+    pool = process_pool(args.jobs) if args.jobs is not None and args.jobs > 1 else None
+    executor = "auto" if args.jobs is None else pool
+    with Progress("sweep", enabled=progress_enabled(args)) as bar, pool or contextlib.nullcontext():
         result = sc.grouped_conv_sweep(
             layers, channels_per_group=args.cpg, machines=machines, gpus=args.gpus,
             dtype=args.dtype, batch=batch, partials=args.partials,
-            gpu_efficiency=args.gpu_efficiency, progress=bar)
+            gpu_efficiency=args.gpu_efficiency, progress=bar, executor=executor)
     if not result:
         raise ValueError("no (layer, cpg) point to sweep: every requested channels-per-group "
                          "value was skipped (" + "; ".join(
@@ -81,7 +87,8 @@ def _cmd_scaling(args: argparse.Namespace) -> int:
                       file=sys.stderr)
         written = out.commit()
     if not args.quiet:
-        print(f"\n{len(result)} rows in {result.meta['host_seconds']:.1f} s; wrote "
+        print(f"\n{len(result)} rows in {result.meta['host_seconds']:.1f} s "
+              f"({result.meta['executor']}); wrote "
               + ", ".join(str(p) for p in written))
     return 0
 
@@ -139,6 +146,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--size", choices=["page", "column", "double"], default="page",
                    help="plot size: page (screens, default), column (3.5 in) or double (7.16 in) "
                         "for a two-column paper")
+    s.add_argument("-j", "--jobs", type=jobs_arg, default=None, metavar="N",
+                   help="worker processes for the sweep; 1 runs it in this process (default: "
+                        "a process pool of up to one worker per CPU only once the sweep looks "
+                        "long enough to gain from one, judged from its first points and the "
+                        "load; the built-in sweep stays serial on an idle 2-core machine)")
     s.add_argument("-q", "--quiet", action="store_true", help="print only the table")
     add_common(s)
     s.set_defaults(func=_cmd_scaling)
