@@ -38,6 +38,7 @@ import multiprocessing
 import os
 import pickle
 import pickletools
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -102,7 +103,14 @@ def process_pool(max_workers: int | None = None) -> concurrent.futures.ProcessPo
     else:                                         # pragma: no cover - Windows
         ctx = multiprocessing.get_context("spawn")
     _STATE["server"] = True
-    return concurrent.futures.ProcessPoolExecutor(max_workers, mp_context=ctx)
+    return concurrent.futures.ProcessPoolExecutor(max_workers, mp_context=ctx,
+                                                  initializer=_ignore_sigint)
+
+
+def _ignore_sigint() -> None:
+    # Ctrl-C reaches the whole process group: the parent stops the sweep and ends the
+    # workers; a worker's own KeyboardInterrupt would only print a traceback
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def run_points(fn: Callable[[Any], Any], items: Sequence[Any], executor: Any = "auto", *,
@@ -213,6 +221,11 @@ def _on_own_pool(workers: int, fn: Callable, items: list, out: list, progress: A
             "or a script that starts the sweep at its top level without an "
             "`if __name__ == '__main__':` guard: workers re-import the main module); "
             "executor=None runs the sweep in this process") from e
+    except KeyboardInterrupt:
+        # do not wait for the points running in the workers: end them now
+        for proc in list((getattr(pool, "_processes", None) or {}).values()):
+            proc.terminate()
+        raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 

@@ -194,7 +194,7 @@ def cli(argv):
     if rc not in (0, None):
         assert rc in (1, 2), rc
         lines = [ln for ln in text.strip().splitlines() if ln.strip()]
-        assert lines and (rc == 2 or len(lines) == 1), text
+        assert len(lines) == 1, text                             # usage errors too
 
 
 def crash_for_the_harness_test():

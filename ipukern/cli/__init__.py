@@ -17,7 +17,8 @@ Subcommands
 ``ipukern diff``     compare two profiles (``--json`` outputs) per superstep and category.
 
 Exit codes: 0 success; 2 usage errors (argparse: bad option, unparsable number, unknown
-preset); 1 model errors and unwritable outputs, reported in one line (an impossible layer,
+preset, missing argument), in one line naming the command, with a pointer to its ``--help``;
+1 model errors and unwritable outputs, reported in one line (an impossible layer,
 a layer that does not fit the tiles, a number too large, a missing compiled kernel, --out
 naming a file); 130 interrupted (Ctrl-C), also one line. Outputs are written under
 temporary names and renamed into place only once all of them are written, so a failure
@@ -33,7 +34,7 @@ import argparse
 import contextlib
 import os
 import sys
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from ..core.memory import TileMemoryError
 from . import diff, info, layer, network, scaling, train, validate
@@ -58,8 +59,32 @@ def _installed_version() -> str:
     return installed if installed == __version__ else __version__
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose usage errors are one line on stderr and exit 2:
+    ``ipukern train: error: argument --bn-group: invalid int value: 'abc' (see 'ipukern
+    train --help')`` instead of the usage block above the message. Sub-commands' parsers
+    are of the same class (``add_subparsers`` makes them with the parent's class)."""
+
+    def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+        ns, extra = self.parse_known_args(args, namespace)
+        if extra:
+            # argparse reports a sub-command's unknown options from the top parser: name
+            # the sub-command instead, as for its other usage errors
+            target: argparse.ArgumentParser = self
+            for action in self._actions:
+                if isinstance(action, argparse._SubParsersAction):
+                    target = action.choices.get(getattr(ns, action.dest, None), self)
+            target.error(f"unrecognized arguments: {' '.join(extra)}")
+        return ns
+
+    def error(self, message: str) -> NoReturn:
+        msg = " ".join(message.split())
+        self.exit(2, f"{self.prog}: error: {msg} (see '{self.prog} --help')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ipukern", description="IPU-class tile machine simulator")
+    p = OneLineParser(prog="ipukern", description="IPU-class tile machine simulator")
     p.add_argument("--version", action="version", version=f"ipukern {_installed_version()}",
                    help="print the version and exit")
     sub = p.add_subparsers(dest="command", required=True)
