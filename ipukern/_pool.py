@@ -21,7 +21,9 @@ from ``fork``: the compiled kernels run OpenMP teams, and a child forked from a 
 OpenMP (or PyTorch) thread pool has started can hang at its next parallel region. The fork
 server is started once per process with ``ipukern`` preloaded, so a pool's workers fork from
 a process that has imported ipukern but never run a kernel, and later pools start in
-milliseconds.
+milliseconds. Workers import ipukern afresh: module-level settings changed in the calling
+process (a planner constant patched for an experiment) do not reach them; pass
+``executor=None`` after changing any.
 
 Measured start-up (AMD EPYC, 2 cores, Python 3.11, load average ~1, 2 workers, time to the
 first results of a trivial ipukern call): spawn 1.3-1.4 s per pool; forkserver without
