@@ -55,7 +55,7 @@ Modelled and documented simplifications: kernel columns are never split across t
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, NamedTuple
 
@@ -317,8 +317,23 @@ def plan_conv(params: ConvParams, machine: MachineSpec, *, bias: bool = False,
     try:
         return _plan_direct(params, machine, bias, method, bound, kernel_split)
     except TileMemoryError:
-        # PopLibs replans without the bound when no plan meets it (ConvPlan.cpp runPlanner)
-        return _plan_direct(params, machine, bias, method, None, kernel_split)
+        return _plan_relaxed(params, machine, bias, method, bound, kernel_split)
+
+
+def _plan_relaxed(p: ConvParams, machine: MachineSpec, bias: bool, method: str | None, bound: int,
+                  kernel_split: int | None) -> ConvPlan:
+    """No plan meets ``bound``: as PopLibs' ``minimizeMemory`` (lib/poplin/ConvPlan.cpp,
+    ``runPlanner``), plan the fastest within the bound doubled, again while it is below twice
+    the tile's bytes, then without a bound. The plan says the requested bound was not met
+    (``temp_bytes_bound`` 0)."""
+    step = bound
+    while step < 2 * machine.tile_bytes:
+        step *= 2
+        try:
+            return replace(_plan_direct(p, machine, bias, method, step, kernel_split), temp_bytes_bound=0)
+        except TileMemoryError:
+            continue
+    return _plan_direct(p, machine, bias, method, None, kernel_split)
 
 
 def _plan_direct(p: ConvParams, machine: MachineSpec, bias: bool, method: str | None,

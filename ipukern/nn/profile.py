@@ -44,9 +44,10 @@ class NetworkProfile:
     memory : dict
         peak_bytes (per tile, reserve included), budget_bytes (tile SRAM), reserve_bytes,
         busiest_tile, busiest_step, busiest_layer, weights_bytes (busiest tile's resident
-        parameters), fits, max_batch (the largest batch that fits, searched with the real
-        planner and liveness on first access of ``memory``; ``summary()`` and ``to_json()``
-        show it once computed).
+        parameters), fits, tile_bytes_by_kind (training: the busiest tile's bytes at the busiest
+        step by kind, :func:`ipukern.nn.training.tile_breakdown`), max_batch (the largest
+        batch that fits, searched with the real planner and liveness on first access of
+        ``memory``; ``summary()`` and ``to_json()`` show it once computed).
     supersteps : list of SuperstepRecord
     step_peak_bytes : ndarray
         Peak per-tile bytes at each layer step (memory over the program).
@@ -146,7 +147,10 @@ class NetworkProfile:
             f"  memory: peak {mem['peak_bytes']:,} B per tile of {mem['budget_bytes']:,} B (incl. "
             f"{mem['reserve_bytes']:,} B reserve; weights {mem['weights_bytes']:,} B) on tile "
             f"{mem['busiest_tile']} at {mem['busiest_layer']!r}: {fit}"
-            + (f"; max batch {mb}" if mb is not None else ""),
+            + (f"; max batch {mb}" if mb is not None else "")
+            + ("\n  busiest tile: " + ", ".join(f"{k} {v:,} B" for k, v in sorted(
+                mem["tile_bytes_by_kind"].items(), key=lambda kv: -kv[1]) if v)
+               if mem.get("tile_bytes_by_kind") else ""),
             (f"  {'layer':<30}{'op':<14}{'out shape':<22}{'pass':<5}{'cycles':>11}{'share':>7}"
             f"{'exch':>9}{'memory B':>10}  method"),
         ]

@@ -125,21 +125,50 @@ def training_schedule(net: Network, batch: int, ctx: PlanContext, *, recompute: 
     Cached: a repeated call returns the same (read-only) objects.
     """
     opt = None if optimizer is None else get_optimizer(optimizer)
+    return _cached(net, batch, ctx, recompute, opt, state_location)[0]
+
+
+def _cached(net, batch, ctx, recompute, opt, state_location) -> tuple[tuple, dict]:
+    """The cached ``(schedule, intervals)`` of :func:`training_schedule`."""
     rkey = (recompute,) if recompute is None or isinstance(recompute, str) else tuple(recompute)
     key = (id(net), net._version, batch, ctx, rkey, opt, state_location)
     with _LOCK:
         hit = _SCHEDULES.get(key)
         if hit is not None and hit[0] is net:
             _SCHEDULES.move_to_end(key)
-            return hit[1]
-    res = _schedule(net, batch, ctx, recompute, opt, state_location)
+            return hit[1], hit[2]
+    *res, parts = _schedule(net, batch, ctx, recompute, opt, state_location)
+    res = tuple(res)
     for a in (res[1], res[2]):
         a.flags.writeable = False
     with _LOCK:
-        _SCHEDULES[key] = (net, res)
+        _SCHEDULES[key] = (net, res, parts)
         while len(_SCHEDULES) > SCHEDULE_CACHE_SIZE:
             _SCHEDULES.popitem(last=False)
-    return res
+    return res, parts
+
+
+#: what a tile's bytes are made of (:func:`tile_breakdown`)
+KINDS = ("weights", "optimizer state", "weight gradients", "activations", "activation gradients",
+         "in-flight stashes", "working buffers", "reserve")
+
+
+def tile_breakdown(got: dict, row: int, tile: int, reserve: int) -> dict[str, int]:
+    """The bytes of ``tile`` at ``row`` by kind (:data:`KINDS`): resident weights; optimizer
+    state; weight gradients; activations; activation gradients; other micro-batches' stashes
+    (pipeline stages); the row's working buffers (its planned passes' windows, weight copies,
+    partials, receive buffers and outputs); the reserve. They sum to the tile's bytes.
+    ``got``: ``parts`` (intervals ``(lo, hi, bytes per tile, kind)``), ``fixed`` (kind ->
+    bytes per tile on every row) and ``own`` (per row, per tile working buffers)."""
+    out = dict.fromkeys(KINDS, 0)
+    for k, v in got["fixed"].items():
+        out[k] += int(v[tile])
+    for lo, hi, b, kind in got["parts"]:
+        if lo <= row <= hi:
+            out[kind] += int(b[tile])
+    out["working buffers"] = int(got["own"][row][tile])
+    out["reserve"] = int(reserve)
+    return out
 
 
 def _schedule(net: Network, batch: int, ctx: PlanContext, recompute: Any, opt: Any,
@@ -219,23 +248,25 @@ def _schedule(net: Network, batch: int, ctx: PlanContext, recompute: Any, opt: A
     R = len(rows)
     # ---- liveness
     diff = np.zeros((R + 1, nt), dtype=np.int64)
+    parts: list[tuple[int, int, np.ndarray, str]] = []
 
-    def live(lo: int, hi: int, b: np.ndarray) -> None:
+    def live(lo: int, hi: int, b: np.ndarray, kind: str = "activations") -> None:
         if hi >= lo:
             diff[lo] += b
             diff[hi + 1] -= b
+            parts.append((lo, hi, b, kind))
 
     weights = np.zeros(nt, dtype=np.int64)
     for i, s in enumerate(steps):
         weights += s.plan.weight_bytes
         if i in wu_row:
-            live(wu_row[i], opt_row, s.plan.weight_bytes)          # weight gradients
+            live(wu_row[i], opt_row, s.plan.weight_bytes, "weight gradients")
     isz = np.dtype(ctx.dtype).itemsize
     state = (weights * 4 * (opt.n_state if opt is not None else 0)) // isz
     if state_location == "chip":
-        live(0, R - 1, state)
+        live(0, R - 1, state, "optimizer state")
     else:
-        live(opt_row, opt_row, state)
+        live(opt_row, opt_row, state, "optimizer state")
     reads = [backward_reads(s) for s in steps]
     ckpt = _checkpoint_nodes(prog, recompute)
     for name, lay in prog.layouts.items():
@@ -257,12 +288,13 @@ def _schedule(net: Network, batch: int, ctx: PlanContext, recompute: Any, opt: A
         else:
             live(start, max([fwd_end, need_until] + again), b)
         if p >= 0 and has_grad(name) and cons:
-            live(bwd_first[max(cons)], bwd_last[p], b)            # its gradient
+            live(bwd_first[max(cons)], bwd_last[p], b, "activation gradients")
     acts = np.cumsum(diff, axis=0)[:R]
     own = np.stack([r.own for r in rows]) if rows else np.zeros((0, nt), np.int64)
     total = acts + own + weights[None, :]
     flops = sum(r.flops for r in rows)
-    return rows, total, weights, flops, oprof
+    return rows, total, weights, flops, oprof, {"parts": parts, "fixed": {"weights": weights},
+                                               "own": [r.own for r in rows]}
 
 
 def read_until(name: str, p: int, cons: list[int], steps, reads, bwd_last: dict[int, int]) -> int:
@@ -294,6 +326,7 @@ def estimate_training(net: Network, batch: int, ctx: PlanContext, *, recompute: 
         raise ValueError(f"state_location must be 'chip' or 'host', got {state_location!r}")
     rows, live, weights, flops, oprof = training_schedule(
         net, batch, ctx, recompute=recompute, optimizer=optimizer, state_location=state_location)
+    opt = None if optimizer is None else get_optimizer(optimizer)
     steps = []
     records = []
     for r in rows:
@@ -302,7 +335,6 @@ def estimate_training(net: Network, batch: int, ctx: PlanContext, *, recompute: 
                       "pass": r.pass_, "method": r.method, "cycles": r.cycles, "exchange": x,
                       "rearrange": 0, "flops": r.flops})
         records += r.records
-    opt = None if optimizer is None else get_optimizer(optimizer)
     prof = NetworkProfile(machine=ctx.machine, batch=batch, dtype=ctx.dtype, partials=ctx.partials,
                           steps=steps, records=records, live=live, weights=weights, flops=flops,
                           label=f"{net.name} training step", training=True,
@@ -311,6 +343,9 @@ def estimate_training(net: Network, batch: int, ctx: PlanContext, *, recompute: 
                                 "state_location": state_location,
                                 "recompute": recompute})
     mem = prof._memory
+    got = _cached(net, batch, ctx, recompute, opt, state_location)[1]
+    mem["tile_bytes_by_kind"] = tile_breakdown(got, mem["busiest_step"], mem["busiest_tile"],
+                                               mem["reserve_bytes"])
     if not mem["fits"] and not allow_overflow:
         raise TileMemoryError(
             f"network {net.name!r} training step (batch {batch}) does not fit: at "

@@ -39,7 +39,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ..nn.backward import backward_reads
-from ..nn.training import read_until
+from ..nn.training import read_until, tile_breakdown
 
 __all__ = ["TileMemory", "in_flight", "stage_liveness", "tile_memory"]
 
@@ -135,12 +135,14 @@ def stage_liveness(prog, rows, steps: list[int], *, seg: list[int] | None, check
     fwd_end_pos = sq.n_fwd - 1
     diff = np.zeros((R + 1, nt), np.int64)
     stash = np.zeros(nt, np.int64)
+    parts: list[tuple[int, int, np.ndarray, str]] = []
 
-    def live(lo: int, hi: int, b, act: bool = True) -> None:
+    def live(lo: int, hi: int, b, act: bool = True, kind: str = "activations") -> None:
         nonlocal stash
         if hi >= lo:
             diff[lo] += b
             diff[hi + 1] -= b
+            parts.append((lo, hi, b, kind))
             if act and lo <= sq.n_fwd <= hi:     # live across the forward -> backward boundary
                 stash = stash + b
 
@@ -149,7 +151,7 @@ def stage_liveness(prog, rows, steps: list[int], *, seg: list[int] | None, check
         w = psteps[i].plan.weight_bytes
         weights += w
         if i in sq.wu_row:
-            live(0 if accumulate else sq.wu_row[i], last, w, act=False)
+            live(0 if accumulate else sq.wu_row[i], last, w, act=False, kind="weight gradients")
     isz = np.dtype(prog.ctx.dtype).itemsize
     state = (weights * 4 * state_words) // isz // shard
     produced = {s.node: i for i, s in enumerate(psteps)}
@@ -176,7 +178,7 @@ def stage_liveness(prog, rows, steps: list[int], *, seg: list[int] | None, check
         if not mine:                       # a stage input (received, or a network input)
             live(0, max([sq.fwd_row[c] for c in cin] + [need] + again), b)
             if has_grad and p < lo_step:   # its gradient, sent back at the end
-                live(sq.bwd_first[max(cin)], last, b, act=False)
+                live(sq.bwd_first[max(cin)], last, b, act=False, kind="activation gradients")
             continue
         sent = name in outputs or any(c not in stage for c in cons)
         start = sq.fwd_row[p] + 1          # the producing row's own bytes hold it
@@ -191,13 +193,15 @@ def stage_liveness(prog, rows, steps: list[int], *, seg: list[int] | None, check
             live(start, max([fwd_end, need] + again), b)
         if cons:                           # its gradient
             g0 = sq.bwd0 if any(c not in stage for c in cons) else sq.bwd_first[max(cin)]
-            live(g0, sq.bwd_last[p], b, act=False)
+            live(g0, sq.bwd_last[p], b, act=False, kind="activation gradients")
     acts = np.cumsum(diff, axis=0)[:R]
     own = np.stack([rows[k].own for k in sq.rows]) if R else np.zeros((0, nt), np.int64)
     total = acts + own + (weights + state + (n_in_flight - 1) * stash)[None, :]
     names = [rows[k].name + (" (stage recompute)" if sq.n_fwd <= pos < sq.bwd0 else "")
              for pos, k in enumerate(sq.rows)]
-    return {"live": total, "row_names": names, "stash": stash, "weights": weights}
+    fixed = {"weights": weights, "optimizer state": state, "in-flight stashes": (n_in_flight - 1) * stash}
+    return {"live": total, "row_names": names, "stash": stash, "weights": weights, "parts": parts,
+            "fixed": fixed, "own": own}
 
 
 class TileMemory:
@@ -241,10 +245,11 @@ class TileMemory:
         r = int(np.argmax(per_row))
         t = int(np.argmax(live[r]))
         peak = int(per_row[r]) + chip.reserved_bytes_per_tile
+        kinds = tile_breakdown(got, r, t, chip.reserved_bytes_per_tile) if steps else {}
         return {"memory_bytes": int(live[r].sum()), "budget_bytes": chip.n_tiles * chip.tile_budget_bytes,
                 "fits": peak <= chip.tile_bytes, "peak_tile_bytes": peak, "tile_bytes": chip.tile_bytes,
                 "reserve_bytes": chip.reserved_bytes_per_tile, "busiest_tile": t, "busiest_step": names[r],
-                "in_flight": k}
+                "in_flight": k, "tile_bytes_by_kind": kinds}
 
 
 def tile_memory(net, mb, chip, dtype, partials, checkpoints, recompute, m, state_words, shard,

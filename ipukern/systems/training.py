@@ -130,7 +130,16 @@ class TrainingEstimate:
                          f"{r['sync_s'] * 1e3:7.3f}  "
                          f"{r['all_reduce_s'] * 1e3:13.3f}  {r['optimizer_s'] * 1e3:12.3f}  "
                          f"{r['host_io_s'] * 1e3:11.3f}  " + _memory_cell(r))
+        for r in self.breakdown[:self.ipus_per_replica]:
+            if r.get("tile_bytes_by_kind"):
+                lines.append(f"  stage {r['stage']} tile {r['busiest_tile']}: "
+                             + _kinds(r["tile_bytes_by_kind"]))
         return "\n".join(lines)
+
+
+def _kinds(kinds: dict) -> str:
+    """A tile's bytes by kind, largest first (KiB)."""
+    return ", ".join(f"{k} {v / 1024:.1f} KiB" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]) if v)
 
 
 def _memory_model(mem: dict) -> str:
@@ -154,7 +163,8 @@ def _no_fit(s: int, names: list[str], mem: dict, chip) -> str:
     if "peak_tile_bytes" in mem:
         return (what + f"{mem['peak_tile_bytes']:,} B > budget {mem['tile_bytes']:,} B on tile "
                 f"{mem['busiest_tile']} at {mem['busiest_step']!r} (per-tile liveness, "
-                f"{mem['reserve_bytes']:,} B reserved, {mem['in_flight']} micro-batch(es) in flight)" + fix)
+                f"{mem['reserve_bytes']:,} B reserved, {mem['in_flight']} micro-batch(es) in flight; "
+                f"{_kinds(mem.get('tile_bytes_by_kind') or {})})" + fix)
     return (what + f"{mem['memory_bytes']:,} B > budget {mem['budget_bytes']:,} B ({chip.n_tiles} tiles x "
             f"{chip.tile_budget_bytes:,} B)" + fix)
 

@@ -28,10 +28,11 @@ __all__ = ["PublishedRun", "SystemsReport", "SystemsRow", "load_published", "sys
 
 _INT = ("replicas", "ipus_per_replica", "micro_batch", "gradient_accumulation", "replicated_sharding",
         "items_per_sample", "sample_bytes", "train_items", "bn_group")
-_FLOAT = ("published_minutes", "published_throughput")
+_FLOAT = ("published_minutes", "published_throughput", "available_memory_proportion")
 _FIELDS = ("id", "kind", "round", "benchmark", "system", "network", "network_args", *_INT[:4], "pipeline",
            "recompute", "optimizer", "optimizer_state", "replicated_sharding", "dtype", "partials",
-           "bn_group", "items_per_sample", "sample_bytes", "train_items", *_FLOAT, "unit", "source",
+           "available_memory_proportion", "bn_group", "items_per_sample", "sample_bytes", "train_items",
+           *_FLOAT[:2], "unit", "source",
            "locator", "note", "not_modelled")
 _KINDS = ("ipu_training", "gpu_training")
 
@@ -72,6 +73,9 @@ class PublishedRun:
     locator: str
     note: str
     not_modelled: str
+    #: PopLibs' availableMemoryProportion of the configuration's convs and matmuls (None: the
+    #: default 0.6)
+    available_memory_proportion: float | None = None
 
 
 @dataclass
@@ -195,7 +199,8 @@ def _model_ipu(run: PublishedRun, net: Any, datasheet: bool = False) -> tuple[fl
                             partials=run.partials or "half", recompute=recompute, optimizer=run.optimizer,
                             optimizer_state=run.optimizer_state or "chip",
                             replicated_sharding=bool(run.replicated_sharding), sample_bytes=run.sample_bytes,
-                            bn_replica_group=run.bn_group or 1, allow_overflow=True)
+                            bn_replica_group=run.bn_group or 1, allow_overflow=True,
+                            available_memory_proportion=run.available_memory_proportion)
     parts = {k: round(v * 1e3, 3) for k, v in est.info["parts_s"].items()}
     # the published configurations ran; where the model's per-tile memory says a stage does
     # not fit, the throughput is still modelled and the verdict recorded

@@ -1,5 +1,5 @@
 """PopLibs' availableMemoryProportion: the planner bounds a conv's temporary bytes per tile
-by a share of the tile (default 0.6), replans without the bound when nothing meets it, and
+by a share of the tile (default 0.6), doubles the bound as PopLibs does when nothing meets it, and
 the public conv / matmul / network APIs take it as a parameter."""
 import numpy as np
 import pytest
@@ -41,14 +41,26 @@ def test_bert_feed_forward_is_planned_within_the_bound():
     assert dflt.estimated_cycles >= whole.estimated_cycles
 
 
-def test_no_plan_within_the_bound_replans_against_the_tile():
+def test_no_plan_within_the_bound_doubles_it_as_poplibs_does():
+    # PopLibs' minimizeMemory (ConvPlan.cpp runPlanner): when no plan meets the bound, the
+    # fastest plan within twice the bound, then four times ..., while below twice the tile;
+    # only then the fastest plan at all (which needs 11,784 B per tile here)
     p = ConvParams.from_shapes((2, 64, 16, 16), (64, 64, 3, 3), padding=1, dtype="float32",
                                partials="float32")
-    tiny = plan_conv(p, M, available_memory_proportion=0.001)     # 638 B: nothing fits
-    whole = plan_conv(p, M, available_memory_proportion=1.0)
-    assert tiny.temp_bytes_bound == 0
-    assert (tiny.method, tiny.split, tiny.serial, tiny.expand_dims) == (
-        whole.method, whole.split, whole.serial, whole.expand_dims)
+    # (each of the direct and expandDims variants doubles its own bound: the direct one here)
+    kw = dict(expand_dims="")
+    tiny = plan_conv(p, M, available_memory_proportion=0.001, **kw)     # 638 B: nothing fits
+    whole = plan_conv(p, M, available_memory_proportion=1.0, **kw)
+    twice = plan_conv(p, M, available_memory_proportion=2 * 638 / 638_976, **kw)   # 1,276 B
+    assert tiny.temp_bytes_bound == 0 and twice.temp_bytes_bound == 1276
+    assert (tiny.method, tiny.split, tiny.serial) == (twice.method, twice.split, twice.serial)
+    assert tiny.estimated_bytes_per_tile < whole.estimated_bytes_per_tile
+    assert tiny.estimated_cycles > whole.estimated_cycles
+    assert plan_conv(p, M, available_memory_proportion=0.001).temp_bytes_bound == 0
+    # a bound whose doublings never meet a plan below twice the tile: the fastest plan
+    big = ConvParams.from_shapes((1, 4, 8, 8), (4, 4, 1, 1), dtype="float32", partials="float32")
+    assert (plan_conv(big, M, available_memory_proportion=0.001).split
+            == plan_conv(big, M, available_memory_proportion=1.0).split)
 
 
 def test_a_tight_bound_changes_the_plan_and_it_runs_exactly():

@@ -145,3 +145,21 @@ def test_stash_holds_only_what_a_backward_pass_reads_by_hand():
     k = {r.name: i for i, r in enumerate(rows) if r.pass_ == "fwd"}
     np.testing.assert_array_equal(live[k["relu1"]] - rows[k["relu1"]].own - w,
                                   b["x"] + b["conv1"] + b["bn1"])
+
+
+def test_busiest_tile_bytes_by_kind_sum_to_the_peak():
+    # the profile says what the busiest tile holds at the busiest step, and it adds up
+    net = small_net()
+    prof = ik.estimate_network(net, batch=4, dtype="float16", partials="float16", training=True,
+                               optimizer="sgd_momentum", allow_overflow=True)
+    mem = prof.memory
+    kinds = mem["tile_bytes_by_kind"]
+    assert list(kinds) == list(ik.nn.training.KINDS)
+    assert sum(kinds.values()) == mem["peak_bytes"]
+    assert kinds["weights"] == mem["weights_bytes"] and kinds["reserve"] == mem["reserve_bytes"]
+    # one float32 momentum word per float16 weight, on chip for the whole step
+    assert kinds["optimizer state"] == 2 * kinds["weights"] and kinds["in-flight stashes"] == 0
+    ctx = ik.nn.layers.PlanContext(ik.GC200, "float16", "float16")
+    rows, *_ = training_schedule(net, 4, ctx, optimizer="sgd_momentum")
+    assert kinds["working buffers"] == rows[mem["busiest_step"]].own[mem["busiest_tile"]]
+    assert "busiest tile: " in prof.summary()

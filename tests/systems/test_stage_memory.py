@@ -83,7 +83,7 @@ def test_estimate_reports_per_tile_peak_and_caps_in_flight_at_the_micro_batches(
     # 8 micro-batches: stage 0 holds 7 stashes at once and no longer fits
     with pytest.raises(ik.StageMemoryError, match=r"stage 0 \(conv1 .. relu2\) on IPU 0 needs [\d,]+ B > "
                        r"budget 65,536 B on tile \d+ at '.+' \(per-tile liveness, 49,152 B reserved, "
-                       r"7 micro-batch\(es\) in flight\)"):
+                       r"7 micro-batch\(es\) in flight; .*in-flight stashes [\d.]+ KiB.*\)"):
         ik.estimate_training(lnet, tiny, gradient_accumulation=8, **kw)
     # "auto" finds a split that fits when one exists, or says none does
     auto = ik.estimate_training(lnet, tiny, gradient_accumulation=2, **{**kw, "pipeline": "auto"})
@@ -131,3 +131,18 @@ def test_available_memory_proportion_reaches_the_planner_and_the_stage_memory(tm
     assert main(["train", "resnet8", "--system", "M2000", "--micro-batch", "2", "--execute",
                  "--available-memory-proportion", "0.15", "--out", out]) == 1
     assert "apply to estimates" in capsys.readouterr().err
+
+
+def test_stage_tile_bytes_by_kind_sum_to_the_peak(net):
+    lnet = with_loss(tiny_cnn())
+    tiny = ik.System.pod(4, CHIP.replace(tile_bytes=64 * 1024, name="GC200-16-64K"))
+    est = ik.estimate_training(lnet, tiny, micro_batch=4, replicas=1, ipus_per_replica=4,
+                               pipeline=["res", "conv3", "fc"], dtype="float32", partials="float",
+                               gradient_accumulation=4, allow_overflow=True)
+    for r in est.breakdown:
+        kinds = r["tile_bytes_by_kind"]
+        assert sum(kinds.values()) == r["peak_tile_bytes"] and kinds["reserve"] == r["reserve_bytes"]
+    # stage 0 of 4 holds min(7, 4) micro-batches: 3 other stashes on every row
+    first = est.breakdown[0]
+    assert first["in_flight"] == 4 and first["tile_bytes_by_kind"]["in-flight stashes"] > 0
+    assert "stage 0 tile" in est.summary()
