@@ -57,6 +57,9 @@ STARTUP_FIRST_S = 1.0
 #: start-up of a later pool: 0.03 s to fork the workers from the running, preloaded server,
 #: plus ~0.2 s of one-time work in each worker's first point (lazy imports and tables)
 STARTUP_LATER_S = 0.3
+#: a process's first point alone decides only when at least this long (its one-time
+#: imports and tables, ~0.2 s, are then a small part); else the mean of the later points
+FIRST_POINT_TRUSTED_S = 1.0
 _PRELOAD = ["ipukern", "ipukern.scaling", "ipukern.sweeps"]
 _STATE = {"server": False}
 _GUARD_CACHE: dict[tuple[str, float], list[tuple[int, int]]] = {}
@@ -142,11 +145,22 @@ def run_points(fn: Callable[[Any], Any], items: Sequence[Any], executor: Any = "
         _on_own_pool(workers, fn, items, out, progress, label)
         return out, f"process pool ({workers} workers)"
     # "auto": serially while the rest looks cheap (see pays), then a pool for the rest
-    t0 = time.perf_counter()
+    stamps: list[float] = []                     # time at the start of each serial point
     pool_ok: list[bool] = []                     # decided once, lazily (pickling costs)
 
     def go_parallel(done: int) -> bool:
-        if not pays(time.perf_counter() - t0, done, len(items) - done):
+        stamps.append(time.perf_counter())
+        if done == 0:
+            return False
+        if done == 1:
+            # a process's first point also pays one-time imports and tables (~0.2 s):
+            # trusted alone only when it is long anyway
+            per_point = stamps[1] - stamps[0]
+            if per_point < FIRST_POINT_TRUSTED_S:
+                return False
+        else:
+            per_point = (stamps[-1] - stamps[1]) / (done - 1)
+        if not pays(per_point, len(items) - done):
             return False
         if not pool_ok:
             pool_ok.append(_pool_safe(fn, items[done:]))
@@ -161,21 +175,21 @@ def run_points(fn: Callable[[Any], Any], items: Sequence[Any], executor: Any = "
     return out, f"process pool ({workers} workers) after {done} serial point{'s' * (done != 1)}"
 
 
-def pays(elapsed: float, done: int, rest: int) -> bool:
-    """Whether a process pool is expected to finish ``rest`` more points sooner than this
-    process, by more than :data:`AUTO_MARGIN` times its start-up, when ``done`` points took
-    ``elapsed`` seconds here. The pool's speed-up is its worker count, but no more than the
-    CPUs the load average leaves idle, plus this process's own: on a busy machine extra
-    processes only take CPU time from the others (and this process's own work counted in
-    the load makes the estimate err towards serial)."""
+def pays(per_point: float, rest: int) -> bool:
+    """Whether a process pool is expected to finish ``rest`` more points of ``per_point``
+    seconds each (as measured here) sooner than this process, by more than
+    :data:`AUTO_MARGIN` times its start-up. The pool's speed-up is its worker count, but no
+    more than the CPUs the load average leaves idle, plus this process's own: on a busy
+    machine extra processes only take CPU time from the others (and this process's own work
+    counted in the load makes the estimate err towards serial)."""
     workers = min(worker_count(), rest)
-    if done == 0 or workers < 2:
+    if workers < 2:
         return False
     speedup = min(float(workers), 1.0 + max(0.0, worker_count() - _load()))
     if speedup < 1.2:
         return False
     startup = STARTUP_LATER_S if _STATE["server"] else STARTUP_FIRST_S
-    return elapsed / done * rest * (1 - 1 / speedup) > AUTO_MARGIN * startup
+    return per_point * rest * (1 - 1 / speedup) > AUTO_MARGIN * startup
 
 
 def _load() -> float:
