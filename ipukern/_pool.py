@@ -147,6 +147,7 @@ def run_points(fn: Callable[[Any], Any], items: Sequence[Any], executor: Any = "
     # "auto": serially while the rest looks cheap (see pays), then a pool for the rest
     stamps: list[float] = []                     # time at the start of each serial point
     pool_ok: list[bool] = []                     # decided once, lazily (pickling costs)
+    cpus = worker_count()
 
     def go_parallel(done: int) -> bool:
         stamps.append(time.perf_counter())
@@ -160,7 +161,7 @@ def run_points(fn: Callable[[Any], Any], items: Sequence[Any], executor: Any = "
                 return False
         else:
             per_point = (stamps[-1] - stamps[1]) / (done - 1)
-        if not pays(per_point, len(items) - done):
+        if not pays(per_point, len(items) - done, cpus):
             return False
         if not pool_ok:
             pool_ok.append(_pool_safe(fn, items[done:]))
@@ -170,26 +171,29 @@ def run_points(fn: Callable[[Any], Any], items: Sequence[Any], executor: Any = "
     done = len(out)
     if done == len(items):
         return out, "serial"
-    workers = min(worker_count(), len(items) - done)
+    workers = min(cpus, len(items) - done)
     _on_own_pool(workers, fn, items, out, progress, label)
     return out, f"process pool ({workers} workers) after {done} serial point{'s' * (done != 1)}"
 
 
-def pays(per_point: float, rest: int) -> bool:
+def pays(per_point: float, rest: int, cpus: int | None = None) -> bool:
     """Whether a process pool is expected to finish ``rest`` more points of ``per_point``
     seconds each (as measured here) sooner than this process, by more than
-    :data:`AUTO_MARGIN` times its start-up. The pool's speed-up is its worker count, but no
-    more than the CPUs the load average leaves idle, plus this process's own: on a busy
-    machine extra processes only take CPU time from the others (and this process's own work
-    counted in the load makes the estimate err towards serial)."""
-    workers = min(worker_count(), rest)
+    :data:`AUTO_MARGIN` times its start-up. The pool's speed-up is its worker count (at
+    most ``cpus``, default :func:`worker_count`), but no more than the CPUs the load average
+    leaves idle, plus this process's own: on a busy machine extra processes only take CPU
+    time from the others (and this process's own work counted in the load makes the
+    estimate err towards serial)."""
+    cpus = worker_count() if cpus is None else cpus
+    workers = min(cpus, rest)
     if workers < 2:
         return False
-    speedup = min(float(workers), 1.0 + max(0.0, worker_count() - _load()))
-    if speedup < 1.2:
+    work = per_point * rest
+    need = AUTO_MARGIN * (STARTUP_LATER_S if _STATE["server"] else STARTUP_FIRST_S)
+    if work * (1 - 1 / workers) <= need:        # not even with every CPU idle (no syscall)
         return False
-    startup = STARTUP_LATER_S if _STATE["server"] else STARTUP_FIRST_S
-    return per_point * rest * (1 - 1 / speedup) > AUTO_MARGIN * startup
+    speedup = min(float(workers), 1.0 + max(0.0, cpus - _load()))
+    return speedup >= 1.2 and work * (1 - 1 / speedup) > need
 
 
 def _load() -> float:

@@ -19,7 +19,7 @@ NAMES = ["GC200", "BOW", "GC2", "GC200"]
 @pytest.fixture
 def always_parallel(monkeypatch):
     """``"auto"`` goes to a pool after its first point, whatever the timing and load."""
-    monkeypatch.setattr(_pool, "pays", lambda per_point, rest: True)
+    monkeypatch.setattr(_pool, "pays", lambda per_point, rest, cpus=None: True)
     monkeypatch.setattr(_pool, "FIRST_POINT_TRUSTED_S", 0.0)
     monkeypatch.setattr(_pool, "worker_count", lambda: 2)
 
@@ -69,7 +69,7 @@ def test_small_sweeps_stay_serial(monkeypatch):
 
 def test_a_quick_first_point_alone_does_not_decide(monkeypatch):
     # the first point carries the process's one-time work: a quick one is not trusted alone
-    monkeypatch.setattr(_pool, "pays", lambda per_point, rest: True)
+    monkeypatch.setattr(_pool, "pays", lambda per_point, rest, cpus=None: True)
     monkeypatch.setattr(_pool, "worker_count", lambda: 2)
     got, how = _pool.run_points(ik.get_machine, NAMES, "auto")
     assert [m.name for m in got] == NAMES and how == "process pool (2 workers) after 2 serial points"
@@ -128,7 +128,7 @@ SCRIPT = """
 import os
 import ipukern as ik
 from ipukern import _pool
-_pool.pays = lambda per_point, rest: True
+_pool.pays = lambda per_point, rest, cpus=None: True
 _pool.FIRST_POINT_TRUSTED_S = 0.0
 _pool.worker_count = lambda: 2
 
