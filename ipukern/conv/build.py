@@ -148,17 +148,29 @@ class ConvProgram:
 
 
 class _BiasCodelet:
-    """out[e] += bias[channel of e] over a run of a tile's [B][G][K_j][OR][OC] block."""
+    """out[e] += bias[channel of e] over a run of a tile's [B][G][K_j][OR][OC] block.
+
+    ``act`` (0, or 1 ReLU / 2 ReLU6 for float32): execute mode's host fusion of the
+    network's next activation into this pass (:func:`ipukern.nn.convops.conv_plan`); the
+    simulated program and its cycles are unchanged."""
 
     name = "add_bias"
 
     def __init__(self, dtype: str):
         self.dt = DTYPE_CODE[dtype]
+        self.act = 0
 
     def run(self, data, batch, n_threads):
         from .._kernels import _vertices
         a = batch.args
-        _vertices.add_bias(data, batch.tiles, a["out"], a["bias"], a["params"], self.dt, n_threads)
+        _vertices.add_bias(data, batch.tiles, a["out"], a["bias"], a["params"], self.dt, n_threads,
+                           self.act)
+
+
+def bias_codelets(program) -> list:
+    """The bias codelets of a built conv program (those a host activation fuses into)."""
+    return [b.codelet for st in program.steps if st.compute is not None
+            for b in st.compute.batches if isinstance(b.codelet, _BiasCodelet)]
 
 
 @dataclass(frozen=True, eq=False)

@@ -65,6 +65,10 @@ class Step:
     folded_bn: Any = None
     layer: Any = None
     inplace: bool = False
+    #: execute mode: the activation this conv's bias pass applies for the next step
+    fused_act: str | None = None
+    #: execute mode: this activation was applied by its producer (see fused_act)
+    fused: bool = False
 
     @property
     def rearrange_cycles(self) -> int:
@@ -209,6 +213,7 @@ class NetworkProgram:
             layouts[out_node] = plan.output
         self.layouts = layouts
         self._mark_inplace()
+        self._mark_fused()
 
     def _mark_inplace(self) -> None:
         """Let an element-wise step write its output over its first input's buffer when
@@ -232,6 +237,18 @@ class NetworkProgram:
             s.inplace = (p is not None and p.plan.method not in _VIEW_METHODS and uses[src] == 1
                          and src not in outputs and r.identity and r.dst.offsets is None
                          and r.src.offsets is None)
+
+    def _mark_fused(self) -> None:
+        """Execute mode: an in-place ReLU/ReLU6 (see :meth:`_mark_inplace`: its input read
+        by it alone, without a copy) of a conv whose bias pass can apply it is done by that
+        pass, saving a pass over the tensor on the host. Same bits (the kernel applies
+        NumPy's semantics); the program, its cycles and its memory are untouched."""
+        producer = {s.node: s for s in self.steps}
+        for s in self.steps:
+            p = producer.get(s.srcs[0]) if s.inplace else None
+            if (p is not None and s.plan.method == "NonLinearity1D"
+                    and s.plan.op in p.plan.info.get("fuses", ())):
+                p.fused_act, s.fused = s.plan.op, True
 
     # ------------------------------------------------------------------ costs
     @property
@@ -338,7 +355,11 @@ class NetworkProgram:
         index = param_index(params)
         for s in self.steps:
             srcs = [live[n] for n in s.srcs]
-            if s.inplace:
+            if s.fused:                 # applied by its producer: the same buffer, in place
+                live[s.node] = Resident(s.plan.output, nt, srcs[0].data)
+            elif s.fused_act is not None:
+                live[s.node] = s.plan.run(srcs, s.rearrs, s.params(params, index), act=s.fused_act)
+            elif s.inplace:
                 live[s.node] = s.plan.run(srcs, s.rearrs, s.params(params, index), inplace=True)
             else:
                 live[s.node] = s.plan.run(srcs, s.rearrs, s.params(params, index))

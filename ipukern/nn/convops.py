@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ..conv.build import ConvProgram, build_conv_program
+from ..conv.build import ConvProgram, bias_codelets, build_conv_program
 from ..conv.layout import MAX_INPUT_OWNERS
 from ..conv.params import ConvParams
 from ..conv.planner import plan_conv
@@ -34,6 +34,8 @@ from .ops import OpPlan, affine_plan
 __all__ = ["clear_program_cache", "conv_plan", "conv_program", "matmul_plan"]
 
 _PROGRAMS: dict[tuple, ConvProgram] = {}
+#: activations a conv's bias pass can apply in execute mode (add_bias's ``act`` codes)
+_FUSED_ACTS = {"relu": 1, "relu6": 2}
 _LOCK = threading.Lock()
 
 
@@ -104,20 +106,34 @@ def conv_plan(machine: MachineSpec, in_shape: Sequence[int], weight_shape: Seque
     wbytes = _home_bytes(prog.w, nt) + (_home_bytes(prog.b, nt) if bias else 0)
     dev = prog.device
     wdt = DTYPES[dtype]
+    fusable = bias and dtype == "float32"
 
-    def run(srcs, rearrs, prm):
+    def run(srcs, rearrs, prm, act=None):
+        """``act`` ("relu"/"relu6", when ``info["fuses"]`` lists it): the network's next
+        activation applied by the bias pass (host fusion: same bits, same program)."""
+        if act is not None and not (fusable and act in _FUSED_ACTS):
+            raise ValueError(f"conv2d: cannot fuse activation {act!r} (float32 with bias: "
+                             f"{sorted(_FUSED_ACTS)})")
         with dev.arena.lock:
             rearrs[0].run(srcs[0], dev.arena.data)
             dev.write(prog.w, np.asarray(prm["weight"], dtype=wdt))
             if bias:
                 dev.write(prog.b, np.asarray(prm["bias"], dtype=wdt))
-            run_program(prog.program, "execute", device=dev)
+            codelets = bias_codelets(prog.program) if act is not None else ()
+            try:
+                for c in codelets:
+                    c.act = _FUSED_ACTS[act]
+                run_program(prog.program, "execute", device=dev)
+            finally:
+                for c in codelets:
+                    c.act = 0
             return _read_output(prog, out, nt)
 
     plan = prog.plan
     return OpPlan("conv2d", "fwd", plan.method.label(), [want], out, list(prog.program.records),
                   params.flops, dev.memory.used.copy(), wbytes, run, (False,),
-                  info={"plan": plan.describe(), "layer": params.describe()})
+                  info={"plan": plan.describe(), "layer": params.describe(),
+                        "fuses": tuple(_FUSED_ACTS) if fusable else ()})
 
 
 def matmul_plan(machine: MachineSpec, a_shape: Sequence[int], b_shape: Sequence[int], *,
