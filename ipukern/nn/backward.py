@@ -97,15 +97,30 @@ def _conv_row(name: str, op: str, pass_: str, params: ConvParams, machine, flops
                    runs=() if run is None else (run,))
 
 
+def conv_pass_params(layer, in_shape, ctx) -> tuple[ConvParams, ConvParams, ConvParams]:
+    """A Conv2d layer's forward conv and the convs of its backward-data and weight-update
+    passes, as planned for ``ctx``."""
+    fwd = ConvParams.from_shapes(in_shape, layer.weight_shape(), stride=layer.stride,
+                                 padding=layer.padding, dilation=layer.dilation, groups=layer.groups,
+                                 dtype=ctx.dtype, partials=ctx.partials)
+    return fwd, backward_data_pass(fwd).params, weight_update_pass(fwd).params
+
+
+def matmul_pass_layout(shape_a, shape_b, which: str):
+    """The product a matmul's gradient pass runs (``which``: "a" for the input gradient
+    of ``a``, "b" for that of ``b``), before choosing its orientation."""
+    return _layout(*_pass_shapes(shape_a, shape_b, which))
+
+
 def _matmul_rows(name, op, shape_a, shape_b, ctx, *, grad_a: bool, grad_b_pass: str | None, runs=None):
     rows = []
     fl = 2 * int(np.prod(shape_a)) * int(shape_b[-1])
     for which, pass_, wanted in (("a", "bwd", grad_a), ("b", grad_b_pass, grad_b_pass is not None)):
         if not wanted:
             continue
-        la, lb = _pass_shapes(shape_a, shape_b, which)
         # the orientation ipukern.matmul would run (C = A B or C^T = B^T A^T)
-        p, _ = _orient(_layout(la, lb), ctx.dtype, ctx.partials, ctx.machine, None, ctx.amp)
+        p, _ = _orient(matmul_pass_layout(shape_a, shape_b, which), ctx.dtype, ctx.partials,
+                       ctx.machine, None, ctx.amp)
         rows.append(_conv_row(f"{name}.{'grad_a' if which == 'a' else 'grad_b'}", op, pass_, p,
                               ctx.machine, fl, None if runs is None else runs[which], ctx.amp))
     return rows
@@ -196,19 +211,15 @@ def backward_rows(step, ctx, needs_input_grad: list[bool],
     op = step.op
     name = step.name
     acc = list(accumulate) if accumulate is not None else [False] * len(step.srcs)
-    dt = ctx.dtype
     if op == "conv2d":
-        fwd = ConvParams.from_shapes(step.in_shapes[0], layer.weight_shape(), stride=layer.stride,
-                                     padding=layer.padding, dilation=layer.dilation,
-                                     groups=layer.groups, dtype=dt, partials=ctx.partials)
+        fwd, bwd_params, wu_params = conv_pass_params(layer, step.in_shapes[0], ctx)
         gi, gw = _conv_runs(step, ctx)
         rows = []
         if needs_input_grad[0]:
-            rows.append(_conv_row(f"{name}.grad_input", op, "bwd", backward_data_pass(fwd).params, m,
-                                  fwd.flops, gi, ctx.amp))
+            rows.append(_conv_row(f"{name}.grad_input", op, "bwd", bwd_params, m, fwd.flops, gi,
+                                  ctx.amp))
             rows += deliver_rows(step, 0, ctx, acc[0], rearrange=False)
-        rows.append(_conv_row(f"{name}.grad_weight", op, "wu", weight_update_pass(fwd).params, m,
-                              fwd.flops, gw, ctx.amp))
+        rows.append(_conv_row(f"{name}.grad_weight", op, "wu", wu_params, m, fwd.flops, gw, ctx.amp))
         if layer.bias:
             rows.append(_bias_row(step, ctx, layer.out_channels, int(np.prod(step.out_shape[2:]))))
         return flush_rows(rows)

@@ -158,6 +158,20 @@ def _input_layout(shape, dtype, machine) -> Layout:
     return lay
 
 
+def bn_folds(net: Network) -> dict[str, str]:
+    """Inference batch-norm folding: conv node -> the batch norm folded into it (the conv's
+    only consumer, the conv not a network output)."""
+    consumers = net.consumers()
+    fold_into = {}
+    for name, node in net.nodes.items():
+        if isinstance(node.layer, BatchNorm2d):
+            src = node.inputs[0]
+            sn = net.nodes[src]
+            if isinstance(sn.layer, Conv2d) and consumers[src] == [name] and src not in net.outputs:
+                fold_into[src] = name
+    return fold_into
+
+
 class NetworkProgram:
     """A network compiled for one batch size, dtype, partials and machine."""
 
@@ -172,16 +186,7 @@ class NetworkProgram:
             node = net.nodes[name]
             lay = _input_layout(shapes[name], ctx.dtype, ctx.machine) if node.kind == "float" else None
             layouts[name] = self.input_layouts[name] = lay
-        consumers = net.consumers()
-        fold_into = {}
-        if fold_bn:
-            for name, node in net.nodes.items():
-                if isinstance(node.layer, BatchNorm2d):
-                    src = node.inputs[0]
-                    sn = net.nodes[src]
-                    if (isinstance(sn.layer, Conv2d) and consumers[src] == [name]
-                            and src not in net.outputs):
-                        fold_into[src] = name
+        fold_into = bn_folds(net) if fold_bn else {}
         skip = set(fold_into.values())
         self.steps: list[Step] = []
         for name, node in net.nodes.items():
@@ -379,7 +384,9 @@ def compile_network(net: Network, batch: int, ctx: PlanContext, *, fold_bn: bool
         if prog is not None and prog.net is net:
             _PROGRAMS.move_to_end(key)
             return prog
-    prog = NetworkProgram(net, batch, ctx, fold_bn)
+    from .plan_keys import prefetch_network_plans
+    with prefetch_network_plans(net, batch, ctx, fold_bn=fold_bn, backward=False):
+        prog = NetworkProgram(net, batch, ctx, fold_bn)
     with _LOCK:
         _PROGRAMS[key] = prog
         while len(_PROGRAMS) > PROGRAM_CACHE_SIZE:

@@ -24,6 +24,7 @@ from ..conv.build import ConvProgram, bias_codelets, build_conv_program
 from ..conv.layout import MAX_INPUT_OWNERS
 from ..conv.params import ConvParams
 from ..conv.planner import plan_conv
+from ..conv.prefetch import take
 from ..core.engine import run_program
 from ..core.tensor import LazyTileMapping
 from ..dtypes import DTYPES
@@ -31,7 +32,7 @@ from ..machine import MachineSpec
 from .layout import CopyTable, Layout, Resident, lazy_layout
 from .ops import OpPlan, affine_plan
 
-__all__ = ["clear_program_cache", "conv_plan", "conv_program", "matmul_plan"]
+__all__ = ["clear_program_cache", "conv_plan", "conv_program", "matmul_params", "matmul_plan"]
 
 _PROGRAMS: dict[tuple, ConvProgram] = {}
 #: activations a conv's bias pass can apply in execute mode (add_bias's ``act`` codes)
@@ -62,7 +63,9 @@ def conv_program(params: ConvParams, machine: MachineSpec, bias: bool, *,
     with _LOCK:
         prog = _PROGRAMS.get(key)
     if prog is None:
-        plan = plan_conv(params, machine, bias=bias, available_memory_proportion=amp)
+        plan = take(params, machine, bias, amp)     # planned ahead by a worker, if any
+        if plan is None:
+            plan = plan_conv(params, machine, bias=bias, available_memory_proportion=amp)
         owners = plan.split.out_chans if resident_input else MAX_INPUT_OWNERS
         prog = build_conv_program(plan, input_owners=owners)
         with _LOCK:
@@ -136,6 +139,18 @@ def conv_plan(machine: MachineSpec, in_shape: Sequence[int], weight_shape: Seque
                         "fuses": tuple(_FUSED_ACTS) if fusable else ()})
 
 
+def matmul_params(a_shape: Sequence[int], b_shape: Sequence[int], dtype: str,
+                  partials: str) -> ConvParams:
+    """The 1x1 grouped conv :func:`matmul_plan` plans for ``a @ b``."""
+    a3 = tuple(a_shape) if len(a_shape) == 3 else (1,) + tuple(a_shape)
+    b3 = tuple(b_shape) if len(b_shape) == 3 else (1,) + tuple(b_shape)
+    G, M, K = a3
+    if b3[0] != G or b3[1] != K:
+        raise ValueError(f"matmul shapes {tuple(a_shape)} @ {tuple(b_shape)} do not match")
+    return ConvParams(batch=1, in_channels=G * K, out_channels=G * M, in_h=1, in_w=b3[2],
+                      kernel_h=1, kernel_w=1, groups=G, dtype=dtype, partials=partials)
+
+
 def matmul_plan(machine: MachineSpec, a_shape: Sequence[int], b_shape: Sequence[int], *,
                 dtype: str = "float16", partials: str = "float32", b_param: bool = False,
                 bias: bool = False, out_shape: Sequence[int] | None = None,
@@ -148,14 +163,8 @@ def matmul_plan(machine: MachineSpec, a_shape: Sequence[int], b_shape: Sequence[
     ``"weight"`` of shape (N, K) as in PyTorch); ``bias`` adds param ``"bias"`` (N,).
     ``amp`` as for :func:`conv_program`.
     """
-    a3 = tuple(a_shape) if len(a_shape) == 3 else (1,) + tuple(a_shape)
-    b3 = tuple(b_shape) if len(b_shape) == 3 else (1,) + tuple(b_shape)
-    G, M, K = a3
-    if b3[0] != G or b3[1] != K:
-        raise ValueError(f"matmul shapes {tuple(a_shape)} @ {tuple(b_shape)} do not match")
-    N = b3[2]
-    params = ConvParams(batch=1, in_channels=G * K, out_channels=G * M, in_h=1, in_w=N,
-                        kernel_h=1, kernel_w=1, groups=G, dtype=dtype, partials=partials)
+    params = matmul_params(a_shape, b_shape, dtype, partials)
+    G, M, N, K = params.groups, params.out_per_group, params.in_w, params.in_per_group
     prog = conv_program(params, machine, False, resident_input=b_param, amp=amp)
     nt = machine.n_tiles
     w, x = prog.w, prog.x

@@ -42,6 +42,7 @@ from .grad_ops import accumulate_flags
 from .compile import compile_network
 from .layers import PlanContext
 from .network import Network
+from .plan_keys import prefetch_network_plans
 from .profile import NetworkProfile
 
 __all__ = ["estimate_training", "training_schedule"]
@@ -137,7 +138,8 @@ def _cached(net, batch, ctx, recompute, opt, state_location) -> tuple[tuple, dic
         if hit is not None and hit[0] is net:
             _SCHEDULES.move_to_end(key)
             return hit[1], hit[2]
-    *res, parts = _schedule(net, batch, ctx, recompute, opt, state_location)
+    with prefetch_network_plans(net, batch, ctx, fold_bn=False, backward=True):
+        *res, parts = _schedule(net, batch, ctx, recompute, opt, state_location)
     res = tuple(res)
     for a in (res[1], res[2]):
         a.flags.writeable = False

@@ -15,6 +15,7 @@ from .._checks import as_int
 from ..conv.build import ConvProgram, build_conv_program
 from ..conv.params import ConvParams
 from ..conv.planner import ConvPlan, clear_planner_caches, plan_conv
+from ..conv.prefetch import take
 from ..core.profile import Profile
 from ..dtypes import canonical_dtype
 from ..machine import MachineSpec
@@ -67,8 +68,10 @@ def cached_plan(params: ConvParams, machine: MachineSpec, bias: bool,
             _PLANS.move_to_end(key)
     if hit is None:
         try:
-            hit = plan_conv(params, machine, bias=bias, method=method,
-                            available_memory_proportion=amp)
+            hit = take(params, machine, bias, amp) if method is None else None
+            if hit is None:
+                hit = plan_conv(params, machine, bias=bias, method=method,
+                                available_memory_proportion=amp)
         except (ValueError, MemoryError) as e:
             hit = e
         with _CACHE_LOCK:

@@ -1,0 +1,179 @@
+"""Plan convs in a forked worker process while this one builds the programs.
+
+A cold network estimate plans every distinct conv and matmul pass (a third of its time)
+and builds each one's program, one after the other. Planning is a pure function of
+(params, machine, bias, availableMemoryProportion) with no compiled kernels, so a worker
+forked at the start of the estimate can plan the passes ahead of the caller, in the order
+the caller will need them, and send each plan back (pickled, the machine by reference).
+The caller never waits for the worker: :func:`take` hands over a plan the worker has
+already sent, or None, and the caller then plans that pass itself (and marks it, so the
+worker skips it). Plans are equal whoever computes them, so the result is identical to a
+serial run, bit for bit; the worker only moves planning onto the second core.
+
+The worker is used only where it is safe and pays: ``os.fork`` available, at least two
+CPUs in this process's affinity set, enough passes still to plan (:data:`MIN_PLANS`), not
+under MPI, not inside a worker, and ``IPUKERN_PLAN_WORKER`` not set to ``0``. The worker is
+killed when the estimate ends (normally or by an exception); a worker that fails or hangs
+only costs the caller the planning it would have done anyway.
+"""
+from __future__ import annotations
+
+import io
+import mmap
+import os
+import pickle
+import signal
+import struct
+import sys
+import threading
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from ..machine import MachineSpec
+from .params import ConvParams
+from .planner import ConvPlan, plan_conv
+
+__all__ = ["MIN_PLANS", "PlanKey", "plan_worker", "take", "worker_enabled"]
+
+#: a plan key: (params, machine, bias, available_memory_proportion)
+PlanKey = tuple[ConvParams, MachineSpec, bool, "float | None"]
+#: fewer passes left to plan than this: not worth a fork (a few ms)
+MIN_PLANS = 8
+
+_ACTIVE: list[_Worker] = []
+_ACTIVE_LOCK = threading.Lock()
+_IN_WORKER = False
+_HEADER = struct.Struct("<II")      # key index, pickle length
+
+
+def worker_enabled() -> bool:
+    """Whether :func:`plan_worker` may fork a worker in this process."""
+    if _IN_WORKER or not hasattr(os, "fork") or os.environ.get("IPUKERN_PLAN_WORKER", "1") == "0":
+        return False
+    if "mpi4py.MPI" in sys.modules:    # forking an MPI rank is unsafe
+        return False
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return cpus >= 2
+
+
+def take(params: ConvParams, machine: MachineSpec, bias: bool, amp: float | None) -> ConvPlan | None:
+    """The plan of this conv if a running worker has already sent it, else None (then the
+    caller plans it and the worker will skip it)."""
+    if not _ACTIVE:
+        return None
+    key = (params, machine, bias, amp)
+    for w in tuple(_ACTIVE):
+        plan = w.take(key)
+        if plan is not None:
+            return plan
+    return None
+
+
+class _Worker:
+    """One forked planning worker and the thread that receives its plans."""
+
+    def __init__(self, keys: Sequence[PlanKey], machine: MachineSpec):
+        self.index = {k: i for i, k in enumerate(keys)}
+        self.plans: dict[PlanKey, ConvPlan] = {}
+        self.claimed = mmap.mmap(-1, len(keys))      # shared: 1 = the caller plans it itself
+        r, w = os.pipe()
+        with warnings.catch_warnings():             # Python >= 3.12 warns about threads
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:                                # the worker: plan, send, never return
+            code = 0
+            try:
+                os.close(r)
+                _serve(keys, machine, self.claimed, w)
+            except BaseException:                   # noqa: BLE001 - the caller plans instead
+                code = 1
+            finally:
+                os._exit(code)
+        os.close(w)
+        self.pid = pid
+        self.machine = machine
+        self.reader = threading.Thread(target=self._receive, args=(r,), daemon=True,
+                                       name="ipukern-plan-receiver")
+        self.reader.start()
+
+    def take(self, key: PlanKey) -> ConvPlan | None:
+        i = self.index.get(key)
+        if i is None:
+            return None
+        plan = self.plans.get(key)
+        if plan is None:
+            self.claimed[i] = 1
+        return plan
+
+    def _receive(self, fd: int) -> None:
+        keys = list(self.index)
+        with os.fdopen(fd, "rb") as f:
+            while True:
+                head = f.read(_HEADER.size)
+                if len(head) < _HEADER.size:
+                    return
+                i, n = _HEADER.unpack(head)
+                body = f.read(n)
+                if len(body) < n:
+                    return
+                u = pickle.Unpickler(io.BytesIO(body))
+                u.persistent_load = lambda _pid: self.machine
+                self.plans[keys[i]] = u.load()
+
+    def close(self) -> None:
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.waitpid(self.pid, 0)
+        self.reader.join()
+        self.claimed.close()
+
+
+def _serve(keys: Sequence[PlanKey], machine: MachineSpec, claimed: mmap.mmap, fd: int) -> None:
+    """The worker's loop: plan each key the caller has not claimed and send it."""
+    global _IN_WORKER
+    _IN_WORKER = True
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    for i, (params, _m, bias, amp) in enumerate(keys):
+        if claimed[i]:
+            continue
+        try:
+            plan = plan_conv(params, machine, bias=bias, available_memory_proportion=amp)
+        except Exception:                           # noqa: BLE001 - the caller raises it
+            continue
+        buf = io.BytesIO()
+        p = pickle.Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL)
+        p.persistent_id = lambda o: "machine" if o is machine else None
+        p.dump(plan)
+        body = buf.getvalue()
+        data = _HEADER.pack(i, len(body)) + body
+        while data:
+            data = data[os.write(fd, data):]
+
+
+@contextmanager
+def plan_worker(keys: Sequence[PlanKey]) -> Iterator[None]:
+    """Plan ``keys`` (in the order the caller will need them) in a forked worker for the
+    duration of the block; :func:`take` hands the plans over. Does nothing when
+    :func:`worker_enabled` says no, when a worker is already running, or when fewer than
+    :data:`MIN_PLANS` keys remain. Every key must share one machine."""
+    keys = list(dict.fromkeys(keys))
+    worker = None
+    with _ACTIVE_LOCK:
+        if not _ACTIVE and len(keys) >= MIN_PLANS and worker_enabled():
+            machines = {id(k[1]) for k in keys}
+            if len(machines) == 1:
+                worker = _Worker(keys, keys[0][1])
+                _ACTIVE.append(worker)
+    try:
+        yield
+    finally:
+        if worker is not None:
+            with _ACTIVE_LOCK:
+                _ACTIVE.remove(worker)
+            worker.close()
