@@ -54,6 +54,9 @@ if sys.argv[2] != "quick":
                                                     allow_overflow=True))
 out["programs"] = {repr(k): (v.plan.describe(), [rec(r) for r in v.program.records])
                    for k, v in convops._PROGRAMS.items()}
+# passes a planning worker built (only costed): the same plan and records
+out["programs"].update({repr(k): (v.plan.describe(), [rec(r) for r in v.records])
+                        for k, v in getattr(convops, "_PASSES", {}).items()})
 with open(sys.argv[1], "wb") as f:
     pickle.dump(out, f)
 '''

@@ -493,8 +493,9 @@ def _bias_copies(buf: _ConvBuffers) -> CopyTable:
 
 
 def _exchange(dev: Device, table: CopyTable, name: str, shared_bus: Any):
+    # the builder's own tables (tiles, offsets of its allocations): not re-validated
     return dev.exchange(table.src_tile, table.src_off, table.dst_tile, table.dst_off,
-                        table.nbytes, name=name, shared_bus=shared_bus)
+                        table.nbytes, name=name, shared_bus=shared_bus, validate=False)
 
 
 # --------------------------------------------------------------------------- vertices

@@ -75,7 +75,7 @@ def build_expanded_program(plan, device: Device | None, vertex=None):
                        exchange=dev.exchange(table.src_tile, table.src_off, table.dst_tile,
                                              table.dst_off, table.nbytes,
                                              name="expandDims: original input rows",
-                                             shared_bus=False)),
+                                             shared_bus=False, validate=False)),
              Superstep(f"expandDims {plan.expand_dims} copy; {first.name}", category="transform",
                        compute=dev.compute_set([im2col], name="expandDims copy"),
                        exchange=first.exchange)]

@@ -391,17 +391,22 @@ def _block_pieces(geo, t, n, ra, rb, ca, cb, win_off, itemsize, Os, P, B) -> Cop
 def _run_range_pieces(geo, t, n, b, ra, rb, P, CR, win_off, itemsize, Os, WC) -> CopyTable:
     # run index in the source core: u = (b*CR + (r - cr0))*P + p; owners own contiguous
     # run ranges, so [u_a, u_b) splits into at most Os pieces
-    Bn = geo.B[n]
+    N = geo.B[n] * CR * P                            # runs of the source core
     u_a = (b * CR + (ra - geo.cr0[n])) * P
     u_b = (b * CR + (rb - geo.cr0[n])) * P
-    bounds = _owner_bounds(Bn * CR * P, Os)          # (len, Os+1)
-    lo = np.maximum(u_a[:, None], bounds[:, :-1])
-    hi = np.minimum(u_b[:, None], bounds[:, 1:])
-    owner = n[:, None] + np.arange(Os)[None, :]     # out-chan tiles are consecutive
-    keep = (lo < hi) & (owner != t[:, None])
-    r, o = np.nonzero(keep)
-    lo, hi = lo[r, o], hi[r, o]
-    src_tile = owner[r, o]
+    # owner o holds runs [N*o//Os, N*(o+1)//Os) (_owner_bounds); only the owners of runs
+    # u_a .. u_b-1 can intersect: the largest o with N*o//Os <= u is ((u+1)*Os-1)//N
+    live = (u_a < u_b) & (N > 0)
+    Nz = np.maximum(N, 1)
+    o_first = np.minimum(((u_a + 1) * Os - 1) // Nz, Os - 1)
+    o_last = np.minimum((u_b * Os - 1) // Nz, Os - 1)
+    r, k = expand(np.where(live, o_last - o_first + 1, 0))
+    o = o_first[r] + k                               # ascending per row, as np.nonzero gave
+    lo = np.maximum(u_a[r], (N[r] * o) // Os)
+    hi = np.minimum(u_b[r], (N[r] * (o + 1)) // Os)
+    src_tile = n[r] + o                              # out-chan tiles are consecutive
+    keep = (lo < hi) & (src_tile != t[r])
+    r, lo, hi, src_tile = r[keep], lo[keep], hi[keep], src_tile[keep]
     tt, nn = t[r], n[r]
     # run u -> (image, row, plane); both windows use [B][WR][P][WC]
     def off(tile_blk, u, wr0, WR):

@@ -10,6 +10,11 @@ already sent, or None, and the caller then plans that pass itself (and marks it,
 worker skips it). Plans are equal whoever computes them, so the result is identical to a
 serial run, bit for bit; the worker only moves planning onto the second core.
 
+Passes whose program the caller only costs (a network's backward-data and weight-update
+convs: :func:`ipukern.nn.convops.pass_program`) are also *built* by the worker, which
+then sends the plan with the program's superstep records and per-tile memory
+(:class:`BuiltPass`): the caller's program cache would hold the same figures.
+
 The worker is used only where it is safe and pays: ``os.fork`` available, at least two
 CPUs in this process's affinity set, enough passes still to plan (:data:`MIN_PLANS`), not
 under MPI, not inside a worker, and ``IPUKERN_PLAN_WORKER`` not set to ``0``. The worker is
@@ -29,17 +34,32 @@ import threading
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import NamedTuple
+
+import numpy as np
 
 from ..machine import MachineSpec
 from .params import ConvParams
 from .planner import ConvPlan, plan_conv
 
-__all__ = ["MIN_PLANS", "PlanKey", "plan_worker", "take", "worker_enabled"]
+__all__ = ["BuiltPass", "MIN_PLANS", "PlanKey", "plan_worker", "take", "take_built",
+           "worker_enabled"]
 
 #: a plan key: (params, machine, bias, available_memory_proportion)
 PlanKey = tuple[ConvParams, MachineSpec, bool, "float | None"]
 #: fewer passes left to plan than this: not worth a fork (a few ms)
 MIN_PLANS = 8
+
+
+
+class BuiltPass(NamedTuple):
+    """What costing a built conv pass needs: its plan, the program's superstep records and
+    the device's per-tile bytes in use."""
+
+    plan: ConvPlan
+    records: tuple
+    memory_used: np.ndarray
+
 
 _ACTIVE: list[_Worker] = []
 _ACTIVE_LOCK = threading.Lock()
@@ -63,22 +83,30 @@ def worker_enabled() -> bool:
 def take(params: ConvParams, machine: MachineSpec, bias: bool, amp: float | None) -> ConvPlan | None:
     """The plan of this conv if a running worker has already sent it, else None (then the
     caller plans it and the worker will skip it)."""
-    if not _ACTIVE:
-        return None
-    key = (params, machine, bias, amp)
+    got = _take((params, machine, bias, amp))
+    return got.plan if isinstance(got, BuiltPass) else got
+
+
+def take_built(params: ConvParams, machine: MachineSpec, amp: float | None) -> BuiltPass | None:
+    """The built pass (no bias) if a running worker has already sent it, else None."""
+    got = _take((params, machine, False, amp))
+    return got if isinstance(got, BuiltPass) else None
+
+
+def _take(key: PlanKey) -> ConvPlan | BuiltPass | None:
     for w in tuple(_ACTIVE):
-        plan = w.take(key)
-        if plan is not None:
-            return plan
+        got = w.take(key)
+        if got is not None:
+            return got
     return None
 
 
 class _Worker:
     """One forked planning worker and the thread that receives its plans."""
 
-    def __init__(self, keys: Sequence[PlanKey], machine: MachineSpec):
+    def __init__(self, keys: Sequence[PlanKey], machine: MachineSpec, build: frozenset):
         self.index = {k: i for i, k in enumerate(keys)}
-        self.plans: dict[PlanKey, ConvPlan] = {}
+        self.plans: dict[PlanKey, ConvPlan | BuiltPass] = {}
         self.claimed = mmap.mmap(-1, len(keys))      # shared: 1 = the caller plans it itself
         r, w = os.pipe()
         with warnings.catch_warnings():             # Python >= 3.12 warns about threads
@@ -88,7 +116,7 @@ class _Worker:
             code = 0
             try:
                 os.close(r)
-                _serve(keys, machine, self.claimed, w)
+                _serve(keys, machine, build, self.claimed, w)
             except BaseException:                   # noqa: BLE001 - the caller plans instead
                 code = 1
             finally:
@@ -100,7 +128,7 @@ class _Worker:
                                        name="ipukern-plan-receiver")
         self.reader.start()
 
-    def take(self, key: PlanKey) -> ConvPlan | None:
+    def take(self, key: PlanKey) -> ConvPlan | BuiltPass | None:
         i = self.index.get(key)
         if i is None:
             return None
@@ -134,22 +162,29 @@ class _Worker:
         self.claimed.close()
 
 
-def _serve(keys: Sequence[PlanKey], machine: MachineSpec, claimed: mmap.mmap, fd: int) -> None:
-    """The worker's loop: plan each key the caller has not claimed and send it."""
+def _serve(keys: Sequence[PlanKey], machine: MachineSpec, build: frozenset, claimed: mmap.mmap,
+           fd: int) -> None:
+    """The worker's loop: plan (and build, for keys in ``build``) each key the caller has
+    not claimed, and send the result."""
     global _IN_WORKER
     _IN_WORKER = True
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-    for i, (params, _m, bias, amp) in enumerate(keys):
+    from .build import build_conv_program
+    for i, key in enumerate(keys):
         if claimed[i]:
             continue
+        params, _m, bias, amp = key
         try:
-            plan = plan_conv(params, machine, bias=bias, available_memory_proportion=amp)
+            out = plan_conv(params, machine, bias=bias, available_memory_proportion=amp)
+            if key in build:
+                prog = build_conv_program(out)
+                out = BuiltPass(out, tuple(prog.program.records), prog.device.memory.used)
         except Exception:                           # noqa: BLE001 - the caller raises it
             continue
         buf = io.BytesIO()
         p = pickle.Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL)
         p.persistent_id = lambda o: "machine" if o is machine else None
-        p.dump(plan)
+        p.dump(out)
         body = buf.getvalue()
         data = _HEADER.pack(i, len(body)) + body
         while data:
@@ -157,18 +192,20 @@ def _serve(keys: Sequence[PlanKey], machine: MachineSpec, claimed: mmap.mmap, fd
 
 
 @contextmanager
-def plan_worker(keys: Sequence[PlanKey]) -> Iterator[None]:
+def plan_worker(keys: Sequence[PlanKey], build: Sequence[PlanKey] = ()) -> Iterator[None]:
     """Plan ``keys`` (in the order the caller will need them) in a forked worker for the
-    duration of the block; :func:`take` hands the plans over. Does nothing when
-    :func:`worker_enabled` says no, when a worker is already running, or when fewer than
-    :data:`MIN_PLANS` keys remain. Every key must share one machine."""
+    duration of the block; :func:`take` hands the plans over, and :func:`take_built` the
+    passes of ``build`` (keys without bias, also listed in ``keys``), which the worker
+    builds too. Does nothing when :func:`worker_enabled` says no, when a worker is already
+    running, or when fewer than :data:`MIN_PLANS` keys remain. Every key must share one
+    machine."""
     keys = list(dict.fromkeys(keys))
     worker = None
     with _ACTIVE_LOCK:
         if not _ACTIVE and len(keys) >= MIN_PLANS and worker_enabled():
             machines = {id(k[1]) for k in keys}
             if len(machines) == 1:
-                worker = _Worker(keys, keys[0][1])
+                worker = _Worker(keys, keys[0][1], frozenset(build))
                 _ACTIVE.append(worker)
     try:
         yield

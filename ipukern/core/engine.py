@@ -260,11 +260,14 @@ class Device:
         return max(self.machine.tile_bytes, self.memory.high_water)
 
     def exchange(self, src_tile: Any, src_offset: Any, dst_tile: Any, dst_offset: Any,
-                 nbytes: Any, *, name: str = "exchange", shared_bus: Any = True) -> Exchange:
+                 nbytes: Any, *, name: str = "exchange", shared_bus: Any = True,
+                 validate: bool = True) -> Exchange:
         """An :class:`~ipukern.program.Exchange` validated against this device's memory
-        (``shared_bus``: which copies may use the shared-bus 2x rate, see Exchange)."""
+        (``shared_bus``: which copies may use the shared-bus 2x rate; ``validate=False``
+        only for tables ipukern's own builders derive from a plan; see Exchange)."""
         return Exchange(self.machine, src_tile, src_offset, dst_tile, dst_offset, nbytes,
-                        name=name, row_bytes=self.row_limit, shared_bus=shared_bus)
+                        name=name, row_bytes=self.row_limit, shared_bus=shared_bus,
+                        validate=validate)
 
     def compute_set(self, batches: Sequence[VertexBatch], *, name: str = "compute") -> ComputeSet:
         """A :class:`~ipukern.program.ComputeSet` validated against this device's memory."""

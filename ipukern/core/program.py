@@ -15,6 +15,7 @@ Costs are fixed at build time, so ``estimate`` and ``execute`` report identical 
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, Sequence
 
@@ -35,6 +36,9 @@ _HOST_PIECE_BYTES = 1 << 18
 #: exchanges writing at least this many bytes use non-temporal stores for their long runs
 #: (host speed only: larger than this host's 32 MiB L3, the data cannot stay cached anyway)
 _STREAM_BYTES = 32 << 20
+#: validate even the exchanges ipukern's own builders mark as trusted (``validate=False``);
+#: set ``IPUKERN_CHECK_BUILT_PROGRAMS=1`` to check a builder
+CHECK_BUILT_PROGRAMS = os.environ.get("IPUKERN_CHECK_BUILT_PROGRAMS", "0") == "1"
 
 
 def balanced_bounds(nbytes: np.ndarray, n_threads: int) -> np.ndarray:
@@ -109,6 +113,17 @@ def _first_overlap(tile: np.ndarray, start: np.ndarray, end: np.ndarray, row: in
     return int(np.argmax(clash)) + 1 if clash.any() else -1
 
 
+def _destination_order(dt: np.ndarray, do: np.ndarray, nb: np.ndarray, row: int) -> np.ndarray:
+    """The order :meth:`Exchange._validate` returns (copies of positive size by destination
+    tile, then offset), for a table known to be valid."""
+    keep = nb > 0
+    if not keep.any():
+        return np.zeros(0, np.int64)
+    if not keep.all():
+        dt, do = dt[keep], do[keep]
+    return np.argsort(dt * row + do, kind="stable")
+
+
 class Exchange:
     """A table of tile-to-tile byte copies executed in one exchange phase.
 
@@ -125,6 +140,11 @@ class Exchange:
         Which copies may arrive at the shared-bus 2x rate when both tiles of a bus receive
         them (default: all). One bool, or one per copy. PopLibs' conv planner grants the 2x
         rate to inputs only, and only when the out-channel split is even.
+    validate : bool, optional
+        False skips the checks below: only for tables ipukern's own program builders
+        derive from a plan (a cold network estimate builds hundreds of them). The public
+        Graph/Device API always validates; ``IPUKERN_CHECK_BUILT_PROGRAMS=1`` makes every
+        exchange validate (:data:`CHECK_BUILT_PROGRAMS`).
 
     Raises
     ------
@@ -136,20 +156,25 @@ class Exchange:
 
     def __init__(self, machine: MachineSpec, src_tile: Any, src_offset: Any, dst_tile: Any,
                  dst_offset: Any, nbytes: Any, *, name: str = "exchange",
-                 row_bytes: int | None = None, shared_bus: Any = True):
+                 row_bytes: int | None = None, shared_bus: Any = True, validate: bool = True):
         self.machine = machine
         self.name = name
-        st, so, dt, do, nb = (_as_int_array(label, v, np.int64, ExchangeError) for label, v in (
-            ("src_tile", src_tile), ("src_offset", src_offset), ("dst_tile", dst_tile),
-            ("dst_offset", dst_offset), ("nbytes", nbytes)))
-        n = nb.size
-        if not (st.size == so.size == dt.size == do.size == n):
-            raise ExchangeError(f"{name}: copy table columns differ in length "
-                                f"({st.size}, {so.size}, {dt.size}, {do.size}, {n})")
         row = machine.tile_bytes if row_bytes is None else int(row_bytes)
-        # destination order of the copies of positive size (locality of writes on the
-        # host), found by the validation
-        order = self._validate(st, so, dt, do, nb, row)
+        if validate or CHECK_BUILT_PROGRAMS:
+            st, so, dt, do, nb = (_as_int_array(label, v, np.int64, ExchangeError) for label, v in (
+                ("src_tile", src_tile), ("src_offset", src_offset), ("dst_tile", dst_tile),
+                ("dst_offset", dst_offset), ("nbytes", nbytes)))
+            if not (st.size == so.size == dt.size == do.size == nb.size):
+                raise ExchangeError(f"{name}: copy table columns differ in length "
+                                    f"({st.size}, {so.size}, {dt.size}, {do.size}, {nb.size})")
+            # destination order of the copies of positive size (locality of writes on the
+            # host), found by the validation
+            order = self._validate(st, so, dt, do, nb, row)
+        else:
+            st, so, dt, do, nb = (np.ascontiguousarray(v, np.int64).reshape(-1) for v in (
+                src_tile, src_offset, dst_tile, dst_offset, nbytes))
+            order = _destination_order(dt, do, nb, row)
+        n = nb.size
         try:
             bus = np.broadcast_to(np.asarray(shared_bus, dtype=bool), (n,))
         except ValueError:

@@ -39,7 +39,7 @@ from ..conv.params import ConvParams
 from ..conv.passes import backward_data_pass, weight_update_pass
 from ..ops.matmul import _layout, _orient
 from ..ops.matmul_grad import _pass_shapes
-from .convops import conv_program
+from .convops import pass_program
 from .grad_ops import (EXECUTABLE, FROM_OUTPUT, PassRow, bn_stats_row, deliver_rows, flush_rows,
                        vector_grad_rows)
 from .tile_reduce import channel_reduce
@@ -90,10 +90,10 @@ def _conv_row(name: str, op: str, pass_: str, params: ConvParams, machine, flops
               amp: float | None = None) -> PassRow:
     # the network's program cache (layers of equal shape share one, cleared with the
     # network caches), not the op-level LRU: a network has more distinct passes than it holds
-    prog = conv_program(params, machine, False, amp=amp)
-    return PassRow(name, op, pass_, prog.plan.method.label(), list(prog.program.records), flops,
-                   prog.device.memory.used.copy(), {"plan": prog.plan.describe(),
-                                                    "pass_conv": params.describe(), "measured": True},
+    prog = pass_program(params, machine, amp)
+    return PassRow(name, op, pass_, prog.plan.method.label(), list(prog.records), flops,
+                   prog.memory_used.copy(), {"plan": prog.plan.describe(),
+                                             "pass_conv": params.describe(), "measured": True},
                    runs=() if run is None else (run,))
 
 

@@ -24,7 +24,7 @@ from ..conv.build import ConvProgram, bias_codelets, build_conv_program
 from ..conv.layout import MAX_INPUT_OWNERS
 from ..conv.params import ConvParams
 from ..conv.planner import plan_conv
-from ..conv.prefetch import take
+from ..conv.prefetch import BuiltPass, take, take_built
 from ..core.engine import run_program
 from ..core.tensor import LazyTileMapping
 from ..dtypes import DTYPES
@@ -32,11 +32,14 @@ from ..machine import MachineSpec
 from .layout import CopyTable, Layout, Resident, lazy_layout
 from .ops import OpPlan, affine_plan
 
-__all__ = ["clear_program_cache", "conv_plan", "conv_program", "matmul_params", "matmul_plan"]
+__all__ = ["clear_program_cache", "conv_plan", "conv_program", "matmul_params", "matmul_plan",
+           "pass_program"]
 
 _PROGRAMS: dict[tuple, ConvProgram] = {}
 #: activations a conv's bias pass can apply in execute mode (add_bias's ``act`` codes)
 _FUSED_ACTS = {"relu": 1, "relu6": 2}
+#: passes only costed (never executed from here), as a planning worker built them
+_PASSES: dict[tuple, BuiltPass] = {}
 _LOCK = threading.Lock()
 
 
@@ -44,6 +47,7 @@ def clear_program_cache() -> None:
     """Forget every cached network conv/matmul program."""
     with _LOCK:
         _PROGRAMS.clear()
+        _PASSES.clear()
 
 
 def conv_program(params: ConvParams, machine: MachineSpec, bias: bool, *,
@@ -71,6 +75,28 @@ def conv_program(params: ConvParams, machine: MachineSpec, bias: bool, *,
         with _LOCK:
             prog = _PROGRAMS.setdefault(key, prog)
     return prog
+
+
+def pass_program(params: ConvParams, machine: MachineSpec, amp: float | None = None) -> BuiltPass:
+    """The plan, superstep records and per-tile memory of a conv pass (no bias) that is
+    only costed, such as a network's backward-data or weight-update conv: from this
+    module's program cache, from a planning worker that built it
+    (:mod:`ipukern.conv.prefetch`), or planned and built now (:func:`conv_program`). The
+    records and bytes are the same whichever built it."""
+    key = (params, machine, False, False, amp)
+    with _LOCK:
+        prog = _PROGRAMS.get(key)
+        built = _PASSES.get(key) if prog is None else None
+    if prog is None and built is None:
+        built = take_built(params, machine, amp)
+        if built is not None:
+            with _LOCK:
+                built = _PASSES.setdefault(key, built)
+    if built is not None:
+        return built
+    if prog is None:
+        prog = conv_program(params, machine, False, amp=amp)
+    return BuiltPass(prog.plan, tuple(prog.program.records), prog.device.memory.used)
 
 
 def _read_output(prog: ConvProgram, out: Layout, nt: int) -> Resident:

@@ -18,7 +18,7 @@ from ..conv.prefetch import PlanKey, plan_worker, worker_enabled
 from ..ops.matmul import _conv_params
 from .backward import conv_pass_params, matmul_pass_layout
 from .compile import bn_folds
-from .convops import _PROGRAMS, matmul_params
+from .convops import _PASSES, _PROGRAMS, matmul_params
 from .layers import Conv2d, Linear, MatMul, PlanContext
 from .network import Network
 
@@ -62,11 +62,12 @@ def _layer_keys(layer, in_shapes, ctx: PlanContext, bias: bool, backward: bool,
 
 
 def network_plan_keys(net: Network, batch: int, ctx: PlanContext, *, fold_bn: bool,
-                      backward: bool) -> list[PlanKey]:
+                      backward: bool) -> tuple[list[PlanKey], list[PlanKey]]:
     """The (params, machine, bias, amp) of every conv/matmul pass an estimate of ``net``
     plans and has not built yet: the forward passes in node order, then (``backward``) the
-    gradient passes in reverse node order. Shape errors are left to the estimate itself
-    (the list then stops short)."""
+    gradient passes in reverse node order; and the conv gradient passes among them, which
+    the estimate only costs (:func:`~ipukern.nn.convops.pass_program`). Shape errors are
+    left to the estimate itself (the list then stops short)."""
     try:
         shapes = net.shapes(batch)
     except (ValueError, TypeError):
@@ -74,6 +75,7 @@ def network_plan_keys(net: Network, batch: int, ctx: PlanContext, *, fold_bn: bo
     folds = bn_folds(net) if fold_bn else {}
     fwd: list[PlanKey] = []
     back: list[list[PlanKey]] = []
+    costed: list[PlanKey] = []
     for name, node in net.nodes.items():
         if node.layer is None:
             continue
@@ -86,9 +88,13 @@ def network_plan_keys(net: Network, batch: int, ctx: PlanContext, *, fold_bn: bo
             break
         fwd += f
         back.append(b)
-    built = {(k[0], k[1], k[2], k[4]) for k in list(_PROGRAMS)}
+        if isinstance(node.layer, Conv2d):
+            costed += b
+    built = {(k[0], k[1], k[2], k[4]) for k in list(_PROGRAMS) + list(_PASSES)}
     keys = dict.fromkeys(fwd + [k for b in reversed(back) for k in b])    # first use, once
-    return [k for k in keys if k not in built]
+    keys = [k for k in keys if k not in built]
+    forward = set(fwd)      # a forward conv of the same shape is built by the estimate anyway
+    return keys, [k for k in costed if k not in built and k not in forward]
 
 
 def prefetch_network_plans(net: Network, batch: int, ctx: PlanContext, *, fold_bn: bool,
@@ -97,4 +103,5 @@ def prefetch_network_plans(net: Network, batch: int, ctx: PlanContext, *, fold_b
     estimate (:func:`ipukern.conv.prefetch.plan_worker`), or a null context."""
     if not worker_enabled():
         return nullcontext()
-    return plan_worker(network_plan_keys(net, batch, ctx, fold_bn=fold_bn, backward=backward))
+    keys, costed = network_plan_keys(net, batch, ctx, fold_bn=fold_bn, backward=backward)
+    return plan_worker(keys, costed)

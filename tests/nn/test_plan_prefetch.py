@@ -22,9 +22,13 @@ pytestmark = pytest.mark.skipif(not prefetch.worker_enabled(),
                                 reason="needs os.fork and two CPUs (the worker's preconditions)")
 
 
-def _records(prof):
+def _records_of(records):
     return [{k: (v.tolist() if isinstance(v, np.ndarray) else v)
-             for k, v in dataclasses.asdict(r).items()} for r in prof.supersteps]
+             for k, v in dataclasses.asdict(r).items()} for r in records]
+
+
+def _records(prof):
+    return _records_of(prof.supersteps)
 
 
 def _estimate(net, monkeypatch, worker: bool, **kw):
@@ -32,7 +36,9 @@ def _estimate(net, monkeypatch, worker: bool, **kw):
     ik.clear_plan_cache()
     monkeypatch.setenv("IPUKERN_PLAN_WORKER", "1" if worker else "0")
     prof = ik.estimate_network(net, allow_overflow=True, **kw)
-    return prof.to_dict(), _records(prof), {repr(k): v.plan for k, v in convops._PROGRAMS.items()}
+    plans = {repr(k): v.plan for k, v in convops._PROGRAMS.items()}
+    plans.update({repr(k): v.plan for k, v in convops._PASSES.items()})
+    return prof.to_dict(), _records(prof), plans
 
 
 @pytest.mark.parametrize("make, kw", [
@@ -44,9 +50,9 @@ def test_worker_gives_the_serial_estimate(make, kw, monkeypatch):
     started = []
     orig = prefetch._Worker.__init__
 
-    def spy(self, keys, machine):
+    def spy(self, keys, machine, build):
         started.append(len(keys))
-        orig(self, keys, machine)
+        orig(self, keys, machine, build)
     monkeypatch.setattr(prefetch._Worker, "__init__", spy)
     net = make()
     serial = _estimate(net, monkeypatch, worker=False, **kw)
@@ -68,8 +74,10 @@ def test_plan_keys_cover_what_the_estimate_plans(make, kw, training, monkeypatch
     ctx = PlanContext(ik.GC200, "float16", "half", None)
     nn.clear_network_caches()
     ik.clear_plan_cache()
-    keys = network_plan_keys(net, kw["batch"], ctx, fold_bn=not training, backward=training)
-    assert len(keys) == len(set(keys))
+    keys, costed = network_plan_keys(net, kw["batch"], ctx, fold_bn=not training,
+                                     backward=training)
+    assert len(keys) == len(set(keys)) and set(costed) <= set(keys)
+    assert bool(costed) == (training and net.name == "tiny_cnn")     # conv passes only
     asked = []
     monkeypatch.setattr(prefetch, "take", lambda p, m, b, a: asked.append((p, m, b, a)))
     monkeypatch.setattr(convops, "take", prefetch.take)
@@ -81,7 +89,7 @@ def test_plan_keys_cover_what_the_estimate_plans(make, kw, training, monkeypatch
     # the estimate's own order: the first pass it plans is the first listed
     assert asked[0] == keys[0]
     # built passes are not listed again
-    left = network_plan_keys(net, kw["batch"], ctx, fold_bn=not training, backward=training)
+    left, _ = network_plan_keys(net, kw["batch"], ctx, fold_bn=not training, backward=training)
     assert not set(left) & {(k[0], k[1], k[2], k[4]) for k in convops._PROGRAMS}
 
 
@@ -99,7 +107,7 @@ def test_worker_plans_equal_the_callers_and_skips_what_it_cannot_plan(monkeypatc
     huge = ConvParams.from_shapes((64, 512, 512, 512), (512, 512, 3, 3), padding=1)
     keys = [(good[0], m, False, None), (huge, m, False, None), (good[1], m, True, None),
             (good[2], m, False, 0.2)]
-    with prefetch.plan_worker(keys):
+    with prefetch.plan_worker(keys, build=[keys[3]]):
         (worker,) = prefetch._ACTIVE
         _wait_for(worker, 3)
         assert set(worker.plans) == {keys[0], keys[2], keys[3]}
@@ -109,6 +117,13 @@ def test_worker_plans_equal_the_callers_and_skips_what_it_cannot_plan(monkeypatc
             assert got.machine is m                     # the caller's machine, not a copy
         assert prefetch.take(huge, m, False, None) is None
         assert prefetch.take(good[0], m, True, None) is None      # not a listed key
+        # the built pass: the same records and bytes as building it here
+        assert prefetch.take_built(good[0], m, None) is None      # planned only
+        built = prefetch.take_built(good[2], m, 0.2)
+        prog = convops.conv_program(good[2], m, False, amp=0.2)
+        assert built.plan == prog.plan
+        assert _records_of(built.records) == _records_of(prog.program.records)
+        np.testing.assert_array_equal(built.memory_used, prog.device.memory.used)
     assert not prefetch._ACTIVE
     with pytest.raises(MemoryError):
         plan_conv(huge, m)
