@@ -204,3 +204,36 @@ def test_copy_kernel_every_short_size_and_alignment(rng):
         other = data.copy()
         _exchange.copy_runs(other, data.copy(), src_row, src_off, dst_row, dst_off, nb, bounds)
         np.testing.assert_array_equal(other, want)
+
+
+def test_trusted_exchange_equals_the_validated_one_and_public_entry_points_still_check():
+    """``validate=False`` (ipukern's own builders) keeps every field and cost of the
+    validated exchange; the public Device.exchange keeps validating."""
+    from ipukern.conv.build import build_conv_program
+    from ipukern.conv.params import ConvParams
+    from ipukern.conv.planner import plan_conv
+
+    m = ik.GC200
+    for p in (ConvParams.from_shapes((2, 16, 14, 14), (32, 16, 3, 3), padding=1),
+              ConvParams.from_shapes((4, 64, 8, 8), (64, 1, 3, 3), padding=1, groups=64)):
+        prog = build_conv_program(plan_conv(p, m))
+        for step in prog.program.steps:
+            ex = step.exchange
+            if ex is None:
+                continue
+            cols = (ex.src_tile, ex.src_offset, ex.dst_tile, ex.dst_offset, ex.nbytes)
+            rng = np.random.default_rng(0)
+            perm = rng.permutation(ex.nbytes.size)             # any input order
+            cols = tuple(c[perm] for c in cols)
+            a = Exchange(m, *cols, row_bytes=ex.row_bytes, shared_bus=ex.shared_bus[perm])
+            b = Exchange(m, *cols, row_bytes=ex.row_bytes, shared_bus=ex.shared_bus[perm],
+                          validate=False)
+            for f in ("src_tile", "src_offset", "dst_tile", "dst_offset", "nbytes", "shared_bus",
+                      "recv_bytes", "paired_bytes", "send_bytes", "tile_cycles"):
+                np.testing.assert_array_equal(getattr(a, f), getattr(b, f), err_msg=f)
+            assert (a.cycles, a.why, a.row_needed, a.rows_needed) == \
+                (b.cycles, b.why, b.row_needed, b.rows_needed)
+    dev = ik.Device(m)
+    off = dev.alloc("x", np.full(m.n_tiles, 64, np.int64))
+    with pytest.raises(ExchangeError, match="overlapping writes"):
+        dev.exchange([0, 1], [off[0], off[1]], [2, 2], [off[2], off[2]], [8, 8])
