@@ -233,13 +233,10 @@ def expanded_lower_bound(p: ConvParams, machine: MachineSpec, dims: str, bias: b
     copy of an even share of the expanded input plus its superstep. The busiest owner of
     the largest window core writes at least that share: the cores partition the expanded
     input over the blocks, each shared by at most out-chans owners."""
-    from .estimators import candidate_methods, direct_output_candidates
+    from .planner import vertex_candidates
     e = expanded_params(p, dims)
     nt = machine.n_tiles
-    cands = candidate_methods(machine, e.dtype, e.partials, e.in_per_group, e.out_per_group,
-                              e.kernel_w, e.stride[1], n_groups=e.groups)
-    cands += direct_output_candidates(machine, e.dtype, e.partials, e.in_per_group,
-                                      e.kernel_h, e.kernel_w)
+    cands = vertex_candidates(e, machine)
     if not cands:
         return 0
     rate = max(c.macs_per_cycle_bound(machine) for c in cands)

@@ -75,7 +75,7 @@ from .reduce import planner_tries_depth, reduce_stages
 
 __all__ = ["ConvPlan", "PlanCandidate", "plan_conv", "rank_candidates", "split_candidates",
            "writes_output_type", "MAX_SINGLE_STAGE_DEPTH", "AVAILABLE_MEMORY_PROPORTION",
-           "temp_bytes_bound"]
+           "temp_bytes_bound", "vertex_candidates"]
 
 #: PopLibs' default ``availableMemoryProportion`` (poplin convolution/matmul option, "the
 #: proportion of tile memory to be made available as temporary memory for this
@@ -336,15 +336,22 @@ def _plan_relaxed(p: ConvParams, machine: MachineSpec, bias: bool, method: str |
     return _plan_direct(p, machine, bias, method, None, kernel_split)
 
 
+def vertex_candidates(p: ConvParams, machine: MachineSpec) -> list[VertexMethod]:
+    """The vertex candidates the planner scores for ``p`` (a new list): the methods'
+    candidates, then the direct-output ones last, so a tie keeps the requested partials
+    type. :func:`~.expand.expanded_lower_bound` bounds an expanded conv's rate with them."""
+    cands = candidate_methods(machine, p.dtype, p.partials, p.in_per_group, p.out_per_group,
+                              p.kernel_w, p.stride[1], n_groups=p.groups)
+    cands += direct_output_candidates(machine, p.dtype, p.partials, p.in_per_group,
+                                      p.kernel_h, p.kernel_w)
+    return cands
+
+
 def _plan_direct(p: ConvParams, machine: MachineSpec, bias: bool, method: str | None,
                  temp_bound: int | None, kernel_split: int | None) -> ConvPlan:
     """:func:`plan_conv` without expandDims, temporary bytes bounded by ``temp_bound``."""
     _check_fits_chip(p, machine)
-    cands = candidate_methods(machine, p.dtype, p.partials, p.in_per_group, p.out_per_group,
-                              p.kernel_w, p.stride[1], n_groups=p.groups)
-    # direct-output candidates come last, so a tie keeps the requested partials type
-    cands += direct_output_candidates(machine, p.dtype, p.partials, p.in_per_group,
-                                      p.kernel_h, p.kernel_w)
+    cands = vertex_candidates(p, machine)
     if method is not None:
         cands = [c for c in cands if c.method == method.upper()]
         if not cands:
@@ -1104,10 +1111,7 @@ def rank_candidates(params: ConvParams, machine: MachineSpec, *, bias: bool = Fa
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
         raise ValueError(f"k must be a positive int, got {k!r}")
     p = params
-    cands = candidate_methods(machine, p.dtype, p.partials, p.in_per_group, p.out_per_group,
-                              p.kernel_w, p.stride[1], n_groups=p.groups)
-    cands += direct_output_candidates(machine, p.dtype, p.partials, p.in_per_group,
-                                      p.kernel_h, p.kernel_w)
+    cands = vertex_candidates(p, machine)
     fg = _field_grid(p, machine.n_tiles)
     serials = _serial_candidates(p)
     fit, nofit = [], []
