@@ -14,7 +14,8 @@ Usage::
     python bench/estimate_identity.py OLD_TREE NEW_TREE [--time 3] [--quick]
 
 (e.g. ``OLD_TREE`` a ``git archive`` of main with its kernels copied in). Exit status 1 if
-anything differs.
+anything differs. Cold estimates use the forked planning worker (``ipukern.conv.prefetch``)
+here whatever the load; ``IPUKERN_PLAN_WORKER=0`` in the environment checks the serial path.
 """
 from __future__ import annotations
 
@@ -79,6 +80,7 @@ print(time.process_time() - t, time.perf_counter() - w)
 
 def _run(tree: str, code: str, *args: str, timeout: float = 3600) -> str:
     env = dict(os.environ, PYTHONPATH=os.path.abspath(tree))
+    env.setdefault("IPUKERN_PLAN_WORKER", "1")     # the planning worker, whatever the load
     res = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True,
                          text=True, timeout=timeout, check=False)
     if res.returncode:

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import ipukern as ik
+from ipukern.conv.prefetch import spare_core, worker_enabled
 
 from baselines import torch, torch_network
 from timing import best_seconds, measured_seconds
@@ -67,7 +68,7 @@ def _planner_seconds():
     planned (the irreducible part of a cold estimate; the rest is building and costing)."""
     from ipukern.conv.planner import plan_conv
     from ipukern.nn import convops
-    keys = list(convops._PROGRAMS)
+    keys = list(convops._PROGRAMS) + list(convops._PASSES)   # built here or by the worker
     t0 = time.perf_counter()
     for params, machine, bias, _resident, amp in keys:
         plan_conv(params, machine, bias=bias, available_memory_proportion=amp)
@@ -89,6 +90,20 @@ def test_estimate_network_resnet50(benchmark, training):
     cold = estimate()
     cold_s = time.perf_counter() - t0
     planner_s, n_passes = _planner_seconds()
+    # same-run baseline of the planning worker: the cold estimate all on this core
+    _cold_caches()
+    before = os.environ.get("IPUKERN_PLAN_WORKER")
+    os.environ["IPUKERN_PLAN_WORKER"] = "0"
+    try:
+        t0 = time.perf_counter()
+        serial = estimate()
+        serial_s = time.perf_counter() - t0
+    finally:
+        if before is None:
+            del os.environ["IPUKERN_PLAN_WORKER"]
+        else:
+            os.environ["IPUKERN_PLAN_WORKER"] = before
+    assert serial.to_dict() == cold.to_dict()
     warm = benchmark(estimate)
     assert warm.total_cycles == cold.total_cycles
     warm_s = measured_seconds(benchmark)
@@ -99,6 +114,9 @@ def test_estimate_network_resnet50(benchmark, training):
         "meets_warm_target": (warm_s <= 0.05) if warm_s else None,
         "baseline": "plan_conv alone for the distinct conv passes, same run",
         "planner_seconds": planner_s, "distinct_conv_passes": n_passes,
+        "plan_worker": worker_enabled() and spare_core(), "cold_serial_seconds": serial_s,
+        "ratio_cold_serial_vs_worker": serial_s / cold_s,
+        "load_average": os.getloadavg()[0],
         "ratio_cold_vs_planner": cold_s / planner_s if planner_s > 0 else None,
         # what the network code adds to the planner: mappings, programs, copy counts,
         # reductions (the part conv.mapping's closed forms shrank)

@@ -107,6 +107,9 @@ def _recv_copies(p, box, bounds, home_off, recv_off, isz) -> CopyTable:
     # cut at the home's tile boundaries
     first = np.searchsorted(bounds, start, side="right") - 1
     last = np.searchsorted(bounds, start + count - 1, side="right") - 1
+    if (last == first).all():       # no run crosses a home boundary (the usual case)
+        return CopyTable(first, home_off[first] + (start - bounds[first]) * isz, tt, dst,
+                         count * isz)
     j, m = expand(last - first + 1)
     o = first[j] + m
     lo = np.maximum(start[j], bounds[o])

@@ -16,8 +16,9 @@ then sends the plan with the program's superstep records and per-tile memory
 (:class:`BuiltPass`): the caller's program cache would hold the same figures.
 
 The worker is used only where it is safe and pays: ``os.fork`` available, at least two
-CPUs in this process's affinity set, enough passes still to plan (:data:`MIN_PLANS`), not
-under MPI, not inside a worker, and ``IPUKERN_PLAN_WORKER`` not set to ``0``. The worker is
+CPUs in this process's affinity set, one of them idle (the load average; see
+:func:`spare_core`), enough passes still to plan (:data:`MIN_PLANS`), not under MPI, not
+inside a worker. ``IPUKERN_PLAN_WORKER=0`` turns it off, ``=1`` uses it whatever the load. The worker is
 killed when the estimate ends (normally or by an exception); a worker that fails or hangs
 only costs the caller the planning it would have done anyway.
 """
@@ -42,8 +43,8 @@ from ..machine import MachineSpec
 from .params import ConvParams
 from .planner import ConvPlan, plan_conv
 
-__all__ = ["BuiltPass", "MIN_PLANS", "PlanKey", "plan_worker", "take", "take_built",
-           "worker_enabled"]
+__all__ = ["BuiltPass", "MIN_PLANS", "PlanKey", "plan_worker", "spare_core", "take",
+           "take_built", "worker_enabled"]
 
 #: a plan key: (params, machine, bias, available_memory_proportion)
 PlanKey = tuple[ConvParams, MachineSpec, bool, "float | None"]
@@ -67,17 +68,37 @@ _IN_WORKER = False
 _HEADER = struct.Struct("<II")      # key index, pickle length
 
 
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def worker_enabled() -> bool:
-    """Whether :func:`plan_worker` may fork a worker in this process."""
-    if _IN_WORKER or not hasattr(os, "fork") or os.environ.get("IPUKERN_PLAN_WORKER", "1") == "0":
+    """Whether :func:`plan_worker` may fork a worker in this process: ``os.fork``, two
+    CPUs, not under MPI, not inside a worker, and ``IPUKERN_PLAN_WORKER`` not ``0``."""
+    if _IN_WORKER or not hasattr(os, "fork") or os.environ.get("IPUKERN_PLAN_WORKER") == "0":
         return False
     if "mpi4py.MPI" in sys.modules:    # forking an MPI rank is unsafe
         return False
+    return _cpus() >= 2
+
+
+def spare_core() -> bool:
+    """Whether a worker would find a core to itself: ``IPUKERN_PLAN_WORKER=1`` says yes;
+    unset, the 1-minute load average must leave about one CPU idle (below CPUs - 0.5,
+    this process included; back-to-back estimates alone keep it near 1.3 on 2 CPUs). On
+    a loaded machine the worker would only compete with the caller and other jobs, and
+    planning twice (a pass the worker has not sent yet is planned by the caller too)
+    would cost more than it saves."""
+    if os.environ.get("IPUKERN_PLAN_WORKER") == "1":
+        return True
     try:
-        cpus = len(os.sched_getaffinity(0))
+        load = os.getloadavg()[0]
     except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    return cpus >= 2
+        return False
+    return load < _cpus() - 0.5
 
 
 def take(params: ConvParams, machine: MachineSpec, bias: bool, amp: float | None) -> ConvPlan | None:
@@ -196,13 +217,13 @@ def plan_worker(keys: Sequence[PlanKey], build: Sequence[PlanKey] = ()) -> Itera
     """Plan ``keys`` (in the order the caller will need them) in a forked worker for the
     duration of the block; :func:`take` hands the plans over, and :func:`take_built` the
     passes of ``build`` (keys without bias, also listed in ``keys``), which the worker
-    builds too. Does nothing when :func:`worker_enabled` says no, when a worker is already
-    running, or when fewer than :data:`MIN_PLANS` keys remain. Every key must share one
-    machine."""
+    builds too. Does nothing when :func:`worker_enabled` or :func:`spare_core` says no,
+    when a worker is already running, or when fewer than :data:`MIN_PLANS` keys remain.
+    Every key must share one machine."""
     keys = list(dict.fromkeys(keys))
     worker = None
     with _ACTIVE_LOCK:
-        if not _ACTIVE and len(keys) >= MIN_PLANS and worker_enabled():
+        if not _ACTIVE and len(keys) >= MIN_PLANS and worker_enabled() and spare_core():
             machines = {id(k[1]) for k in keys}
             if len(machines) == 1:
                 worker = _Worker(keys, keys[0][1], frozenset(build))

@@ -14,7 +14,7 @@ import numpy as np
 from contextlib import nullcontext
 from typing import Any
 
-from ..conv.prefetch import PlanKey, plan_worker, worker_enabled
+from ..conv.prefetch import PlanKey, plan_worker, spare_core, worker_enabled
 from ..ops.matmul import _conv_params
 from .backward import conv_pass_params, matmul_pass_layout
 from .compile import bn_folds
@@ -101,7 +101,7 @@ def prefetch_network_plans(net: Network, batch: int, ctx: PlanContext, *, fold_b
                            backward: bool) -> Any:
     """A context in which a forked worker plans :func:`network_plan_keys` ahead of the
     estimate (:func:`ipukern.conv.prefetch.plan_worker`), or a null context."""
-    if not worker_enabled():
+    if not (worker_enabled() and spare_core()):
         return nullcontext()
     keys, costed = network_plan_keys(net, batch, ctx, fold_bn=fold_bn, backward=backward)
     return plan_worker(keys, costed)

@@ -2,6 +2,7 @@
 serial estimate, every plan it sends equal to the caller's own, every pass it is told about
 one the estimate plans, and a worker that cannot plan a pass changes nothing."""
 import dataclasses
+import os
 import time
 
 import numpy as np
@@ -29,6 +30,12 @@ def _records_of(records):
 
 def _records(prof):
     return _records_of(prof.supersteps)
+
+
+@pytest.fixture(autouse=True)
+def _any_load(monkeypatch):
+    """The worker whatever the machine's load (unset, a loaded CI machine plans serially)."""
+    monkeypatch.setenv("IPUKERN_PLAN_WORKER", "1")
 
 
 def _estimate(net, monkeypatch, worker: bool, **kw):
@@ -139,7 +146,13 @@ def test_claimed_keys_are_skipped_and_too_few_keys_fork_nothing(monkeypatch):
     monkeypatch.setenv("IPUKERN_PLAN_WORKER", "0")
     with prefetch.plan_worker(keys):
         assert not prefetch._ACTIVE                  # switched off
-    monkeypatch.delenv("IPUKERN_PLAN_WORKER")
+    monkeypatch.delenv("IPUKERN_PLAN_WORKER")        # automatic: only with a CPU idle
+    monkeypatch.setattr(os, "getloadavg", lambda: (64.0, 64.0, 64.0))
+    assert not prefetch.spare_core()
+    with prefetch.plan_worker(keys):
+        assert not prefetch._ACTIVE
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert prefetch.spare_core()
     with prefetch.plan_worker(keys):
         (worker,) = prefetch._ACTIVE
         with prefetch.plan_worker(keys):             # nested: the running worker serves
