@@ -39,6 +39,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .._pool import worker_count
 from ..machine import MachineSpec
 from .params import ConvParams
 from .planner import ConvPlan, plan_conv
@@ -68,13 +69,6 @@ _IN_WORKER = False
 _HEADER = struct.Struct("<II")      # key index, pickle length
 
 
-def _cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 def worker_enabled() -> bool:
     """Whether :func:`plan_worker` may fork a worker in this process: ``os.fork``, two
     CPUs, not under MPI, not inside a worker, and ``IPUKERN_PLAN_WORKER`` not ``0``."""
@@ -82,7 +76,7 @@ def worker_enabled() -> bool:
         return False
     if "mpi4py.MPI" in sys.modules:    # forking an MPI rank is unsafe
         return False
-    return _cpus() >= 2
+    return worker_count() >= 2
 
 
 def spare_core() -> bool:
@@ -98,7 +92,7 @@ def spare_core() -> bool:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):
         return False
-    return load < _cpus() - 0.5
+    return load < worker_count() - 0.5
 
 
 def take(params: ConvParams, machine: MachineSpec, bias: bool, amp: float | None) -> ConvPlan | None:
