@@ -194,3 +194,13 @@ def test_ctrl_c_during_a_pooled_sweep_exits_130_without_a_traceback(tmp_path):
     assert proc.returncode == 130, err
     assert "Traceback" not in err and err.strip().endswith("interrupted")
     assert not list(tmp_path.iterdir())         # nothing half-written
+
+
+def test_scaling_jobs_beyond_the_limit_is_one_line(capsys):
+    from ipukern.cli import main
+    for bad in ("1025", "99999999999999999999"):
+        with pytest.raises(SystemExit) as e:
+            main(["scaling", "--jobs", bad])
+        assert e.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "at most 1024" in err

@@ -128,9 +128,16 @@ def _int_at_least_1(text: str, expected: str, what: str) -> int:
     return n
 
 
+#: the largest --jobs accepted: far above any one machine's CPUs, far below OS process limits
+MAX_JOBS = 1024
+
+
 def jobs_arg(text: str) -> int:
-    """``--jobs``: worker processes, an int >= 1 (1 runs in this process)."""
-    return _int_at_least_1(text, "a number of worker processes", "worker processes")
+    """``--jobs``: worker processes, an int in [1, MAX_JOBS] (1 runs in this process)."""
+    n = _int_at_least_1(text, "a number of worker processes", "worker processes")
+    if n > MAX_JOBS:    # a pool that size cannot start: say so before trying
+        raise argparse.ArgumentTypeError(f"worker processes must be at most {MAX_JOBS}, got {n}")
+    return n
 
 
 def shape_arg(n: int | tuple[int, ...]) -> Callable[[str], list[int]]:
