@@ -118,6 +118,25 @@ def int_list(text: str) -> list[int]:
     return ints(text)
 
 
+def state_dtype_arg(text: str) -> Any:
+    """``--optimizer-state-dtype``: "float32", "float16", or one per state slot
+    ("float16,float32": LAMB's first moment in half, its second in float)."""
+    vals = [v.strip() for v in text.split(",")]
+    bad = [v for v in vals if v not in ("float32", "float16")]
+    if bad or not vals:
+        raise argparse.ArgumentTypeError(f"expected float32, float16 or one of them per optimizer "
+                                         f"state slot (e.g. float16,float32), got {text!r}")
+    return vals[0] if len(vals) == 1 else tuple(vals)
+
+
+def add_optimizer_state_dtype(p: argparse.ArgumentParser) -> None:
+    """The ``--optimizer-state-dtype`` option of ``ipukern train`` and ``ipukern network``."""
+    p.add_argument("--optimizer-state-dtype", type=state_dtype_arg, default="float32", metavar="T[,T]",
+                   help="storage type of the optimizer state: float32 (default), float16, or one per "
+                        "state slot (float16,float32: LAMB/Adam first moment in half, second in "
+                        "float); weights are stored and updated in --dtype (no float32 master copy)")
+
+
 def _int_at_least_1(text: str, expected: str, what: str) -> int:
     try:
         n = int(text)

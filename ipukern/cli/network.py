@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ._common import PRESETS, Progress, add_progress_options, machine_list, progress_enabled
+from ._common import (PRESETS, Progress, add_optimizer_state_dtype, add_progress_options, machine_list,
+                      progress_enabled)
 
 
 def _cmd_network(args: argparse.Namespace) -> int:
@@ -28,6 +29,7 @@ def _cmd_network(args: argparse.Namespace) -> int:
         prof = nn.estimate_network(net, batch=args.batch, dtype=args.dtype, partials=args.partials,
                                    machine=args.machine, training=args.training,
                                    recompute=args.recompute, optimizer=args.optimizer,
+                                   optimizer_state_dtype=args.optimizer_state_dtype,
                                    allow_overflow=args.allow_overflow)
         if args.max_batch:
             prof.memory  # noqa: B018 - computes max_batch (re-plans the network)
@@ -70,6 +72,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="training: checkpoints after which activations are recomputed")
     p.add_argument("--optimizer", default="sgd_momentum",
                    choices=["sgd", "sgd_momentum", "adam", "lamb"], help="training optimizer")
+    add_optimizer_state_dtype(p)
     p.add_argument("--image-size", type=int, default=None, help="CNN input resolution")
     p.add_argument("--seq-len", type=int, default=128, help="BERT sequence length (default 128)")
     p.add_argument("--allow-overflow", action="store_true",

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..systems import SYSTEM_PRESETS, LayerCost, StageMemoryError, estimate_training
 from . import train_run
+from ._common import add_optimizer_state_dtype
 
 
 def _model(name: str | None) -> Any:
@@ -74,6 +75,7 @@ def _estimate(args: argparse.Namespace, system: str) -> Any:
                                  ipus_per_replica=args.ipus_per_replica, pipeline=pipeline,
                                  dtype=args.dtype, partials=args.partials, recompute=_recompute(args),
                                  optimizer=args.optimizer, optimizer_state=args.optimizer_state,
+                                 optimizer_state_dtype=args.optimizer_state_dtype,
                                  replicated_sharding=args.replicated_sharding, costs=costs,
                                  bn_replica_group=args.bn_group, allow_overflow=args.allow_overflow,
                                  available_memory_proportion=args.available_memory_proportion)
@@ -188,6 +190,7 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="sgd, sgd_momentum (default), adam or lamb")
     p.add_argument("--optimizer-state", default="chip", choices=["chip", "streaming"],
                    help="keep the optimizer state on chip (default) or in Streaming Memory")
+    add_optimizer_state_dtype(p)
     p.add_argument("--replicated-sharding", action="store_true",
                    help="shard the optimizer state and update across replicas")
     p.add_argument("--bn-group", type=int, default=1, metavar="N",

@@ -54,6 +54,9 @@ def execute(args: argparse.Namespace) -> int:
             raise ValueError(f"{flag} must be >= 1, got {v}")
     if args.epochs is not None:
         raise ValueError("--epochs applies to estimates, not to --execute")
+    if getattr(args, "optimizer_state_dtype", "float32") != "float32":
+        raise ValueError("--optimizer-state-dtype applies to estimates: --execute keeps float32 "
+                         "optimizer state")
     system = get_system(args.system)
     if args.tiles is not None:
         if args.tiles < 1:

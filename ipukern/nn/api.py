@@ -143,6 +143,7 @@ def network_profile(prog: NetworkProgram, *, allow_overflow: bool = False,
 def estimate_network(net: Network, batch: int = 16, dtype: Any = "float16", partials: Any = "half",
                      machine: MachineSpec | str = GC200, training: bool = False,
                      recompute: Any = None, optimizer: str = "sgd_momentum", *,
+                     optimizer_state_dtype: Any = "float32",
                      fold_bn: bool | None = None, allow_overflow: bool = False,
                      available_memory_proportion: float | None = None,
                      **training_kw: Any) -> NetworkProfile:
@@ -162,6 +163,13 @@ def estimate_network(net: Network, batch: int = 16, dtype: Any = "float16", part
         (provided by :mod:`ipukern.nn.training`).
     recompute, optimizer
         Training options (see :mod:`ipukern.nn.training`).
+    optimizer_state_dtype : {"float32", "float16"} or one per state slot
+        Storage type of the optimizer state (momentum; Adam/LAMB moments, e.g.
+        ``("float16", "float32")`` for a half first and float second moment): its bytes in
+        the per-tile liveness, the update's cycles (half arithmetic when weights and state
+        are float16) and, with ``state_location="host"``, the streamed bytes. Weights are
+        stored and updated in ``dtype``; no float32 master copy is modelled (Graphcore's
+        ``--precision 16.16``; its ``16.32`` is not).
     fold_bn : bool, optional
         Fold inference batch norms into the preceding conv (default: True for inference).
     allow_overflow : bool
@@ -180,6 +188,7 @@ def estimate_network(net: Network, batch: int = 16, dtype: Any = "float16", part
     batch = _check_batch(batch)
     ctx = _context(dtype, partials, machine, available_memory_proportion)
     if training:
+        training_kw["optimizer_state_dtype"] = optimizer_state_dtype
         try:
             from . import training as _training
         except ImportError:
@@ -189,6 +198,8 @@ def estimate_network(net: Network, batch: int = 16, dtype: Any = "float16", part
                                            allow_overflow=allow_overflow, **training_kw)
     if recompute is not None:
         raise ValueError("recompute= applies to training=True only")
+    if not (isinstance(optimizer_state_dtype, str) and optimizer_state_dtype == "float32"):
+        raise ValueError("optimizer_state_dtype= applies to training=True only")
     if training_kw:
         raise TypeError(f"unexpected arguments {sorted(training_kw)}")
     prog = compile_network(net, batch, ctx, fold_bn=True if fold_bn is None else fold_bn)

@@ -151,6 +151,10 @@ class NetworkProfile:
             + ("\n  busiest tile: " + ", ".join(f"{k} {v:,} B" for k, v in sorted(
                 mem["tile_bytes_by_kind"].items(), key=lambda kv: -kv[1]) if v)
                if mem.get("tile_bytes_by_kind") else ""),
+            *([f"  optimizer {self.info['optimizer']}: state "
+               f"{'/'.join(self.info.get('optimizer_state_dtype') or ['none'])} "
+               f"({self.info.get('state_location', 'chip')}); weights {self.info.get('weights', self.dtype)}"]
+              if self.training and self.info.get("optimizer") else []),
             (f"  {'layer':<30}{'op':<14}{'out shape':<22}{'pass':<5}{'cycles':>11}{'share':>7}"
             f"{'exch':>9}{'memory B':>10}  method"),
         ]
@@ -176,6 +180,7 @@ class NetworkProfile:
                 "samples_per_second": self.samples_per_second, "flops": self.flops,
                 "tflops": self.tflops, "utilisation": self.utilisation, "fits": self.fits,
                 "memory": dict(self._memory), "by_category": self.by_category(),
+                "info": {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.info.items()},
                 "layers": [{k: (list(v) if isinstance(v, tuple) else v) for k, v in r.items()}
                            for r in self.layers],
                 "step_peak_bytes": [int(v) for v in self.step_peak_bytes]}

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from ..core.memory import TileMemoryError
-from ..ops.optim import estimate_optimizer_step, get_optimizer
+from ..ops.optim import estimate_optimizer_step, get_optimizer, state_bytes_per_param, state_dtypes
 from .backward import PassRow, backward_reads, backward_rows, bn_stats_row
 from .grad_ops import accumulate_flags
 from .compile import compile_network
@@ -64,15 +64,16 @@ def clear_schedule_cache() -> None:
         _OPTIMIZER.clear()
 
 
-def _optimizer_profile(shapes: tuple, opt, dtype: str, machine, state_location: str):
+def _optimizer_profile(shapes: tuple, opt, dtype: str, machine, state_location: str,
+                       state_dtype: tuple = ()):
     """The optimizer step's profile; it does not depend on the batch, so the max-batch
     search and other batches reuse it."""
-    key = (shapes, opt, dtype, machine, state_location)
+    key = (shapes, opt, dtype, machine, state_location, state_dtype)
     with _LOCK:
         hit = _OPTIMIZER.get(key)
     if hit is None:
         hit = estimate_optimizer_step(list(shapes), optimizer=opt, dtype=dtype, machine=machine,
-                                      state_location=state_location)
+                                      state_location=state_location, state_dtype=state_dtype)
         with _LOCK:
             hit = _OPTIMIZER.setdefault(key, hit)
     return hit
@@ -117,7 +118,8 @@ def _segments(prog, recompute) -> list[int] | None:
 
 
 def training_schedule(net: Network, batch: int, ctx: PlanContext, *, recompute: Any = None,
-                      optimizer: Any = "sgd_momentum", state_location: str = "chip"):
+                      optimizer: Any = "sgd_momentum", state_location: str = "chip",
+                      state_dtype: Any = "float32"):
     """The rows of a training step and their per-tile live bytes (reserve excluded).
 
     Returns (rows, live (n_rows, n_tiles), weights (n_tiles,), flops, optimizer profile).
@@ -126,20 +128,22 @@ def training_schedule(net: Network, batch: int, ctx: PlanContext, *, recompute: 
     Cached: a repeated call returns the same (read-only) objects.
     """
     opt = None if optimizer is None else get_optimizer(optimizer)
-    return _cached(net, batch, ctx, recompute, opt, state_location)[0]
+    sdt = state_dtypes(opt, state_dtype) if opt is not None else ()
+    return _cached(net, batch, ctx, recompute, opt, state_location, sdt)[0]
 
 
-def _cached(net, batch, ctx, recompute, opt, state_location) -> tuple[tuple, dict]:
-    """The cached ``(schedule, intervals)`` of :func:`training_schedule`."""
+def _cached(net, batch, ctx, recompute, opt, state_location, sdt: tuple = ()) -> tuple[tuple, dict]:
+    """The cached ``(schedule, intervals)`` of :func:`training_schedule` (``sdt``: the state
+    slots' types, :func:`ipukern.ops.optim.state_dtypes`)."""
     rkey = (recompute,) if recompute is None or isinstance(recompute, str) else tuple(recompute)
-    key = (id(net), net._version, batch, ctx, rkey, opt, state_location)
+    key = (id(net), net._version, batch, ctx, rkey, opt, state_location, sdt)
     with _LOCK:
         hit = _SCHEDULES.get(key)
         if hit is not None and hit[0] is net:
             _SCHEDULES.move_to_end(key)
             return hit[1], hit[2]
     with prefetch_network_plans(net, batch, ctx, fold_bn=False, backward=True):
-        *res, parts = _schedule(net, batch, ctx, recompute, opt, state_location)
+        *res, parts = _schedule(net, batch, ctx, recompute, opt, state_location, sdt)
     res = tuple(res)
     for a in (res[1], res[2]):
         a.flags.writeable = False
@@ -174,7 +178,7 @@ def tile_breakdown(got: dict, row: int, tile: int, reserve: int) -> dict[str, in
 
 
 def _schedule(net: Network, batch: int, ctx: PlanContext, recompute: Any, opt: Any,
-              state_location: str):
+              state_location: str, sdt: tuple = ()):
     """:func:`training_schedule` without the cache."""
     prog = compile_network(net, batch, ctx, fold_bn=False)
     nt = ctx.machine.n_tiles
@@ -241,7 +245,7 @@ def _schedule(net: Network, batch: int, ctx: PlanContext, recompute: Any, opt: A
     oprof = None
     if trainable and opt is not None:
         oprof = _optimizer_profile(tuple(tuple(x) for x in trainable), opt, ctx.dtype, ctx.machine,
-                                   state_location)
+                                   state_location, sdt)
         opt_row = len(rows)
         rows.append(_Row(f"optimizer ({opt.name})", "optimizer", "update", opt.name, list(oprof.supersteps),
                          0, np.zeros(nt, np.int64), (), (), 0, -1))
@@ -264,7 +268,9 @@ def _schedule(net: Network, batch: int, ctx: PlanContext, recompute: Any, opt: A
         if i in wu_row:
             live(wu_row[i], opt_row, s.plan.weight_bytes, "weight gradients")
     isz = np.dtype(ctx.dtype).itemsize
-    state = (weights * 4 * (opt.n_state if opt is not None else 0)) // isz
+    # weights are stored and updated in ctx.dtype (no float32 master copy); the state holds
+    # state_bytes_per_param bytes per parameter (its slots' types)
+    state = (weights * (state_bytes_per_param(opt, sdt) if opt is not None else 0)) // isz
     if state_location == "chip":
         live(0, R - 1, state, "optimizer state")
     else:
@@ -321,14 +327,18 @@ def _checkpoint_nodes(prog, recompute) -> set[str]:
 
 def estimate_training(net: Network, batch: int, ctx: PlanContext, *, recompute: Any = None,
                       optimizer: Any = "sgd_momentum", allow_overflow: bool = False,
-                      state_location: str = "chip") -> NetworkProfile:
+                      state_location: str = "chip",
+                      optimizer_state_dtype: Any = "float32") -> NetworkProfile:
     """The profile of one training step (see the module docstring); called by
-    :func:`ipukern.estimate_network` with ``training=True``."""
+    :func:`ipukern.estimate_network` with ``training=True``. ``optimizer_state_dtype``: the
+    optimizer state's storage type, "float32", "float16" or one per state slot
+    (:func:`ipukern.ops.optim.state_dtypes`); weights are stored and updated in ``ctx.dtype``
+    (no float32 master copy is modelled)."""
     if state_location not in ("chip", "host"):
         raise ValueError(f"state_location must be 'chip' or 'host', got {state_location!r}")
-    rows, live, weights, flops, oprof = training_schedule(
-        net, batch, ctx, recompute=recompute, optimizer=optimizer, state_location=state_location)
     opt = None if optimizer is None else get_optimizer(optimizer)
+    sdt = state_dtypes(opt, optimizer_state_dtype) if opt is not None else ()
+    rows, live, weights, flops, oprof = _cached(net, batch, ctx, recompute, opt, state_location, sdt)[0]
     steps = []
     records = []
     for r in rows:
@@ -340,12 +350,15 @@ def estimate_training(net: Network, batch: int, ctx: PlanContext, *, recompute: 
     prof = NetworkProfile(machine=ctx.machine, batch=batch, dtype=ctx.dtype, partials=ctx.partials,
                           steps=steps, records=records, live=live, weights=weights, flops=flops,
                           label=f"{net.name} training step", training=True,
-                          max_batch_fn=lambda: _max_batch(net, ctx, recompute, opt, state_location, batch),
+                          max_batch_fn=lambda: _max_batch(net, ctx, recompute, opt, state_location, batch,
+                                                          sdt),
                           info={"optimizer": None if opt is None else opt.name,
                                 "state_location": state_location,
+                                "optimizer_state_dtype": list(sdt),
+                                "weights": f"{ctx.dtype}, updated in place (no float32 master copy)",
                                 "recompute": recompute})
     mem = prof._memory
-    got = _cached(net, batch, ctx, recompute, opt, state_location)[1]
+    got = _cached(net, batch, ctx, recompute, opt, state_location, sdt)[1]
     mem["tile_bytes_by_kind"] = tile_breakdown(got, mem["busiest_step"], mem["busiest_tile"],
                                                mem["reserve_bytes"])
     if not mem["fits"] and not allow_overflow:
@@ -359,18 +372,17 @@ def estimate_training(net: Network, batch: int, ctx: PlanContext, *, recompute: 
     return prof
 
 
-def _fits(net, batch, ctx, recompute, opt, state_location) -> bool:
+def _fits(net, batch, ctx, recompute, opt, state_location, sdt=()) -> bool:
     try:
-        _, live, _, _, _ = training_schedule(net, batch, ctx, recompute=recompute, optimizer=opt,
-                                             state_location=state_location)
+        _, live, _, _, _ = _cached(net, batch, ctx, recompute, opt, state_location, sdt)[0]
     except TileMemoryError:      # a layer fits no plan; a host MemoryError is not an answer
         return False
     return int(live.max()) + ctx.machine.reserved_bytes_per_tile <= ctx.machine.tile_bytes
 
 
-def _max_batch(net, ctx, recompute, opt, state_location, start: int) -> int:
+def _max_batch(net, ctx, recompute, opt, state_location, start: int, sdt=()) -> int:
     """Largest batch whose training step fits (0 if batch 1 does not): doubling or halving
     from the estimated batch (its schedule is cached), then bisection, with the real
     planner and liveness (:func:`ipukern.nn.api.search_max_batch`)."""
     from .api import search_max_batch
-    return search_max_batch(lambda b: _fits(net, b, ctx, recompute, opt, state_location), start)
+    return search_max_batch(lambda b: _fits(net, b, ctx, recompute, opt, state_location, sdt), start)

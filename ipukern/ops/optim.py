@@ -11,15 +11,24 @@ The update of one parameter block on one tile is one vertex: a fused element-wis
 costs the popops setup (``ELEMENTWISE_WORKER_OVERHEAD``) plus, per 64-bit vector of
 float32 elements, one cycle per input load and per output store and the inner-loop cycles
 of every operation from PopLibs' ``lib/popops/popopsCycleEstimators.hpp``
-(``binaryOpPerfInfo`` / ``unaryOpPerfInfo``, float): ADD/SUBTRACT/MULTIPLY 1 cycle per
-natural vector, SQUARE 2 per 2 elements, SQRT 10 per 2, DIVIDE 10 per 2. Six workers and the
-supervisor overhead as for every popops vertex (``ipukern.core.cost``).
+(``binaryOpPerfInfo`` / ``unaryOpPerfInfo``): ADD/SUBTRACT/MULTIPLY 1 cycle per natural
+vector (2 floats or 4 halves), float SQUARE 2 per 2 elements, SQRT 10 per 2, DIVIDE 10 per 2;
+half SQUARE 2 per 4, SQRT 23 per 4, DIVIDE 21 per 4. Six workers and the supervisor overhead as
+for every popops vertex (``ipukern.core.cost``).
+
+The update's arithmetic type: float16 when the parameters and every state tensor are float16
+(a map over half tensors runs the half vertex: 4 elements per 64-bit vector), float32 otherwise
+(a half operand is cast; loads and stores stay one cycle per operand and vector). SGD has no
+state and is costed in float32, as before.
 
 LAMB needs each tensor's norms: each tile's partial sums of p² and r² are exchanged to the
 tensor's first tile, summed into the trust ratio there and the ratio is broadcast back
 (two more supersteps, costed as exchanges).
 
-Optimizer state (momentum, Adam/LAMB moments) is float32. ``state_location="chip"`` keeps
+Optimizer state (momentum, Adam/LAMB moments) is float32 by default; ``state_dtype`` (one
+type, or one per state slot: e.g. ``("float16", "float32")`` for LAMB's first moment in half and
+its second in float, as Graphcore's MLPerf v1.1 BERT POD16 configuration) sets its storage.
+Estimates only: :func:`optimizer_step` executes float32 state. ``state_location="chip"`` keeps
 it in tile memory; ``"host"`` keeps it in host/streaming memory: it is streamed in before
 the update and out after it, each costed at the host-link rate
 (``MachineSpec.host_bytes_per_second``: PCIe Gen4 x16, 64 GB/s, reference/ipu-hardware.md
@@ -43,12 +52,16 @@ from ..machine import GC200, MachineSpec, get_machine
 
 __all__ = [
     "OPTIMIZERS",
+    "STATE_DTYPES",
     "Optimizer",
     "OptimizerRun",
     "estimate_optimizer_step",
     "get_optimizer",
     "optimizer_step",
     "optimizer_vertex_cycles",
+    "state_bytes_per_param",
+    "state_dtypes",
+    "update_dtype",
 ]
 
 #: state slots (float32 tensors shaped like the parameter) and their torch.optim names
@@ -58,11 +71,13 @@ OPTIMIZERS = {"sgd": (), "sgd_momentum": ("momentum_buffer",),
 #: tensors use few tiles, as poputil::mapTensorLinearly's minimum elements per tile)
 MIN_ELEMS_PER_TILE = 64
 
-# inner-loop cycles per 64-bit vector of float32 (2 elements), popopsCycleEstimators.hpp
-_ADD = _MUL = 1
-_SQUARE = 2
-_SQRT = 10
-_DIVIDE = 10
+#: inner-loop cycles per 64-bit vector (2 floats, 4 halves) by arithmetic type,
+#: popopsCycleEstimators.hpp: binaryOpPerfInfo ADD/MULTIPLY {1, true} (float and half),
+#: DIVIDE float {10, false, 2} / half {21, false, 4}; unaryOpPerfInfo SQUARE {2, false, 2} /
+#: {2, false, 4}, SQRT {10, false, 2} / {23, false, 4}
+_OP_CYCLES = {"float32": {"add": 1, "mul": 1, "square": 2, "sqrt": 10, "divide": 10},
+              "float16": {"add": 1, "mul": 1, "square": 2, "sqrt": 23, "divide": 21}}
+STATE_DTYPES = ("float32", "float16")
 
 
 @dataclass(frozen=True)
@@ -111,36 +126,75 @@ def get_optimizer(spec: Any) -> Optimizer:
     raise TypeError(f"optimizer must be a name or an ipukern.Optimizer, got {spec!r}")
 
 
-def _vector_cycles(opt: Optimizer, phase: str) -> tuple[int, int, int]:
-    """(loads, stores, op cycles) per 64-bit vector of one fused update vertex."""
-    wd = 2 * _ADD if opt.weight_decay else 0          # d = g + wd * p
+def _vector_cycles(opt: Optimizer, phase: str, dtype: str = "float32") -> tuple[int, int, int]:
+    """(loads, stores, op cycles) per 64-bit vector of one fused update vertex computing in
+    ``dtype``."""
+    c = _OP_CYCLES[dtype]
+    add, mul, sq = c["add"], c["mul"], c["square"]
+    wd = 2 * add if opt.weight_decay else 0          # d = g + wd * p
     if phase == "lamb_apply":
-        return 2, 1, 2 * _MUL
+        return 2, 1, 2 * mul
     return {
-        "sgd": (2, 1, wd + 2 * _MUL),
-        "sgd_momentum": (3, 2, wd + 3 * _MUL + 2 * _MUL),
-        "adam": (4, 3, wd + 3 * _ADD + 4 * _MUL + _SQRT + _DIVIDE + _ADD + _DIVIDE + 2 * _MUL),
-        "lamb": (4, 3, 3 * _ADD + 4 * _MUL + 2 * _MUL + _SQRT + _ADD + _DIVIDE + wd
-                 + 2 * _SQUARE + 2 * _ADD),
+        "sgd": (2, 1, wd + 2 * mul),
+        "sgd_momentum": (3, 2, wd + 3 * mul + 2 * mul),
+        "adam": (4, 3, wd + 3 * add + 4 * mul + c["sqrt"] + c["divide"] + add + c["divide"] + 2 * mul),
+        "lamb": (4, 3, 3 * add + 4 * mul + 2 * mul + c["sqrt"] + add + c["divide"] + wd
+                 + 2 * sq + 2 * add),
     }[opt.name]
 
 
 def optimizer_vertex_cycles(machine: MachineSpec, opt: Optimizer, n_elems: np.ndarray,
-                            phase: str | None = None) -> np.ndarray:
-    """Cycles of the fused update vertex over ``n_elems`` float32 elements on one tile."""
+                            phase: str | None = None, dtype: str = "float32") -> np.ndarray:
+    """Cycles of the fused update vertex over ``n_elems`` elements on one tile, computing in
+    ``dtype`` (:func:`update_dtype`)."""
     n = np.asarray(n_elems, dtype=np.int64)
-    loads, stores, ops = _vector_cycles(opt, phase or opt.name)
-    vw = machine.vector_elems("float32")
+    loads, stores, ops = _vector_cycles(opt, phase or opt.name, dtype)
+    vw = machine.vector_elems(dtype)
     vectors = ceil_div(ceil_div(n, machine.n_workers), vw)
     worker = ELEMENTWISE_WORKER_OVERHEAD + vectors * (loads + stores + ops)
     return np.where(n > 0, machine.n_workers * worker + SUPERVISOR_OVERHEAD, 0)
 
 
+def state_dtypes(optimizer: Any, state_dtype: Any = "float32") -> tuple[str, ...]:
+    """The storage type of each state slot of ``optimizer``: ``state_dtype`` is "float32",
+    "float16" (every slot) or a sequence with one of them per slot (e.g. LAMB's first and
+    second moment). ValueError/TypeError in one line for anything else."""
+    opt = get_optimizer(optimizer)
+    n = opt.n_state
+    one = isinstance(state_dtype, str)
+    items = [state_dtype] * n if one else state_dtype
+    if not one and not isinstance(state_dtype, (tuple, list)):
+        raise TypeError(f"optimizer_state_dtype must be 'float32', 'float16' or one of them per "
+                        f"state slot, got {state_dtype!r}")
+    if not one and len(items) != n:
+        raise ValueError(f"optimizer_state_dtype: {opt.name} has {n} state slot(s) "
+                         f"{list(opt.state_names)}, got {len(items)} types {list(items)!r}")
+    for d in items:
+        if not isinstance(d, str):
+            raise TypeError(f"optimizer_state_dtype must be 'float32' or 'float16', got {d!r}")
+        if d not in STATE_DTYPES:
+            raise ValueError(f"optimizer_state_dtype must be 'float32' or 'float16', got {d!r}")
+    return tuple(items)
+
+
+def state_bytes_per_param(optimizer: Any, state_dtype: Any = "float32") -> int:
+    """Bytes of optimizer state per parameter (0 for SGD)."""
+    return sum(np.dtype(d).itemsize for d in state_dtypes(optimizer, state_dtype))
+
+
+def update_dtype(optimizer: Any, dtype: str, state_dtype: Any = "float32") -> str:
+    """The update's arithmetic type: float16 when the parameters (``dtype``) and every state
+    slot are float16, float32 otherwise (also for SGD, which has no state)."""
+    sd = state_dtypes(optimizer, state_dtype)
+    return "float16" if sd and dtype == "float16" and all(d == "float16" for d in sd) else "float32"
+
+
 def _ratio_cycles(machine: MachineSpec, k: np.ndarray) -> np.ndarray:
     """Trust-ratio vertex: sum k (p², r²) pairs, two square roots and a divide."""
     k = np.asarray(k, dtype=np.int64)
-    return SUPERVISOR_OVERHEAD + machine.n_workers * ELEMENTWISE_WORKER_OVERHEAD + k * 2 * _ADD \
-        + 2 * _SQRT + _DIVIDE
+    c = _OP_CYCLES["float32"]          # the norms' partial sums are float32
+    return SUPERVISOR_OVERHEAD + machine.n_workers * ELEMENTWISE_WORKER_OVERHEAD + k * 2 * c["add"] \
+        + 2 * c["sqrt"] + c["divide"]
 
 
 @dataclass
@@ -195,18 +249,21 @@ def _mappings(shapes, n_tiles: int) -> list[TileMapping]:
 
 
 def _build(opt: Optimizer, shapes, dtype: str, machine: MachineSpec, state_location: str,
-           n_state_override: int | None = None, *, allow_overflow: bool = False) -> _OptimProgram:
+           n_state_override: int | None = None, *, allow_overflow: bool = False,
+           state_dtype: Any = "float32") -> _OptimProgram:
     dev = Device(machine, allow_overflow=allow_overflow)
     prog = _OptimProgram(dev)
     NT = machine.n_tiles
     maps = _mappings(shapes, NT)
     lamb = opt.name == "lamb"
     cat_state = "optimizer state" if state_location == "chip" else "optimizer state (streamed)"
+    sdt = state_dtypes(opt, state_dtype)
+    udt = update_dtype(opt, dtype, sdt)
     tiles, offs, ns = [], [], []
     for i, (shp, mp) in enumerate(zip(shapes, maps)):
         p = dev.add_tensor(f"param{i}", shp, dtype, mp, "weights")
         g = dev.add_tensor(f"grad{i}", shp, dtype, mp, "gradients")
-        st = [dev.add_tensor(f"{nm}{i}", shp, "float32", mp, cat_state) for nm in opt.state_names]
+        st = [dev.add_tensor(f"{nm}{i}", shp, d, mp, cat_state) for nm, d in zip(opt.state_names, sdt)]
         r = dev.add_tensor(f"lamb_r{i}", shp, "float32", mp, "scratch") if lamb else None
         prog.p.append(p)
         prog.g.append(g)
@@ -226,27 +283,29 @@ def _build(opt: Optimizer, shapes, dtype: str, machine: MachineSpec, state_locat
     prog.hyper = np.zeros(9, dtype=np.float64)
     isz = np.dtype(dtype).itemsize
     used = [0, 1] + [2 + k for k in range(opt.n_state)] + ([4] if lamb else [])
-    regions = [(off_a[:, j], n_a * (isz if j < 2 else 4)) for j in used]
+    sizes = [isz, isz] + [np.dtype(d).itemsize for d in sdt] + ([4] if lamb else [])
+    regions = [(off_a[:, j], n_a * b) for j, b in zip(used, sizes)]
+    sbytes = sum(sizes[2:2 + opt.n_state])
     if state_location == "host" and opt.n_state:
-        prog.steps.append(_host_step("stream optimizer state in", dev, tiles_a, n_a, opt))
+        prog.steps.append(_host_step("stream optimizer state in", dev, tiles_a, n_a, sbytes))
     if not lamb:
         vb = VertexBatch(_Codelet(f"{opt.name}_update", opt.name, ("off", "n", "h")), tiles_a,
                          {"off": off_a, "n": n_a, "h": prog.hyper},
-                         optimizer_vertex_cycles(machine, opt, n_a), regions=regions,
-                         why=f"{opt.name} update of {int(n_a.max())} float32 elements "
-                             "(fused popops map)")
+                         optimizer_vertex_cycles(machine, opt, n_a, dtype=udt), regions=regions,
+                         why=f"{opt.name} update of {int(n_a.max())} elements in {udt} "
+                             f"(fused popops map; state {'/'.join(sdt) or 'none'})")
         prog.steps.append(Superstep(f"{opt.name} update", compute=dev.compute_set([vb], name="update"),
                                     category="optimizer"))
     else:
-        prog.steps += _lamb_steps(dev, opt, tiles, tiles_a, off_a, n_a, prog.hyper, regions)
+        prog.steps += _lamb_steps(dev, opt, tiles, tiles_a, off_a, n_a, prog.hyper, regions, udt)
     if state_location == "host" and opt.n_state:
-        prog.steps.append(_host_step("stream optimizer state out", dev, tiles_a, n_a, opt))
+        prog.steps.append(_host_step("stream optimizer state out", dev, tiles_a, n_a, sbytes))
     return prog
 
 
-def _host_step(name: str, dev: Device, tiles: np.ndarray, n: np.ndarray, opt: Optimizer) -> Superstep:
+def _host_step(name: str, dev: Device, tiles: np.ndarray, n: np.ndarray, state_bytes: int) -> Superstep:
     m = dev.machine
-    nbytes = int(n.sum()) * 4 * opt.n_state
+    nbytes = int(n.sum()) * state_bytes
     cyc = int(np.ceil(nbytes * m.clock_hz / m.host_bytes_per_second))
     t = np.unique(tiles)[:1]
     vb = VertexBatch(_NoData(), t, {}, np.full(t.size, cyc),
@@ -255,7 +314,8 @@ def _host_step(name: str, dev: Device, tiles: np.ndarray, n: np.ndarray, opt: Op
     return Superstep(name, compute=dev.compute_set([vb], name=name), category="host")
 
 
-def _lamb_steps(dev, opt, tiles_per_param, tiles_a, off_a, n_a, hyper, regions) -> list[Superstep]:
+def _lamb_steps(dev, opt, tiles_per_param, tiles_a, off_a, n_a, hyper, regions,
+                udt: str = "float32") -> list[Superstep]:
     m = dev.machine
     NT = m.n_tiles
     V = tiles_a.size
@@ -285,7 +345,8 @@ def _lamb_steps(dev, opt, tiles_per_param, tiles_a, off_a, n_a, hyper, regions) 
     gather_off = recv[own_t] + (owner_slot[param_of] + j_in_param) * 8
     a = VertexBatch(_Codelet("lamb_direction", "lamb_direction", ("off", "n", "h", "sums")), tiles_a,
                     {"off": off_a, "n": n_a, "h": hyper, "sums": sums_off},
-                    optimizer_vertex_cycles(m, opt, n_a), regions=regions + [(sums_off, np.full(V, 8))],
+                    optimizer_vertex_cycles(m, opt, n_a, dtype=udt),
+                    regions=regions + [(sums_off, np.full(V, 8))],
                     why=f"lamb moments, direction and partial norms of {int(n_a.max())} elements")
     ex1 = dev.exchange(tiles_a, sums_off, own_t, gather_off, np.full(V, 8), name="lamb partial norms")
     first = j_in_param == 0
@@ -300,8 +361,8 @@ def _lamb_steps(dev, opt, tiles_per_param, tiles_a, off_a, n_a, hyper, regions) 
                        ratio_off[ex2_keep], np.full(int(ex2_keep.sum()), 4), name="lamb ratio broadcast")
     c = VertexBatch(_Codelet("lamb_apply", "lamb_apply", ("off", "n", "h", "ratio")), tiles_a,
                     {"off": off_a, "n": n_a, "h": hyper, "ratio": ratio_off},
-                    optimizer_vertex_cycles(m, opt, n_a, "lamb_apply"),
-                    regions=[(off_a[:, 0], n_a * 4), (off_a[:, 4], n_a * 4), (ratio_off, np.full(V, 4))],
+                    optimizer_vertex_cycles(m, opt, n_a, "lamb_apply", udt),
+                    regions=[regions[0], regions[-1], (ratio_off, np.full(V, 4))],
                     why="lamb apply p -= lr * ratio * r")
     return [Superstep("lamb direction", compute=dev.compute_set([a], name="lamb direction"),
                       exchange=ex1, category="optimizer"),
@@ -324,10 +385,11 @@ def _hyper(opt: Optimizer, step: int, out: np.ndarray) -> None:
         out[2:9] = (b1, b2, opt.eps, 1 / bc1, 1 / bc2, 1 - b2, 1 - b1)
 
 
-def _profile_kw(opt: Optimizer, shapes, location: str) -> dict[str, Any]:
+def _profile_kw(opt: Optimizer, shapes, location: str, state_dtype: tuple = ()) -> dict[str, Any]:
     n = sum(int(np.prod(s, dtype=np.int64)) for s in shapes)
     return {"info": {"op": "optimizer_step", "optimizer": opt.name, "pass": "update",
                      "parameters": n, "state_location": location,
+                     "state_dtype": list(state_dtype or ("float32",) * opt.n_state),
                      "layer": f"{opt.name} over {len(shapes)} tensors, {n} parameters"}}
 
 
@@ -397,23 +459,26 @@ def optimizer_step(params: Sequence[np.ndarray], grads: Sequence[np.ndarray],
 
 def estimate_optimizer_step(shapes: Sequence[Sequence[int]], *, optimizer: Any = "sgd",
                             dtype: Any = "float32", machine: MachineSpec | str = GC200,
-                            state_location: str = "chip") -> Profile:
+                            state_location: str = "chip", state_dtype: Any = "float32") -> Profile:
     """The cycles :func:`optimizer_step` reports for parameters of these shapes (no data).
 
-    ``dtype`` is the parameters' and gradients' storage type (memory); the update runs in
-    float32 either way.
+    ``dtype`` is the parameters' and gradients' storage type; ``state_dtype`` the optimizer
+    state's, "float32" (default), "float16" or one per state slot (:func:`state_dtypes`).
+    The update computes in float16 only when both are float16 (:func:`update_dtype`); with
+    ``state_location="host"`` the streamed bytes follow ``state_dtype``.
     """
     opt = get_optimizer(optimizer)
     _check_location(state_location)
+    sdt = state_dtypes(opt, state_dtype)
     shapes = [tuple(int(x) for x in s) for s in shapes]
     if not shapes or any(int(np.prod(s)) < 1 for s in shapes):
         raise ValueError(f"need at least one non-empty parameter shape, got {shapes}")
     # A cost estimate, not a placement: the caller (the network's liveness model) decides
     # whether the state fits, so a table too large for one chip is still costed.
     prog = _build(opt, shapes, canonical_dtype(dtype), get_machine(machine), state_location,
-                  allow_overflow=True)
+                  allow_overflow=True, state_dtype=sdt)
     return prog.device.run(prog.device.program(prog.steps, label=f"{opt.name} step"), "estimate",
-                           **_profile_kw(opt, shapes, state_location))
+                           **_profile_kw(opt, shapes, state_location, sdt))
 
 
 def with_lr(opt: Any, lr: float) -> Optimizer:

@@ -10,7 +10,8 @@ same order. At every row the bytes live on each tile follow the one-chip rules o
 
 - the stage's weights; their gradients from the weight-update row to the end (with
   gradient accumulation over M > 1 micro-batches the accumulators, all rows); the
-  optimizer state (float32, 1/R with replicated sharding) unless it is streamed;
+  optimizer state (``state_bytes`` per parameter: float32 or float16 slots, 1/R with
+  replicated sharding) unless it is streamed;
 - an activation produced in the stage from the row after its forward row to its last use
   in the stage: its last forward reader, the last backward row reading it
   (:func:`ipukern.nn.backward.backward_reads`) and the last recomputed row reading it (one
@@ -92,7 +93,7 @@ class _Seq:
 
 
 def stage_liveness(prog, rows, steps: list[int], *, seg: list[int] | None, checkpoints: set[str],
-                   recompute: bool, accumulate: bool, state_words: int, shard: int, n_in_flight: int,
+                   recompute: bool, accumulate: bool, state_bytes: int, shard: int, n_in_flight: int,
                    outputs: list[str]) -> dict:
     """Per-tile live bytes of one stage (module docstring).
 
@@ -111,8 +112,9 @@ def stage_liveness(prog, rows, steps: list[int], *, seg: list[int] | None, check
         Stage recomputation (stash only the stage's inputs).
     accumulate : bool
         Gradient accumulators live for the whole step (M > 1 micro-batches).
-    state_words : int
-        Float32 optimizer state words per parameter kept on chip (0 when streamed).
+    state_bytes : int
+        Optimizer state bytes per parameter kept on chip (0 when streamed; e.g. 4 for
+        float32 momentum, 2 for float16, 6 for LAMB's float16 m and float32 v).
     shard : int
         Replicas sharing the optimizer state (replicated sharding).
     n_in_flight : int
@@ -153,7 +155,7 @@ def stage_liveness(prog, rows, steps: list[int], *, seg: list[int] | None, check
         if i in sq.wu_row:
             live(0 if accumulate else sq.wu_row[i], last, w, act=False, kind="weight gradients")
     isz = np.dtype(prog.ctx.dtype).itemsize
-    state = (weights * 4 * state_words) // isz // shard
+    state = (weights * state_bytes) // isz // shard
     produced = {s.node: i for i, s in enumerate(psteps)}
     consumers: dict[str, list[int]] = {}
     for i, s in enumerate(psteps):
@@ -208,7 +210,7 @@ class TileMemory:
     """Per-tile memory with liveness of a stage (:mod:`.stage_memory`) from the network's
     one-chip training schedule (the one the per-layer costs came from), cached per stage."""
 
-    def __init__(self, net, mb, chip, dtype, partials, checkpoints, recompute, m, state_words,
+    def __init__(self, net, mb, chip, dtype, partials, checkpoints, recompute, m, state_bytes,
                  shard, n_stages, amp=None):
         from ..nn.api import _context
         from ..nn.compile import compile_network
@@ -221,7 +223,7 @@ class TileMemory:
         layer_at = {n: k for k, (n, _) in enumerate(net.layers)}
         self.step_layer = [layer_at[st.node] for st in self.prog.steps]
         self.chip, self.outputs = chip, list(net.outputs)
-        self.kw = dict(recompute=recompute, accumulate=m > 1, state_words=state_words, shard=shard)
+        self.kw = dict(recompute=recompute, accumulate=m > 1, state_bytes=state_bytes, shard=shard)
         self.n_stages, self.m = n_stages, m
         self.cache: dict[tuple[int, int, int], dict] = {}
 
@@ -252,7 +254,7 @@ class TileMemory:
                 "in_flight": k, "tile_bytes_by_kind": kinds}
 
 
-def tile_memory(net, mb, chip, dtype, partials, checkpoints, recompute, m, state_words, shard,
+def tile_memory(net, mb, chip, dtype, partials, checkpoints, recompute, m, state_bytes, shard,
                 n_stages, amp=None) -> TileMemory:
     """A :class:`TileMemory`, shared by calls with the same arguments while the network's
     one-chip training schedule is the same cached object (``clear_network_caches`` drops it)."""
@@ -260,13 +262,13 @@ def tile_memory(net, mb, chip, dtype, partials, checkpoints, recompute, m, state
     from ..nn.training import training_schedule
     rows = training_schedule(net, mb, _context(dtype, partials, chip, amp), recompute=checkpoints,
                              optimizer=None)[0]
-    key = (id(rows), recompute, m, state_words, shard, n_stages)
+    key = (id(rows), recompute, m, state_bytes, shard, n_stages)
     with _LOCK:
         hit = _CACHE.get(key)
         if hit is not None and hit.rows is rows:
             _CACHE.move_to_end(key)
             return hit
-    tm = TileMemory(net, mb, chip, dtype, partials, checkpoints, recompute, m, state_words, shard, n_stages,
+    tm = TileMemory(net, mb, chip, dtype, partials, checkpoints, recompute, m, state_bytes, shard, n_stages,
                     amp)
     with _LOCK:
         _CACHE[key] = tm

@@ -16,9 +16,12 @@ backward-data, weight-update cycles; weight, stash and working bytes) into a ste
   the links they cross; ``replicated_sharding`` reduce-scatters instead, runs the optimizer
   on 1/R of the weights and all-gathers them.
 - **optimizer**: element-wise over the stage's parameters, streaming ``OPTIMIZER_WORDS``
-  words per parameter through the tile's load/store path; ``optimizer_state="streaming"``
-  keeps the state in Streaming Memory and moves it in and out once per step at the
-  machine's Streaming Memory bandwidth (shared by its 4 IPUs).
+  words per parameter through the tile's load/store path (weights and gradients in
+  ``dtype``, the state's words in ``optimizer_state_dtype``: float32 by default, float16 or
+  one type per state slot); ``optimizer_state="streaming"`` keeps the state in Streaming
+  Memory and moves its bytes in and out once per step at the machine's Streaming Memory
+  bandwidth (shared by its 4 IPUs). Weights are stored and updated in ``dtype``: no float32
+  master copy is modelled.
 - **host I/O**: the step's input samples over the hosts' links, prefetched during compute:
   only the excess over the compute time counts.
 - **memory** per IPU, stage by stage, per tile with liveness
@@ -43,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..dtypes import DTYPES, canonical_dtype
+from ..ops.optim import state_dtypes
 from .bn_group import check_bn_group, layer_cycles
 from .collectives import concurrent_seconds
 from .spec import System, SystemConfigError, get_system
@@ -121,6 +125,8 @@ class TrainingEstimate:
                  f"= global batch {self.global_batch}",
                  f"  step {self.step_seconds * 1e3:.3f} ms, {self.samples_per_second:,.0f} samples/s; "
                  f"bound by {self.bottleneck}",
+                 *([f"  optimizer state {'/'.join(self.info['optimizer_state_dtype'])}; weights "
+                    f"{self.info.get('weights', '')}"] if self.info.get("optimizer_state_dtype") else []),
                  "  IPU stage  compute ms  BN all-reduce ms  fill/drain ms  links ms  sync ms  "
                  "all-reduce ms  optimizer ms  host I/O ms  memory / budget"]
         for r in self.breakdown:
@@ -371,7 +377,8 @@ def estimate_training(net: Any = None, system: System | str = "POD16", *, micro_
                       optimizer_state: str = "chip", replicated_sharding: bool = False,
                       costs: Any = None, sample_bytes: int | None = None,
                       bn_replica_group: int = 1, allow_overflow: bool = False,
-                      available_memory_proportion: float | None = None) -> TrainingEstimate:
+                      available_memory_proportion: float | None = None,
+                      optimizer_state_dtype: Any = "float32") -> TrainingEstimate:
     """Throughput and step time of training ``net`` on ``system`` (module docstring).
 
     Parameters
@@ -395,6 +402,11 @@ def estimate_training(net: Any = None, system: System | str = "POD16", *, micro_
         on one IPU; the recomputed forward rows are part of the per-layer costs.
     optimizer : {"sgd", "sgd_momentum", "adam", "lamb"}
     optimizer_state : {"chip", "streaming"}
+    optimizer_state_dtype : {"float32", "float16"} or one per state slot
+        Storage type of the optimizer state: its per-tile bytes on chip, the update's
+        load/store bytes and the bytes streamed with ``optimizer_state="streaming"``.
+        Graphcore's MLPerf ResNet-50 (TF1, ``--precision 16.16``) keeps float16 momentum;
+        its v1.1 POD16 BERT LAMB ``("float16", "float32")`` (``lamb_m_dtype``); see README.
     replicated_sharding : bool
         Shard the optimizer state and update across replicas.
     costs : list of LayerCost, optional
@@ -434,6 +446,8 @@ def estimate_training(net: Any = None, system: System | str = "POD16", *, micro_
         raise ValueError(f"optimizer must be one of {sorted(OPTIMIZER_WORDS)}, got {optimizer!r}")
     if optimizer_state not in ("chip", "streaming"):
         raise ValueError(f"optimizer_state must be 'chip' or 'streaming', got {optimizer_state!r}")
+    sdt = state_dtypes(optimizer, optimizer_state_dtype)
+    sbytes = sum(DTYPES[d].itemsize for d in sdt)
     dt = canonical_dtype(dtype)
     item = DTYPES[dt].itemsize
     checkpoints = None
@@ -456,13 +470,12 @@ def estimate_training(net: Any = None, system: System | str = "POD16", *, micro_
                         if net is not None else 0)
     recompute = bool(recompute)
     budget = chip.n_tiles * chip.tile_budget_bytes
-    state_words = OPTIMIZER_STATE_WORDS[optimizer]
     shard = reps if replicated_sharding else 1
     names = [c.name for c in costs]
     tiles = None
     if net is not None and names == [n for n, _ in net.layers]:
         tiles = tile_memory(net, mb, chip, dt, partials, checkpoints, recompute, m,
-                            0 if optimizer_state == "streaming" else state_words, shard, ipr,
+                            0 if optimizer_state == "streaming" else sbytes, shard, ipr,
                             available_memory_proportion)
 
     def memory(s: int, i: int, j: int) -> dict:
@@ -471,7 +484,7 @@ def estimate_training(net: Any = None, system: System | str = "POD16", *, micro_
             return tiles(s, i, j)
         layers = costs[i:j]
         p = sum(c.n_params for c in layers)
-        state = 0 if optimizer_state == "streaming" else p * state_words * item // shard
+        state = 0 if optimizer_state == "streaming" else p * sbytes // shard
         stash = (costs[i - 1].out_bytes if i else sample_bytes * mb) if recompute else \
             sum(c.stash_bytes for c in layers)
         b = 2 * p * item + state + (ipr - s) * stash + max(c.work_bytes for c in layers)
@@ -489,7 +502,7 @@ def estimate_training(net: Any = None, system: System | str = "POD16", *, micro_
                 raise
             stages = _auto(costs, ipr, lambda s, i, j: True, stage_cycles)
     return _compose(system, costs, stages, reps, ipr, mb, m, item, recompute, optimizer,
-                    optimizer_state, shard, sample_bytes, memory, bn_group, allow_overflow)
+                    optimizer_state, shard, sample_bytes, memory, bn_group, allow_overflow, sdt)
 
 
 def _auto_fitting(costs, ipr: int, memory, stage_cycles, lazy: bool) -> list[list[str]]:
@@ -517,7 +530,7 @@ _AUTO_TRIES = 64
 
 
 def _compose(system, costs, stages, reps, ipr, mb, m, item, recompute, optimizer, optimizer_state,
-             shard, sample_bytes, memory, bn_group, allow_overflow) -> TrainingEstimate:
+             shard, sample_bytes, memory, bn_group, allow_overflow, sdt=()) -> TrainingEstimate:
     chip = system.chip
     clock = chip.clock_hz
     pos = {c.name: k for k, c in enumerate(costs)}
@@ -559,10 +572,15 @@ def _compose(system, costs, stages, reps, ipr, mb, m, item, recompute, optimizer
         t = concurrent_seconds(system, "all_reduce", jobs).seconds
     ar = [t] * len(rows)
     opt, stream = [], []
+    sbytes = sum(DTYPES[d].itemsize for d in sdt)
+    # bytes through the load/store path per parameter: the weight, gradient (and LAMB's
+    # norms) words in dtype, each state word read and written in its own type
+    nw = OPTIMIZER_STATE_WORDS[optimizer]
+    per_param = (OPTIMIZER_WORDS[optimizer] - 2 * nw) * item + 2 * sbytes
     for r in rows:
         p = r["params"] / shard
-        opt.append(p * OPTIMIZER_WORDS[optimizer] * item / (chip.n_tiles * chip.load_bytes_per_cycle) / clock)
-        state = p * OPTIMIZER_STATE_WORDS[optimizer] * item
+        opt.append(p * per_param / (chip.n_tiles * chip.load_bytes_per_cycle) / clock)
+        state = p * sbytes
         per_ipu_bw = system.streaming_bytes_per_second / min(4, system.n_ipus)
         stream.append(2 * state / per_ipu_bw if optimizer_state == "streaming" else 0.0)
     host_io = reps * mb * m * sample_bytes / (system.n_hosts * system.host_bytes_per_second)
@@ -591,5 +609,8 @@ def _compose(system, costs, stages, reps, ipr, mb, m, item, recompute, optimizer
     return TrainingEstimate(system.name, reps, ipr, mb, m, [list(s) for s in stages], step, breakdown, why,
                             info={"parts_s": parts, "pipeline_cycle_s": cycle_s, "host_io_s": host_io,
                                   "bn_replica_group": bn_group,
+                                  "optimizer_state_dtype": list(sdt),
+                                  "weights": f"{'float16' if item == 2 else 'float32'}, updated in "
+                                             "place (no float32 master copy)",
                                   "fits": all(r["memory"]["fits"] for r in rows),
                                   "memory_model": _memory_model(rows[0]["memory"])})

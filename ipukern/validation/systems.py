@@ -30,7 +30,8 @@ _INT = ("replicas", "ipus_per_replica", "micro_batch", "gradient_accumulation", 
         "items_per_sample", "sample_bytes", "train_items", "bn_group")
 _FLOAT = ("published_minutes", "published_throughput", "available_memory_proportion")
 _FIELDS = ("id", "kind", "round", "benchmark", "system", "network", "network_args", *_INT[:4], "pipeline",
-           "recompute", "optimizer", "optimizer_state", "replicated_sharding", "dtype", "partials",
+           "recompute", "optimizer", "optimizer_state", "optimizer_state_dtype", "replicated_sharding",
+           "dtype", "partials",
            "available_memory_proportion", "bn_group", "items_per_sample", "sample_bytes", "train_items",
            *_FLOAT[:2], "unit", "source",
            "locator", "note", "not_modelled")
@@ -76,6 +77,15 @@ class PublishedRun:
     #: PopLibs' availableMemoryProportion of the configuration's convs and matmuls (None: the
     #: default 0.6)
     available_memory_proportion: float | None = None
+    #: optimizer state storage: "float32", "float16" or one per state slot joined by "|"
+    #: (empty: float32)
+    optimizer_state_dtype: str = ""
+
+    @property
+    def state_dtype(self) -> Any:
+        """``optimizer_state_dtype`` as :func:`ipukern.estimate_training` takes it."""
+        parts = [p for p in self.optimizer_state_dtype.split("|") if p]
+        return "float32" if not parts else parts[0] if len(parts) == 1 else tuple(parts)
 
 
 @dataclass
@@ -142,6 +152,9 @@ def _parse(rec: dict[str, str], where: str) -> PublishedRun:
         v = getattr(run, k)
         if v is not None and not (v >= 0 and math.isfinite(v)):
             raise ValueError(f"{where}: {run.id}: {k} must be a finite number >= 0, got {v}")
+    if run.optimizer and run.kind == "ipu_training":
+        from ..ops.optim import state_dtypes
+        state_dtypes(run.optimizer, run.state_dtype)
     if not run.not_modelled and None in (run.replicas, run.micro_batch, run.gradient_accumulation):
         raise ValueError(f"{where}: {run.id}: replicas, micro_batch and gradient_accumulation are "
                          "needed unless the row says why it is not modelled")
@@ -198,6 +211,7 @@ def _model_ipu(run: PublishedRun, net: Any, datasheet: bool = False) -> tuple[fl
                             ipus_per_replica=run.ipus_per_replica or 1, pipeline=pipeline, dtype=run.dtype,
                             partials=run.partials or "half", recompute=recompute, optimizer=run.optimizer,
                             optimizer_state=run.optimizer_state or "chip",
+                            optimizer_state_dtype=run.state_dtype,
                             replicated_sharding=bool(run.replicated_sharding), sample_bytes=run.sample_bytes,
                             bn_replica_group=run.bn_group or 1, allow_overflow=True,
                             available_memory_proportion=run.available_memory_proportion)

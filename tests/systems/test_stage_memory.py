@@ -25,8 +25,8 @@ def net():
     return tiny_cnn(bn=True)
 
 
-def _tiles(net, *, recompute=False, m=1, state_words=0, checkpoints=None, stages=2):
-    return TileMemory(net, 4, CHIP, "float32", "float", checkpoints, recompute, m, state_words, 1, stages)
+def _tiles(net, *, recompute=False, m=1, state_bytes=0, checkpoints=None, stages=2):
+    return TileMemory(net, 4, CHIP, "float32", "float", checkpoints, recompute, m, state_bytes, 1, stages)
 
 
 def _live(tm, steps, k=1):
@@ -65,9 +65,12 @@ def test_stage_stash_weights_and_micro_batches_in_flight_by_hand(net):
     assert np.array_equal(rec["stash"], b["x"])
     assert len(rec["row_names"]) == len(one["row_names"]) + sum(
         1 for n in one["row_names"] if n in ("conv1", "bn1.stats", "bn1", "relu1"))
-    # optimizer state (float32, momentum: one word per parameter) on every row
-    mom = _live(_tiles(net, state_words=1), steps)
+    # optimizer state (float32 momentum: 4 bytes per parameter) on every row; float16
+    # momentum (2 bytes per float32 parameter) is half of it
+    mom = _live(_tiles(net, state_bytes=4), steps)
     assert np.array_equal(mom["live"] - one["live"], np.broadcast_to(w, one["live"].shape))
+    half = _live(_tiles(net, state_bytes=2), steps)
+    assert np.array_equal(half["live"] - one["live"], np.broadcast_to(w // 2, one["live"].shape))
     assert [in_flight(s, 4) for s in range(4)] == [7, 5, 3, 1]
 
 
@@ -112,7 +115,7 @@ def test_available_memory_proportion_reaches_the_planner_and_the_stage_memory(tm
     got = {}
     for amp in (None, 0.01):
         est = ik.estimate_training(lnet, pod, available_memory_proportion=amp, **kw)
-        tm = TileMemory(lnet, 4, CHIP, "float32", "float", None, False, 1, 1, 1, 1, amp)
+        tm = TileMemory(lnet, 4, CHIP, "float32", "float", None, False, 1, 4, 1, 1, amp)  # 4 B momentum
         assert est.breakdown[0]["peak_tile_bytes"] == tm(0, 0, len(lnet.layers))["peak_tile_bytes"]
         got[amp] = est
     assert got[0.01].step_seconds > got[None].step_seconds
