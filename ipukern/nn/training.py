@@ -374,7 +374,9 @@ def estimate_training(net: Network, batch: int, ctx: PlanContext, *, recompute: 
 
 def _fits(net, batch, ctx, recompute, opt, state_location, sdt=()) -> bool:
     try:
-        _, live, _, _, _ = _cached(net, batch, ctx, recompute, opt, state_location, sdt)[0]
+        _, live, _, _, _ = training_schedule(net, batch, ctx, recompute=recompute, optimizer=opt,
+                                             state_location=state_location,
+                                             state_dtype=sdt or "float32")
     except TileMemoryError:      # a layer fits no plan; a host MemoryError is not an answer
         return False
     return int(live.max()) + ctx.machine.reserved_bytes_per_tile <= ctx.machine.tile_bytes
