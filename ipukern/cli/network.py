@@ -28,7 +28,8 @@ def _cmd_network(args: argparse.Namespace) -> int:
     with Progress(f"network {args.model}", enabled=progress_enabled(args)):
         prof = nn.estimate_network(net, batch=args.batch, dtype=args.dtype, partials=args.partials,
                                    machine=args.machine, training=args.training,
-                                   recompute=args.recompute, optimizer=args.optimizer,
+                                   recompute="auto" if args.recompute == ["auto"] else args.recompute,
+                                   optimizer=args.optimizer,
                                    optimizer_state_dtype=args.optimizer_state_dtype,
                                    allow_overflow=args.allow_overflow)
         if args.max_batch:
@@ -69,7 +70,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--machine", type=lambda v: machine_list(v)[0], default=PRESETS["GC200"],
                    metavar="NAME", help="IPU preset: GC200 (default), BOW or GC2")
     p.add_argument("--recompute", nargs="*", default=None, metavar="LAYER",
-                   help="training: checkpoints after which activations are recomputed")
+                   help="training: checkpoints after which activations are recomputed, or 'auto' "
+                        "(about sqrt(n) of the network's n block boundaries)")
     p.add_argument("--optimizer", default="sgd_momentum",
                    choices=["sgd", "sgd_momentum", "adam", "lamb"], help="training optimizer")
     add_optimizer_state_dtype(p)

@@ -58,8 +58,8 @@ def _recompute(args: argparse.Namespace) -> Any:
         raise ValueError("give --recompute (stage recomputation) or --checkpoints, not both")
     names = [s for s in args.checkpoints.split(",") if s]
     if not names:
-        raise ValueError("--checkpoints needs comma-separated layer names")
-    return names
+        raise ValueError("--checkpoints needs comma-separated layer names or 'auto'")
+    return "auto" if names == ["auto"] else names
 
 
 def _estimate(args: argparse.Namespace, system: str) -> Any:
@@ -180,7 +180,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--recompute", action="store_true",
                    help="re-run each stage's forward in its backward; stash only the stage input")
     p.add_argument("--checkpoints", default=None, metavar="L1,L2",
-                   help="recomputation checkpoint layers (e.g. Graphcore's MLPerf ResNet-50: "
+                   help="recomputation checkpoint layers, or 'auto' (about sqrt(n) of the n block "
+                        "boundaries; e.g. Graphcore's MLPerf ResNet-50: "
                         "layer1.0.relu3,layer1.2.relu3,layer2.0.relu3,layer2.2.relu3,layer3.0.relu3,"
                         "layer3.3.relu3)")
     p.add_argument("--available-memory-proportion", type=float, default=None, metavar="P",

@@ -155,6 +155,9 @@ class NetworkProfile:
                f"{'/'.join(self.info.get('optimizer_state_dtype') or ['none'])} "
                f"({self.info.get('state_location', 'chip')}); weights {self.info.get('weights', self.dtype)}"]
               if self.training and self.info.get("optimizer") else []),
+            *([f"  recompute {self.info['recompute']!r}: checkpoints "
+               + (", ".join(self.info["recompute_checkpoints"]) or "none")]
+              if self.training and self.info.get("recompute") is not None else []),
             (f"  {'layer':<30}{'op':<14}{'out shape':<22}{'pass':<5}{'cycles':>11}{'share':>7}"
             f"{'exch':>9}{'memory B':>10}  method"),
         ]

@@ -19,7 +19,8 @@ ReLU is not stashed, popnn differentiates the ReLU from its output); activation 
 from the backward row that produces them to the one that consumes them; and the row's own
 buffers.
 
-Recomputation: ``recompute`` lists checkpoint layers. Activations produced by a
+Recomputation: ``recompute`` lists checkpoint layers, or is "auto": checkpoints at about
+sqrt(n) of the network's n block boundaries (:mod:`ipukern.nn.checkpoints`). Activations produced by a
 checkpoint (and network inputs) are stashed; every other activation of a segment
 (the layers after one checkpoint up to the next) is freed after its forward use and
 recomputed (live again from its own recomputed row) before the segment's backward; what a
@@ -98,11 +99,28 @@ class _Row:
         return sum(r.total_cycles for r in self.records) + self.rearrange
 
 
+def checkpoint_names(prog, recompute) -> list[str]:
+    """The checkpoint layers ``recompute`` names: a layer, a list of layers, or "auto"
+    (:func:`ipukern.nn.checkpoints.auto_checkpoints`). ``True`` (stage recomputation) is
+    :func:`ipukern.estimate_training`'s, not a one-chip schedule's: ValueError."""
+    if recompute is None:
+        return []
+    if isinstance(recompute, str) and recompute == "auto":
+        from .checkpoints import auto_checkpoints
+        return auto_checkpoints(prog)
+    if isinstance(recompute, str):
+        return [recompute]
+    if isinstance(recompute, bool) or not isinstance(recompute, (list, tuple)):
+        raise ValueError(f"recompute must be None, 'auto' or a list of checkpoint layer names, got "
+                         f"{recompute!r} (recompute=True, stage recomputation, is ik.estimate_training's)")
+    return list(recompute)
+
+
 def _segments(prog, recompute) -> list[int] | None:
     """Segment index of each forward step (None: no recomputation)."""
     if recompute is None:
         return None
-    names = [recompute] if isinstance(recompute, str) else list(recompute)
+    names = checkpoint_names(prog, recompute)
     nodes = {s.node: i for i, s in enumerate(prog.steps)}
     layer_names = {n for s in prog.steps for n in s.layers}
     for n in names:
@@ -135,7 +153,7 @@ def training_schedule(net: Network, batch: int, ctx: PlanContext, *, recompute: 
 def _cached(net, batch, ctx, recompute, opt, state_location, sdt: tuple = ()) -> tuple[tuple, dict]:
     """The cached ``(schedule, intervals)`` of :func:`training_schedule` (``sdt``: the state
     slots' types, :func:`ipukern.ops.optim.state_dtypes`)."""
-    rkey = (recompute,) if recompute is None or isinstance(recompute, str) else tuple(recompute)
+    rkey = tuple(recompute) if isinstance(recompute, (list, tuple)) else (recompute,)
     key = (id(net), net._version, batch, ctx, rkey, opt, state_location, sdt)
     with _LOCK:
         hit = _SCHEDULES.get(key)
@@ -317,7 +335,7 @@ def read_until(name: str, p: int, cons: list[int], steps, reads, bwd_last: dict[
 
 
 def _checkpoint_nodes(prog, recompute) -> set[str]:
-    names = [recompute] if isinstance(recompute, str) else list(recompute or [])
+    names = checkpoint_names(prog, recompute)
     out = set()
     for s in prog.steps:
         if any(n in s.layers for n in names):
@@ -356,7 +374,8 @@ def estimate_training(net: Network, batch: int, ctx: PlanContext, *, recompute: 
                                 "state_location": state_location,
                                 "optimizer_state_dtype": list(sdt),
                                 "weights": f"{ctx.dtype}, updated in place (no float32 master copy)",
-                                "recompute": recompute})
+                                "recompute": recompute,
+                                "recompute_checkpoints": _checkpoints_of(net, batch, ctx, recompute)})
     mem = prof._memory
     got = _cached(net, batch, ctx, recompute, opt, state_location, sdt)[1]
     mem["tile_bytes_by_kind"] = tile_breakdown(got, mem["busiest_step"], mem["busiest_tile"],
@@ -370,6 +389,13 @@ def estimate_training(net: Network, batch: int, ctx: PlanContext, *, recompute: 
             tile=mem["busiest_tile"], requested=mem["peak_bytes"], used=mem["peak_bytes"],
             budget=mem["budget_bytes"])
     return prof
+
+
+def _checkpoints_of(net, batch, ctx, recompute) -> list[str]:
+    """The checkpoint layers of a training estimate (resolved for "auto")."""
+    if recompute is None:
+        return []
+    return checkpoint_names(compile_network(net, batch, ctx, fold_bn=False), recompute)
 
 
 def _fits(net, batch, ctx, recompute, opt, state_location, sdt=()) -> bool:

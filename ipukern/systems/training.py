@@ -46,10 +46,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..dtypes import DTYPES, canonical_dtype
+from ..nn.checkpoints import network_checkpoints
 from ..ops.optim import state_dtypes
 from .bn_group import check_bn_group, layer_cycles
 from .collectives import concurrent_seconds
 from .spec import System, SystemConfigError, get_system
+from ._report import _kinds, _memory_cell, _memory_model, _no_fit
 from .stage_memory import tile_memory
 
 __all__ = ["LayerCost", "TrainingEstimate", "StageMemoryError", "estimate_training", "OPTIMIZER_WORDS",
@@ -141,38 +143,6 @@ class TrainingEstimate:
                 lines.append(f"  stage {r['stage']} tile {r['busiest_tile']}: "
                              + _kinds(r["tile_bytes_by_kind"]))
         return "\n".join(lines)
-
-
-def _kinds(kinds: dict) -> str:
-    """A tile's bytes by kind, largest first (KiB)."""
-    return ", ".join(f"{k} {v / 1024:.1f} KiB" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]) if v)
-
-
-def _memory_model(mem: dict) -> str:
-    return "per-tile liveness" if "peak_tile_bytes" in mem else "whole chip"
-
-
-def _memory_cell(r: dict) -> str:
-    over = "" if r["fits"] else "  DOES NOT FIT"
-    if "peak_tile_bytes" in r:
-        return (f"{r['peak_tile_bytes'] / 1024:.1f} / {r['tile_bytes'] / 1024:.1f} KiB on tile "
-                f"{r['busiest_tile']} at {r['busiest_step']}" + over)
-    return f"{r['memory_bytes'] / 1e6:.1f} / {r['budget_bytes'] / 1e6:.1f} MB (whole chip)" + over
-
-
-def _no_fit(s: int, names: list[str], mem: dict, chip) -> str:
-    """The one-line StageMemoryError message of stage s."""
-    what = f"pipeline stage {s} ({names[0]} .. {names[-1]}) on IPU {s} needs "
-    fix = ("; recompute (checkpoints: recompute=[layers], CLI --checkpoints), a lower "
-           "available_memory_proportion, a smaller micro-batch or more IPUs per replica would lower it "
-           "(allow_overflow=True, CLI --allow-overflow, estimates anyway)")
-    if "peak_tile_bytes" in mem:
-        return (what + f"{mem['peak_tile_bytes']:,} B > budget {mem['tile_bytes']:,} B on tile "
-                f"{mem['busiest_tile']} at {mem['busiest_step']!r} (per-tile liveness, "
-                f"{mem['reserve_bytes']:,} B reserved, {mem['in_flight']} micro-batch(es) in flight; "
-                f"{_kinds(mem.get('tile_bytes_by_kind') or {})})" + fix)
-    return (what + f"{mem['memory_bytes']:,} B > budget {mem['budget_bytes']:,} B ({chip.n_tiles} tiles x "
-            f"{chip.tile_budget_bytes:,} B)" + fix)
 
 
 def training_samples(epochs: float | None, dataset_size: int | None, samples: float | None) -> float:
@@ -395,8 +365,10 @@ def estimate_training(net: Any = None, system: System | str = "POD16", *, micro_
         1, 2, 4, 8 or 16 (GCL replica sizes); > 1 pipelines the network.
     pipeline : None, "auto", list of split layers, or list of stage layer lists
     dtype, partials : str
-    recompute : bool, list of str, or None
+    recompute : bool, "auto", list of str, or None
         True: re-run each stage's forward in its backward and stash only the stage input.
+        "auto": checkpoints at about sqrt(n) of the network's n block boundaries
+        (:mod:`ipukern.nn.checkpoints`), listed in ``est.info["recompute_checkpoints"]``.
         A list of layer names: recomputation checkpoints inside the network (as in
         :func:`ipukern.estimate_network`), e.g. the ResNet-50 MLPerf configs' "pipeline splits"
         on one IPU; the recomputed forward rows are part of the per-layer costs.
@@ -451,13 +423,16 @@ def estimate_training(net: Any = None, system: System | str = "POD16", *, micro_
     dt = canonical_dtype(dtype)
     item = DTYPES[dt].itemsize
     checkpoints = None
-    if isinstance(recompute, (list, tuple)):
-        if costs is not None:
+    auto = isinstance(recompute, str) and recompute == "auto"
+    if isinstance(recompute, (list, tuple)) or auto:
+        if costs is not None or net is None:
             raise ValueError("recompute checkpoints need a network (the costs= rows are fixed)")
-        checkpoints = [str(c) for c in recompute]
+        checkpoints = network_checkpoints(net, mb, chip, dt, partials, available_memory_proportion) \
+            if auto else [str(c) for c in recompute]
         recompute = False    # the recomputed rows are inside the per-layer costs
     elif recompute is not None and not isinstance(recompute, bool):
-        raise ValueError(f"recompute must be a bool, None or a list of layer names, got {recompute!r}")
+        raise ValueError(f"recompute must be a bool, 'auto', None or a list of layer names, got "
+                         f"{recompute!r}")
     if costs is not None and available_memory_proportion is not None:
         raise ValueError("available_memory_proportion needs a network (the costs= rows are fixed)")
     if costs is None:
@@ -501,8 +476,12 @@ def estimate_training(net: Any = None, system: System | str = "POD16", *, micro_
             if not allow_overflow:
                 raise
             stages = _auto(costs, ipr, lambda s, i, j: True, stage_cycles)
-    return _compose(system, costs, stages, reps, ipr, mb, m, item, recompute, optimizer,
-                    optimizer_state, shard, sample_bytes, memory, bn_group, allow_overflow, sdt)
+    est = _compose(system, costs, stages, reps, ipr, mb, m, item, recompute, optimizer,
+                   optimizer_state, shard, sample_bytes, memory, bn_group, allow_overflow, sdt)
+    est.info["recompute"] = "stage" if recompute else "auto" if auto else (
+        "checkpoints" if checkpoints else None)
+    est.info["recompute_checkpoints"] = list(checkpoints or [])
+    return est
 
 
 def _auto_fitting(costs, ipr: int, memory, stage_cycles, lazy: bool) -> list[list[str]]:
