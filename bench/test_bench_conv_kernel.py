@@ -46,6 +46,9 @@ CONV_CASES = {
     "g128-depthwise-full-planes": (8, 128, 128, 56, 3, 1, 128, (8, 46, 1, 4), np.float32),
     # EfficientNet depthwise 5x5, N=8 C=240 28x28 pad 2: one or two whole planes per tile
     "effnet-dw5x5": (8, 240, 240, 28, 5, 2, 240, (8, 184, 1, 1), np.float32),
+    # MobileNetV2 depthwise 3x3 as its network plan splits them: 8 channels x a few rows
+    "mnv2-dw3x3": (8, 144, 144, 56, 3, 1, 144, (8, 18, 1, 10), np.float32),      # G=8, OR 5-6
+    "mnv2-dw3x3-stride2": (8, 96, 96, 112, 3, 1, 96, (8, 12, 1, 14), np.float32, 2),  # OR 4
 }
 
 

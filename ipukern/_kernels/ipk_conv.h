@@ -28,7 +28,10 @@
  * window (no padding: every 1x1 layer) take the direct path instead in the baseline and AVX2
  * variants (ipk_conv_direct.h): lanes over output channels, input values broadcast from the
  * window in place, no packing; fp32 vertices that need padding and have 8 or more output
- * channels per group (3x3 layers) take it on a zero-padded copy of the window. While a thread computes a vertex it prefetches the next
+ * channels per group (3x3 layers) take it on a zero-padded copy of the window. Depthwise
+ * vertices (C = K = 1) take their own path there (ipk_conv_dw.h): every image's window of a
+ * group packed once, lanes over output columns, blocks of 12 vectors held over the taps.
+ * While a thread computes a vertex it prefetches the next
  * one's operands (the arena is much larger than the caches).
  *
  * Every output element is one FMA chain over the taps in the fixed order t = c*kh*kw + i*kw
@@ -87,6 +90,9 @@ typedef struct {
      * copy of one group's window, [B][WRq][C][WCq], window row/column 0 at (qr0, qc0) */
     int64_t WRq, WCq, qr0, qc0;
     int64_t q_floats;                /* that copy; 0: no padded copy (none needed, or K < 8) */
+    /* the depthwise path (C = K = 1, ipk_conv_dw.h): every image's window of one group packed
+     * as [B][phase][Mr][dwq] (dwq: whole vectors of outputs plus the taps' reach) */
+    int64_t dwq, dw_floats;          /* dw_floats = 0: not depthwise, or too large */
     int64_t need;                    /* scratch floats for this vertex */
     /* per tap row i / column j: packed-plane phase index and shift in rows / columns */
     int8_t phr_of[IPK_CONV_MAX_K], phc_of[IPK_CONV_MAX_K];
@@ -130,6 +136,22 @@ static inline void ipk_geom_padded(ipk_geom* g)
     if (ipk_smul(ipk_smul(g->WRq, g->C), g->WCq) > ((int64_t)1 << 30) || n > ((int64_t)1 << 26))
         return;
     g->q_floats = ipk_al16(n + 16);
+}
+
+/* The depthwise path's packed windows (ipk_conv_dw.h): rows padded to whole 16-float vectors
+ * of outputs (any ISA's) plus the taps' reach; then its scratch: packed windows, the group's
+ * fp32 weights, the tap offsets and a staging tile. */
+static inline void ipk_geom_dw(ipk_geom* g)
+{
+    const int64_t wq = (g->OC + 15) / 16 * 16 + ((int64_t)(g->kw - 1) * g->dw) / g->sw;
+    const int64_t n = ipk_smul4(g->B, g->nph, g->Mr, wq);
+    int64_t need;
+    g->dwq = g->dw_floats = 0;
+    if (g->C != 1 || g->K != 1 || g->OR < 1 || g->OC < 1 || n > ((int64_t)1 << 26)) return;
+    g->dwq = wq;
+    g->dw_floats = ipk_al16(n + 16);   /* + slack for the last row's whole-vector stores */
+    need = 16 + g->dw_floats + 2 * ipk_al16(g->T) + 16 * 16 + 64;
+    if (need > g->need) g->need = need;
 }
 
 /* Fill g from one row of dims (B, G, C, K, WR, WC, OR, OC, row_org, col_org). Returns a
@@ -191,6 +213,7 @@ static inline int ipk_geom_init(ipk_geom* g, const int64_t* d, int kh, int kw, i
     g->o_ints = ipk_al16(g->C * g->T);
     ipk_geom_padded(g);
     g->need = 16 + g->p_floats + g->w_floats + g->o_ints + g->q_floats;
+    ipk_geom_dw(g);
     return IPK_CONV_OK;
 }
 

@@ -291,6 +291,7 @@ IPK_TGT static void IPK_SFX(pack_weights)(const ipk_geom* g, const unsigned char
 #include "ipk_conv_small.h"
 #else
 #include "ipk_conv_direct.h"
+#include "ipk_conv_dw.h"
 #endif
 
 /* ---------------------------------------------------------------- one vertex */
@@ -305,6 +306,10 @@ IPK_TGT static void IPK_SFX(ipk_conv_vertex)(const ipk_geom* g, unsigned char* t
 #if !defined(IPK_ISA_AVX512)
     /* not in the AVX-512 variant: its GEMM path has twice the lanes and registers and no
      * host here to measure the change on */
+    if ((flags & IPK_CONV_DIRECT) && g->dw_floats > 0) {
+        IPK_SFX(dw_vertex)(g, tb, win_off, w_off, out_off, in_dt, out_dt, P, pf);
+        return;
+    }
     if ((flags & IPK_CONV_DIRECT) && IPK_SFX(direct_ok)(g, in_dt)) {
         IPK_SFX(direct_vertex)(g, tb, win_off, w_off, out_off, out_dt, P, W, pf);
         return;
