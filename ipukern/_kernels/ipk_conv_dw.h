@@ -92,6 +92,56 @@ IPK_TGT static inline void IPK_SFX(dw_copy)(float* restrict dst, const float* re
 #endif
 }
 
+#if defined(IPK_ISA_AVX2)
+/* dw_pack for fp32 windows with column stride 2 whose taps read both column phases (3x3 and
+ * 5x5 stride 2): 16 consecutive window columns are loaded once and split into the 8 even and
+ * 8 odd ones by shuffles (plane pc holds columns 2m + pc + co). Columns where either phase
+ * leaves the window are copied one by one; the values are those of the scalar copy. */
+IPK_TGT static void IPK_SFX(dw_pack_s2)(const ipk_geom* g, const float* src, const int64_t* lo,
+                                        const int64_t* hi, float* restrict Pb)
+{
+    const int64_t Wq = g->dwq, Mr = g->Mr, co = g->co + g->phc_val[0];
+    /* phc_val = {0, 1}: both phases; packed column m of both reads window columns 2m + co
+     * and 2m + 1 + co, inside for m in [m0, m1) */
+    const int64_t m0 = lo[0] > lo[1] ? lo[0] : lo[1], m1 = hi[0] < hi[1] ? hi[0] : hi[1];
+    int64_t mrow, m;
+    int pr, pc;
+    for (pr = 0; pr < g->nphr; pr++) {
+        float* d0 = Pb + (int64_t)(pr * 2) * Mr * Wq;
+        float* d1 = d0 + Mr * Wq;
+        for (mrow = 0; mrow < Mr; mrow++, d0 += Wq, d1 += Wq) {
+            const int64_t r = mrow * g->sh + g->phr_val[pr] + g->ro;
+            const float* sp = src + r * g->rs + co;
+            /* exact-length zeros (the two planes are written row by row in step, so a
+             * row's overrun could reach a row of the other plane already written), then
+             * the values over them */
+            IPK_SFX(zero_f32)(d0, Wq);
+            IPK_SFX(zero_f32)(d1, Wq);
+            if (r < 0 || r >= g->WR) continue;
+            for (pc = 0; pc < 2; pc++) {
+                float* d = pc ? d1 : d0;
+                for (m = lo[pc]; m < (m0 > lo[pc] ? m0 : lo[pc]) && m < hi[pc]; m++)
+                    d[m] = sp[2 * m + pc];
+            }
+            m = m0 > m1 ? m1 : m0;
+            for (; m + 8 <= m1; m += 8) {
+                const __m256 a = _mm256_loadu_ps(sp + 2 * m), b = _mm256_loadu_ps(sp + 2 * m + 8);
+                /* shuffle_ps works per 128-bit lane: evens/odds come out as lanes 0,2,1,3 */
+                _mm256_storeu_ps(d0 + m, _mm256_castpd_ps(_mm256_permute4x64_pd(
+                    _mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xD8)));
+                _mm256_storeu_ps(d1 + m, _mm256_castpd_ps(_mm256_permute4x64_pd(
+                    _mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xDD)), 0xD8)));
+            }
+            for (pc = 0; pc < 2; pc++) {
+                float* d = pc ? d1 : d0;
+                int64_t q = m > lo[pc] ? m : lo[pc];
+                for (; q < hi[pc]; q++) d[q] = sp[2 * q + pc];
+            }
+        }
+    }
+}
+#endif
+
 /* Pack window (b, g) = ``src`` (row r at r*rs) into Pb[phase][Mr][dwq], fp32, zero outside
  * the window; lo/hi: per column phase, the packed columns that lie inside it. Each row is
  * written left to right (zeros, values, zeros), so a store's overrun is overwritten. */
@@ -101,6 +151,12 @@ IPK_TGT static void IPK_SFX(dw_pack)(const ipk_geom* g, const unsigned char* src
     const int64_t Wq = g->dwq, Mr = g->Mr, sw = g->sw;
     int64_t mrow, m;
     int pr, pc;
+#if defined(IPK_ISA_AVX2)
+    if (in_dt == IPK_F32 && sw == 2 && g->nphc == 2) {
+        IPK_SFX(dw_pack_s2)(g, (const float*)src, lo, hi, Pb);
+        return;
+    }
+#endif
     for (pr = 0; pr < g->nphr; pr++)
         for (pc = 0; pc < g->nphc; pc++) {
             float* dst = Pb + (int64_t)(pr * g->nphc + pc) * Mr * Wq;
