@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..core.profile import SuperstepRecord
+from .buffers import pooled
 from .layers import BatchNorm2d, Conv2d, PlanContext
 from .layout import Layout, Rearrangement, Resident, linear_layout
 from .network import Network
@@ -35,7 +36,8 @@ _VIEW_METHODS = ("view", "rearrange")
 
 def clear_network_caches() -> None:
     """Forget cached op plans, rearrangements, compiled networks, training schedules,
-    cross-tile reduction plans and conv programs."""
+    cross-tile reduction plans, conv programs and the residents' reusable host buffers."""
+    from .buffers import POOL
     from .convops import clear_program_cache
     from .tile_reduce import clear_reduce_cache
     from .training import clear_schedule_cache
@@ -47,6 +49,7 @@ def clear_network_caches() -> None:
         _INPUT_LAYOUTS.clear()
         _PROGRAMS.clear()
     clear_program_cache()
+    POOL.clear()
 
 
 @dataclass
@@ -347,7 +350,13 @@ class NetworkProgram:
 
     # ------------------------------------------------------------------ execution
     def execute(self, feeds: dict[str, np.ndarray], params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Run every step on real data; returns the network outputs as host arrays."""
+        """Run every step on real data; returns the network outputs as host arrays. The
+        residents' host buffers come from :data:`ipukern.nn.buffers.POOL` (reused from the
+        previous execution; same bits as fresh ones)."""
+        with pooled():
+            return self._execute(feeds, params)
+
+    def _execute(self, feeds: dict[str, np.ndarray], params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         nt = self.machine.n_tiles
         live: dict[str, Any] = {}
         for name in self.net.inputs:

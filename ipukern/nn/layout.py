@@ -28,6 +28,7 @@ from ..core.program import balanced_bounds
 from ..core.tensor import TileMapping
 from ..dtypes import DTYPES
 from ..machine import MachineSpec
+from .buffers import take_buffer
 
 __all__ = ["CopyTable", "Layout", "Rearrangement", "Resident", "copy_table", "lazy_layout", "linear_layout",
            "rearrangement_loads", "rows_layout"]
@@ -228,8 +229,8 @@ class Resident:
     def __init__(self, layout: Layout, n_tiles: int, data: np.ndarray | None = None):
         self.layout = layout
         self.slot_elems = int(layout.elems_per_tile(n_tiles).max()) if layout.n_elems else 0
-        if data is None:
-            data = np.zeros((n_tiles, max(1, self.slot_elems * layout.itemsize)), dtype=np.uint8)
+        if data is None:      # zero padding; the elements are the producer's to write
+            data = take_buffer(layout, n_tiles, max(1, self.slot_elems * layout.itemsize))
         self.data = data
 
     def view(self) -> np.ndarray:
@@ -310,6 +311,10 @@ def coalesce_runs(src_row, src_off, dst_row, dst_off, nbytes) -> tuple[np.ndarra
             np.add.reduceat(cols[4], start))
 
 
+#: tables of less work (:attr:`CopyTable.work`) run on the calling thread
+_PARALLEL_MIN_WORK = 1 << 18
+
+
 class CopyTable:
     """A fixed table of row-to-row copies between two distinct arrays, converted once to
     the copy kernel's column types (and coalesced, :func:`coalesce_runs`); the per-thread
@@ -323,6 +328,8 @@ class CopyTable:
                      np.ascontiguousarray(dst_row, np.int32), np.ascontiguousarray(dst_off, np.int64),
                      np.ascontiguousarray(nbytes, np.int64))
         self._bounds: dict[int, np.ndarray] = {}
+        # host work in byte-equivalents (a run costs about what copying 32 bytes does)
+        self.work = int(self.cols[4].sum()) + 32 * int(self.cols[4].size)
 
     def run(self, dst: np.ndarray, src: np.ndarray) -> None:
         """Copy (every copy is range-checked by the kernel before any byte moves).
@@ -339,7 +346,8 @@ class CopyTable:
             return
         if np.may_share_memory(dst, src):
             raise ValueError("a copy table's source and destination must be distinct arrays")
-        n = get_num_threads()
+        # a small table is not worth waking threads for (a busy host may not run them soon)
+        n = get_num_threads() if self.work >= _PARALLEL_MIN_WORK else 1
         b = self._bounds.get(n)
         if b is None:
             b = self._bounds[n] = balanced_bounds(nb, n)
