@@ -72,6 +72,9 @@ class Step:
     fused_act: str | None = None
     #: execute mode: this activation was applied by its producer (see fused_act)
     fused: bool = False
+    #: execute mode: this conv leaves its output in its program's arena for the next conv
+    #: (:mod:`ipukern.nn.arena_out`)
+    keep: bool = False
 
     @property
     def rearrange_cycles(self) -> int:
@@ -222,6 +225,7 @@ class NetworkProgram:
         self.layouts = layouts
         self._mark_inplace()
         self._mark_fused()
+        self._mark_kept()
 
     def _mark_inplace(self) -> None:
         """Let an element-wise step write its output over its first input's buffer when
@@ -257,6 +261,34 @@ class NetworkProgram:
             if (p is not None and s.plan.method == "NonLinearity1D"
                     and s.plan.op in p.plan.info.get("fuses", ())):
                 p.fused_act, s.fused = s.plan.op, True
+
+    def _mark_kept(self) -> None:
+        """Execute mode: a conv whose output (after a fused activation, if any) is read by
+        one conv or matmul alone, with no run of the same program in between, leaves it in
+        its arena for that reader's rearrangement (:mod:`ipukern.nn.arena_out`): one host
+        copy fewer. Only a hint: whatever reads the output gets the same bytes either way."""
+        uses: dict[str, list[int]] = {}
+        for i, s in enumerate(self.steps):
+            for src in s.srcs:
+                uses.setdefault(src, []).append(i)
+        outputs = set(self.net.outputs)
+        for i, s in enumerate(self.steps):
+            prog = s.plan.info.get("program")
+            if not s.plan.info.get("keeps") or prog is None:
+                continue
+            node, j = s.node, i
+            readers = uses.get(node, [])
+            if len(readers) == 1 and self.steps[readers[0]].fused and node not in outputs:
+                j = readers[0]
+                node = self.steps[j].node
+                readers = uses.get(node, [])
+            if len(readers) != 1 or node in outputs:
+                continue
+            c = readers[0]
+            reader = self.steps[c].plan.info.get("program")
+            between = {id(t.plan.info.get("program")) for t in self.steps[i + 1:c]}
+            s.keep = (reader is not None and reader is not prog and id(prog) not in between
+                      and j < c)
 
     # ------------------------------------------------------------------ costs
     @property
@@ -370,7 +402,10 @@ class NetworkProgram:
         for s in self.steps:
             srcs = [live[n] for n in s.srcs]
             if s.fused:                 # applied by its producer: the same buffer, in place
-                live[s.node] = Resident(s.plan.output, nt, srcs[0].data)
+                live[s.node] = srcs[0].relabel(s.plan.output)
+            elif s.keep:
+                live[s.node] = s.plan.run(srcs, s.rearrs, s.params(params, index), act=s.fused_act,
+                                          keep=True)
             elif s.fused_act is not None:
                 live[s.node] = s.plan.run(srcs, s.rearrs, s.params(params, index), act=s.fused_act)
             elif s.inplace:

@@ -15,6 +15,7 @@ program), the program runs, and the output is kept as a :class:`Resident` in its
 from __future__ import annotations
 
 import threading
+from contextlib import ExitStack
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,6 +30,7 @@ from ..core.engine import run_program
 from ..core.tensor import LazyTileMapping
 from ..dtypes import DTYPES
 from ..machine import MachineSpec
+from .arena_out import ArenaOutput, flush, lock_arenas, rearrange_into
 from .layout import CopyTable, Layout, Resident, lazy_layout
 from .ops import OpPlan, affine_plan
 
@@ -137,14 +139,19 @@ def conv_plan(machine: MachineSpec, in_shape: Sequence[int], weight_shape: Seque
     wdt = DTYPES[dtype]
     fusable = bias and dtype == "float32"
 
-    def run(srcs, rearrs, prm, act=None):
+    def run(srcs, rearrs, prm, act=None, keep=False):
         """``act`` ("relu"/"relu6", when ``info["fuses"]`` lists it): the network's next
-        activation applied by the bias pass (host fusion: same bits, same program)."""
+        activation applied by the bias pass (host fusion: same bits, same program).
+        ``keep``: return the output as an :class:`~ipukern.nn.arena_out.ArenaOutput` left
+        in the program's arena for the next conv to read (see :mod:`ipukern.nn.arena_out`)."""
         if act is not None and not (fusable and act in _FUSED_ACTS):
             raise ValueError(f"conv2d: cannot fuse activation {act!r} (float32 with bias: "
                              f"{sorted(_FUSED_ACTS)})")
-        with dev.arena.lock:
-            rearrs[0].run(srcs[0], dev.arena.data)
+        src = srcs[0]
+        with ExitStack() as locks:
+            lock_arenas(locks, [prog] + ([src.prog] if isinstance(src, ArenaOutput) else []))
+            flush(prog)     # outputs of this program's last run still in its arena (src too)
+            rearrange_into(rearrs[0], src, dev.arena.data)
             dev.write(prog.w, np.asarray(prm["weight"], dtype=wdt))
             if bias:
                 dev.write(prog.b, np.asarray(prm["bias"], dtype=wdt))
@@ -156,13 +163,16 @@ def conv_plan(machine: MachineSpec, in_shape: Sequence[int], weight_shape: Seque
             finally:
                 for c in codelets:
                     c.act = 0
+            if keep:
+                return ArenaOutput.keep(prog, out, nt, _read_output)
             return _read_output(prog, out, nt)
 
     plan = prog.plan
     return OpPlan("conv2d", "fwd", plan.method.label(), [want], out, list(prog.program.records),
                   params.flops, dev.memory.used.copy(), wbytes, run, (False,),
                   info={"plan": plan.describe(), "layer": params.describe(),
-                        "fuses": tuple(_FUSED_ACTS) if fusable else ()})
+                        "fuses": tuple(_FUSED_ACTS) if fusable else (),
+                        "program": prog, "keeps": True})
 
 
 def matmul_params(a_shape: Sequence[int], b_shape: Sequence[int], dtype: str,
@@ -211,13 +221,15 @@ def matmul_plan(machine: MachineSpec, a_shape: Sequence[int], b_shape: Sequence[
         total = np.maximum(total, bias_plan.total_bytes + out.bytes_per_tile(nt))
 
     def run(srcs, rearrs, prm):
-        with dev.arena.lock:
-            rearrs[0].run(srcs[0], dev.arena.data)
+        with ExitStack() as locks:
+            lock_arenas(locks, [prog] + [s.prog for s in srcs if isinstance(s, ArenaOutput)])
+            flush(prog)
+            rearrange_into(rearrs[0], srcs[0], dev.arena.data)
             if b_param:
                 wt = np.asarray(prm["weight"], dtype=wdt)
                 dev.write(x, np.ascontiguousarray(wt.T).reshape(x.shape))
             else:
-                rearrs[1].run(srcs[1], dev.arena.data)
+                rearrange_into(rearrs[1], srcs[1], dev.arena.data)
             run_program(prog.program, "execute", device=dev)
             y = _read_output(prog, out, nt)
         if bias_plan is not None:
@@ -230,4 +242,5 @@ def matmul_plan(machine: MachineSpec, a_shape: Sequence[int], b_shape: Sequence[
     return OpPlan("matmul", "fwd", prog.plan.method.label(), inputs, out, records,
                   params.flops + (N * M * G if bias else 0), total, wbytes, run,
                   tuple(False for _ in inputs),
-                  info={"plan": prog.plan.describe(), "layer": f"G{G} ({M}x{K}) @ ({K}x{N})"})
+                  info={"plan": prog.plan.describe(), "layer": f"G{G} ({M}x{K}) @ ({K}x{N})",
+                        "program": prog})

@@ -233,6 +233,10 @@ class Resident:
             data = take_buffer(layout, n_tiles, max(1, self.slot_elems * layout.itemsize))
         self.data = data
 
+    def relabel(self, layout: Layout) -> Resident:
+        """The same bytes as a tensor of ``layout`` (same mapping: a view or an in-place op)."""
+        return Resident(layout, self.data.shape[0], self.data)
+
     def view(self) -> np.ndarray:
         """Typed (n_tiles, slot_elems) view of the tiles' elements (rows zero-padded)."""
         dt = DTYPES[self.layout.dtype]
