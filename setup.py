@@ -49,7 +49,7 @@ if DEBUG:
 print(f"ipukern build: openmp={'on' if OPENMP else 'off'} native={NATIVE} debug={DEBUG}",
       file=sys.stderr)
 
-KERNELS = ["exchange", "vertices", "conv"]
+KERNELS = ["exchange", "vertices", "conv", "fused"]
 extensions = [
     Extension(
         f"ipukern._kernels._{name}",

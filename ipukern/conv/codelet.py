@@ -298,6 +298,22 @@ class ConvCodelet:
                                                     np.float32)
         return s
 
+    def fused_vertices(self, batch) -> tuple:
+        """What :mod:`ipukern.core.fused` needs to run ``batch`` right after an exchange, in
+        the same compiled call: ``(tiles, win, w, out, dims, params, scratch_floats, out_nbytes)``
+        with ``params = (kh, kw, sh, sw, dh, dw, in_dt, out_dt)`` and ``out_nbytes`` the bytes
+        each vertex writes at ``out`` on its tile (the only bytes it writes)."""
+        a = batch.args
+        need = conv_scratch_floats(a["dims"], *self.params)
+        out_nbytes = operand_nbytes(a["dims"], *self.params[:2], self.in_dt, self.out_dt)[2]
+        return (batch.tiles, a["win"], a["w"], a["out"], a["dims"],
+                self.params + (self.in_dt, self.out_dt), need, out_nbytes)
+
+    @staticmethod
+    def direct_path() -> bool:
+        """:data:`DIRECT_PATH`, read at every run (the tests switch it)."""
+        return DIRECT_PATH
+
     def run(self, data, batch, n_threads):
         a = batch.args
         need = self._need.get(id(batch))

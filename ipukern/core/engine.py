@@ -312,12 +312,7 @@ def run_program(program: Program, mode: str = "execute", *, device: Device | Non
         arena = device.arena
         n_threads = get_num_threads()
         with arena.lock:
-            data = arena.data
-            for step in program.steps:
-                if step.compute is not None:
-                    step.compute.run(data, n_threads)
-                if step.exchange is not None:
-                    step.exchange.run(data, n_threads)
+            program.execute(arena.data, n_threads)
     return Profile(program.machine, list(program.records), flops=flops, peak_flops=peak_flops,
                    label=program.label, memory_source=program.memory, info=dict(info or {}))
 

@@ -515,6 +515,8 @@ class Program:
         self.memory = memory
         self.label = label
         self._records: list[SuperstepRecord] | None = None
+        # step index -> (exchange, next compute set, FusedStep or None), built on first run
+        self._fused: dict[int, tuple[Any, Any, Any]] = {}
 
     @property
     def records(self) -> list[SuperstepRecord]:
@@ -522,6 +524,40 @@ class Program:
         if self._records is None:
             self._records = [s.record(i, self.machine) for i, s in enumerate(self.steps)]
         return self._records
+
+    def fused_step(self, i: int) -> Any:
+        """The :class:`~ipukern.core.fused.FusedStep` running step ``i``'s exchange together
+        with step ``i + 1``'s compute set, or None (checked once per pair, then cached)."""
+        if i + 1 >= len(self.steps):
+            return None
+        x, c = self.steps[i].exchange, self.steps[i + 1].compute
+        got = self._fused.get(i)
+        if got is None or got[0] is not x or got[1] is not c:
+            from .fused import fuse
+            got = self._fused[i] = (x, c, fuse(x, c))
+        return got[2]
+
+    def execute(self, data: np.ndarray, n_threads: int) -> None:
+        """Run the supersteps in order (compute, sync, exchange) on the arena ``data``.
+
+        An exchange followed by a conv compute set runs together with it, tile by tile, when
+        that gives the same bytes (:mod:`ipukern.core.fused`; off with
+        ``IPUKERN_FUSED_EXCHANGE=0``). Only host speed differs.
+        """
+        from . import fused
+        done = False    # the compute set of this step already ran with the previous exchange
+        for i, step in enumerate(self.steps):
+            if step.compute is not None and not done:
+                step.compute.run(data, n_threads)
+            done = False
+            if step.exchange is None:
+                continue
+            f = self.fused_step(i) if fused.FUSED_EXCHANGE else None
+            if f is None:
+                step.exchange.run(data, n_threads)
+            else:
+                f.run(data, n_threads)
+                done = True
 
     @property
     def row_bytes(self) -> int:

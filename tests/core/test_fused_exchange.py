@@ -1,0 +1,209 @@
+"""An exchange run tile by tile together with the conv compute set after it
+(ipukern.core.fused) leaves exactly the arena the two phases leave when run one after the
+other, for any thread count; a pair where that would not hold is not fused."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ipukern as ik
+from ipukern.conv.build import build_conv_program
+from ipukern.conv.codelet import ConvCodelet
+from ipukern.conv.params import ConvParams
+from ipukern.conv.planner import plan_conv
+from ipukern.core import fused
+from ipukern.core.program import ExchangeError, Program, Superstep
+
+SMALL = ik.GC200.replace(n_tiles=96, name="GC200-96")
+
+
+def _two_ways(program: Program, data: np.ndarray, threads=(1, 2, 3)) -> list[np.ndarray]:
+    """The arena after the program run without fusion, then with fusion at each thread
+    count, every run from the same starting bytes."""
+    start = data.copy()
+    out = []
+    for flag, n in [(False, 1)] + [(True, n) for n in threads]:
+        data[...] = start
+        old, fused.FUSED_EXCHANGE = fused.FUSED_EXCHANGE, flag
+        try:
+            program.execute(data, n)
+        finally:
+            fused.FUSED_EXCHANGE = old
+        out.append(data.copy())
+    return out
+
+
+CASES = {
+    "plain 3x3 padded": dict(i=(2, 16, 9, 9), w=(24, 16, 3, 3), padding=1),
+    "grouped strided": dict(i=(2, 24, 11, 10), w=(36, 6, 3, 3), stride=2, padding=1, groups=4),
+    "depthwise": dict(i=(2, 32, 8, 8), w=(32, 1, 3, 3), padding=1, groups=32),
+    "dilated": dict(i=(1, 8, 12, 12), w=(16, 8, 3, 3), dilation=2, padding=2),
+    "1x1 strided": dict(i=(3, 40, 7, 7), w=(24, 40, 1, 1), stride=2),
+    "5x3 uneven stride": dict(i=(2, 12, 13, 9), w=(20, 12, 5, 3), stride=(2, 1), padding=(2, 1)),
+    "fp16 half partials": dict(i=(2, 32, 6, 6), w=(40, 32, 3, 3), padding=1, dtype="float16",
+                               partials="half"),
+    "fp16 float partials": dict(i=(2, 16, 7, 5), w=(16, 16, 1, 1), dtype="float16"),
+    "wide input (partials)": dict(i=(1, 2048, 3, 3), w=(64, 2048, 1, 1)),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_fused_conv_program_leaves_the_same_arena(case):
+    c = dict(CASES[case])
+    p = ConvParams.from_shapes(c.pop("i"), c.pop("w"), **c)
+    cp = build_conv_program(plan_conv(p, SMALL, bias=True))
+    rng = np.random.default_rng(len(case))
+    cp.write_inputs(rng.standard_normal(p.input_shape).astype(p.dtype),
+                    rng.standard_normal(p.weight_shape).astype(p.dtype),
+                    rng.standard_normal(p.out_channels).astype(p.dtype))
+    prog = cp.program
+    assert any(prog.fused_step(i) is not None for i in range(len(prog.steps)))
+    base, *runs = _two_ways(prog, cp.device.arena.data)
+    for r in runs:
+        assert np.array_equal(r, base)
+
+
+def test_partials_and_serial_slices_are_fused_where_valid():
+    """An in-channel split (partials exchanged and reduced) with serial out-channel slices:
+    the first exchange is fused with slice 0's conv; bits equal the two-pass run."""
+    from tests.conv.test_multistage_reduce import SMALL as S128, _run_plan
+    from ipukern.conv.layout import Split
+    p = ConvParams(batch=1, in_channels=8 * 25, out_channels=48, in_h=1, in_w=12, kernel_h=1,
+                   kernel_w=1)
+    plan, cp, run, y, ref, mag = _run_plan(p, Split(in_chans=25), serial=3, machine=S128)
+    assert np.all(np.abs(y - ref) <= 1e-5 * mag + 1e-30)
+    prog = cp.program
+    assert prog.fused_step(0) is not None
+    base, *runs = _two_ways(prog, cp.device.arena.data)
+    for r in runs:
+        assert np.array_equal(r, base)
+
+
+def _hazard_program(source_is_output: bool):
+    """Tile 0 and tile 1 each run one 1x1 conv vertex (4 channels -> 4, 8 columns) whose
+    window arrives from the other tile by the exchange before. With ``source_is_output`` the
+    exchange also copies tile 0's conv *output* bytes (as they were before the compute set)
+    to tile 1: fused tile by tile, tile 1's copy would run after tile 0's vertex wrote them."""
+    dev = ik.Device(SMALL)
+    C, K, N = 4, 4, 8
+    win = dev.alloc("win", C * N * 4, "inputs")
+    wts = dev.alloc("w", C * K * 4, "weights")
+    out = dev.alloc("out", K * N * 4, "outputs")
+    src = dev.alloc("src", C * N * 4, "inputs")
+    spy = dev.alloc("spy", K * N * 4, "outputs")
+    # window of tile t comes from tile 1 - t; the spy copy reads tile 0's output (or its src)
+    st, so = [1, 0], [int(src[1]), int(src[0])]
+    dt, do, nb = [0, 1], [int(win[0]), int(win[1])], [C * N * 4] * 2
+    st.append(0)
+    so.append(int(out[0]) if source_is_output else int(src[0]))
+    dt.append(1)
+    do.append(int(spy[1]))
+    nb.append(K * N * 4)
+    x = dev.exchange(st, so, dt, do, nb, name="windows")
+    dims = np.array([[1, 1, C, K, 1, N, 1, N, 0, 0]] * 2, np.int64)
+    batch = ik.VertexBatch(ConvCodelet((1, 1)), tiles=[0, 1],
+                           args={"win": np.array(win[:2], np.int64), "w": np.array(wts[:2], np.int64),
+                                 "out": np.array(out[:2], np.int64), "dims": dims},
+                           cycles=[10, 10],
+                           regions=[(win[:2], [C * N * 4] * 2), (wts[:2], [C * K * 4] * 2),
+                                    (out[:2], [K * N * 4] * 2)])
+    prog = dev.program([Superstep("x", exchange=x),
+                        Superstep("conv", compute=dev.compute_set([batch], name="conv"))])
+    rng = np.random.default_rng(5)
+    data = dev.arena.data
+    data[:2] = rng.integers(0, 64, data[:2].shape, dtype=np.uint8)   # small finite floats
+    return prog, x, data
+
+
+def test_a_copy_reading_what_the_compute_set_writes_is_not_fused():
+    prog, x, data = _hazard_program(True)
+    out = prog.steps[1].compute.batches[0].args["out"]
+    assert fused.reads_written(x.src_tile, x.src_offset, x.nbytes, np.array([0, 1]), out,
+                               np.full(2, 128))
+    assert not fused.reads_written(x.src_tile, x.src_offset, x.nbytes, np.array([0, 1]),
+                                   out + 1000, np.full(2, 128))
+    assert prog.fused_step(0) is None
+    base, *runs = _two_ways(prog, data)
+    for r in runs:
+        assert np.array_equal(r, base)
+    # the check matters: forced, the fused order gives other bytes (tile 1's spy copy
+    # reads tile 0's freshly written output)
+    b = prog.steps[1].compute.batches[0]
+    forced = fused.FusedStep(x, prog.steps[1].compute, [b.codelet.fused_vertices(b)])
+    start = data.copy()
+    forced.run(data, 1)
+    assert not np.array_equal(data, base)
+    data[...] = start
+
+
+def test_reads_written_by_hand():
+    t, rd = np.array([0, 2]), np.array([100, 100])
+    for w_tile, w_off, w_nb, want in [([0], [200], [8], False),     # touching the end
+                                      ([0], [199], [8], True),      # one byte inside
+                                      ([1], [100], [100], False),   # another tile
+                                      ([2], [50], [51], True),      # the first byte
+                                      ([2], [50], [50], False),     # touching the start
+                                      ([0, 2], [0, 0], [0, 500], True),
+                                      ([2], [120], [0], False)]:    # empty write
+        got = fused.reads_written(t, rd, np.array([100, 100]), np.array(w_tile),
+                                  np.array(w_off), np.array(w_nb))
+        assert got is want, (w_tile, w_off, w_nb)
+
+
+def test_the_same_program_without_the_hazard_is_fused():
+    prog, x, data = _hazard_program(False)
+    assert prog.fused_step(0) is not None
+    base, *runs = _two_ways(prog, data)
+    for r in runs:
+        assert np.array_equal(r, base)
+
+
+def test_fusion_skips_pairs_it_cannot_run_and_follows_edited_steps():
+    prog, x, data = _hazard_program(False)
+    step = prog.fused_step(0)
+    assert prog.fused_step(0) is step            # cached
+    assert prog.fused_step(1) is None            # no step after the last
+    prog.steps[1] = Superstep("nothing")         # a program edited after its first run
+    assert prog.fused_step(0) is None
+    assert fused.fuse(None, None) is None
+
+
+def test_a_fused_run_still_checks_the_arena():
+    prog, x, data = _hazard_program(False)
+    with pytest.raises(ExchangeError, match="arena"):
+        prog.execute(data[:, :16].copy(), 1)
+    with pytest.raises(ExchangeError, match="uint8"):
+        prog.fused_step(0).run(data.view(np.int16), 1)
+    with pytest.raises(ValueError, match="threads"):
+        prog.execute(data, 0)
+
+
+def test_small_network_bits_with_and_without_fusion_at_1_2_3_threads(monkeypatch):
+    from tests.nn.test_copy_table import _torch_forward
+    from ipukern.nn import layers as L
+    net = ik.Network("fuse")
+    h = net.add(L.Conv2d(3, 24, 3, stride=2, padding=1), net.input("x", (3, 20, 20)), name="stem")
+    h = net.add(L.MaxPool2d(3, stride=2, padding=1), h, name="pool")
+    h1 = net.add(L.Conv2d(24, 40, 1), h, name="pw")
+    h1 = net.add(L.ReLU(), h1, name="relu")
+    h1 = net.add(L.Conv2d(40, 24, 3, padding=1), h1, name="c3")
+    h = net.add(L.Add(), h, h1, name="res")
+    net.output(net.add(L.Conv2d(24, 36, 1, stride=2), h, name="down"))
+    params = net.init_params(seed=2)
+    x = np.random.default_rng(2).standard_normal((3, 3, 20, 20)).astype(np.float32)
+    small = ik.GC200.replace(n_tiles=92)
+    monkeypatch.setattr(fused, "FUSED_EXCHANGE", False)
+    want = ik.run_network(net, x, params, machine=small)
+    monkeypatch.setattr(fused, "FUSED_EXCHANGE", True)
+    old = ik.get_num_threads()
+    try:
+        for n in (1, 2, 3):
+            ik.set_num_threads(n)
+            got = ik.run_network(net, x, params, machine=small)
+            assert np.array_equal(got.output.view(np.uint32), want.output.view(np.uint32))
+            assert got.profile.total_cycles == want.profile.total_cycles
+    finally:
+        ik.set_num_threads(old)
+    torch = pytest.importorskip("torch")
+    ref = _torch_forward(torch, params, x)
+    assert np.abs(want.output - ref).max() <= 1e-4 * np.abs(ref).max()
