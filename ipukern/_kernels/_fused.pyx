@@ -1,6 +1,6 @@
 """An exchange and the conv compute set after it, executed tile by tile in one call (no GIL).
 
-For each work item w (one destination tile t, items handed to threads dynamically) a thread
+For each work item w (one tile t; thread k takes items k, k + n_threads, ...) a thread
 first does the copies ``[copy_lo[w], copy_lo[w+1])`` of the exchange table (all of them
 write tile t, in the table's destination order, regular stores) and then runs the conv
 vertices ``[vert_lo[w], vert_lo[w+1])`` (all on tile t, in compute-set order) while tile
@@ -24,7 +24,7 @@ from libc.stdint cimport int32_t, int64_t
 from ipukern._kernels.ipk cimport (
     IPK_CONV_DIRECT, IPK_CONV_EDIMS, IPK_CONV_EPARAM, IPK_CONV_ETHREADS, IPK_CONV_ETILE,
     IPK_CONV_MAX_K, IPK_CONV_OK, IPK_F16, IPK_F32, ipk_conv_best_isa, ipk_conv_check,
-    ipk_conv_one, ipk_conv_pick, ipk_conv_vertex_fn, ipk_geom, ipk_geom_init)
+    ipk_conv_one, ipk_conv_pick, ipk_conv_vertex_fn, ipk_geom, ipk_geom_init, ipk_team_size)
 
 
 cdef extern from "ipk_copy.h" nogil:
@@ -96,7 +96,7 @@ def exchange_conv(unsigned char[:, ::1] data,      # IN/OUT: arena, row t = tile
     cdef Py_ssize_t W = copy_lo.shape[0] - 1, V = tiles.shape[0], n = nbytes.shape[0]
     cdef Py_ssize_t w, v, nxt
     cdef int64_t n_rows = data.shape[0], row_bytes = data.shape[1], S = scratch.shape[1]
-    cdef int st, tid
+    cdef int st, tid, nt
     cdef int flags = IPK_CONV_DIRECT if direct else 0
     cdef const int32_t* p
     cdef ipk_conv_vertex_fn fn
@@ -123,14 +123,20 @@ def exchange_conv(unsigned char[:, ::1] data,      # IN/OUT: arena, row t = tile
     if st != IPK_CONV_OK:
         return st
     fn = ipk_conv_pick(ipk_conv_best_isa())
-    for w in prange(W, nogil=True, schedule="dynamic", chunksize=1, num_threads=n_threads):
+    # static round-robin as in conv_tiles: thread t takes items t, t + nt, ... so while it
+    # computes its last vertex of an item it prefetches the first one of its next item (the
+    # output, and the window and weight lines its copies are about to overwrite)
+    for w in prange(W, nogil=True, schedule="static", chunksize=1, num_threads=n_threads):
         tid = threadid()
+        nt = ipk_team_size()
         if copy_lo[w + 1] > copy_lo[w]:
             ipk_copy_table(base, row_bytes, base, row_bytes, &src_row[0], &src_off[0],
                            &dst_row[0], &dst_off[0], &nbytes[0], copy_lo[w], copy_lo[w + 1], 0)
         for v in range(vert_lo[w], vert_lo[w + 1]):
             nxt = v + 1
-            if nxt >= vert_lo[w + 1] or vbatch[nxt] != vbatch[v]:
+            if nxt == vert_lo[w + 1]:
+                nxt = vert_lo[w + nt] if w + nt < W else V
+            if nxt >= V or vbatch[nxt] != vbatch[v]:
                 nxt = -1    # the next vertex's prefetch uses this vertex's kernel size
             p = &bparams[vbatch[v], 0]
             ipk_conv_one(fn, &dims[0, 0], v, nxt, p[0], p[1], p[2], p[3], p[4], p[5], base,
