@@ -179,19 +179,8 @@ def test_a_fused_run_still_checks_the_arena():
 
 
 def test_small_network_bits_with_and_without_fusion_at_1_2_3_threads(monkeypatch):
-    from tests.nn.test_copy_table import _torch_forward
-    from ipukern.nn import layers as L
-    net = ik.Network("fuse")
-    h = net.add(L.Conv2d(3, 24, 3, stride=2, padding=1), net.input("x", (3, 20, 20)), name="stem")
-    h = net.add(L.MaxPool2d(3, stride=2, padding=1), h, name="pool")
-    h1 = net.add(L.Conv2d(24, 40, 1), h, name="pw")
-    h1 = net.add(L.ReLU(), h1, name="relu")
-    h1 = net.add(L.Conv2d(40, 24, 3, padding=1), h1, name="c3")
-    h = net.add(L.Add(), h, h1, name="res")
-    net.output(net.add(L.Conv2d(24, 36, 1, stride=2), h, name="down"))
-    params = net.init_params(seed=2)
-    x = np.random.default_rng(2).standard_normal((3, 3, 20, 20)).astype(np.float32)
-    small = ik.GC200.replace(n_tiles=92)
+    from tests.nn.test_copy_table import _torch_forward, small_residual_net
+    net, params, x, small = small_residual_net(2)
     monkeypatch.setattr(fused, "FUSED_EXCHANGE", False)
     want = ik.run_network(net, x, params, machine=small)
     monkeypatch.setattr(fused, "FUSED_EXCHANGE", True)

@@ -69,13 +69,11 @@ def test_aliased_arrays_are_refused():
         CopyTable([0], [0], [1], [0], [4]).run(a, a)
 
 
-def test_network_bits_do_not_depend_on_the_conv_kernel_path(monkeypatch):
-    """A small network (1x1 convs, plain and strided, take the conv kernel's direct path
-    in place, the padded 3x3 convs the direct path on a zero-padded window copy; coalesced
-    copy tables; max pooling with padding) gives the same bits and cycles with the direct
-    path switched off (every conv on the packing path)."""
+def small_residual_net(seed: int):
+    """A small residual CNN (strided, padded and 1x1 convs, padded max pooling, an add), its
+    parameters and a batch-3 input from ``seed``, and a 92-tile GC200 to run it on; its
+    reference is :func:`_torch_forward`."""
     import ipukern as ik
-    from ipukern.conv import codelet
     from ipukern.nn import layers as L
     net = ik.Network("paths")
     h = net.add(L.Conv2d(3, 24, 3, stride=2, padding=1), net.input("x", (3, 20, 20)), name="stem")
@@ -85,9 +83,18 @@ def test_network_bits_do_not_depend_on_the_conv_kernel_path(monkeypatch):
     h1 = net.add(L.Conv2d(40, 24, 3, padding=1), h1, name="c3")
     h = net.add(L.Add(), h, h1, name="res")
     net.output(net.add(L.Conv2d(24, 36, 1, stride=2), h, name="down"))
-    params = net.init_params(seed=1)
-    x = np.random.default_rng(1).standard_normal((3, 3, 20, 20)).astype(np.float32)
-    small = ik.GC200.replace(n_tiles=92)
+    x = np.random.default_rng(seed).standard_normal((3, 3, 20, 20)).astype(np.float32)
+    return net, net.init_params(seed=seed), x, ik.GC200.replace(n_tiles=92)
+
+
+def test_network_bits_do_not_depend_on_the_conv_kernel_path(monkeypatch):
+    """A small network (1x1 convs, plain and strided, take the conv kernel's direct path
+    in place, the padded 3x3 convs the direct path on a zero-padded window copy; coalesced
+    copy tables; max pooling with padding) gives the same bits and cycles with the direct
+    path switched off (every conv on the packing path)."""
+    import ipukern as ik
+    from ipukern.conv import codelet
+    net, params, x, small = small_residual_net(1)
     on = ik.run_network(net, x, params, machine=small)
     monkeypatch.setattr(codelet, "DIRECT_PATH", False)
     off = ik.run_network(net, x, params, machine=small)
