@@ -67,31 +67,6 @@ static inline void IPK_SFX(dw_prefetch)(ipk_pf* pf, int64_t nb)
             else __builtin_prefetch(pf->p[r], 0, 2);
 }
 
-/* Rows of packed planes are tens of floats: whole-vector stores that run past a row's end
- * (up to VW - 1 floats, into the row written next, or the slack ipk_geom_dw leaves after the
- * last) beat exact-length copies with scalar tails. dw_zero: dst[0, n) = 0; dw_copy:
- * dst[0, n) = src[0, n), never reading past src + n (AVX2: a masked load for the tail). */
-IPK_TGT static inline void IPK_SFX(dw_zero)(float* dst, int64_t n)
-{
-    int64_t i;
-    for (i = 0; i < n; i += VW) VST(dst + i, VZERO());
-}
-
-IPK_TGT static inline void IPK_SFX(dw_copy)(float* restrict dst, const float* restrict src, int64_t n)
-{
-    int64_t i = 0;
-    for (; i + VW <= n; i += VW) VST(dst + i, VLD(src + i));
-#if defined(IPK_ISA_AVX2)
-    if (i < n) {
-        static const int32_t lanes[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
-        const __m256i k = _mm256_loadu_si256((const __m256i*)(lanes + 8 - (n - i)));
-        VST(dst + i, _mm256_maskload_ps(src + i, k));
-    }
-#else
-    for (; i < n; i++) dst[i] = src[i];
-#endif
-}
-
 #if defined(IPK_ISA_AVX2)
 /* dw_pack for fp32 windows with column stride 2 whose taps read both column phases (3x3 and
  * 5x5 stride 2): 16 consecutive window columns are loaded once and split into the 8 even and
@@ -149,7 +124,7 @@ IPK_TGT static void IPK_SFX(dw_pack)(const ipk_geom* g, const unsigned char* src
                                      const int64_t* lo, const int64_t* hi, float* restrict Pb)
 {
     const int64_t Wq = g->dwq, Mr = g->Mr, sw = g->sw;
-    int64_t mrow, m;
+    int64_t mrow;
     int pr, pc;
 #if defined(IPK_ISA_AVX2)
     if (in_dt == IPK_F32 && sw == 2 && g->nphc == 2) {
@@ -168,18 +143,8 @@ IPK_TGT static void IPK_SFX(dw_pack)(const ipk_geom* g, const unsigned char* src
                     continue;
                 }
                 IPK_SFX(dw_zero)(dst, a);
-                {
-                    const int64_t e0 = r * g->rs + a * sw + g->phc_val[pc] + g->co;
-                    if (in_dt == IPK_F32) {
-                        const float* sp = (const float*)src + e0;
-                        if (sw == 1) IPK_SFX(dw_copy)(dst + a, sp, b - a);
-                        else for (m = a; m < b; m++) dst[m] = sp[(m - a) * sw];
-                    } else {
-                        const uint16_t* sp = (const uint16_t*)src + e0;
-                        if (sw == 1) IPK_SFX(h2f_run)(dst + a, sp, b - a);
-                        else for (m = a; m < b; m++) dst[m] = ipk_h2f(sp[(m - a) * sw]);
-                    }
-                }
+                IPK_SFX(load_row)(dst + a, src, r * g->rs + a * sw + g->phc_val[pc] + g->co,
+                                  in_dt, sw, b - a, 1);
                 IPK_SFX(dw_zero)(dst + b, Wq - b);
             }
         }

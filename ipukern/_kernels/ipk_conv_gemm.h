@@ -87,7 +87,7 @@ IPK_TGT static void IPK_SFX(pack_window)(const ipk_geom* g, const unsigned char*
     const int64_t C = g->C, WR = g->WR, WC = g->WC, Mr = g->Mr, Wp = g->Wp;
     const int64_t rs = g->rs, cs = g->cs;
     const int64_t sh = g->sh, sw = g->sw, ro = g->ro, co = g->co, plane = g->plane;
-    int64_t lo[IPK_CONV_MAX_K], hi[IPK_CONV_MAX_K], c, mrow, m;
+    int64_t lo[IPK_CONV_MAX_K], hi[IPK_CONV_MAX_K], c, mrow;
     int pr, pc;
     /* per column phase, the packed columns m with 0 <= m*sw + ph + co <= WC-1 */
     for (pc = 0; pc < g->nphc; pc++) {
@@ -119,7 +119,7 @@ IPK_TGT static void IPK_SFX(pack_window)(const ipk_geom* g, const unsigned char*
         /* packed column m of phase ph <- window column q = 2m + ph + co: a block of 16
          * packed columns of both phases is 32 consecutive window columns starting at
          * q0 = 32*v + co, split into even / odd lanes */
-        for (m = 0; m < nvec; m++) {
+        for (int64_t m = 0; m < nvec; m++) {
             const int64_t q0 = 32 * m + co;
             const int64_t a0 = -q0 < 0 ? 0 : -q0 > 16 ? 16 : -q0, b0 = WC - q0 < 0 ? 0 : WC - q0 > 16 ? 16 : WC - q0;
             const int64_t a1 = -q0 - 16 < 0 ? 0 : -q0 - 16 > 16 ? 16 : -q0 - 16;
@@ -143,7 +143,7 @@ IPK_TGT static void IPK_SFX(pack_window)(const ipk_geom* g, const unsigned char*
                         const uintptr_t srow = (uintptr_t)src + (uintptr_t)(c * cs + r * rs + co) * isz;
                         float* d0 = p0 >= 0 ? base + p0 * plane + mrow * Wp : 0;
                         float* d1 = p1 >= 0 ? base + p1 * plane + mrow * Wp : 0;
-                        for (m = 0; m < nvec; m++) {
+                        for (int64_t m = 0; m < nvec; m++) {
                             /* the last block is stored masked: past Wp is another plane */
                             const __mmask16 ks = m == nvec - 1 ? klast : (__mmask16)0xFFFF;
                             __m512 lo_v = _mm512_setzero_ps(), hi_v = _mm512_setzero_ps();
@@ -178,18 +178,9 @@ IPK_TGT static void IPK_SFX(pack_window)(const ipk_geom* g, const unsigned char*
                     const int64_t a = inside ? lo[pc] : 0, b = inside ? hi[pc] : 0;
                     IPK_SFX(zero_f32)(dst, a);
                     IPK_SFX(zero_f32)(dst + b, Wp - b);
-                    if (b > a) {
-                        const int64_t e0 = c * cs + r * rs + a * sw + g->phc_val[pc] + co;
-                        if (in_dt == IPK_F32) {
-                            const float* sp = (const float*)src + e0;
-                            if (sw == 1) IPK_SFX(copy_f32)(dst + a, sp, b - a);
-                            else for (m = a; m < b; m++) dst[m] = sp[(m - a) * sw];
-                        } else {
-                            const uint16_t* sp = (const uint16_t*)src + e0;
-                            if (sw == 1) IPK_SFX(h2f_run)(dst + a, sp, b - a);
-                            else for (m = a; m < b; m++) dst[m] = ipk_h2f(sp[(m - a) * sw]);
-                        }
-                    }
+                    if (b > a)
+                        IPK_SFX(load_row)(dst + a, src, c * cs + r * rs + a * sw + g->phc_val[pc] + co,
+                                          in_dt, sw, b - a, 0);
                 }
             }
         }

@@ -130,6 +130,51 @@ IPK_TGT static inline void IPK_SFX(f2h_run)(uint16_t* restrict dst, const float*
 }
 
 /* ---------------------------------------------------------------- row packing (both paths) */
+/* Rows of packed planes are tens of floats: whole-vector stores that run past a row's end
+ * (up to VW - 1 floats, into the row written next, or the slack ipk_geom_dw leaves after the
+ * last) beat exact-length copies with scalar tails. dw_zero: dst[0, n) = 0; dw_copy:
+ * dst[0, n) = src[0, n), never reading past src + n (AVX2: a masked load for the tail). */
+IPK_TGT static inline void IPK_SFX(dw_zero)(float* dst, int64_t n)
+{
+    int64_t i;
+    for (i = 0; i < n; i += VW) VST(dst + i, VZERO());
+}
+
+IPK_TGT static inline void IPK_SFX(dw_copy)(float* restrict dst, const float* restrict src, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) VST(dst + i, VLD(src + i));
+#if defined(IPK_ISA_AVX2)
+    if (i < n) {
+        static const int32_t lanes[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+        const __m256i k = _mm256_loadu_si256((const __m256i*)(lanes + 8 - (n - i)));
+        VST(dst + i, _mm256_maskload_ps(src + i, k));
+    }
+#else
+    for (; i < n; i++) dst[i] = src[i];
+#endif
+}
+
+/* One window row into fp32: dst[m] = src element e0 + m*sw (fp32 copied, fp16 widened),
+ * m in [0, n). ``overrun``: an fp32 stride-1 row may end with a whole-vector store (dw_copy;
+ * the packed rows of the depthwise path leave room), else it writes exactly n floats. Both
+ * packing paths load rows through here, so they read the same values. */
+IPK_TGT static inline void IPK_SFX(load_row)(float* restrict dst, const unsigned char* src, int64_t e0,
+                                             int in_dt, int64_t sw, int64_t n, int overrun)
+{
+    int64_t m;
+    if (in_dt == IPK_F32) {
+        const float* sp = (const float*)src + e0;
+        if (sw != 1) for (m = 0; m < n; m++) dst[m] = sp[m * sw];
+        else if (overrun) IPK_SFX(dw_copy)(dst, sp, n);
+        else IPK_SFX(copy_f32)(dst, sp, n);
+    } else {
+        const uint16_t* sp = (const uint16_t*)src + e0;
+        if (sw == 1) IPK_SFX(h2f_run)(dst, sp, n);
+        else for (m = 0; m < n; m++) dst[m] = ipk_h2f(sp[m * sw]);
+    }
+}
+
 #if defined(IPK_ISA_AVX512)
 /* Masks for a packed row of nvec vectors whose columns [a, b) lie inside the window. */
 IPK_TGT static inline void IPK_SFX(row_masks)(__mmask16* ktab, int64_t nvec, int64_t a, int64_t b)
