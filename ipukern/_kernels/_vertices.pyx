@@ -161,6 +161,38 @@ def fill(unsigned char[:, ::1] data,        # OUT: arena
                 (<uint16_t*>p)[i] = hv
 
 
+cdef inline void _sum_vertex(unsigned char* po, unsigned char* base, int64_t stride,
+                             const int32_t* src_row, int64_t tile, const int64_t* src_off,
+                             Py_ssize_t k0, Py_ssize_t k1, int64_t n, int in_dt,
+                             int out_dt) noexcept nogil:
+    """One sum_rows vertex: out (at ``po``) = sum of sources k0..k1-1, source k at byte
+    src_off[k] of row src_row[k] (of ``tile`` when src_row is NULL), in that order."""
+    cdef Py_ssize_t i, k
+    cdef const unsigned char* ps
+    cdef const float* fs
+    cdef float* fo
+    cdef float acc
+    if in_dt == IPK_F32 and out_dt == IPK_F32:
+        # k-outer loop over contiguous rows vectorises; the order of additions per
+        # element is still k0, k0+1, ... (fp32 round per step, as the real vertex)
+        fo = <float*>po
+        ps = base + (src_row[k0] if src_row != NULL else tile) * stride + src_off[k0]
+        if ps != po:
+            memcpy(po, ps, <size_t>(n * 4))
+        for k in range(k0 + 1, k1):
+            fs = <const float*>(base + (src_row[k] if src_row != NULL else tile) * stride
+                                + src_off[k])
+            for i in range(n):
+                fo[i] = fo[i] + fs[i]
+    else:
+        for i in range(n):
+            acc = 0.0
+            for k in range(k0, k1):
+                acc = acc + _ld(base + (src_row[k] if src_row != NULL else tile) * stride
+                                + src_off[k], i, in_dt)
+            _st(po, i, acc, out_dt)
+
+
 def sum_rows(unsigned char[:, ::1] data,    # IN/OUT: arena
              const int32_t[::1] tiles,       # IN: tile of vertex v
              const int64_t[::1] out_off,     # IN: byte offset of the output
@@ -173,13 +205,8 @@ def sum_rows(unsigned char[:, ::1] data,    # IN/OUT: arena
     Accumulates in fp32 and rounds once to the output dtype, so the result does not depend
     on threads. ``out`` may alias the first source (in-place accumulation).
     """
-    cdef Py_ssize_t v, i, k, k0, k1, stride = data.shape[1]
+    cdef Py_ssize_t v, k, stride = data.shape[1]
     cdef unsigned char* base = &data[0, 0]
-    cdef unsigned char* tb
-    cdef unsigned char* po
-    cdef const float* fs
-    cdef float* fo
-    cdef float acc
     _check_common("sum_rows", tiles, data.shape[0], in_dt, n_threads)
     _check_common("sum_rows", tiles, data.shape[0], out_dt, n_threads)
     _check_runs("sum_rows", "out", tiles, out_off, n, ipk_dt_size(out_dt), stride)
@@ -194,26 +221,66 @@ def sum_rows(unsigned char[:, ::1] data,    # IN/OUT: arena
                 raise ValueError(f"sum_rows: vertex {v} (tile {tiles[v]}): source {k} at byte "
                                  f"{src_off[k]} reaches outside the arena row of {stride} B")
     for v in prange(tiles.shape[0], nogil=True, schedule="static", num_threads=n_threads):
-        tb = base + tiles[v] * stride
-        po = tb + out_off[v]
-        k0 = src_ptr[v]
-        k1 = src_ptr[v + 1]
-        if in_dt == IPK_F32 and out_dt == IPK_F32:
-            # k-outer loop over contiguous rows vectorises; the order of additions per
-            # element is still k0, k0+1, ... (fp32 round per step, as the real vertex)
-            fo = <float*>po
-            if tb + src_off[k0] != po:
-                memcpy(po, tb + src_off[k0], <size_t>(n[v] * 4))
-            for k in range(k0 + 1, k1):
-                fs = <const float*>(tb + src_off[k])
-                for i in range(n[v]):
-                    fo[i] = fo[i] + fs[i]
-        else:
-            for i in range(n[v]):
-                acc = 0.0
-                for k in range(k0, k1):
-                    acc = acc + _ld(tb + src_off[k], i, in_dt)
-                _st(po, i, acc, out_dt)
+        _sum_vertex(base + tiles[v] * stride + out_off[v], base, stride, NULL, tiles[v],
+                    &src_off[0], src_ptr[v], src_ptr[v + 1], n[v], in_dt, out_dt)
+
+
+# ---------------------------------------------------------------- fused partials exchange + reduce
+# ``sum_rows_from`` is ``sum_rows`` with a source row per source vector (source k: n[v]
+# elements at byte src_off[k] of tile src_row[k]). ipukern.core.fused_reduce points the
+# sources a partials exchange would have copied into a receive buffer at the bytes that
+# exchange copies, so the exchange need not run. The arithmetic is sum_rows' own, term for
+# term, so the outputs are the same bits.
+cdef Py_ssize_t _first_bad(const int32_t[::1] tiles, const int64_t[::1] out_off,
+                           const int64_t[::1] src_ptr, const int32_t[::1] src_row,
+                           const int64_t[::1] src_off, const int64_t[::1] n, int64_t n_rows,
+                           int64_t row, int64_t isz, int64_t osz) noexcept nogil:
+    """Index of the first vertex with a tile, output or source outside the arena (or an
+    empty or out-of-range source list), or -1."""
+    cdef Py_ssize_t v, k
+    for v in range(tiles.shape[0]):
+        if (tiles[v] < 0 or tiles[v] >= n_rows or _outside(out_off[v], n[v], osz, row)
+                or src_ptr[v + 1] <= src_ptr[v] or src_ptr[v + 1] > src_off.shape[0]):
+            return v
+        for k in range(src_ptr[v], src_ptr[v + 1]):
+            if src_row[k] < 0 or src_row[k] >= n_rows or _outside(src_off[k], n[v], isz, row):
+                return v
+    return -1
+
+
+def sum_rows_from(unsigned char[:, ::1] data,    # IN/OUT: arena, row t = tile t's memory
+                  const int32_t[::1] tiles,       # IN: tile of vertex v (where out is)
+                  const int64_t[::1] out_off,     # IN: byte offset of the output on that tile
+                  const int64_t[::1] src_ptr,     # IN: (V + 1,) vertex v sums sources src_ptr[v]..
+                  const int32_t[::1] src_row,     # IN: tile holding source k
+                  const int64_t[::1] src_off,     # IN: byte offset of source k on that tile
+                  const int64_t[::1] n,           # IN: elements per vector of vertex v
+                  int in_dt, int out_dt, int n_threads):   # IN
+    """out = sum_k src_k (k = src_ptr[v] .. src_ptr[v+1]-1, in that order), as
+    ``_vertices.sum_rows`` computes it. Raises ValueError before anything is written for
+    bad codes, lengths, threads, or an operand outside the arena."""
+    cdef Py_ssize_t V = tiles.shape[0], v, bad
+    cdef int64_t stride = data.shape[1]
+    cdef unsigned char* base
+    if (in_dt != IPK_F32 and in_dt != IPK_F16) or (out_dt != IPK_F32 and out_dt != IPK_F16):
+        raise ValueError(f"sum_rows_from: dtype codes {in_dt}, {out_dt} must be IPK_F32 or IPK_F16")
+    if n_threads < 1:
+        raise ValueError(f"sum_rows_from: n_threads must be >= 1, got {n_threads}")
+    if (out_off.shape[0] != V or n.shape[0] != V or src_ptr.shape[0] != V + 1
+            or src_row.shape[0] != src_off.shape[0] or (V and src_ptr[0] < 0)):
+        raise ValueError("sum_rows_from: tables do not match the vertex count")
+    if V == 0:
+        return
+    with nogil:
+        bad = _first_bad(tiles, out_off, src_ptr, src_row, src_off, n, data.shape[0], stride,
+                         ipk_dt_size(in_dt), ipk_dt_size(out_dt))
+    if bad >= 0:
+        raise ValueError(f"sum_rows_from: vertex {bad} (tile {tiles[bad]}) has an operand "
+                         f"outside the arena ({data.shape[0]} rows of {stride} B) or no sources")
+    base = &data[0, 0]
+    for v in prange(V, nogil=True, schedule="static", num_threads=n_threads):
+        _sum_vertex(base + tiles[v] * stride + out_off[v], base, stride, &src_row[0], tiles[v],
+                    &src_off[0], src_ptr[v], src_ptr[v + 1], n[v], in_dt, out_dt)
 
 
 def sum_elems(unsigned char[:, ::1] data,   # IN/OUT: arena

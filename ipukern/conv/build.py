@@ -371,6 +371,9 @@ def build_conv_program(plan: ConvPlan, device: Device | None = None, *,
             [_stage_copies(buf, j, 1)] if buf.reduce_needed else [])
         xch = (_exchange(dev, CopyTable.concat(tabs), "weights+partials" if S > 1 else "partials",
                          False) if tabs else None)
+        if xch is not None and j + 1 == S and buf.reduce_needed:
+            xch.receive_only = True     # partials only, into the receive buffer
+
         name = f"conv slice {j}" if S > 1 else "conv"
         steps.append(Superstep(name, compute=dev.compute_set(batches, name=name), exchange=xch,
                                category="compute"))
@@ -379,8 +382,8 @@ def build_conv_program(plan: ConvPlan, device: Device | None = None, *,
             name = f"reduce stage {s_}" + (f" slice {j}" if S > 1 else "")
             steps.append(Superstep(
                 name, compute=dev.compute_set([_stage_sum(buf, j, s_)], name=name),
-                exchange=_exchange(dev, _stage_copies(buf, j, s_ + 1), f"partials stage {s_ + 1}",
-                                   False),
+                exchange=_receive_only(_exchange(dev, _stage_copies(buf, j, s_ + 1),
+                                                 f"partials stage {s_ + 1}", False)),
                 category="reduction"))
     if finishing:
         name = "reduce" if buf.reduce_needed else ("cast" if buf.cast_needed else "bias")
@@ -496,6 +499,11 @@ def _exchange(dev: Device, table: CopyTable, name: str, shared_bus: Any):
     # the builder's own tables (tiles, offsets of its allocations): not re-validated
     return dev.exchange(table.src_tile, table.src_off, table.dst_tile, table.dst_off,
                         table.nbytes, name=name, shared_bus=shared_bus, validate=False)
+
+
+def _receive_only(xch):
+    xch.receive_only = True
+    return xch
 
 
 # --------------------------------------------------------------------------- vertices

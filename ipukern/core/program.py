@@ -154,6 +154,11 @@ class Exchange:
         exchange (the result would depend on copy order). Nothing is written.
     """
 
+    #: set by a program builder when the destination bytes are a receive buffer that only the
+    #: next superstep's reduce vertices read (a conv's partials): the host may then let those
+    #: vertices read the sources in place (:mod:`ipukern.core.fused_reduce`)
+    receive_only = False
+
     def __init__(self, machine: MachineSpec, src_tile: Any, src_offset: Any, dst_tile: Any,
                  dst_offset: Any, nbytes: Any, *, name: str = "exchange",
                  row_bytes: int | None = None, shared_bus: Any = True, validate: bool = True):
@@ -526,15 +531,18 @@ class Program:
         return self._records
 
     def fused_step(self, i: int) -> Any:
-        """The :class:`~ipukern.core.fused.FusedStep` running step ``i``'s exchange together
-        with step ``i + 1``'s compute set, or None (checked once per pair, then cached)."""
+        """The :class:`~ipukern.core.fused.FusedStep` (or, for a receive-only partials
+        exchange, :class:`~ipukern.core.fused_reduce.ReduceStep`) running step ``i``'s
+        exchange together with step ``i + 1``'s compute set, or None (checked once per
+        pair, then cached)."""
         if i + 1 >= len(self.steps):
             return None
         x, c = self.steps[i].exchange, self.steps[i + 1].compute
         got = self._fused.get(i)
         if got is None or got[0] is not x or got[1] is not c:
             from .fused import fuse
-            got = self._fused[i] = (x, c, fuse(x, c))
+            from .fused_reduce import fuse_reduce
+            got = self._fused[i] = (x, c, fuse(x, c) or fuse_reduce(self.steps, i))
         return got[2]
 
     def execute(self, data: np.ndarray, n_threads: int) -> None:

@@ -1,0 +1,138 @@
+"""A conv's partials exchange fused with its reduction (ipukern.core.fused_reduce): the
+reduce vertices read the partials where they were computed; every output byte is the one
+the two phases give, for any thread count; pairs where that would not hold are refused."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ipukern as ik
+from ipukern.conv.build import build_conv_program
+from ipukern.conv.layout import Split
+from ipukern.conv.params import ConvParams
+from ipukern.conv.planner import plan_conv
+from ipukern.core.fused_reduce import ReduceStep, fuse_reduce
+from ipukern.core.program import Program, Superstep
+from ipukern.core.vertices import sum_rows
+from tests.core.test_fused_exchange import _two_ways
+
+SMALL = ik.GC200.replace(n_tiles=96, name="GC200-96")
+
+CASES = {
+    "fp32 1x1 wide": dict(i=(1, 512, 3, 3), w=(32, 512, 1, 1), split=Split(in_chans=8)),
+    "fp32 3x3 bias": dict(i=(2, 48, 6, 6), w=(24, 48, 3, 3), padding=1, split=Split(in_chans=3)),
+    "fp32 uneven": dict(i=(1, 60, 5, 7), w=(20, 60, 3, 1), padding=(1, 0), split=Split(in_chans=5)),
+    "fp16 half partials": dict(i=(2, 64, 4, 4), w=(16, 64, 3, 3), padding=1, dtype="float16",
+                               partials="half", split=Split(in_chans=4)),
+    "fp16 float partials": dict(i=(1, 96, 5, 5), w=(24, 96, 1, 1), dtype="float16",
+                                split=Split(in_chans=6)),
+}
+
+
+def _program(case: dict, serial: int = 1):
+    """The conv program of ``case`` with its in-channel split, inputs written and run once."""
+    from tests.conv.test_multistage_reduce import _run_plan
+    c = dict(case)
+    split = c.pop("split")
+    p = ConvParams.from_shapes(c.pop("i"), c.pop("w"), **c)
+    return _run_plan(p, split, serial=serial, machine=SMALL)[1]
+
+
+def _reduce_steps(prog: Program) -> list[int]:
+    return [i for i in range(len(prog.steps)) if isinstance(prog.fused_step(i), ReduceStep)]
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_fused_reduce_gives_the_same_bytes(case):
+    cp = _program(CASES[case])
+    prog = cp.program
+    assert _reduce_steps(prog), "a single-stage partials reduction is fused"
+    base, *runs = _two_ways(prog, cp.device.arena.data)
+    for r in runs:
+        assert np.array_equal(r, base)
+
+
+def test_planned_convs_with_partials_are_fused_and_exact():
+    """Plans of the planner's own choosing, with a bias (its pass runs after the sums)."""
+    seen = 0
+    for i, w in [((2, 16, 9, 9), (24, 16, 3, 3)), ((1, 256, 6, 6), (64, 256, 1, 1))]:
+        p = ConvParams.from_shapes(i, w, padding=(w[2] // 2, w[3] // 2))
+        cp = build_conv_program(plan_conv(p, SMALL, bias=True))
+        rng = np.random.default_rng(1)
+        cp.write_inputs(rng.standard_normal(p.input_shape).astype(p.dtype),
+                        rng.standard_normal(p.weight_shape).astype(p.dtype),
+                        rng.standard_normal(p.out_channels).astype(p.dtype))
+        if cp.plan.split.reduction > 1 and len(cp.buffers.stages) == 1:
+            assert _reduce_steps(cp.program)
+            seen += 1
+        base, *runs = _two_ways(cp.program, cp.device.arena.data)
+        for r in runs:
+            assert np.array_equal(r, base)
+    assert seen == 2
+
+
+def test_multistage_reduction_is_not_fused():
+    """Stages share one receive buffer: a later stage's exchange and sums touch it, so no
+    stage is fused; the program still runs the same."""
+    from tests.conv.test_multistage_reduce import SMALL as S128, _run_plan
+    p = ConvParams(batch=1, in_channels=8 * 25, out_channels=48, in_h=1, in_w=12, kernel_h=1,
+                   kernel_w=1)
+    plan, cp, run, y, ref, mag = _run_plan(p, Split(in_chans=25), serial=1, machine=S128)
+    assert len(cp.buffers.stages) > 1
+    assert not _reduce_steps(cp.program)
+    assert np.all(np.abs(y - ref) <= 1e-5 * mag + 1e-30)
+
+
+def _hand_program(receive_only=True, reader=False, clobber=False):
+    """Tile 0 sends 8 floats to tile 1's receive buffer (byte 64); tile 1 sums its own 8
+    (byte 0) and the received ones into byte 128. ``reader``: a later step reads the
+    receive buffer; ``clobber``: a second sum vertex on tile 0 overwrites the source."""
+    m = SMALL
+    from ipukern.core.engine import Device
+    dev = Device(m)
+    dev.alloc("buf", np.full(m.n_tiles, 256, np.int64), "partials")
+    x = dev.exchange([0], [0], [1], [64], [32], name="partials")
+    x.receive_only = receive_only
+    tiles, out, srcs, n = [1], [128], [[0], [64]], [8]
+    if clobber:
+        tiles, out, srcs, n = [1, 0], [128, 0], [[0, 32], [64, 64]], [8, 8]
+    batch = sum_rows(m, np.array(tiles), np.array(out), [np.array(s) for s in srcs], np.array(n),
+                     "float32", "float32")
+    steps = [Superstep("conv", exchange=x), Superstep("reduce", compute=dev.compute_set([batch]))]
+    if reader:
+        steps.append(Superstep("read", compute=dev.compute_set([sum_rows(
+            m, np.array([1]), np.array([192]), [np.array([64])], np.array([8]), "float32",
+            "float32")])))
+    return dev, dev.program(steps)
+
+
+def test_hand_built_pair_is_fused_only_when_valid():
+    dev, prog = _hand_program()
+    assert isinstance(fuse_reduce(prog.steps, 0), ReduceStep)
+    data = np.random.default_rng(3).standard_normal((SMALL.n_tiles, 64)).astype(np.float32)
+    data = data.view(np.uint8).copy()
+    base, *runs = _two_ways(prog, data)
+    for r in runs:
+        assert np.array_equal(r, base)
+    # refused: not marked receive-only, a later reader, a vertex overwriting a source
+    assert fuse_reduce(_hand_program(receive_only=False)[1].steps, 0) is None
+    assert fuse_reduce(_hand_program(reader=True)[1].steps, 0) is None
+    assert fuse_reduce(_hand_program(clobber=True)[1].steps, 0) is None
+    assert fuse_reduce(prog.steps, 1) is None
+
+
+def test_sum_rows_from_checks_operands():
+    from ipukern._kernels import _vertices
+    data = np.zeros((2, 64), np.uint8)
+    one = np.array([1], np.int32)
+    args = dict(tiles=one, out_off=np.array([0], np.int64), src_ptr=np.array([0, 1], np.int64),
+                src_row=np.array([5], np.int32), src_off=np.array([0], np.int64),
+                n=np.array([4], np.int64))
+    with pytest.raises(ValueError, match="outside the arena"):
+        _vertices.sum_rows_from(data, *args.values(), 0, 0, 1)
+    args["src_row"] = np.array([0], np.int32)
+    with pytest.raises(ValueError, match="n_threads"):
+        _vertices.sum_rows_from(data, *args.values(), 0, 0, 0)
+    data[0, :16] = np.arange(4, dtype=np.float32).view(np.uint8)
+    _vertices.sum_rows_from(data, *args.values(), 0, 0, 1)
+    assert np.array_equal(data[1, :16].view(np.float32), np.arange(4, dtype=np.float32))
