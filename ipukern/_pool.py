@@ -25,6 +25,17 @@ milliseconds. Workers import ipukern afresh: module-level settings changed in th
 process (a planner constant patched for an experiment) do not reach them; pass
 ``executor=None`` after changing any.
 
+Ctrl-C. A pool's workers are launched (the fork server started, each worker's request sent
+and its process data written) with SIGINT deferred in this process and blocked in the
+processes it starts: an interrupt that cut a launch short would leave the fork server or a
+half-started worker reading a closed pipe, printing a traceback of its own after the
+caller's one-line message (seen under load, where launches take seconds). The deferred
+interrupt is raised as soon as the launch is complete. The fork server keeps SIGINT blocked
+(it ignores it anyway once started); a worker ignores SIGINT and then unblocks it before its
+first point; the caller ends the workers. CPython starts its resource tracker the same way
+(bpo-33613). So the fork server ipukern starts forks other pools' workers with SIGINT
+blocked too.
+
 Measured start-up (AMD EPYC, 2 cores, Python 3.11, load average ~1, 2 workers, time to the
 first results of a trivial ipukern call): spawn 1.3-1.4 s per pool; forkserver without
 preload 1.2 s per pool; forkserver with ipukern preloaded 0.8 s for the first pool of a
@@ -36,12 +47,14 @@ from __future__ import annotations
 
 import ast
 import concurrent.futures
+import contextlib
 import multiprocessing
 import os
 import pickle
 import pickletools
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -84,6 +97,42 @@ def worker_count() -> int:
     return max(1, n)
 
 
+class _Pool(concurrent.futures.ProcessPoolExecutor):
+    """A ProcessPoolExecutor whose ``submit`` (which launches the workers) is not cut short
+    by Ctrl-C (see the module docstring)."""
+
+    def submit(self, fn, /, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003 - as the base
+        with _sigint_deferred():
+            return super().submit(fn, *args, **kwargs)
+
+
+@contextlib.contextmanager
+def _sigint_deferred():
+    """SIGINT blocked in the calling (main) thread, so the processes started inside inherit
+    it blocked, and a Python-level SIGINT (arriving through another thread) recorded instead
+    of raised; the original handler runs with it on the way out."""
+    old = signal.getsignal(signal.SIGINT)
+    if (threading.current_thread() is not threading.main_thread() or old is None
+            or not hasattr(signal, "pthread_sigmask")):
+        yield                                    # signals only reach the main thread's code
+        return
+    got: list = []
+    signal.signal(signal.SIGINT, lambda signum, frame: got.append(frame))
+    try:
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)   # runs a pending one: recorded
+    finally:
+        signal.signal(signal.SIGINT, old)
+    if got:
+        if callable(old):
+            old(signal.SIGINT, got[0])           # default: raises KeyboardInterrupt
+        elif old == signal.SIG_DFL:
+            signal.raise_signal(signal.SIGINT)
+
+
 def process_pool(max_workers: int | None = None) -> concurrent.futures.ProcessPoolExecutor:
     """A ``ProcessPoolExecutor`` safe with the compiled kernels' threads: its workers fork
     from a fork server that has imported ipukern (``spawn`` where there is no fork server).
@@ -108,14 +157,16 @@ def process_pool(max_workers: int | None = None) -> concurrent.futures.ProcessPo
     else:                                         # pragma: no cover - Windows
         ctx = multiprocessing.get_context("spawn")
     _STATE["server"] = True
-    return concurrent.futures.ProcessPoolExecutor(max_workers, mp_context=ctx,
-                                                  initializer=_ignore_sigint)
+    return _Pool(max_workers, mp_context=ctx, initializer=_ignore_sigint)
 
 
 def _ignore_sigint() -> None:
     # Ctrl-C reaches the whole process group: the parent stops the sweep and ends the
-    # workers; a worker's own KeyboardInterrupt would only print a traceback
+    # workers; a worker's own KeyboardInterrupt would only print a traceback. Launched
+    # with SIGINT blocked (_sigint_deferred): ignored first, then unblocked.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def run_points(fn: Callable[[Any], Any], items: Sequence[Any], executor: Any = "auto", *,

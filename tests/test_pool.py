@@ -165,3 +165,45 @@ def test_guard_detection(tmp_path):
                     "if '__main__' == __name__: pass\nif __name__ != '__main__': pass\n")
     assert _pool._guard_lines(str(path)) == [(2, 4), (5, 5)]
     assert _pool._guard_lines(str(tmp_path / "missing.py")) == []
+
+
+@pytest.mark.parametrize("to, delay", [("parent", 0.0), ("group", 0.3)])
+def test_ctrl_c_while_workers_are_launched_leaves_no_traceback(tmp_path, to, delay):
+    # Ctrl-C right after the parent asked the fork server for a worker, to the parent alone
+    # (as tests/test_cli_hardening.py sends it) or, 0.3 s later while the fork server
+    # imports ipukern, to the whole process group (as a terminal does). Before the fix the
+    # parent's KeyboardInterrupt abandoned the half-sent launch and the worker died on EOF
+    # with a traceback ("EOFError: Ran out of input"), or the fork server, still importing
+    # ipukern, printed a KeyboardInterrupt traceback of its own
+    script = tmp_path / "ctrl_c.py"
+    script.write_text(textwrap.dedent(f"""
+        import operator, os, signal, sys, time
+        from multiprocessing import forkserver
+        from ipukern import _pool
+
+        connect = forkserver.connect_to_new_process
+
+        def connect_then_ctrl_c(fds):
+            out = connect(fds)
+            time.sleep({delay})
+            if {to == "group"}:
+                os.killpg(0, signal.SIGINT)
+            else:
+                os.kill(os.getpid(), signal.SIGINT)
+            return out
+
+        forkserver.connect_to_new_process = connect_then_ctrl_c
+        if __name__ == "__main__":
+            try:
+                _pool.run_points(operator.neg, list(range(8)), "process")
+            except KeyboardInterrupt:
+                print("interrupted", file=sys.stderr)
+                sys.exit(130)
+            print("not interrupted", file=sys.stderr)
+    """))
+    # the pipes close when the fork server and every worker have exited: their stderr too
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120, start_new_session=True, cwd=tmp_path,
+                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr.strip() == "interrupted", proc.stderr
