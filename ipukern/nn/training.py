@@ -29,6 +29,7 @@ recomputed. An activation used outside its own segment stays stashed.
 """
 from __future__ import annotations
 
+import math
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -398,19 +399,27 @@ def _checkpoints_of(net, batch, ctx, recompute) -> list[str]:
     return checkpoint_names(compile_network(net, batch, ctx, fold_bn=False), recompute)
 
 
-def _fits(net, batch, ctx, recompute, opt, state_location, sdt=()) -> bool:
+def _spare(net, batch, ctx, recompute, opt, state_location, sdt=()) -> float:
+    """Bytes left on the fullest tile of the training step at ``batch`` (negative: over
+    budget; -inf: a layer fits no plan)."""
     try:
         _, live, _, _, _ = training_schedule(net, batch, ctx, recompute=recompute, optimizer=opt,
                                              state_location=state_location,
                                              state_dtype=sdt or "float32")
     except TileMemoryError:      # a layer fits no plan; a host MemoryError is not an answer
-        return False
-    return int(live.max()) + ctx.machine.reserved_bytes_per_tile <= ctx.machine.tile_bytes
+        return -math.inf
+    m = ctx.machine
+    return m.tile_bytes - m.reserved_bytes_per_tile - int(live.max())
+
+
+def _fits(net, batch, ctx, recompute, opt, state_location, sdt=()) -> bool:
+    return _spare(net, batch, ctx, recompute, opt, state_location, sdt) >= 0
 
 
 def _max_batch(net, ctx, recompute, opt, state_location, start: int, sdt=()) -> int:
-    """Largest batch whose training step fits (0 if batch 1 does not): doubling or halving
-    from the estimated batch (its schedule is cached), then bisection, with the real
-    planner and liveness (:func:`ipukern.nn.api.search_max_batch`)."""
+    """Largest batch whose training step fits (0 if batch 1 does not): from the estimated
+    batch (its schedule is cached), guided by the bytes left, with the real planner and
+    liveness (:func:`ipukern.nn.api.search_max_batch`)."""
     from .api import search_max_batch
-    return search_max_batch(lambda b: _fits(net, b, ctx, recompute, opt, state_location, sdt), start)
+    return search_max_batch(None, start, spare=lambda b: _spare(net, b, ctx, recompute, opt,
+                                                                state_location, sdt))

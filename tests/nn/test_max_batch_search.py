@@ -91,3 +91,32 @@ def test_a_host_memory_error_is_not_taken_for_a_batch_that_does_not_fit(monkeypa
     monkeypatch.setattr(training, "training_schedule", host_full)
     with pytest.raises(MemoryError, match="host"):
         training._max_batch(net, ctx, None, None, "chip", 1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 5000), st.integers(1, 5000), st.integers(1, 4096),
+       st.floats(0, 1e6), st.floats(0, 0.5), st.integers(0, 50))
+def test_search_guided_by_the_bytes_left_is_exact(answer, start, limit, per_sample, curve, step):
+    # any monotone spare(b) whose zero crossing is just after `answer`: an affine part, a
+    # curvature and steps that the linear guess does not know about
+    def spare(b):
+        assert 1 <= b <= limit
+        calls.append(b)
+        d = (answer + 0.5 - b)
+        return d * (per_sample + 1) + curve * d * abs(d) + step * (1 if d > 0 else -1) * (b % 7)
+
+    calls = []
+    assert search_max_batch(None, start, limit, spare=spare) == min(answer, limit)
+    assert len(calls) <= 2 * math.log2(max(answer, start, 2)) + 8
+
+
+@pytest.mark.parametrize("answer, start, limit", [(1000, 4, 4096), (5000, 4, 4096), (37, 1, 4096)])
+def test_the_guess_finds_an_affine_answer_in_four_evaluations(answer, start, limit):
+    calls = []
+
+    def spare(b):
+        calls.append(b)
+        return 3 * (answer - b) + 1
+
+    assert search_max_batch(None, start, limit, spare=spare) == min(answer, limit)
+    assert len(calls) <= 4                              # start, its double, the guess (+1)
