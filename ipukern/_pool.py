@@ -97,8 +97,8 @@ def worker_count() -> int:
     return max(1, n)
 
 
-class _Pool(concurrent.futures.ProcessPoolExecutor):
-    """A ProcessPoolExecutor whose ``submit`` (which launches the workers) is not cut short
+class ProcessPoolExecutor(concurrent.futures.ProcessPoolExecutor):
+    """concurrent.futures.ProcessPoolExecutor whose ``submit`` (which launches the workers) is not cut short
     by Ctrl-C (see the module docstring)."""
 
     def submit(self, fn, /, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003 - as the base
@@ -157,7 +157,7 @@ def process_pool(max_workers: int | None = None) -> concurrent.futures.ProcessPo
     else:                                         # pragma: no cover - Windows
         ctx = multiprocessing.get_context("spawn")
     _STATE["server"] = True
-    return _Pool(max_workers, mp_context=ctx, initializer=_ignore_sigint)
+    return ProcessPoolExecutor(max_workers, mp_context=ctx, initializer=_ignore_sigint)
 
 
 def _ignore_sigint() -> None:

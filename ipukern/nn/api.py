@@ -85,69 +85,44 @@ def search_max_batch(fits: Callable[[int], bool] | None, start: int = 1,
     costs nothing there (its program is cached).
 
     ``spare`` (instead of ``fits``): the bytes left at batch b, ``fits(b)`` being
-    ``spare(b) >= 0``. Memory grows roughly linearly with the batch, so after ``start`` and
-    its double fit, the batch where the line through the fitting batches runs out of bytes
-    is tried with the one above it (or ``limit`` alone), up to 3 times: an answer
-    bracketed by a fitting and a non-fitting batch (or the limit) is exact whenever
-    ``fits`` is monotone, and a miss leaves a bracket for the bisection. Each evaluation
-    plans the whole network at a new batch, so the guesses save most of the search's time
-    (the tiny CNN of tests/nn/test_optimizer_state_dtype.py, which fits up to ``limit``
-    from batch 4: 4 evaluations instead of 11).
+    ``spare(b) >= 0``. While growing, the next batch tried is the larger of the double and
+    the batch where the line through the last two fitting batches' spare bytes reaches 0
+    (capped at ``limit``; once, a zero short of the double, or the batch above when the
+    zero is the batch itself): a network with bytes to spare gets there in a few evaluations
+    (the tiny CNN of tests/nn/test_optimizer_state_dtype.py, fitting up to ``limit`` from
+    batch 4: 4 instead of 11, each planning the whole network at a new batch); an
+    overshoot only widens the bisection's bracket (at most about 2 log2(limit)
+    evaluations in all). Exact whenever ``fits`` is monotone.
     """
     got: dict[int, float] = {}
 
     def ok(b: int) -> bool:
         if spare is None:
             return bool(fits(b))
-        if b not in got:
-            got[b] = spare(b)
+        got[b] = spare(b)
         return got[b] >= 0
 
     b = min(max(1, start), limit)
-    lo, hi = (b, None) if ok(b) else (0, b)
-    if spare is not None and hi is None and lo < limit:
-        b1 = min(2 * lo, limit)
-        if ok(b1):
-            lo, hi = _guess(ok, got, lo, b1, limit)
-        else:
-            hi = b1
-    return _search_from(ok, lo, hi, limit)
-
-
-def _guess(ok: Callable[[int], bool], got: dict[int, float], b0: int, b1: int,
-           limit: int, rounds: int = 3) -> tuple[int, int | None]:
-    """(largest fitting, smallest non-fitting or None) after trying, up to ``rounds``
-    times, the batch where the spare bytes, linear through the first and the last fitting
-    batch, reach 0, and the one above it (plans change with the batch: not a straight line)."""
-    for _ in range(rounds):
-        if b1 >= limit:
-            return b1, None
-        drop = (got[b0] - got[b1]) / (b1 - b0)   # bytes per sample
-        guess = limit if drop <= 0 else b1 + int(got[b1] // drop)
-        guess = min(max(guess, b1 + 1), limit)
-        if not ok(guess):
-            return b1, guess
-        if guess >= limit:
-            return guess, None
-        if not ok(guess + 1):
-            return guess, guess + 1
-        b1 = guess + 1
-    return b1, None
-
-
-def _search_from(ok: Callable[[int], bool], lo: int, hi: int | None, limit: int) -> int:
-    """Doubling from ``lo`` (no ``hi`` known) or halving down to ``hi`` (``lo`` 0), then
-    bisection between the largest fitting ``lo`` and the smallest non-fitting ``hi``."""
-    if hi is None:
+    if ok(b):
+        lo, hi, prev, near = b, None, None, True
         while hi is None and lo < limit:
-            b = min(lo * 2, limit)
+            b = 2 * lo
+            if prev is not None:                 # only with spare: the line's zero
+                drop = (got[prev] - got[lo]) / (lo - prev)
+                z = limit if drop <= 0 else lo + int(got[lo] / drop)
+                if z >= b:
+                    b = z
+                elif near:                       # once: the zero is near (or at lo)
+                    b, near = max(z, lo + 1), False
+            b = min(b, limit)
             if ok(b):
-                lo = b
+                prev, lo = (lo if spare is not None else None), b
             else:
                 hi = b
         if hi is None:
             return lo
     else:
+        lo, hi = 0, b
         while lo == 0 and hi > 1:
             b = hi // 2
             if ok(b):

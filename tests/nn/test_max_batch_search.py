@@ -107,11 +107,12 @@ def test_search_guided_by_the_bytes_left_is_exact(answer, start, limit, per_samp
 
     calls = []
     assert search_max_batch(None, start, limit, spare=spare) == min(answer, limit)
-    assert len(calls) <= 2 * math.log2(max(answer, start, 2)) + 8
+    assert len(calls) <= 2 * math.log2(max(answer, start, limit, 2)) + 3
 
 
-@pytest.mark.parametrize("answer, start, limit", [(1000, 4, 4096), (5000, 4, 4096), (37, 1, 4096)])
-def test_the_guess_finds_an_affine_answer_in_four_evaluations(answer, start, limit):
+@pytest.mark.parametrize("answer, start, limit", [(5000, 4, 4096), (4096, 1, 4096), (9, 4, 8),
+                                                  (1000, 4, 4096), (37, 1, 4096)])
+def test_the_line_through_the_spare_bytes_gets_to_the_answer_fast(answer, start, limit):
     calls = []
 
     def spare(b):
@@ -119,4 +120,4 @@ def test_the_guess_finds_an_affine_answer_in_four_evaluations(answer, start, lim
         return 3 * (answer - b) + 1
 
     assert search_max_batch(None, start, limit, spare=spare) == min(answer, limit)
-    assert len(calls) <= 4                              # start, its double, the guess (+1)
+    assert len(calls) <= 4                     # start, its double, the line's zero, the limit
