@@ -94,12 +94,23 @@ def search_max_batch(fits: Callable[[int], bool] | None, start: int = 1,
     overshoot only widens the bisection's bracket (at most about 2 log2(limit)
     evaluations in all). Exact whenever ``fits`` is monotone.
     """
+    if (fits is None) == (spare is None) or not callable(fits if spare is None else spare):
+        raise TypeError("search_max_batch needs exactly one of fits (batch -> bool) and "
+                        "spare (batch -> bytes left), a callable")
+    for name, v in (("start", start), ("limit", limit)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise TypeError(f"search_max_batch: {name} must be an int, got {v!r}")
+    if limit < 1:
+        raise ValueError(f"search_max_batch: limit must be at least 1, got {limit}")
+    start, limit = int(start), int(limit)
     got: dict[int, float] = {}
 
     def ok(b: int) -> bool:
         if spare is None:
             return bool(fits(b))
-        got[b] = spare(b)
+        got[b] = float(spare(b))
+        if math.isnan(got[b]):
+            raise ValueError(f"search_max_batch: spare({b}) is NaN")
         return got[b] >= 0
 
     b = min(max(1, start), limit)

@@ -121,3 +121,23 @@ def test_the_line_through_the_spare_bytes_gets_to_the_answer_fast(answer, start,
 
     assert search_max_batch(None, start, limit, spare=spare) == min(answer, limit)
     assert len(calls) <= 4                     # start, its double, the line's zero, the limit
+
+
+@pytest.mark.parametrize("args, kw, err, msg", [
+    ((None,), {}, TypeError, "exactly one of fits"),
+    ((lambda b: True,), {"spare": lambda b: 1.0}, TypeError, "exactly one of fits"),
+    ((3,), {}, TypeError, "a callable"),
+    ((lambda b: True, 1.5), {}, TypeError, "start must be an int"),
+    ((lambda b: True, 1, "x"), {}, TypeError, "limit must be an int"),
+    ((lambda b: True, 1, True), {}, TypeError, "limit must be an int"),
+    ((lambda b: True, 1, 0), {}, ValueError, "limit must be at least 1"),
+    ((None, 1, 10), {"spare": lambda b: float("nan")}, ValueError, "is NaN"),
+])
+def test_search_rejects_bad_arguments(args, kw, err, msg):
+    with pytest.raises(err, match=msg):
+        search_max_batch(*args, **kw)
+
+
+def test_search_takes_huge_limits_and_starts():
+    assert search_max_batch(lambda b: b <= 37, 10**30, 10**30) == 37
+    assert search_max_batch(lambda b: b <= 37, -5, 100) == 37
