@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from ._common import Progress, add_progress_options, progress_enabled
 
@@ -14,10 +15,14 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     out_dir = Path(args.out)
     if out_dir.exists() and not out_dir.is_dir():
         raise ValueError(f"--out {out_dir} exists and is not a directory")
+    if args.systems and args.inference:
+        raise ValueError("--systems and --inference are separate tables: give one")
     if args.systems:
         return _cmd_systems(args, out_dir)
+    if args.inference:
+        return _cmd_inference(args, out_dir)
     if args.only:
-        raise ValueError("--only selects rows of --systems")
+        raise ValueError("--only selects rows of --systems or --inference")
     measurements = validation.load_measurements(args.measurements)
     groups = [g.strip() for g in args.group.split(",") if g.strip()] if args.group else None
     with Progress("validate", enabled=progress_enabled(args)) as bar:
@@ -43,23 +48,35 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _published_report(args: argparse.Namespace, out_dir: Path, flag: str, load: Any, report_fn: Any) -> Any:
+    """The report of a published table (``--systems``, ``--inference``) on ``--only``'s rows,
+    its Markdown table printed."""
+    if args.group or args.measurements:
+        raise ValueError(f"--group and --measurements apply to the measurement table, not {flag}")
+    runs = load()
+    ids = [i.strip() for i in args.only.split(",") if i.strip()] if args.only else None
+    with Progress(f"validate {flag}", enabled=progress_enabled(args)) as bar:
+        report = report_fn(runs, ids=ids, progress=bar)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    print(report.format_table())
+    return report
+
+
+def _write(report: Any, out_dir: Path, stem: str) -> list[Path]:
+    """``<stem>.csv`` and ``<stem>.json`` of a published-table report; the paths written."""
+    report.to_json(out_dir / f"{stem}.json")
+    return [report.to_csv(out_dir / f"{stem}.csv"), out_dir / f"{stem}.json"]
+
+
 def _cmd_systems(args: argparse.Namespace, out_dir: Path) -> int:
     """``--systems``: published training runs (MLPerf, Graphcore's table) next to the model."""
     from ..validation.systems import load_published, systems_report
 
-    if args.group or args.measurements:
-        raise ValueError("--group and --measurements apply to the measurement table, not --systems")
-    runs = load_published()
-    ids = [i.strip() for i in args.only.split(",") if i.strip()] if args.only else None
-    with Progress("validate --systems", enabled=progress_enabled(args)) as bar:
-        report = systems_report(runs, ids=ids, progress=bar)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    print(report.format_table())
+    report = _published_report(args, out_dir, "--systems", load_published, systems_report)
     if report.scaling:
         print()
         print(report.format_scaling())
-    written = [report.to_csv(out_dir / "systems.csv"), out_dir / "systems.json"]
-    report.to_json(out_dir / "systems.json")
+    written = _write(report, out_dir, "systems")
     if not args.quiet:
         s = report.summary()
         print(f"\n{s['modelled']} of {s['rows']} rows modelled; geometric-mean model/published:")
@@ -67,6 +84,21 @@ def _cmd_systems(args: argparse.Namespace, out_dir: Path) -> int:
             ds = f" (8 TB/s exchange: {k['geomean_datasheet_ratio']})" if k["geomean_datasheet_ratio"] else ""
             print(f"  {kind}: throughput {k['geomean_throughput_ratio']}{ds}, time-to-train "
                   f"{k['geomean_minutes_ratio']} ({k['modelled']} of {k['rows']} rows)")
+        print("wrote " + ", ".join(str(p) for p in written))
+    return 0
+
+
+def _cmd_inference(args: argparse.Namespace, out_dir: Path) -> int:
+    """``--inference``: published inference figures (Graphcore's PopRT benchmarks) next to the model."""
+    from ..validation.inference import inference_report, load_inference
+
+    report = _published_report(args, out_dir, "--inference", load_inference, inference_report)
+    written = _write(report, out_dir, "inference")
+    if not args.quiet:
+        s = report.summary()
+        print(f"\n{s['modelled']} of {s['rows']} rows modelled; geometric-mean model/published throughput:")
+        for key, g in s["geomean_ratio"].items():
+            print(f"  {key}: {g}")
         print("wrote " + ", ".join(str(p) for p in written))
     return 0
 
@@ -82,7 +114,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog="examples:\n"
                "  ipukern validate                      # every group, writes into .\n"
                "  ipukern validate --out results/ --no-plot\n"
-               "  ipukern validate --systems --only mlperf1.0-resnet-pod16",
+               "  ipukern validate --systems --only mlperf1.0-resnet-pod16\n"
+               "  ipukern validate --inference --only poprt-bert-base-sl128-b16",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     v.add_argument("--out", default=".", metavar="DIR", help="output directory (default .)")
     v.add_argument("--group", metavar="NAMES", default=None,
@@ -94,9 +127,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="instead: the published training runs (MLPerf v1.0/v1.1 on POD16/POD64 and DGX "
                         "A100, Graphcore's performance table) through estimate_training; writes "
                         "systems.csv and systems.json")
+    v.add_argument("--inference", action="store_true",
+                   help="instead: the published inference figures (Graphcore's PopRT benchmarks) through "
+                        "estimate_network on each machine they may have run on; writes inference.csv and "
+                        "inference.json")
     v.add_argument("--only", metavar="IDS", default=None,
-                   help="with --systems: comma-separated row ids (default: all rows; the full table "
-                        "takes about a minute)")
+                   help="with --systems or --inference: comma-separated row ids (default: all rows; the "
+                        "full --systems table takes about a minute, --inference about 15 s)")
     v.add_argument("-q", "--quiet", action="store_true", help="print only the per-group summary")
     add_progress_options(v)
     v.set_defaults(func=_cmd_validate)

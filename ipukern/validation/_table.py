@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import csv
+import math
+import statistics
 from collections.abc import Iterator, Sequence
 from importlib import resources
 from pathlib import Path
@@ -47,3 +49,20 @@ def select(items: list[T], wanted: Sequence[str] | None, key: Callable[[T], str]
     if bad:
         raise ValueError(f"unknown {what}(s) {bad}; {what}s are {sorted(known)}")
     return [x for x in items if key(x) in set(wanted)]
+
+
+def build_network(network: str, network_args: str) -> Any:
+    """A zoo network from a table's ``network`` and ``network_args`` (``"k=v;k=v"``, ints)."""
+    from ..nn.models import MODELS
+    if network not in MODELS:
+        raise ValueError(f"unknown network {network!r}")
+    kw = {}
+    for item in filter(None, network_args.split(";")):
+        k, _, v = item.partition("=")
+        kw[k.strip()] = int(v)
+    return MODELS[network](**kw)
+
+
+def geomean(vals: Sequence[float]) -> float | None:
+    """Geometric mean rounded to 3 places (None for no values)."""
+    return round(math.exp(statistics.fmean(math.log(v) for v in vals)), 3) if vals else None

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._table import read_table, select, write_table
+from ._table import build_network, geomean, read_table, select, write_table
 
 __all__ = ["PublishedRun", "SystemsReport", "SystemsRow", "load_published", "systems_report"]
 
@@ -181,14 +180,7 @@ def load_published(path: str | Path | None = None) -> list[PublishedRun]:
 
 
 def _network(run: PublishedRun) -> Any:
-    from ..nn.models import MODELS
-    if run.network not in MODELS:
-        raise ValueError(f"unknown network {run.network!r}")
-    kw = {}
-    for item in filter(None, run.network_args.split(";")):
-        k, _, v = item.partition("=")
-        kw[k.strip()] = int(v)
-    return MODELS[run.network](**kw)
+    return build_network(run.network, run.network_args)
 
 
 def _model_ipu(run: PublishedRun, net: Any, datasheet: bool = False) -> tuple[float, str, dict]:
@@ -266,14 +258,13 @@ class SystemsReport:
     def summary(self) -> dict[str, Any]:
         """Geometric-mean model/published ratios (throughput, time) over the modelled rows,
         overall and per kind (``ipu_training``, ``gpu_training``)."""
-        def geo(vals: list[float]) -> float | None:
-            return round(math.exp(statistics.fmean(math.log(v) for v in vals)), 3) if vals else None
-
         def stats(rows: list[SystemsRow]) -> dict[str, Any]:
+            def geo(attr: str) -> float | None:
+                return geomean([getattr(r, attr) for r in rows if getattr(r, attr)])
             return {"rows": len(rows), "modelled": sum(1 for r in rows if not r.reason),
-                    "geomean_throughput_ratio": geo([r.throughput_ratio for r in rows if r.throughput_ratio]),
-                    "geomean_datasheet_ratio": geo([r.datasheet_ratio for r in rows if r.datasheet_ratio]),
-                    "geomean_minutes_ratio": geo([r.minutes_ratio for r in rows if r.minutes_ratio])}
+                    "geomean_throughput_ratio": geo("throughput_ratio"),
+                    "geomean_datasheet_ratio": geo("datasheet_ratio"),
+                    "geomean_minutes_ratio": geo("minutes_ratio")}
         out = stats(self.rows)
         out["by_kind"] = {k: stats([r for r in self.rows if r.run.kind == k])
                           for k in dict.fromkeys(r.run.kind for r in self.rows)}

@@ -1,0 +1,175 @@
+"""ipukern.validation.inference and ``ipukern validate --inference``: published inference figures.
+
+The packaged rows are checked for sources and for the way their values were read; every
+modellable row runs through the same code path rebuilt on a smaller input (32x32 images,
+32-token sequences), and one row runs in its published configuration through the CLI.
+"""
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import replace
+
+import pytest
+
+import ipukern as ik
+from ipukern.cli import main
+from ipukern.validation import inference as vi
+
+
+def test_packaged_table_is_sourced_and_consistent():
+    runs = vi.load_inference()
+    assert len({r.id for r in runs}) == len(runs) >= 5
+    modelled = [r for r in runs if not r.not_modelled]
+    assert len(modelled) >= 5
+    for r in runs:
+        assert r.source and r.locator and r.hardware, r.id
+        assert r.published_throughput > 0
+        assert r.published_seconds_per_batch == pytest.approx(r.batch / r.published_throughput)
+    for r in modelled:
+        assert r.machines and set(r.machines) <= set(ik.machine.PRESETS), r.id
+        # the tput the benchmark prints is batch x 1000 / wall time with 5 host threads each
+        # running one batch at a time: its mean per-call latency is ~5 batch times
+        if r.source.startswith("https://github.com/graphcore/PopRT") and r.published_latency_ms:
+            per_batch_ms = r.published_seconds_per_batch * 1e3
+            assert r.published_latency_ms / per_batch_ms == pytest.approx(5, rel=0.08), r.id
+
+
+_CNN = ("resnet", "resnext", "efficientnet", "mobilenet")
+
+
+def _small(run: vi.PublishedInference) -> vi.PublishedInference:
+    """The row on a small input (same network, precision, machines, I/O tiles; batch <= 4)."""
+    args = "image_size=32" if run.network.startswith(_CNN) else "seq_len=32"
+    return replace(run, network_args=args, batch=min(run.batch, 4))
+
+
+@pytest.fixture(scope="module")
+def small_report():
+    """Every modellable row, small; the CNN rows (2 s of conv planning per estimate) on the
+    default exchange only, the others on both variants."""
+    runs = [_small(r) for r in vi.load_inference() if not r.not_modelled]
+    cnn = [r for r in runs if r.network.startswith(_CNN)]
+    rest = [r for r in runs if not r.network.startswith(_CNN)]
+    rows = vi.inference_report(cnn, datasheet=False).rows + vi.inference_report(rest).rows
+    return vi.InferenceReport(rows)
+
+
+def test_every_modelled_row_runs_small(small_report):
+    rep = small_report
+    for row in rep.rows:
+        assert not row.reason, (row.run.id, row.reason)
+        for m in row.run.machines:
+            d = row.model[(m, "default")]
+            assert row.ratio(m) == pytest.approx(d / row.run.published_throughput)
+            assert row.model_seconds(m) == pytest.approx(row.run.batch / d)
+            assert row.memory[m]["budget_bytes"] == ik.machine.get_machine(m).tile_bytes
+            if (m, "datasheet") in row.model:
+                # the datasheet's 8 TB/s exchange can only slow a batch down
+                assert 0 < row.model[(m, "datasheet")] <= d, row.run.id
+        # BOW is GC200 at a higher clock: faster on the same program
+        if {"GC200", "BOW"} <= set(row.run.machines):
+            assert row.model[("BOW", "default")] > row.model[("GC200", "default")]
+    assert any((m, "datasheet") in r.model for r in rep.rows for m in r.run.machines)
+    s = rep.summary()
+    assert s["modelled"] == s["rows"] == sum(1 for r in vi.load_inference() if not r.not_modelled)
+    assert set(s["geomean_ratio"]) >= {"GC200/default", "GC200/datasheet", "BOW/default"}
+    table = rep.format_table()
+    assert table.count("\n") == len(rep.rows) + 1
+
+
+def test_model_value_is_estimate_network_on_the_compute_tiles(small_report):
+    """A row with I/O tiles is modelled on the preset less those tiles, nothing else changed."""
+    row = next(r for r in small_report.rows if r.run.io_tiles)
+    run = row.run
+    spec = ik.GC200.replace(n_tiles=ik.GC200.n_tiles - run.io_tiles)
+    assert vi._machine("GC200", run.io_tiles, False).n_tiles == spec.n_tiles == 1472 - run.io_tiles
+    assert vi._machine("GC200", 0, True).exchange_bytes_per_cycle == \
+        ik.GC200.with_datasheet_exchange().exchange_bytes_per_cycle
+    prof = ik.estimate_network(ik.models.resnet50(image_size=32), batch=run.batch, dtype=run.dtype,
+                               partials=run.partials, machine=spec, allow_overflow=True)
+    assert row.model[("GC200", "default")] == pytest.approx(prof.samples_per_second, rel=1e-12)
+
+
+def test_not_modelled_rows_keep_their_reason():
+    runs = [r for r in vi.load_inference() if r.not_modelled]
+    assert runs
+    rep = vi.inference_report(runs)
+    for row in rep.rows:
+        assert row.reason == row.run.not_modelled and not row.model
+        assert f"| {row.run.id} |" in rep.format_table() and "not modelled" in rep.format_table()
+
+
+def test_cli_inference_one_published_row(tmp_path, capsys):
+    assert main(["validate", "--inference", "--only", "poprt-bert-base-sl128-b16", "--out", str(tmp_path),
+                 "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "| poprt-bert-base-sl128-b16 | 16 |" in out
+    rows = list(csv.DictReader((tmp_path / "inference.csv").open()))
+    assert [r["id"] for r in rows] == ["poprt-bert-base-sl128-b16"]
+    r = rows[0]
+    assert float(r["ratio_gc200_default"]) == pytest.approx(
+        float(r["model_gc200_default"]) / float(r["published_throughput"]), rel=1e-3)
+    data = json.loads((tmp_path / "inference.json").read_text())
+    assert data["summary"]["modelled"] == 1 and data["rows"][0]["memory"]["GC200"]["fits"] in (True, False)
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["--systems", "--inference"], "give one"),
+    (["--inference", "--only", "nope"], "unknown id"),
+    (["--inference", "--group", "x"], "not --inference"),
+])
+def test_cli_bad_arguments(tmp_path, capsys, argv, msg):
+    assert main(["validate", *argv, "--out", str(tmp_path), "--no-progress"]) != 0
+    err = capsys.readouterr().err
+    assert msg in err and len(err.strip().splitlines()) == 1
+
+
+def _write(tmp_path, edit):
+    """The packaged table with ``edit(rows)`` applied, written to a file."""
+    from importlib import resources
+    text = resources.files("ipukern.validation").joinpath("published_inference.csv").read_text()
+    reader = csv.DictReader(text.splitlines())
+    rows = list(reader)
+    fields = list(reader.fieldnames)
+    fields = edit(rows) or fields
+    p = tmp_path / "t.csv"
+    with p.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    return p
+
+
+def _set(key, value, i=0):
+    def edit(rows):
+        rows[i][key] = value
+    return edit
+
+
+@pytest.mark.parametrize("edit, msg", [
+    (lambda rows: [c for c in rows[0] if c != "locator"], r"missing columns \['locator'\]"),
+    (_set("batch", "eighty"), "poprt-resnet50-b80: invalid literal"),
+    (_set("published_throughput", "-3"), "positive"),
+    (_set("published_throughput", "nan"), "positive"),
+    (_set("published_latency_ms", "0"), "positive"),
+    (_set("source", ""), "needs a source"),
+    (_set("machines", "GC200|TPU"), "unknown machine 'TPU'"),
+    (_set("machines", ""), "no machine"),
+    (_set("network", "vgg16"), "unknown network 'vgg16'"),
+    (_set("io_tiles", "1472"), "no compute tile"),
+    (_set("available_memory_proportion", "1.5"), r"\(0, 1\]"),
+    (_set("batch", "0"), "batch must be >= 1"),
+    (_set("id", "poprt-resnet50-b80", 1), "duplicate id"),
+])
+def test_bad_table_is_a_clear_error(tmp_path, edit, msg):
+    p = _write(tmp_path, edit)
+    with pytest.raises(ValueError, match=msg):
+        vi.load_inference(p)
+
+
+def test_a_not_modelled_row_needs_no_machine(tmp_path):
+    def edit(rows):
+        rows[0]["machines"] = ""
+        rows[0]["not_modelled"] = "a reason"
+    assert vi.load_inference(_write(tmp_path, edit))[0].machines == ()
