@@ -297,6 +297,48 @@ def test_cli_network_small(tmp_path, capsys):
                      "mobilenet_v1_b1_memory.png"]
 
 
+def test_cli_network_training(tmp_path, capsys):
+    """``ipukern network --training`` writes the training step the API estimates: same JSON, the
+    three passes per conv, the recomputed forward rows and the optimizer's update row."""
+    import csv
+    import json
+
+    from ipukern.cli import main
+    argv = ["network", "mobilenet_v1", "--batch", "2", "--image-size", "32", "--training",
+            "--recompute", "auto", "--optimizer", "adam", "--out", str(tmp_path), "--no-progress"]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "training step" in text and "optimizer (adam)" in text
+    stem = tmp_path / "mobilenet_v1_b2_train"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        f"{stem.name}{s}" for s in (".csv", ".json", "_layers.png", "_memory.png")]
+    # the API with the same arguments (warm plan cache: cheap) gives the file's JSON exactly
+    prof = nn.estimate_network(ik.models.mobilenet_v1(image_size=32), batch=2, dtype="float16",
+                               partials="half", training=True, recompute="auto", optimizer="adam")
+    assert json.loads(stem.with_suffix(".json").read_text()) == json.loads(prof.to_json(indent=1))
+    rows = list(csv.DictReader(stem.with_suffix(".csv").open()))
+    assert len(rows) == len(prof.layers)
+    passes = {r["pass"] for r in rows}
+    assert {"fwd", "bwd", "wu", "update"} <= passes
+    convs = {r["name"] for r in rows if r["op"] == "conv2d" and r["pass"] == "fwd"
+             and "(recompute)" not in r["name"]}
+    grads = {r["name"].rsplit(".grad_", 1)[0] for r in rows if ".grad_weight" in r["name"]}
+    assert convs == grads                                   # every conv has its weight update
+    assert any("(recompute)" in r["name"] for r in rows)
+    assert sum(int(r["cycles"]) for r in rows) == prof.total_cycles
+
+
+def test_cli_network_training_errors(capsys):
+    from ipukern.cli import main
+    assert main(["network", "mobilenet_v1", "--image-size", "32", "--training", "--recompute",
+                 "nosuchlayer", "--no-progress"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "nosuchlayer" in err and len(err.splitlines()) == 1
+    with pytest.raises(SystemExit) as exc:                  # argparse: usage line, status 2
+        main(["network", "mobilenet_v1", "--image-size", "32", "--optimizer", "rmsprop"])
+    assert exc.value.code == 2 and "invalid choice: 'rmsprop'" in capsys.readouterr().err
+
+
 def test_cli_network_errors(capsys):
     from ipukern.cli import main
     assert main(["network", "nosuchnet", "--no-progress"]) == 1
