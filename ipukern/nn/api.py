@@ -155,7 +155,8 @@ def max_batch(net: Network, ctx: PlanContext, fold_bn: bool = True, start: int =
     """Largest batch whose program fits the tiles (0 if batch 1 does not), found by
     doubling then bisection with the real planner and liveness, guided by the bytes left
     (:func:`search_max_batch`)."""
-    return search_max_batch(None, start, spare=lambda b: _spare(net, b, ctx, fold_bn))
+    from .host_memory import HostMemoryGuard
+    return search_max_batch(None, start, spare=HostMemoryGuard(lambda b: _spare(net, b, ctx, fold_bn)))
 
 
 def network_profile(prog: NetworkProgram, *, allow_overflow: bool = False,

@@ -421,5 +421,6 @@ def _max_batch(net, ctx, recompute, opt, state_location, start: int, sdt=()) -> 
     batch (its schedule is cached), guided by the bytes left, with the real planner and
     liveness (:func:`ipukern.nn.api.search_max_batch`)."""
     from .api import search_max_batch
-    return search_max_batch(None, start, spare=lambda b: _spare(net, b, ctx, recompute, opt,
-                                                                state_location, sdt))
+    from .host_memory import HostMemoryGuard
+    return search_max_batch(None, start, spare=HostMemoryGuard(
+        lambda b: _spare(net, b, ctx, recompute, opt, state_location, sdt)))
