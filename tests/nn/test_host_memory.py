@@ -26,6 +26,7 @@ def _net():
 
 
 def test_trial_caches_drop_what_the_trial_compiled_and_keep_the_rest():
+    nn.clear_network_caches()                               # below the LRU's bound
     net, ctx = _net(), PlanContext(ik.GC200, "float16", "float16")
     kept = compile_network(net, 2, ctx)
     n = len(_PROGRAMS)
