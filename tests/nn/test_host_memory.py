@@ -1,6 +1,7 @@
 """The max-batch search's host memory: trials compiled in scoped caches, and a trial whose
 compile would not fit the host's memory refused with a clear error instead of the search
 being killed."""
+import mmap
 import sys
 
 import numpy as np
@@ -42,8 +43,9 @@ def test_trial_caches_drop_what_the_trial_compiled_and_keep_the_rest():
 
 def _allocating_spare(mib_per_sample, fits_up_to):
     def spare(b):
-        a = np.ones(b * mib_per_sample * 2**20 // 8)          # touched: resident
-        del a
+        # fresh anonymous pages, touched: resident whatever the allocator holds already
+        with mmap.mmap(-1, b * mib_per_sample * 2**20) as m:
+            np.frombuffer(m, dtype=np.uint8)[:] = 1
         return float(fits_up_to - b)
     return spare
 
