@@ -89,7 +89,7 @@ def _cmd_systems(args: argparse.Namespace, out_dir: Path) -> int:
 
 
 def _cmd_inference(args: argparse.Namespace, out_dir: Path) -> int:
-    """``--inference``: published inference figures (Graphcore's PopRT benchmarks) next to the model."""
+    """``--inference``: published inference figures (PopRT, ByteMLPerf) next to the model."""
     from ..validation.inference import inference_report, load_inference
 
     report = _published_report(args, out_dir, "--inference", load_inference, inference_report)
@@ -128,12 +128,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "A100, Graphcore's performance table) through estimate_training; writes "
                         "systems.csv and systems.json")
     v.add_argument("--inference", action="store_true",
-                   help="instead: the published inference figures (Graphcore's PopRT benchmarks) through "
+                   help="instead: the published inference figures (Graphcore's PopRT benchmarks, its "
+                        "ByteMLPerf C600 results) through "
                         "estimate_network on each machine they may have run on; writes inference.csv and "
                         "inference.json")
     v.add_argument("--only", metavar="IDS", default=None,
                    help="with --systems or --inference: comma-separated row ids (default: all rows; the "
-                        "full --systems table takes about a minute, --inference about 15 s)")
+                        "full --systems table takes about a minute, --inference about a minute)")
     v.add_argument("-q", "--quiet", action="store_true", help="print only the per-group summary")
     add_progress_options(v)
     v.set_defaults(func=_cmd_validate)

@@ -6,7 +6,8 @@ availableMemoryProportion, I/O tiles) and the published throughput and latency, 
 its source (repository, file and commit, the command and the printed line) and how the value
 was read. Where the source does not state the hardware the row says so in ``hardware`` and
 lists every preset it may have run on in ``machines``; the model is shown on each of them and
-the hardware is not inferred from the fit.
+the hardware is not inferred from the fit. A card that is not a preset (the C600) is in
+:data:`CARDS`, built from the preset with the card's published figures.
 
 :func:`inference_report` runs every modellable row through :func:`ipukern.estimate_network`
 (one IPU, the forward pass, device time only: no host I/O) on each listed machine, as shipped
@@ -26,13 +27,40 @@ from typing import Any
 
 from ._table import build_network, geomean, read_table, select, write_table
 
-__all__ = ["InferenceReport", "InferenceRow", "PublishedInference", "inference_report", "load_inference"]
+__all__ = ["CARDS", "InferenceReport", "InferenceRow", "PublishedInference", "inference_report",
+           "load_inference", "machine_spec"]
 
 _FIELDS = ("id", "benchmark", "network", "network_args", "batch", "dtype", "partials",
            "available_memory_proportion", "io_tiles", "machines", "published_throughput", "unit",
-           "published_latency_ms", "source", "locator", "hardware", "note", "not_modelled")
+           "published_latency_ms", "clients", "source", "locator", "hardware", "note", "not_modelled")
 #: machine variants every row is modelled on, as in :data:`ipukern.validation.VARIANTS`
 VARIANTS = ("default", "datasheet")
+
+
+def _c600() -> Any:
+    from ..machine import GC200
+    # C600 PCIe card: one Mk2 IPU, 1,472 tiles, 900 MB (GC200's 624 KiB a tile) [ByteMLPerf
+    # byte_infer_perf/general_perf/backends/IPU/README.md, Graphcore's product table]; clock
+    # 1.5 GHz [Graphcore, github.com/graphcore/PopRT tools/calc_ipu_utilization.py:
+    # clock_sppeds 'C600': 1.5e9]. Its peaks, 280 TFLOPS FP16 and 70 FP32 (same README), are
+    # GC200's per-cycle rates at 1.486 GHz, so the card is modelled as the GC200 tile at 1.5 GHz.
+    return GC200.replace(name="C600", clock_hz=1.5e9,
+                         sources=(("tiles/memory", "as GC200 (Mk2 IPU, 1472 tiles, 900 MB)"),
+                                  ("clock", "PopRT tools/calc_ipu_utilization.py: C600 1.5 GHz"),
+                                  ("exchange", "the GC200 default's per-tile-cycle rate")))
+
+
+#: cards the published inference rows ran on that are not :data:`ipukern.machine.PRESETS`
+CARDS = {"C600": _c600}
+
+
+def machine_spec(name: str) -> Any:
+    """A row's machine: a preset (``GC200``, ``BOW``...) or a card of :data:`CARDS`."""
+    key = name.upper()
+    if key in CARDS:
+        return CARDS[key]()
+    from ..machine import get_machine
+    return get_machine(key)
 
 
 @dataclass(frozen=True)
@@ -56,6 +84,9 @@ class PublishedInference:
     unit: str
     #: the published latency in ms, as the source defines it (``note``)
     published_latency_ms: float | None
+    #: host threads the benchmark keeps in flight (None: not stated): the published latency
+    #: of one call is then about ``clients`` batch times
+    clients: int | None
     source: str
     locator: str
     #: what the source says of the hardware
@@ -70,13 +101,12 @@ class PublishedInference:
 
 
 def _parse(rec: dict[str, str], where: str) -> PublishedInference:
-    from ..machine import get_machine
-
     vals: dict[str, Any] = {k: (rec[k] or "").strip() for k in _FIELDS}
     rid = vals["id"] or "?"
     try:
         vals["batch"] = int(vals["batch"])
         vals["io_tiles"] = int(vals["io_tiles"] or 0)
+        vals["clients"] = int(vals["clients"]) if vals["clients"] else None
         vals["published_throughput"] = float(vals["published_throughput"])
         for k in ("available_memory_proportion", "published_latency_ms"):
             vals[k] = float(vals[k]) if vals[k] else None
@@ -93,8 +123,8 @@ def _parse(rec: dict[str, str], where: str) -> PublishedInference:
     if run.published_latency_ms is not None and not (run.published_latency_ms > 0
                                                      and math.isfinite(run.published_latency_ms)):
         raise ValueError(f"{where}: {run.id}: published_latency_ms must be a positive number")
-    if run.batch < 1 or run.io_tiles < 0:
-        raise ValueError(f"{where}: {run.id}: batch must be >= 1 and io_tiles >= 0")
+    if run.batch < 1 or run.io_tiles < 0 or (run.clients is not None and run.clients < 1):
+        raise ValueError(f"{where}: {run.id}: batch and clients must be >= 1 and io_tiles >= 0")
     amp = run.available_memory_proportion
     if amp is not None and not 0 < amp <= 1:
         raise ValueError(f"{where}: {run.id}: available_memory_proportion must be in (0, 1]")
@@ -102,7 +132,7 @@ def _parse(rec: dict[str, str], where: str) -> PublishedInference:
         if not run.machines:
             raise ValueError(f"{where}: {run.id}: no machine to model it on (or a not_modelled reason)")
         for m in run.machines:
-            if run.io_tiles >= get_machine(m).n_tiles:
+            if run.io_tiles >= machine_spec(m).n_tiles:
                 raise ValueError(f"{where}: {run.id}: {run.io_tiles} I/O tiles leave no compute tile on {m}")
         from ..nn.models import MODELS
         if run.network not in MODELS:
@@ -192,26 +222,22 @@ class InferenceReport:
         return text
 
     def format_table(self) -> str:
-        """A Markdown table: published samples/s and ms per batch, the model's on each machine
-        (default exchange and 8 TB/s) and model/published."""
-        machines = list(dict.fromkeys(m for r in self.rows for m in r.run.machines))
-        head = ["id", "batch", "published/s", "published ms/batch"]
-        for m in machines:
-            head += [f"{m} model/s", "ratio", f"{m} 8 TB/s", "ratio"]
-        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        """A Markdown table, one line per row and machine: published samples/s and ms per
+        batch, the model's samples/s (default exchange and 8 TB/s) and model/published."""
+        lines = ["| id | batch | published | published ms/batch | machine | model | ratio | "
+                 "model, 8 TB/s exchange | ratio |", "|" + "---|" * 9]
         for r in self.rows:
             u = r.run
             cells = [u.id, str(u.batch), f"{_num(u.published_throughput)} {u.unit}",
                      f"{u.published_seconds_per_batch * 1e3:.2f}"]
             if r.reason:
-                lines.append("| " + " | ".join(cells) + f" | not modelled: {r.reason} |")
+                lines.append("| " + " | ".join(cells) + f" | not modelled: {r.reason} | | | | |")
                 continue
-            for m in machines:
-                for var in VARIANTS:
-                    fits = var != "default" or r.memory.get(m, {}).get("fits", True)
-                    fit = "" if fits else " (does not fit)"
-                    cells += [_num(r.model.get((m, var))) + fit, _num(r.ratio(m, var), 2)]
-            lines.append("| " + " | ".join(cells) + " |")
+            for m in u.machines:
+                fit = "" if r.memory.get(m, {}).get("fits", True) else " (does not fit)"
+                vals = [m, _num(r.model.get((m, "default"))) + fit, _num(r.ratio(m), 2),
+                        _num(r.model.get((m, "datasheet"))), _num(r.ratio(m, "datasheet"), 2)]
+                lines.append("| " + " | ".join(cells + vals) + " |")
         return "\n".join(lines)
 
 
@@ -220,8 +246,7 @@ def _num(v: float | None, nd: int = 0) -> str:
 
 
 def _machine(name: str, io_tiles: int, datasheet: bool) -> Any:
-    from ..machine import get_machine
-    spec = get_machine(name)
+    spec = machine_spec(name)
     if io_tiles:
         spec = spec.replace(n_tiles=spec.n_tiles - io_tiles, name=f"{spec.name}-{io_tiles}io")
     return spec.with_datasheet_exchange() if datasheet else spec
