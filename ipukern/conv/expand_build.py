@@ -88,28 +88,39 @@ def _recv_copies(p, box, bounds, home_off, recv_off, isz) -> CopyTable:
     """Every tile's box from the linear home of the original input (only every
     :func:`~.expand.box_row_step`-th row): one run per (image, row) when the box has whole
     rows (channels x width are contiguous in NHCW), else one per (image, row, channel);
-    runs are cut where the home changes tile."""
+    runs are cut where the home changes tile.
+
+    Built per (tile, image, row) first, then per run (up to a million runs for a strided
+    1x1 conv at batch 16, where each full-length temporary costs page faults): the home's
+    bounds are whole rows of ``in_w`` (``split_bounds`` grain), so a run's home tile is a
+    lookup by its first element's row, and a run shorter than a row never crosses one."""
+    W = p.in_w
     t = np.flatnonzero(box["elems"] > 0)
     NB, RR = (box["n1"] - box["n0"])[t], box["nr"][t]
     CH, RC = (box["ch1"] - box["ch0"])[t], (box["c1"] - box["c0"])[t]
-    full = RC == p.in_w
-    per = np.where(full, 1, CH)
-    i, q = expand(NB * RR * per)
-    nr, k = np.divmod(q, per[i])
-    n, r = np.divmod(nr, RR[i])
-    tt = t[i]
-    ch = box["ch0"][tt] + k
-    start = ((((box["n0"][tt] + n) * p.in_h + box["r0"][tt] + r * box_row_step(p)) * p.in_channels
-              + ch) * p.in_w
-             + box["c0"][tt])
-    count = np.where(full[i], CH[i] * p.in_w, RC[i])
-    dst = recv_off[tt] + ((nr * CH[i] + k) * RC[i]) * isz
-    # cut at the home's tile boundaries
-    first = np.searchsorted(bounds, start, side="right") - 1
-    last = np.searchsorted(bounds, start + count - 1, side="right") - 1
+    full = RC == W
+    # rows: one per (tile, image, box row), in table order
+    ri, nr = expand(NB * RR)
+    n, r = np.divmod(nr, RR[ri])
+    tr = t[ri]
+    row_q = (((box["n0"][tr] + n) * p.in_h + box["r0"][tr] + r * box_row_step(p)) * p.in_channels
+             + box["ch0"][tr])                     # the row's first home row (of W elements)
+    row_dst = recv_off[tr] + nr * (CH * RC * isz)[ri]
+    # runs: one per channel of a row (or one per row when it is whole)
+    j, k = expand(np.where(full, 1, CH)[ri])
+    tt = tr[j]
+    q = row_q[j] + k
+    start = q * W + box["c0"][tt]
+    count = np.where(full, CH * W, RC)[ri][j]
+    dst = row_dst[j] + k * (RC * isz)[ri][j]
+    home_of_row = np.repeat(np.arange(bounds.size - 1), np.diff(bounds) // W)
+    first = home_of_row[q]
+    src = home_off[first] + (start - bounds[first]) * isz
+    if not full.any():
+        return CopyTable(first, src, tt, dst, count * isz)
+    last = home_of_row[(start + count - 1) // W]
     if (last == first).all():       # no run crosses a home boundary (the usual case)
-        return CopyTable(first, home_off[first] + (start - bounds[first]) * isz, tt, dst,
-                         count * isz)
+        return CopyTable(first, src, tt, dst, count * isz)
     j, m = expand(last - first + 1)
     o = first[j] + m
     lo = np.maximum(start[j], bounds[o])
