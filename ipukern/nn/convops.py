@@ -69,35 +69,45 @@ def conv_program(params: ConvParams, machine: MachineSpec, bias: bool, *,
     with _LOCK:
         prog = _PROGRAMS.get(key)
     if prog is None:
-        plan = take(params, machine, bias, amp)     # planned ahead by a worker, if any
-        if plan is None:
-            plan = plan_conv(params, machine, bias=bias, available_memory_proportion=amp)
-        owners = plan.split.out_chans if resident_input else MAX_INPUT_OWNERS
-        prog = build_conv_program(plan, input_owners=owners)
+        prog = _build(params, machine, bias, resident_input, amp)
         with _LOCK:
             prog = _PROGRAMS.setdefault(key, prog)
     return prog
+
+
+def _build(params: ConvParams, machine: MachineSpec, bias: bool, resident_input: bool,
+           amp: float | None) -> ConvProgram:
+    plan = take(params, machine, bias, amp)     # planned ahead by a worker, if any
+    if plan is None:
+        plan = plan_conv(params, machine, bias=bias, available_memory_proportion=amp)
+    owners = plan.split.out_chans if resident_input else MAX_INPUT_OWNERS
+    return build_conv_program(plan, input_owners=owners)
 
 
 def pass_program(params: ConvParams, machine: MachineSpec, amp: float | None = None) -> BuiltPass:
     """The plan, superstep records and per-tile memory of a conv pass (no bias) that is
     only costed, such as a network's backward-data or weight-update conv: from this
     module's program cache, from a planning worker that built it
-    (:mod:`ipukern.conv.prefetch`), or planned and built now (:func:`conv_program`). The
-    records and bytes are the same whichever built it."""
+    (:mod:`ipukern.conv.prefetch`), or planned and built now. The records and bytes are the
+    same whichever built it.
+
+    A pass built here is kept as its :class:`BuiltPass` only, as a worker's is, not as a
+    program: nothing executes it, and its copy tables (0.8 M copies over a ResNet-50
+    training estimate at batch 16) would otherwise stay alive in the program cache, so
+    later builds grew the heap into fresh pages (page faults) instead of reusing them."""
     key = (params, machine, False, False, amp)
     with _LOCK:
         prog = _PROGRAMS.get(key)
         built = _PASSES.get(key) if prog is None else None
     if prog is None and built is None:
         built = take_built(params, machine, amp)
-        if built is not None:
-            with _LOCK:
-                built = _PASSES.setdefault(key, built)
+        if built is None:
+            p = _build(params, machine, False, False, amp)
+            built = BuiltPass(p.plan, tuple(p.program.records), p.device.memory.used)
+        with _LOCK:
+            built = _PASSES.setdefault(key, built)
     if built is not None:
         return built
-    if prog is None:
-        prog = conv_program(params, machine, False, amp=amp)
     return BuiltPass(prog.plan, tuple(prog.program.records), prog.device.memory.used)
 
 
