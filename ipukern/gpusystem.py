@@ -14,9 +14,13 @@ A training step adds, per conv/matmul, the backward-data and weight-gradient pro
 have the forward's MAC count and are costed as the forward (same efficiency: a documented
 simplification, cuDNN's backward kernels differ); a memory-bound layer's backward reads the
 output gradient and the saved input and writes the input gradient (2x its forward bytes).
-The optimizer (SGD with momentum, fp32 master weights) streams 5 fp32 words per parameter
-(weight, gradient, momentum read; weight, momentum written). The gradient all-reduce is a
-ring over the NVSwitch (NCCL's algorithm for one node): ``2 (N - 1) / N x bytes / link rate
+The optimizer (fp32 master weights) streams ``OPTIMIZER_WORDS`` fp32 words per parameter, as the
+IPU systems model (:mod:`ipukern.systems.training`): SGD with momentum (the default) 5 (weight,
+gradient, momentum read; weight, momentum written), LARS 7 (its per-tensor norms read the weight
+and gradient once more: ``SGDwFASTLARS`` of NVIDIA's MLPerf v1.0/v1.1 ResNet-50,
+``mxnet/common/fit.py``, runs ``multi_sum_sq`` over the weights and over the gradients before
+``lars_multi_sgd_mom_update``; the 1-D tensors it skips are counted too), Adam 7, LAMB 9. The gradient
+all-reduce is a ring over the NVSwitch (NCCL's algorithm for one node): ``2 (N - 1) / N x bytes / link rate
 + 2 (N - 1) x step latency``; with ``overlap=True`` (PyTorch DDP's default bucketing) it
 runs under the backward pass and only the excess counts.
 """
@@ -30,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from .dtypes import DTYPES, canonical_dtype
-from .systems.training import training_samples
+from .systems.training import OPTIMIZER_WORDS, training_samples
 from .gpu import A100_40GB, GPUSpec, estimate_conv, estimate_matmul, get_efficiency_curve, get_gpu
 
 __all__ = ["GPUSystem", "DGX_A100", "GPU_SYSTEMS", "get_gpu_system", "GPUNetworkEstimate",
@@ -155,7 +159,8 @@ def _layer_seconds(layer: Any, in_shapes: list, out_shape: tuple, dt: str, gpu: 
 
 def estimate_network_gpu(net: Any, batch: int, system: GPUSystem | str = DGX_A100, *,
                          dtype: Any = "float16", training: bool = False, n_gpus: int | None = None,
-                         efficiency: Any = "cudnn", overlap: bool = True) -> GPUNetworkEstimate:
+                         efficiency: Any = "cudnn", overlap: bool = True,
+                         optimizer: str = "sgd_momentum") -> GPUNetworkEstimate:
     """A network's forward pass (or training step) on a GPU system, data parallel.
 
     Parameters
@@ -172,6 +177,8 @@ def estimate_network_gpu(net: Any, batch: int, system: GPUSystem | str = DGX_A10
     efficiency : GPU efficiency curve (see :mod:`ipukern.gpu`)
     overlap : bool
         Hide the all-reduce under the backward pass (only the excess counts).
+    optimizer : {"sgd", "sgd_momentum", "adam", "lamb", "lars"}
+        The training step's optimizer (its fp32 words per parameter, module docstring).
     """
     system = get_gpu_system(system)
     n = system.n_gpus if n_gpus is None else n_gpus
@@ -181,6 +188,8 @@ def estimate_network_gpu(net: Any, batch: int, system: GPUSystem | str = DGX_A10
         raise ValueError(f"batch must be a positive int, got {batch!r}")
     if not hasattr(net, "layers") or not hasattr(net, "shapes"):
         raise TypeError(f"net must be an ipukern.nn.Network, got {type(net).__name__}")
+    if not isinstance(optimizer, str) or optimizer not in OPTIMIZER_WORDS:
+        raise ValueError(f"optimizer must be one of {sorted(OPTIMIZER_WORDS)}, got {optimizer!r}")
     dt = canonical_dtype(dtype)
     curve = get_efficiency_curve(efficiency)
     shapes = net.shapes(batch)
@@ -195,7 +204,8 @@ def estimate_network_gpu(net: Any, batch: int, system: GPUSystem | str = DGX_A10
     n_params = int(net.n_params)
     opt = ar = 0.0
     if training:
-        opt = 5 * 4 * n_params / (ELEMENTWISE_HBM_FRACTION * system.gpu.hbm_bandwidth)
+        words = OPTIMIZER_WORDS[optimizer] * 4 * n_params          # fp32 master weights and state
+        opt = words / (ELEMENTWISE_HBM_FRACTION * system.gpu.hbm_bandwidth)
         ar = gpu_all_reduce_seconds(system, n_params * DTYPES[dt].itemsize, n)
         step = fwd + (max(bwd, ar) if overlap else bwd + ar) + opt
     else:

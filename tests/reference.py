@@ -187,3 +187,32 @@ def conv_operands(x_shape, w_shape, dtype, seed: int = 0):
     """Standard-normal input, weights and bias of a conv (bias: one per out-channel)."""
     rng = np.random.default_rng(seed)
     return tuple(rng.standard_normal(s).astype(dtype) for s in (x_shape, w_shape, w_shape[:1]))
+
+
+def lamb_step(p, g, st, step, opt):
+    """One LAMB step (You et al. 2020, Alg. 2, bias-corrected moments, phi = identity) in
+    float64: ``(new p, (m, v))``; ``opt`` an ``ipukern.Optimizer`` (its hyper-parameters)."""
+    (b1, b2), eps, wd = opt.betas, opt.eps, opt.weight_decay
+    m, v = st
+    p, g = p.astype(np.float64), g.astype(np.float64)
+    m = b1 * m + (1 - b1) * g
+    v = b2 * v + (1 - b2) * g * g
+    r = (m / (1 - b1 ** step)) / (np.sqrt(v / (1 - b2 ** step)) + eps) + wd * p
+    pn, rn = np.linalg.norm(p), np.linalg.norm(r)
+    ratio = pn / rn if pn > 0 and rn > 0 else 1.0
+    return p - opt.lr * ratio * r, (m, v)
+
+
+def lars_step(p, g, st, step, opt):
+    """One LARS step (You, Gitman, Ginsburg 2017) as TensorFlow's LARSOptimizer in Graphcore's
+    MLPerf v1.1 ResNet-50 code, in float64: ``(new p, (v,))``, ``v`` the lr-scaled momentum;
+    1-D tensors (biases, norm scales and shifts) are skipped: plain lr, no weight decay."""
+    (v,), wd = st, opt.weight_decay
+    p, g = p.astype(np.float64), g.astype(np.float64)
+    lr = opt.lr
+    if p.ndim >= 2:
+        wn, gn = np.linalg.norm(p), np.linalg.norm(g)
+        lr *= opt.eta * wn / (gn + wd * wn + opt.eps) if wn > 0 and gn > 0 else 1.0
+        g = g + wd * p
+    v = opt.momentum * v + lr * g
+    return p - v, (v,)

@@ -56,6 +56,10 @@ def test_training_step_composition():
                                            + e.all_reduce_seconds)
     ov = gpu.estimate_network_gpu(net, b, "DGX_A100", training=True)
     assert ov.step_seconds <= e.step_seconds
+    # LARS: momentum's 5 fp32 words plus the norms' second read of w and g
+    lars = gpu.estimate_network_gpu(net, b, "DGX_A100", training=True, overlap=False, optimizer="lars")
+    assert lars.optimizer_seconds == pytest.approx(28 * n_params / (0.8 * 1.555e12))
+    assert lars.step_seconds - e.step_seconds == pytest.approx(8 * n_params / (0.8 * 1.555e12))
     assert e.time_to_train(epochs=2, dataset_size=1000) == pytest.approx(2000 / e.samples_per_second)
 
 
@@ -72,6 +76,8 @@ def test_bad_input():
         gpu.estimate_network_gpu(tiny(), 8).time_to_train(epochs=1)
     with pytest.raises(ValueError, match="n_gpus"):
         gpu.GPUSystem("x", "A100_40GB", 0, 1e9)
+    with pytest.raises(ValueError, match="optimizer must be one of"):
+        gpu.estimate_network_gpu(tiny(), 8, training=True, optimizer="rmsprop")
 
 
 def test_resnet50_training_on_dgx_a100_runs():

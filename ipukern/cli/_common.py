@@ -129,6 +129,14 @@ def state_dtype_arg(text: str) -> Any:
     return vals[0] if len(vals) == 1 else tuple(vals)
 
 
+def add_optimizer(p: argparse.ArgumentParser) -> None:
+    """The ``--optimizer`` option of ``ipukern train``, ``compare`` and ``network``."""
+    from ..ops.optim import OPTIMIZERS
+    p.add_argument("--optimizer", default="sgd_momentum", choices=list(OPTIMIZERS),
+                   help="training optimizer: " + ", ".join(OPTIMIZERS) + " (default sgd_momentum; "
+                        "lars skips 1-D tensors: biases and norm scales/shifts)")
+
+
 def add_optimizer_state_dtype(p: argparse.ArgumentParser) -> None:
     """The ``--optimizer-state-dtype`` option of ``ipukern train`` and ``ipukern network``."""
     p.add_argument("--optimizer-state-dtype", type=state_dtype_arg, default="float32", metavar="T[,T]",

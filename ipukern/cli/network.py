@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ._common import (PRESETS, Progress, add_optimizer_state_dtype, add_progress_options, machine_list,
-                      progress_enabled)
+from ._common import (PRESETS, Progress, add_optimizer, add_optimizer_state_dtype, add_progress_options,
+                      machine_list, progress_enabled)
 
 
 def _cmd_network(args: argparse.Namespace) -> int:
@@ -72,8 +72,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--recompute", nargs="*", default=None, metavar="LAYER",
                    help="training: checkpoints after which activations are recomputed, or 'auto' "
                         "(about sqrt(n) of the network's n block boundaries)")
-    p.add_argument("--optimizer", default="sgd_momentum",
-                   choices=["sgd", "sgd_momentum", "adam", "lamb"], help="training optimizer")
+    add_optimizer(p)
     add_optimizer_state_dtype(p)
     p.add_argument("--image-size", type=int, default=None, help="CNN input resolution")
     p.add_argument("--seq-len", type=int, default=128, help="BERT sequence length (default 128)")

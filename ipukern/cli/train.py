@@ -19,7 +19,7 @@ from typing import Any
 
 from ..systems import SYSTEM_PRESETS, LayerCost, StageMemoryError, estimate_training
 from . import train_run
-from ._common import add_optimizer_state_dtype
+from ._common import add_optimizer, add_optimizer_state_dtype
 
 
 def _model(name: str | None) -> Any:
@@ -145,7 +145,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             net = _model(args.model)
             if net is None:
                 raise ValueError("GPU systems need a MODEL (not --costs)")
-            est = estimate_network_gpu(net, args.gpu_batch, name, dtype=args.dtype, training=True)
+            est = estimate_network_gpu(net, args.gpu_batch, name, dtype=args.dtype, training=True,
+                                       optimizer=args.optimizer)
         elif name.replace("-", "_") in SYSTEM_PRESETS:
             est = _estimate(args, name)
         else:
@@ -187,8 +188,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--available-memory-proportion", type=float, default=None, metavar="P",
                    help="share of each tile a conv/matmul pass may use for temporaries (PopLibs' "
                         "option; default 0.6; Graphcore's MLPerf ResNet-50 used 0.15)")
-    p.add_argument("--optimizer", default="sgd_momentum",
-                   help="sgd, sgd_momentum (default), adam or lamb")
+    add_optimizer(p)
     p.add_argument("--optimizer-state", default="chip", choices=["chip", "streaming"],
                    help="keep the optimizer state on chip (default) or in Streaming Memory")
     add_optimizer_state_dtype(p)

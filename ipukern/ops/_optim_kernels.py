@@ -24,6 +24,14 @@ def _moments(data, t, o, n):
 
 
 @njit(cache=True, nogil=True)
+def _put_pair(data, t, off, a, b):
+    """Write one vertex's two float32 partial sums at ``off`` on tile ``t``."""
+    out = _f32(data, t, off, 2)
+    out[0] = a
+    out[1] = b
+
+
+@njit(cache=True, nogil=True)
 def sgd(data, tiles, off, n, h):
     # h: lr, weight_decay
     lr, wd = np.float32(h[0]), np.float32(h[1])
@@ -93,9 +101,19 @@ def lamb_direction(data, tiles, off, n, h, sums):
             r[i] = (m[i] * ibc1) / (np.sqrt(s[i] * ibc2) + eps) + wd * p[i]
             pp += p[i] * p[i]
             rr += r[i] * r[i]
-        out = _f32(data, t, sums[v], 2)
-        out[0] = pp
-        out[1] = rr
+        _put_pair(data, t, sums[v], pp, rr)
+
+
+@njit(cache=True, nogil=True)
+def _norms(data, t, src, k):
+    """The two norms from the k partial sum pairs at ``src`` on tile ``t`` (float32)."""
+    parts = _f32(data, t, src, 2 * k)
+    a = np.float32(0)
+    b = np.float32(0)
+    for j in range(k):
+        a += parts[2 * j]
+        b += parts[2 * j + 1]
+    return np.sqrt(a), np.sqrt(b)
 
 
 @njit(cache=True, nogil=True)
@@ -104,14 +122,8 @@ def lamb_ratio(data, tiles, src, k, dst):
     ``src`` and write the trust ratio ||p|| / ||r|| (1 if either is 0) at ``dst``."""
     for v in range(tiles.shape[0]):
         t = tiles[v]
-        parts = _f32(data, t, src[v], 2 * k[v])
-        pp = np.float32(0)
-        rr = np.float32(0)
-        for j in range(k[v]):
-            pp += parts[2 * j]
-            rr += parts[2 * j + 1]
+        pn, rn = _norms(data, t, src[v], k[v])
         out = _f32(data, t, dst[v], 1)
-        pn, rn = np.sqrt(pp), np.sqrt(rr)
         out[0] = pn / rn if pn > 0 and rn > 0 else np.float32(1)
 
 
@@ -126,3 +138,53 @@ def lamb_apply(data, tiles, off, n, h, ratio):
         q = _f32(data, t, ratio[v], 1)[0]
         for i in range(n[v]):
             p[i] = p[i] - (lr * q) * r[i]
+
+
+@njit(cache=True, nogil=True)
+def lars_norms(data, tiles, off, n, sums):
+    """LARS phase 1: this vertex's partial sums of w^2 and g^2 (float32, to ``sums``)."""
+    for v in range(tiles.shape[0]):
+        t = tiles[v]
+        p = _f32(data, t, off[v, 0], n[v])
+        g = _f32(data, t, off[v, 1], n[v])
+        pp = np.float32(0)
+        gg = np.float32(0)
+        for i in range(n[v]):
+            pp += p[i] * p[i]
+            gg += g[i] * g[i]
+        _put_pair(data, t, sums[v], pp, gg)
+
+
+@njit(cache=True, nogil=True)
+def lars_ratio(data, tiles, src, k, dst, h):
+    """LARS phase 2, on each tensor's owner tile: the local learning rate
+    lr * eta ||w|| / (||g|| + wd ||w|| + eps), lr when ||w|| or ||g|| is 0 (TensorFlow's
+    LARSOptimizer.compute_lr), written at ``dst``."""
+    # h: lr, weight_decay, momentum, eta, eps
+    lr, wd, eta, eps = np.float32(h[0]), np.float32(h[1]), np.float32(h[3]), np.float32(h[4])
+    for v in range(tiles.shape[0]):
+        t = tiles[v]
+        wn, gn = _norms(data, t, src[v], k[v])
+        trust = eta * wn / (gn + wd * wn + eps) if wn > 0 and gn > 0 else np.float32(1)
+        out = _f32(data, t, dst[v], 1)
+        out[0] = lr * trust
+
+
+@njit(cache=True, nogil=True)
+def lars_apply(data, tiles, off, n, h, ratio):
+    """LARS phase 3: g' = g + wd w, v = m v + lr_local g', w -= v (TensorFlow's apply_momentum
+    with learning rate 1 on grad * scaled_lr). ``ratio[v] < 0``: a skipped tensor, lr_local = lr
+    and no weight decay."""
+    lr, wd, mom = np.float32(h[0]), np.float32(h[1]), np.float32(h[2])
+    for v in range(tiles.shape[0]):
+        t = tiles[v]
+        p = _f32(data, t, off[v, 0], n[v])
+        g = _f32(data, t, off[v, 1], n[v])
+        b = _f32(data, t, off[v, 2], n[v])
+        skip = ratio[v] < 0
+        q = lr if skip else _f32(data, t, ratio[v], 1)[0]
+        w = np.float32(0) if skip else wd
+        for i in range(n[v]):
+            d = g[i] + w * p[i]
+            b[i] = b[i] * mom + d * q
+            p[i] = p[i] - b[i]

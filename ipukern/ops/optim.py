@@ -1,4 +1,4 @@
-"""Optimizer steps on the simulated IPU: SGD, SGD with momentum, Adam and LAMB.
+"""Optimizer steps on the simulated IPU: SGD, SGD with momentum, Adam, LAMB and LARS.
 
 Each step is an element-wise tile program over the parameters, their gradients and the
 optimizer state, run for real (float32 arithmetic in ``torch.optim``'s order, so one step
@@ -21,9 +21,26 @@ The update's arithmetic type: float16 when the parameters and every state tensor
 (a half operand is cast; loads and stores stay one cycle per operand and vector). SGD has no
 state and is costed in float32, as before.
 
-LAMB needs each tensor's norms: each tile's partial sums of p² and r² are exchanged to the
-tensor's first tile, summed into the trust ratio there and the ratio is broadcast back
-(two more supersteps, costed as exchanges).
+LAMB and LARS need each tensor's norms: each tile's partial sums of p² and r² (LAMB) or p² and
+g² (LARS) are exchanged to the tensor's first tile, summed into the trust ratio there and the
+ratio is broadcast back (two more supersteps, costed as exchanges; :func:`_norm_steps`).
+
+LARS (You, Gitman, Ginsburg 2017, arXiv:1708.03888) as TensorFlow's ``LARSOptimizer`` in the
+copy Graphcore's MLPerf Training v1.1 ResNet-50 ran (mlcommons/training_results_v1.1,
+``Graphcore/benchmarks/resnet/implementations/tensorflow/lars_optimizer.py``): per tensor,
+``trust = eta ||w|| / (||g|| + wd ||w|| + eps)`` (1 when ``||w||`` or ``||g||`` is 0), local
+lr ``lr * trust``, ``g' = g + wd w``, then ``apply_momentum`` with learning rate 1:
+``v = m v + lr_local g'``, ``w -= v`` (the momentum slot starts at zero and holds the
+lr-scaled velocity, not torch's buffer). Tensors on the skip list keep ``lr`` and get no
+weight decay: ``v = m v + lr g``. The skip list of that code is ``['beta', 'gamma', 'bias']``
+(``train.py``'s ``--lars-skip-list`` default, unchanged by the v1.1 configs), and NVIDIA's
+MXNet LARS of MLPerf v1.0 and v1.1 (``SGDwFASTLARS``,
+``NVIDIA/benchmarks/resnet/implementations/mxnet/common/fit.py``) skips names ending in gamma,
+beta or bias: batch-norm scales and shifts and biases. Here the parameters are shapes, so the
+rule is by rank (:func:`lars_adapted`): **tensors of one dimension (biases, batch/layer-norm
+scales and shifts) are not adapted**, tensors of two or more (conv and linear weights,
+embeddings) are; for ResNet-50 both rules pick the same tensors (107 of 161 tensors, 54,120 of
+25,557,032 parameters skipped).
 
 Optimizer state (momentum, Adam/LAMB moments) is float32 by default; ``state_dtype`` (one
 type, or one per state slot: e.g. ``("float16", "float32")`` for LAMB's first moment in half and
@@ -52,6 +69,7 @@ from ..machine import GC200, MachineSpec, get_machine
 
 __all__ = [
     "OPTIMIZERS",
+    "lars_adapted",
     "STATE_DTYPES",
     "Optimizer",
     "OptimizerRun",
@@ -65,8 +83,10 @@ __all__ = [
 ]
 
 #: state slots (float32 tensors shaped like the parameter) and their torch.optim names
+#: (LARS: TensorFlow's slot name; it holds the lr-scaled velocity)
 OPTIMIZERS = {"sgd": (), "sgd_momentum": ("momentum_buffer",),
-              "adam": ("exp_avg", "exp_avg_sq"), "lamb": ("exp_avg", "exp_avg_sq")}
+              "adam": ("exp_avg", "exp_avg_sq"), "lamb": ("exp_avg", "exp_avg_sq"),
+              "lars": ("momentum",)}
 #: a parameter is spread over tiles in blocks of at least this many elements (small
 #: tensors use few tiles, as poputil::mapTensorLinearly's minimum elements per tile)
 MIN_ELEMS_PER_TILE = 64
@@ -83,7 +103,9 @@ STATE_DTYPES = ("float32", "float16")
 @dataclass(frozen=True)
 class Optimizer:
     """An optimizer and its hyper-parameters (``torch.optim`` names and defaults;
-    LAMB as in You et al. 2020, Algorithm 2, with Adam bias correction)."""
+    LAMB as in You et al. 2020, Algorithm 2, with Adam bias correction; LARS as TensorFlow's
+    ``LARSOptimizer``: ``eta`` its ``eeta`` coefficient, default 0.001, ``eps`` default 0,
+    no dampening)."""
 
     name: str = "sgd"
     lr: float = 1e-3
@@ -92,11 +114,12 @@ class Optimizer:
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float | None = None
     weight_decay: float = 0.0
+    eta: float = 0.001
 
     def __post_init__(self) -> None:
         if self.name not in OPTIMIZERS:
             raise ValueError(f"unknown optimizer {self.name!r}; choose from {sorted(OPTIMIZERS)}")
-        for k in ("lr", "momentum", "dampening", "weight_decay"):
+        for k in ("lr", "momentum", "dampening", "weight_decay", "eta"):
             v = getattr(self, k)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v < 0:
                 raise ValueError(f"optimizer {k} must be a finite number >= 0, got {v!r}")
@@ -105,7 +128,13 @@ class Optimizer:
             raise ValueError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
         object.__setattr__(self, "betas", (float(b[0]), float(b[1])))
         if self.eps is None:
-            object.__setattr__(self, "eps", 1e-6 if self.name == "lamb" else 1e-8)
+            object.__setattr__(self, "eps", {"lamb": 1e-6, "lars": 0.0}.get(self.name, 1e-8))
+        e = self.eps
+        if isinstance(e, bool) or not isinstance(e, (int, float)) or not np.isfinite(e) or e < 0:
+            raise ValueError(f"optimizer eps must be a finite number >= 0, got {e!r}")
+        if self.name == "lars" and self.dampening:
+            raise ValueError(f"lars has no dampening (TensorFlow's apply_momentum), got "
+                             f"dampening={self.dampening!r}")
 
     @property
     def state_names(self) -> tuple[str, ...]:
@@ -118,7 +147,8 @@ class Optimizer:
 
 
 def get_optimizer(spec: Any) -> Optimizer:
-    """An :class:`Optimizer` from itself or a name ("sgd", "sgd_momentum", "adam", "lamb")."""
+    """An :class:`Optimizer` from itself or a name ("sgd", "sgd_momentum", "adam", "lamb",
+    "lars")."""
     if isinstance(spec, Optimizer):
         return spec
     if isinstance(spec, str):
@@ -134,12 +164,18 @@ def _vector_cycles(opt: Optimizer, phase: str, dtype: str = "float32") -> tuple[
     wd = 2 * add if opt.weight_decay else 0          # d = g + wd * p
     if phase == "lamb_apply":
         return 2, 1, 2 * mul
+    if phase == "lars_norms":                        # p², g² and their running sums
+        return 2, 0, 2 * sq + 2 * add
+    if phase == "lars_plain":                        # a skipped tensor: v = m v + lr g, p -= v
+        return 3, 2, 2 * mul + 2 * add
     return {
         "sgd": (2, 1, wd + 2 * mul),
         "sgd_momentum": (3, 2, wd + 3 * mul + 2 * mul),
         "adam": (4, 3, wd + 3 * add + 4 * mul + c["sqrt"] + c["divide"] + add + c["divide"] + 2 * mul),
         "lamb": (4, 3, 3 * add + 4 * mul + 2 * mul + c["sqrt"] + add + c["divide"] + wd
                  + 2 * sq + 2 * add),
+        # d = g + wd p; v = m v + lr_local d; p -= v
+        "lars": (3, 2, wd + 2 * mul + 2 * add),
     }[opt.name]
 
 
@@ -189,12 +225,21 @@ def update_dtype(optimizer: Any, dtype: str, state_dtype: Any = "float32") -> st
     return "float16" if sd and dtype == "float16" and all(d == "float16" for d in sd) else "float32"
 
 
-def _ratio_cycles(machine: MachineSpec, k: np.ndarray) -> np.ndarray:
-    """Trust-ratio vertex: sum k (p², r²) pairs, two square roots and a divide."""
+def _ratio_cycles(machine: MachineSpec, k: np.ndarray, name: str = "lamb") -> np.ndarray:
+    """Trust-ratio vertex: sum k pairs of partial sums, two square roots and a divide; LARS
+    adds ``eta * ||w||``, ``wd * ||w||``, two adds and ``lr * trust`` (3 mul, 2 add)."""
     k = np.asarray(k, dtype=np.int64)
     c = _OP_CYCLES["float32"]          # the norms' partial sums are float32
+    extra = 3 * c["mul"] + 2 * c["add"] if name == "lars" else 0
     return SUPERVISOR_OVERHEAD + machine.n_workers * ELEMENTWISE_WORKER_OVERHEAD + k * 2 * c["add"] \
-        + 2 * c["sqrt"] + c["divide"]
+        + 2 * c["sqrt"] + c["divide"] + extra
+
+
+def lars_adapted(shapes) -> np.ndarray:
+    """Which tensors LARS adapts (bool per shape): those of two or more dimensions. One-dimensional
+    tensors (biases, batch/layer-norm scales and shifts) keep the plain learning rate and get no
+    weight decay, as the skip lists of the MLPerf LARS implementations (module docstring)."""
+    return np.array([len(tuple(s)) >= 2 for s in shapes], dtype=bool)
 
 
 @dataclass
@@ -288,7 +333,10 @@ def _build(opt: Optimizer, shapes, dtype: str, machine: MachineSpec, state_locat
     sbytes = sum(sizes[2:2 + opt.n_state])
     if state_location == "host" and opt.n_state:
         prog.steps.append(_host_step("stream optimizer state in", dev, tiles_a, n_a, sbytes))
-    if not lamb:
+    if opt.name == "lars":
+        prog.steps += _lars_steps(dev, opt, tiles, lars_adapted(shapes), tiles_a, off_a, n_a, prog.hyper,
+                                  regions, udt)
+    elif not lamb:
         vb = VertexBatch(_Codelet(f"{opt.name}_update", opt.name, ("off", "n", "h")), tiles_a,
                          {"off": off_a, "n": n_a, "h": prog.hyper},
                          optimizer_vertex_cycles(machine, opt, n_a, dtype=udt), regions=regions,
@@ -314,19 +362,24 @@ def _host_step(name: str, dev: Device, tiles: np.ndarray, n: np.ndarray, state_b
     return Superstep(name, compute=dev.compute_set([vb], name=name), category="host")
 
 
-def _lamb_steps(dev, opt, tiles_per_param, tiles_a, off_a, n_a, hyper, regions,
-                udt: str = "float32") -> list[Superstep]:
+def _norm_steps(dev, name: str, tiles_per_param, tiles_a, partials, ratio_args: dict):
+    """The two supersteps of a per-tensor trust ratio (LAMB, LARS) over the vertices
+    ``tiles_a`` (each tensor's, in order, on ``tiles_per_param``): ``partials(sums_off)`` is
+    the vertex batch that writes each vertex's two float32 partial sums at ``sums_off`` on its
+    tile; they are exchanged to each tensor's first tile (its owner), where the
+    ``<name>_ratio`` vertex sums the k pairs and writes the ratio, which is broadcast back to
+    every vertex's tile. Returns the two supersteps and each vertex's ratio offset."""
     m = dev.machine
     NT = m.n_tiles
     V = tiles_a.size
     # per vertex: partial sums (8 B) on its tile; per parameter: the owner (first tile)
     # receives k pairs; every vertex gets the ratio (4 B) on its tile
-    sums = dev.alloc("lamb.partials", np.bincount(tiles_a, minlength=NT) * 8, "scratch")
-    ratio = dev.alloc("lamb.ratio", np.bincount(tiles_a, minlength=NT) * 4, "scratch")
+    sums = dev.alloc(f"{name}.partials", np.bincount(tiles_a, minlength=NT) * 8, "scratch")
+    ratio = dev.alloc(f"{name}.ratio", np.bincount(tiles_a, minlength=NT) * 4, "scratch")
     owners = np.array([t[0] for t in tiles_per_param], dtype=np.int32)
     ks = np.array([t.size for t in tiles_per_param], dtype=np.int64)
-    recv = dev.alloc("lamb.gathered", np.bincount(owners, weights=ks * 8, minlength=NT).astype(np.int64),
-                     "exchange")
+    recv = dev.alloc(f"{name}.gathered",
+                     np.bincount(owners, weights=ks * 8, minlength=NT).astype(np.int64), "exchange")
     # slot of each vertex among the vertices of its tile, and among its parameter's tiles
     order = np.argsort(tiles_a, kind="stable")
     slot = np.empty(V, dtype=np.int64)
@@ -343,33 +396,83 @@ def _lamb_steps(dev, opt, tiles_per_param, tiles_a, off_a, n_a, hyper, regions,
     ratio_off = ratio[tiles_a] + slot * 4
     own_t = owners[param_of]
     gather_off = recv[own_t] + (owner_slot[param_of] + j_in_param) * 8
-    a = VertexBatch(_Codelet("lamb_direction", "lamb_direction", ("off", "n", "h", "sums")), tiles_a,
-                    {"off": off_a, "n": n_a, "h": hyper, "sums": sums_off},
-                    optimizer_vertex_cycles(m, opt, n_a, dtype=udt),
-                    regions=regions + [(sums_off, np.full(V, 8))],
-                    why=f"lamb moments, direction and partial norms of {int(n_a.max())} elements")
-    ex1 = dev.exchange(tiles_a, sums_off, own_t, gather_off, np.full(V, 8), name="lamb partial norms")
+    a = partials(sums_off)
+    ex1 = dev.exchange(tiles_a, sums_off, own_t, gather_off, np.full(V, 8), name=f"{name} partial norms")
     first = j_in_param == 0
     rsrc = recv[owners] + owner_slot * 8
     rdst = ratio_off[first]
-    b = VertexBatch(_Codelet("lamb_ratio", "lamb_ratio", ("src", "k", "dst")), owners,
-                    {"src": rsrc, "k": ks, "dst": rdst}, _ratio_cycles(m, ks),
+    b = VertexBatch(_Codelet(f"{name}_ratio", f"{name}_ratio", ("src", "k", "dst", *ratio_args)), owners,
+                    {"src": rsrc, "k": ks, "dst": rdst, **ratio_args}, _ratio_cycles(m, ks, name),
                     regions=[(rsrc, ks * 8), (rdst, np.full(owners.size, 4))],
-                    why="lamb trust ratio ||p|| / ||r||")
+                    why=f"{name} trust ratio of each tensor on its first tile")
     ex2_keep = ~first
     ex2 = dev.exchange(own_t[ex2_keep], ratio_off[first][param_of[ex2_keep]], tiles_a[ex2_keep],
-                       ratio_off[ex2_keep], np.full(int(ex2_keep.sum()), 4), name="lamb ratio broadcast")
+                       ratio_off[ex2_keep], np.full(int(ex2_keep.sum()), 4), name=f"{name} ratio broadcast")
+    first_name = "direction" if name == "lamb" else "norms"
+    return [Superstep(f"{name} {first_name}", compute=dev.compute_set([a], name=f"{name} {first_name}"),
+                      exchange=ex1, category="optimizer"),
+            Superstep(f"{name} trust ratio", compute=dev.compute_set([b], name=f"{name} ratio"),
+                      exchange=ex2 if ex2_keep.any() else None, category="optimizer")], ratio_off
+
+
+def _lamb_steps(dev, opt, tiles_per_param, tiles_a, off_a, n_a, hyper, regions,
+                udt: str = "float32") -> list[Superstep]:
+    m = dev.machine
+
+    def direction(sums_off):
+        return VertexBatch(_Codelet("lamb_direction", "lamb_direction", ("off", "n", "h", "sums")), tiles_a,
+                           {"off": off_a, "n": n_a, "h": hyper, "sums": sums_off},
+                           optimizer_vertex_cycles(m, opt, n_a, dtype=udt),
+                           regions=regions + [(sums_off, np.full(tiles_a.size, 8))],
+                           why=f"lamb moments, direction and partial norms of {int(n_a.max())} elements")
+
+    steps, ratio_off = _norm_steps(dev, "lamb", tiles_per_param, tiles_a, direction, {})
     c = VertexBatch(_Codelet("lamb_apply", "lamb_apply", ("off", "n", "h", "ratio")), tiles_a,
                     {"off": off_a, "n": n_a, "h": hyper, "ratio": ratio_off},
                     optimizer_vertex_cycles(m, opt, n_a, "lamb_apply", udt),
-                    regions=[regions[0], regions[-1], (ratio_off, np.full(V, 4))],
+                    regions=[regions[0], regions[-1], (ratio_off, np.full(tiles_a.size, 4))],
                     why="lamb apply p -= lr * ratio * r")
-    return [Superstep("lamb direction", compute=dev.compute_set([a], name="lamb direction"),
-                      exchange=ex1, category="optimizer"),
-            Superstep("lamb trust ratio", compute=dev.compute_set([b], name="lamb ratio"),
-                      exchange=ex2 if ex2_keep.any() else None, category="optimizer"),
-            Superstep("lamb apply", compute=dev.compute_set([c], name="lamb apply"),
-                      category="optimizer")]
+    return steps + [Superstep("lamb apply", compute=dev.compute_set([c], name="lamb apply"),
+                              category="optimizer")]
+
+
+def _lars_steps(dev, opt, tiles_per_param, adapt, tiles_a, off_a, n_a, hyper, regions,
+                udt: str = "float32") -> list[Superstep]:
+    """LARS: the norms of the adapted tensors' w and g and their local learning rates
+    (:func:`_norm_steps`), then one momentum update over every tensor; ``adapt`` marks the
+    adapted tensors (:func:`lars_adapted`), the others keep ``lr``, no weight decay."""
+    m = dev.machine
+    adapted = np.repeat(adapt, [t.size for t in tiles_per_param])       # per vertex
+
+    def sub(mask):      # the vertices of ``mask``: tiles, offsets, sizes, regions (p, g, momentum)
+        return tiles_a[mask], off_a[mask], n_a[mask], [(o[mask], b[mask]) for o, b in regions]
+
+    steps, apply = [], []
+    if adapted.any():
+        t, o, n, reg = sub(adapted)
+        per_param = [tt for tt, a in zip(tiles_per_param, adapt) if a]
+
+        def norms(sums_off):
+            return VertexBatch(_Codelet("lars_norms", "lars_norms", ("off", "n", "sums")), t,
+                               {"off": o, "n": n, "sums": sums_off},
+                               optimizer_vertex_cycles(m, opt, n, "lars_norms", udt),
+                               regions=reg[:2] + [(sums_off, np.full(t.size, 8))],
+                               why=f"lars partial sums of w² and g² over {int(n.max())} elements")
+
+        steps, ratio_off = _norm_steps(dev, "lars", per_param, t, norms, {"h": hyper})
+        apply.append(VertexBatch(_Codelet("lars_apply", "lars_apply", ("off", "n", "h", "ratio")), t,
+                                 {"off": o, "n": n, "h": hyper, "ratio": ratio_off},
+                                 optimizer_vertex_cycles(m, opt, n, dtype=udt),
+                                 regions=reg + [(ratio_off, np.full(t.size, 4))],
+                                 why="lars momentum at lr * trust ratio, weight decay in the gradient"))
+    if not adapted.all():
+        t, o, n, reg = sub(~adapted)
+        apply.append(VertexBatch(_Codelet("lars_apply", "lars_apply", ("off", "n", "h", "ratio")), t,
+                                 {"off": o, "n": n, "h": hyper, "ratio": np.full(t.size, -1, np.int64)},
+                                 optimizer_vertex_cycles(m, opt, n, "lars_plain", udt), regions=reg,
+                                 why="lars-skipped 1-D tensors (biases, norms): momentum at lr"))
+    return steps + [Superstep("lars apply", compute=dev.compute_set(apply, name="lars apply"),
+                              category="optimizer")]
 
 
 def _hyper(opt: Optimizer, step: int, out: np.ndarray) -> None:
@@ -383,6 +486,8 @@ def _hyper(opt: Optimizer, step: int, out: np.ndarray) -> None:
         out[2:8] = (1 - b1, b2, opt.eps, opt.lr / bc1, np.sqrt(bc2), 1 - b2)
     elif opt.name == "lamb":
         out[2:9] = (b1, b2, opt.eps, 1 / bc1, 1 / bc2, 1 - b2, 1 - b1)
+    elif opt.name == "lars":
+        out[2:5] = (opt.momentum, opt.eta, opt.eps)
 
 
 def _profile_kw(opt: Optimizer, shapes, location: str, state_dtype: tuple = ()) -> dict[str, Any]:

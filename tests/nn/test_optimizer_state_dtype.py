@@ -22,7 +22,8 @@ def net():
 
 @pytest.mark.parametrize("opt, sdt, per_param", [("sgd_momentum", "float16", 2),
                                                  ("adam", "float16", 4),
-                                                 ("lamb", ("float16", "float32"), 6)])
+                                                 ("lamb", ("float16", "float32"), 6),
+                                                 ("lars", "float16", 2)])
 def test_state_bytes_by_hand(net, opt, sdt, per_param):
     # float16 weights: float32 state is 4 bytes per state slot and parameter, float16 2
     rows, live32, w, _, _ = training_schedule(net, 4, CTX, optimizer=opt)
@@ -160,6 +161,14 @@ def test_cli_state_dtype(tmp_path, capsys):
     assert json.loads((tmp_path / "t.json").read_text())["info"]["optimizer_state_dtype"] == ["float16"]
     assert main(base + ["--optimizer", "lamb", "--optimizer-state-dtype", "float16,float32"]) == 0
     capsys.readouterr()
+    assert main(base + ["--optimizer", "lars", "--optimizer-state-dtype", "float16"]) == 0
+    capsys.readouterr()
+    # not an optimizer: argparse names the choices, exit 2
+    with pytest.raises(SystemExit) as e:
+        main(base + ["--optimizer", "rmsprop"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "rmsprop" in err and "lars" in err
     # a slot count that does not match the optimizer: one line, exit 1
     assert main(base + ["--optimizer", "lamb", "--optimizer-state-dtype", "float16,float32,float16"]) == 1
     err = capsys.readouterr().err.strip().splitlines()

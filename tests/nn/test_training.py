@@ -7,20 +7,26 @@ import ipukern as ik
 from ipukern.nn import train_step
 from ipukern.nn.training import training_schedule
 from nets import tiny_cnn
+from reference import lars_step
 
 
 def small_net(c=8, hw=12, classes=5):
     return tiny_cnn(bn=True, c=c, hw=hw, classes=classes)
 
 
-def test_one_sgd_step_equals_torch():
-    torch = pytest.importorskip("torch")
+def _one_step(opt):
+    """``(params, x, labels, run)``: one executed step of :func:`small_net` with ``opt``."""
     net = small_net()
     params = net.init_params(seed=0)
     rng = np.random.default_rng(0)
     x = rng.standard_normal((4, 3, 12, 12)).astype(np.float32)
     labels = rng.integers(0, 5, 4)
-    run = train_step(net, x, labels, params, optimizer=ik.Optimizer("sgd", lr=0.1))
+    return params, x, labels, train_step(net, x, labels, params, optimizer=opt)
+
+
+def test_one_sgd_step_equals_torch():
+    torch = pytest.importorskip("torch")
+    params, x, labels, run = _one_step(ik.Optimizer("sgd", lr=0.1))
 
     class Ref(torch.nn.Module):
         def __init__(self, c=8, classes=5):
@@ -53,6 +59,22 @@ def test_one_sgd_step_equals_torch():
     for k in trained:
         np.testing.assert_allclose(run.params[k], after[k].numpy(), rtol=1e-5, atol=1e-6, err_msg=k)
     assert run.profile.training and run.profile.total_cycles > 0
+
+
+def test_lars_network_step_equals_the_reference_and_its_estimate():
+    # the executed step's update of every parameter equals float64 LARS over its own
+    # gradients (batch norm's scale and shift and the fc bias are 1-D: skipped), and the
+    # executed cycles equal the training estimate's, whose update row is the LARS step's
+    opt = ik.Optimizer("lars", lr=1.0, weight_decay=1e-2)
+    params, _, _, run = _one_step(opt)
+    for k, g in run.grads.items():
+        ref, (v,) = lars_step(params[k], g, (np.zeros(g.shape),), 1, opt)
+        np.testing.assert_allclose(run.params[k], ref, rtol=2e-6, atol=1e-6, err_msg=k)
+        np.testing.assert_allclose(run.state[k]["momentum"], v, rtol=2e-6, atol=1e-7, err_msg=k)
+    assert run.cycles == run.profile.total_cycles
+    row = next(r for r in run.profile.layers if r["name"] == "optimizer (lars)")
+    shapes = [params[k].shape for k in run.grads]
+    assert row["cycles"] == ik.estimate_optimizer_step(shapes, optimizer=opt).total_cycles
 
 
 def _rows(prof, pass_):

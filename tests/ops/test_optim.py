@@ -1,10 +1,12 @@
-"""Optimizer steps on the tiles against torch.optim (one and two steps) and a float64 LAMB."""
+"""Optimizer steps on the tiles against torch.optim (one and two steps) and a float64 LAMB and
+LARS (which torch lacks)."""
 import numpy as np
 import pytest
 
 import ipukern as ik
 from ipukern.core.cost import ELEMENTWISE_WORKER_OVERHEAD, SUPERVISOR_OVERHEAD
 from ipukern.ops.optim import optimizer_vertex_cycles
+from reference import lamb_step, lars_step
 
 SHAPES = [(16, 8, 3, 3), (16,), (10, 16), (3,), (300, 7)]
 
@@ -55,38 +57,52 @@ def test_equals_torch_optim_over_two_steps(name, kw, tname, tkw):
         assert est.total_cycles == run.profile.total_cycles > 0
 
 
-def _lamb_ref(p, g, m, v, step, lr, b1, b2, eps, wd):
-    """LAMB (You et al. 2020, Alg. 2, bias-corrected moments, phi = identity) in float64."""
-    p, g, m, v = (a.astype(np.float64) for a in (p, g, m, v))
-    m = b1 * m + (1 - b1) * g
-    v = b2 * v + (1 - b2) * g * g
-    r = (m / (1 - b1 ** step)) / (np.sqrt(v / (1 - b2 ** step)) + eps) + wd * p
-    pn, rn = np.linalg.norm(p), np.linalg.norm(r)
-    ratio = pn / rn if pn > 0 and rn > 0 else 1.0
-    return p - lr * ratio * r, m, v
+NORM_OPTIMIZERS = [
+    (ik.Optimizer("lamb", lr=0.02, weight_decay=0.01), lamb_step, "direction"),
+    (ik.Optimizer("lars", lr=2.0, momentum=0.9, weight_decay=5e-3, eta=0.01), lars_step, "norms"),
+    (ik.Optimizer("lars", lr=0.5, momentum=0.8, eps=1e-3), lars_step, "norms"),
+]
 
 
-def test_lamb_matches_float64_reference():
+@pytest.mark.parametrize("opt,ref,first", NORM_OPTIMIZERS, ids=["lamb", "lars", "lars-eps-no-wd"])
+def test_norm_optimizers_match_float64_reference(opt, ref, first):
     ps, gs = _data(1)
     ps[3][:] = 0                                   # zero norm: trust ratio 1
-    opt = ik.Optimizer("lamb", lr=0.02, weight_decay=0.01)
+    ps[2][:] = 0                                   # a 2-D one too (LARS skips 1-D tensors)
+    gs[0][4][:] = 0                                # zero gradient norm at step 1: ratio 1
     params, state = ps, None
-    ms = [np.zeros_like(p) for p in ps]
-    vs = [np.zeros_like(p) for p in ps]
+    sts = [tuple(np.zeros(p.shape) for _ in opt.state_names) for p in ps]
     refs = [p.astype(np.float64) for p in ps]
     for step in (1, 2):
         run = ik.optimizer_step(params, gs[step - 1], state, optimizer=opt, step=step)
-        out = [_lamb_ref(refs[i], gs[step - 1][i], ms[i], vs[i], step, 0.02, 0.9, 0.999, 1e-6, 0.01)
-               for i in range(len(ps))]
+        out = [ref(refs[i], gs[step - 1][i], sts[i], step, opt) for i in range(len(ps))]
         refs = [o[0] for o in out]
-        ms = [o[1] for o in out]
-        vs = [o[2] for o in out]
+        sts = [o[1] for o in out]
         params, state = run.params, run.state
-        for a, ref in zip(params, refs):
-            np.testing.assert_allclose(a, ref, rtol=2e-6, atol=1e-6)
+        for a, r in zip(params, refs):
+            np.testing.assert_allclose(a, r, rtol=2e-6, atol=1e-6)
+        for st, r in zip(state, sts):
+            for nm, x in zip(opt.state_names, r):
+                np.testing.assert_allclose(st[nm], x, rtol=2e-6, atol=1e-7)
+        assert ik.estimate_optimizer_step(SHAPES, optimizer=opt).total_cycles == run.profile.total_cycles
     names = [s.name for s in run.profile.supersteps]
-    assert names == ["lamb direction", "lamb trust ratio", "lamb apply"]
+    assert names == [f"{opt.name} {first}", f"{opt.name} trust ratio", f"{opt.name} apply"]
     assert run.profile.supersteps[0].bytes_exchanged > 0
+
+
+def test_lars_skips_one_dimensional_tensors():
+    # only 1-D tensors: no norms, no exchange, one momentum update at lr without weight decay
+    shapes = [(300,), (7,)]
+    opt = ik.Optimizer("lars", lr=0.1, weight_decay=0.5)
+    rng = np.random.default_rng(3)
+    ps = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    gs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    run = ik.optimizer_step(ps, gs, optimizer=opt)
+    assert [s.name for s in run.profile.supersteps] == ["lars apply"]
+    for a, p, g in zip(run.params, ps, gs):
+        np.testing.assert_allclose(a, p - np.float32(0.1) * g, rtol=1e-6, atol=1e-7)
+    from ipukern.ops.optim import lars_adapted
+    assert lars_adapted([(3,), (2, 3), (4, 1, 1, 1), ()]).tolist() == [False, True, True, False]
 
 
 def test_cycle_model_by_hand():
@@ -97,6 +113,12 @@ def test_cycle_model_by_hand():
     assert cyc == 6 * (ELEMENTWISE_WORKER_OVERHEAD + 100 * (4 + 3 + 40)) + SUPERVISOR_OVERHEAD
     sgd = int(optimizer_vertex_cycles(m, ik.Optimizer("sgd"), np.array([1200]))[0])
     assert sgd == 6 * (ELEMENTWISE_WORKER_OVERHEAD + 100 * (2 + 1 + 2)) + SUPERVISOR_OVERHEAD
+    # lars: norms load w, g and square-add both (2 x (2 + 1)); the update loads w, g, v,
+    # stores w, v: wd 2 + v * m 1 + lr * d 1 + add 1 + w - v 1; a skipped tensor has no wd
+    lars = ik.Optimizer("lars", weight_decay=1e-4)
+    for phase, per_vector in (("lars_norms", 2 + 0 + 6), (None, 3 + 2 + 6), ("lars_plain", 3 + 2 + 4)):
+        cyc = int(optimizer_vertex_cycles(m, lars, np.array([1200]), phase)[0])
+        assert cyc == 6 * (ELEMENTWISE_WORKER_OVERHEAD + 100 * per_vector) + SUPERVISOR_OVERHEAD
 
 
 def test_state_location_host_costs_the_host_link():
@@ -150,5 +172,13 @@ def test_bad_input():
         ik.optimizer_step(p, p, [{}], optimizer="adam", step=2)
     with pytest.raises(ValueError, match="lr"):
         ik.Optimizer("sgd", lr=-1.0)
+    with pytest.raises(ValueError, match="eta"):
+        ik.Optimizer("lars", eta=float("nan"))
+    with pytest.raises(ValueError, match="eps"):
+        ik.Optimizer("lars", eps=-1.0)
+    with pytest.raises(ValueError, match="no dampening"):
+        ik.Optimizer("lars", dampening=0.1)
+    with pytest.raises(ValueError, match="momentum"):
+        ik.optimizer_step(p, p, [{"momentum_buffer": p[0]}], optimizer="lars", step=2)
     with pytest.raises(ValueError, match="step"):
         ik.optimizer_step(p, p, step=0)

@@ -33,6 +33,11 @@ def test_data_parallel_step_by_hand():
     assert est.time_to_train(epochs=2, dataset_size=1000) == pytest.approx(2000 / est.samples_per_second)
     assert len(est.breakdown) == 16 and est.bottleneck == "host I/O"
     assert "IPU-POD16" in est.summary()
+    # LARS: the momentum's update plus a second read of the weight and the gradient (float16)
+    lars = ik.estimate_training(system=ik.IPU_POD16, micro_batch=4, gradient_accumulation=3, costs=c,
+                                sample_bytes=3 * 224 * 224, dtype="float16", optimizer="lars")
+    assert lars.info["parts_s"]["optimizer"] == pytest.approx(params * (5 * 2 + 2 * 4) / (1472 * 16) / CLOCK)
+    assert lars.step_seconds - est.step_seconds == pytest.approx(params * 2 * 2 / (1472 * 16) / CLOCK)
 
 
 def test_pipeline_fill_drain_links_and_sync_by_hand():
