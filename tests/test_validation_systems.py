@@ -39,6 +39,10 @@ def test_packaged_table_is_sourced_and_consistent():
     # the global batch the logs print: replicas x micro-batch x accumulation x items per sample
     pod16 = next(r for r in runs if r.id == "mlperf1.0-bert-pod16")
     assert pod16.replicas * pod16.micro_batch * pod16.gradient_accumulation * pod16.items_per_sample == 3072
+    # the ResNet-50 submissions that ran LARS (Graphcore v1.1; NVIDIA MXNet v1.0 and v1.1) run it
+    lars = {r.id for r in mlperf if r.optimizer == "lars"}
+    assert lars == {"mlperf1.1-resnet-pod16", "mlperf1.1-resnet-pod64", "mlperf1.0-resnet-dgxa100",
+                    "mlperf1.1-resnet-dgxa100"}
 
 
 def test_gpu_rows_modelled_with_ratios(tmp_path):
@@ -52,6 +56,12 @@ def test_gpu_rows_modelled_with_ratios(tmp_path):
     assert res.minutes_ratio == pytest.approx(res.model_minutes / res.run.published_minutes)
     assert bert.throughput_ratio > 0 and bert.minutes_ratio > 0
     assert res.details["parts_ms"]["all_reduce_ms"] > 0
+    # the row's optimizer (lars) reaches the GPU model: 7 fp32 words per parameter, not 5
+    from ipukern.gpu import A100_40GB, A100_80GB
+    from ipukern.gpusystem import estimate_network_gpu
+    sgdm = estimate_network_gpu(vs._network(res.run), 408, "DGX_A100", training=True)   # 40 GB HBM
+    assert res.details["parts_ms"]["optimizer_ms"] / (sgdm.optimizer_seconds * 1e3) == pytest.approx(
+        7 / 5 * A100_40GB.hbm_bandwidth / A100_80GB.hbm_bandwidth, rel=2e-3)
     assert res.model_datasheet is None                                  # an IPU-only variant
     data = json.loads(rep.to_json(tmp_path / "s.json"))
     assert data["summary"]["modelled"] == 2 and len(data["rows"]) == 2
@@ -126,7 +136,8 @@ def test_table_errors(tmp_path):
                micro_batch="1", gradient_accumulation="1")
     for change, msg in (({"kind": "cpu"}, "kind must be"), ({"source": ""}, "no source"),
                         ({"published_throughput": ""}, "neither"), ({"replicas": "two"}, "line 2"),
-                        ({"published_throughput": "nan"}, "finite"), ({"micro_batch": ""}, "needed unless")):
+                        ({"published_throughput": "nan"}, "finite"), ({"micro_batch": ""}, "needed unless"),
+                        ({"kind": "gpu_training", "optimizer": "rmsprop"}, "unknown optimizer")):
         p.write_text(head + "\n" + ",".join((rec | change)[c] for c in cols))
         with pytest.raises(ValueError, match=msg):
             vs.load_published(p)

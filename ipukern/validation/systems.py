@@ -151,7 +151,7 @@ def _parse(rec: dict[str, str], where: str) -> PublishedRun:
         v = getattr(run, k)
         if v is not None and not (v >= 0 and math.isfinite(v)):
             raise ValueError(f"{where}: {run.id}: {k} must be a finite number >= 0, got {v}")
-    if run.optimizer and run.kind == "ipu_training":
+    if run.optimizer:           # a known optimizer (both kinds), its state types (IPU rows)
         from ..ops.optim import state_dtypes
         state_dtypes(run.optimizer, run.state_dtype)
     if not run.not_modelled and None in (run.replicas, run.micro_batch, run.gradient_accumulation):
@@ -229,7 +229,7 @@ def _model_gpu(run: PublishedRun, net: Any) -> tuple[float, str, dict]:
     else:
         system = get_gpu_system(run.system)
     est = estimate_network_gpu(net, run.micro_batch, system, dtype=run.dtype, training=True,
-                               n_gpus=run.replicas)
+                               n_gpus=run.replicas, optimizer=run.optimizer or "sgd_momentum")
     parts = {f"{k}_ms": round(getattr(est, f"{k}_seconds") * 1e3, 3)
              for k in ("forward", "backward", "optimizer", "all_reduce")}
     details = {"step_ms": round(est.step_seconds * 1e3, 3), "parts_ms": parts}
