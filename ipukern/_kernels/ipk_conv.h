@@ -25,12 +25,14 @@
  * results go straight to the output. Others with few channels (cpg 8, strided, dilated) use
  * the GEMM path with MR = K: blocks of 1, 2, 4 or 8 output channels by up to 12 vectors, so
  * no lanes are spent on absent channels. fp32 vertices whose every tap lies inside the
- * window (no padding: every 1x1 layer) take the direct path instead in the baseline and AVX2
- * variants (ipk_conv_direct.h): lanes over output channels, input values broadcast from the
- * window in place, no packing; fp32 vertices that need padding and have 8 or more output
- * channels per group (3x3 layers) take it on a zero-padded copy of the window. Depthwise
- * vertices (C = K = 1) take their own path there (ipk_conv_dw.h): every image's window of a
- * group packed once, lanes over output columns, blocks of 12 vectors held over the taps.
+ * window (no padding: every 1x1 layer) take the direct path instead in every variant
+ * (ipk_conv_direct.h): lanes over output channels, input values broadcast from the window in
+ * place, no packing; fp32 vertices that need padding and have a full vector of output
+ * channels per group or more (8 in AVX2, 16 in AVX-512: 3x3 layers) take it on a zero-padded
+ * copy of the window. In the AVX-512 variant the few-channel kernels above come first.
+ * Depthwise vertices (C = K = 1) of the baseline and AVX2 variants take their own path
+ * (ipk_conv_dw.h): every image's window of a group packed once, lanes over output columns,
+ * blocks of 12 vectors held over the taps.
  * While a thread computes a vertex it prefetches the next
  * one's operands (the arena is much larger than the caches).
  *
@@ -202,14 +204,15 @@ static inline int ipk_geom_init(ipk_geom* g, const int64_t* d, int kh, int kw, i
     g->N = g->OR * g->Wp;
     /* tap offsets are int32: keep the packed window well inside that */
     if (ipk_smul(ipk_smul(g->C, g->nph), g->plane) > ((int64_t)1 << 30)
-        || ipk_smul4(g->K + 7, g->C, g->T, 1) > ((int64_t)1 << 36))
+        || ipk_smul4(g->K + 15, g->C, g->T, 1) > ((int64_t)1 << 36))
         return IPK_CONV_EDIMS;
     /* tail: the last vector of the last plane reads up to jc_max + VW - 1 <= Wp + 15 floats
      * past the end of the packed planes */
     g->p_floats = ipk_al16(g->C * g->nph * g->plane + g->Wp + 32);
     /* the small-channel path (AVX-512) pads rows to whole vectors: up to 15 more per row */
     g->p_floats += ipk_al16(16 * (g->C <= 8 ? g->C : 1) * g->Mr + 128);
-    g->w_floats = ipk_al16((g->K + 7) * g->C * g->T);
+    /* K rounded up to whole vectors of the widest variant (the direct path packs kv * 16) */
+    g->w_floats = ipk_al16((g->K + 15) * g->C * g->T);
     g->o_ints = ipk_al16(g->C * g->T);
     ipk_geom_padded(g);
     g->need = 16 + g->p_floats + g->w_floats + g->o_ints + g->q_floats;

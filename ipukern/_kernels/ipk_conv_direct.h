@@ -58,7 +58,7 @@ typedef void (*IPK_SFX(dk_fn))(const float* const* src, const int32_t* restrict 
                                 int64_t ntaps, const float* restrict w, float* restrict tile,
                                 const unsigned char* pf, int64_t pfs);
 
-/* (KV, NP) blocks: KV * NP <= IPK_ACC accumulators, NP <= IPK_NRMAX */
+/* (KV, NP) blocks: KV * NP <= IPK_DK_ACC accumulators, NP <= IPK_NRMAX */
 #define IPK_DK_BLOCKS(X) \
     X(1, 1) X(1, 2) X(1, 3) X(1, 4) X(1, 5) X(1, 6) X(1, 7) X(1, 8) X(1, 9) X(1, 10) \
     X(1, 11) X(1, 12) X(2, 1) X(2, 2) X(2, 3) X(2, 4) X(2, 5) X(2, 6) \
@@ -71,6 +71,10 @@ static const IPK_SFX(dk_fn) IPK_SFX(dk_tab)[5][IPK_NRMAX + 1] = {IPK_DK_BLOCKS(I
 #undef IPK_DK
 
 #define IPK_DK_KVMAX 4
+/* accumulator vectors of a block: 12 in every variant (the AVX-512 one could hold 24, but a
+ * staged block of KV * VW * NP floats must fit the smallest packed-window scratch, 192
+ * floats (ipk_geom_init: p_floats >= 48 + 144), and the (KV, NP) table above stops at 12) */
+#define IPK_DK_ACC 12
 
 /* The direct path applies: fp32 input, and either every tap of every output inside the
  * window (read in place) or a zero-padded copy planned (ipk_geom_padded: a full vector of
@@ -112,7 +116,7 @@ static void ipk_direct_pad(const ipk_geom* g, const float* win, int64_t gi, floa
 }
 #endif
 
-#if defined(IPK_ISA_AVX2)
+#if defined(IPK_ISA_AVX2) || defined(IPK_ISA_AVX512)
 /* r[i][j] <- r[j][i]: an 8 x 8 transpose of floats in registers. */
 IPK_TGT static inline void IPK_SFX(tr8x8)(__m256* r)
 {
@@ -133,8 +137,8 @@ IPK_TGT static inline void IPK_SFX(tr8x8)(__m256* r)
 
 /* Pack channels [k0, k0 + kb) of one group's weights [K][CT] (fp32) to Wk[t][kvw], zero
  * past K; tap-outer, so the writes are sequential and the reads kvw sequential streams.
- * AVX2: whole groups of 8 channels x 8 taps by register transposes (a vertex with few taps
- * and positions, as in 1x1 layers of 16-96 channels, spent a fifth of its time here). */
+ * AVX2 and AVX-512: whole groups of 8 channels x 8 taps by register transposes (a vertex with
+ * few taps and positions, as in 1x1 layers of 16-96 channels, spent a fifth of its time here). */
 IPK_TGT static void IPK_SFX(pack_wk)(const float* restrict wsrc, int64_t CT, int64_t K,
                                      int64_t k0, int kvw, float* restrict Wk)
 {
@@ -142,7 +146,7 @@ IPK_TGT static void IPK_SFX(pack_wk)(const float* restrict wsrc, int64_t CT, int
     int64_t t;
     int k, k8 = 0, kin = (int)(K - k0 < kvw ? K - k0 : kvw);
     for (k = 0; k < kin; k++) rows[k] = wsrc + (k0 + k) * CT;
-#if defined(IPK_ISA_AVX2)
+#if defined(IPK_ISA_AVX2) || defined(IPK_ISA_AVX512)
     for (; k8 + 8 <= kin; k8 += 8) {
         for (t = 0; t + 8 <= CT; t += 8) {
             __m256 r[8];
@@ -173,7 +177,7 @@ IPK_TGT static void IPK_SFX(direct_store)(const float* obuf, int kvw, int64_t kb
         const int64_t b = q0 / kstride, n0 = q0 - b * kstride;
         const int64_t len = q1 - q0 < kstride - n0 ? q1 - q0 : kstride - n0;
         int64_t m = 0, p;
-#if defined(IPK_ISA_AVX2)
+#if defined(IPK_ISA_AVX2) || defined(IPK_ISA_AVX512)
         if (out_dt == IPK_F32)   /* whole groups of 8 channels x 8 positions by transposes */
             for (; m + 8 <= kb; m += 8) {
                 float* d = (float*)out_k0 + (b * GK + m) * kstride + n0;
@@ -234,7 +238,7 @@ IPK_TGT static void IPK_SFX(direct_vertex)(const ipk_geom* g, unsigned char* tb,
         for (k0 = 0; k0 < K; k0 += IPK_DK_KVMAX * VW) {
             const int64_t kb = K - k0 < IPK_DK_KVMAX * VW ? K - k0 : IPK_DK_KVMAX * VW;
             const int64_t kv = (kb + VW - 1) / VW;
-            const int64_t np = IPK_ACC / kv < IPK_NRMAX ? IPK_ACC / kv : IPK_NRMAX;
+            const int64_t np = IPK_DK_ACC / kv < IPK_NRMAX ? IPK_DK_ACC / kv : IPK_NRMAX;
             calls += G * ((npos + np - 1) / np);
         }
         pf->per_call = ((total + calls - 1) / calls + 63) & ~(int64_t)63;
@@ -256,9 +260,10 @@ IPK_TGT static void IPK_SFX(direct_vertex)(const ipk_geom* g, unsigned char* tb,
         for (k0 = 0; k0 < K; k0 += IPK_DK_KVMAX * VW) {
             const int64_t kb = K - k0 < IPK_DK_KVMAX * VW ? K - k0 : IPK_DK_KVMAX * VW;
             const int kv = (int)((kb + VW - 1) / VW), kvw = kv * VW;
-            const int np = IPK_ACC / kv < IPK_NRMAX ? IPK_ACC / kv : IPK_NRMAX;
+            const int np = IPK_DK_ACC / kv < IPK_NRMAX ? IPK_DK_ACC / kv : IPK_NRMAX;
             /* positions per staged chunk: whole blocks that fit in P (>= one block: P holds
-             * at least 160 floats, a block at most IPK_ACC * VW = 96) */
+             * at least 192 floats, a block at most IPK_DK_ACC * VW: 48 floats (baseline),
+             * 96 (AVX2), 192 (AVX-512)) */
             const int64_t chunk = (g->p_floats / kvw) / np * np;
             unsigned char* out_k0 = tb + out_off + (gi * K + k0) * kstride * osz;
             int64_t q0, c0 = 0, b = 0, y = 0, x = 0;
