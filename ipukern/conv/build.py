@@ -700,24 +700,26 @@ def _output_tensor(dev: Device, buf: _ConvBuffers) -> TileTensor:
     describe = (geo.ii == 0) if R > 1 else np.ones(T, dtype=bool)
     # a tile holding whole output planes has each (image, group)'s K_j channels contiguous
     full_planes = full_rows & (geo.OR == p.out_h)
+    runs_per_plane = np.where(full_rows, 1, geo.OR)
+    plane_elems = geo.OR * geo.OC
     for j in range(plan.serial):
         # runs: one per (b, g) if whole planes, per (b, g, k) if full rows, else per
-        # (b, g, k, row)
-        runs_per_plane = np.where(full_rows, 1, geo.OR)
+        # (b, g, k, row); found per plane (b, g, k-run) first, then per row of the plane
+        # (a plane's runs differ only in their row: up to 400k runs, few planes)
         k_runs = np.where(full_planes, 1, Kj[:, j])             # runs per (b, g) over k
-        n_runs = np.where(describe, geo.B * geo.G * k_runs * runs_per_plane, 0)
-        ti, pos = expand(n_runs)
-        rpp = runs_per_plane[ti]
-        q, y = np.divmod(pos, rpp)                             # one pass for both
-        y[full_rows[ti]] = 0
-        q, k = np.divmod(q, k_runs[ti])
-        b, g = np.divmod(q, geo.G[ti])
-        ch = (geo.g0[ti] + g) * p.out_per_group + geo.k0[ti] + ks[ti, j] + k
-        start = (((geo.n0[ti] + b) * p.out_channels + ch) * p.out_h + geo.y0[ti] + y) * p.out_w + geo.x0[ti]
-        plane_elems = geo.OR[ti] * geo.OC[ti]
-        count = np.where(full_planes[ti], Kj[ti, j] * plane_elems,
-                         np.where(full_rows[ti], plane_elems, geo.OC[ti]))
-        e0 = pos * count                                       # element position in the block
+        pt, pq = expand(np.where(describe, geo.B * geo.G * k_runs, 0))
+        q, k = np.divmod(pq, k_runs[pt])
+        b, g = np.divmod(q, geo.G[pt])
+        ch = (geo.g0[pt] + g) * p.out_per_group + geo.k0[pt] + ks[pt, j] + k
+        p_start = (((geo.n0[pt] + b) * p.out_channels + ch) * p.out_h + geo.y0[pt]) * p.out_w + geo.x0[pt]
+        count_t = np.where(full_planes, Kj[:, j] * plane_elems,
+                           np.where(full_rows, plane_elems, geo.OC))
+        rpp = runs_per_plane[pt]
+        ri, y = expand(rpp)
+        ti = pt[ri]
+        start = p_start[ri] + y * p.out_w
+        count = count_t[ti]
+        e0 = ((pq * rpp)[ri] + y) * count                      # element position in the block
         if R == 1:
             tiles.append(ti)
             starts.append(start)
@@ -739,25 +741,29 @@ def _output_tensor(dev: Device, buf: _ConvBuffers) -> TileTensor:
 def _cut_at_final_ranges(buf: _ConvBuffers, P: np.ndarray, a: np.ndarray, b: np.ndarray):
     """Cut runs [a, b) of blocks of P outputs at the final reduction ranges of the block's
     in-chan tiles. Returns (run index, in-chan index, piece lo, piece hi, that tile's range
-    start) per non-empty piece. The ranges partition [0, P) in digit-reversed order, so
-    each run finds its first and last range by binary search over the sorted starts."""
+    start) per non-empty piece, by run. The ranges partition [0, P) in digit-reversed order,
+    so each run finds its first and last range by binary search over the sorted starts: of
+    all the block sizes at once, each size's sorted starts shifted past the previous
+    size's (a run's search stays within its own size's)."""
     R, n_st = buf.R, len(buf.stages)
-    parts = []
-    for Pv in np.unique(P):
-        sel = np.flatnonzero(P == Pv)
-        r_lo, r_hi = stage_range(int(Pv), np.arange(R), buf.stages, n_st)
-        order = np.lexsort((r_hi, r_lo))                       # empty ranges first on ties
-        starts = r_lo[order]
-        first = np.searchsorted(starts, a[sel], side="right") - 1
-        last = np.searchsorted(starts, b[sel], side="left") - 1
-        i, k = expand(np.maximum(last - first + 1, 0))
-        run = sel[i]
-        c = order[first[i] + k]
-        lo = np.maximum(a[run], r_lo[c])
-        hi = np.minimum(b[run], r_hi[c])
-        keep = lo < hi
-        parts.append((run[keep], c[keep], lo[keep], hi[keep], r_lo[c][keep]))
-    return tuple(_cat([q[n] for q in parts]) for n in range(5))
+    sizes, u = np.unique(P, return_inverse=True)
+    u = u.reshape(-1)
+    r_lo, r_hi = stage_range(sizes[:, None], np.arange(R)[None, :], buf.stages, n_st)
+    order = np.lexsort((r_hi, r_lo), axis=-1)                  # empty ranges first on ties
+    shift = (np.arange(sizes.size) * (int(sizes.max()) + 1))[:, None]
+    starts = (np.take_along_axis(r_lo, order, axis=1) + shift).reshape(-1)
+    base = u * R
+    first = np.searchsorted(starts, a + shift[u, 0], side="right") - 1
+    last = np.searchsorted(starts, b + shift[u, 0], side="left") - 1
+    run, k = expand(np.maximum(last - first + 1, 0))
+    flat = first[run] + k                                      # (size, sorted position)
+    c = order.reshape(-1)[flat]
+    cs = base[run] + c                                         # (size, in-chan tile)
+    lo = np.maximum(a[run], r_lo.reshape(-1)[cs])
+    hi = np.minimum(b[run], r_hi.reshape(-1)[cs])
+    keep = lo < hi
+    out = (run, c, lo, hi, r_lo.reshape(-1)[cs])
+    return out if keep.all() else tuple(x[keep] for x in out)
 
 
 def _bias_tensor(dev: Device, buf: _ConvBuffers) -> TileTensor:
