@@ -109,17 +109,25 @@ def exchange_loads(src_tile: np.ndarray, src_off: np.ndarray, dst_tile: np.ndarr
     if not mask.all():
         recv, _, send = exchange_loads(src_tile, src_off, dst_tile, nbytes, n_tiles, 1)
         if mask.any():
-            paired = exchange_loads(np.asarray(src_tile)[mask], np.asarray(src_off)[mask],
-                                    np.asarray(dst_tile)[mask], np.asarray(nbytes)[mask],
-                                    n_tiles, tiles_per_bus)[1]
+            paired = _loads(np.asarray(src_tile)[mask], np.asarray(src_off)[mask],
+                            np.asarray(dst_tile)[mask], np.asarray(nbytes)[mask],
+                            n_tiles, tiles_per_bus, send=False)[1]
         else:
             paired = np.zeros(n_tiles, dtype=np.int64)
         return recv, paired, send
-    recv = np.bincount(dst_tile, weights=nbytes, minlength=n_tiles).astype(np.int64)
+    return _loads(src_tile, src_off, dst_tile, nbytes, n_tiles, tiles_per_bus)
+
+
+def _loads(src_tile, src_off, dst_tile, nbytes, n_tiles: int, tiles_per_bus: int,
+           send: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`exchange_loads` with every copy on the shared bus; ``send=False`` skips the
+    receive and send bytes (zeros; the distinct-source sort is then not needed)."""
+    recv = (np.bincount(dst_tile, weights=nbytes, minlength=n_tiles).astype(np.int64) if send
+            else np.zeros(n_tiles, dtype=np.int64))
     paired = np.zeros(n_tiles, dtype=np.int64)
-    send = np.zeros(n_tiles, dtype=np.int64)
+    out_send = np.zeros(n_tiles, dtype=np.int64)
     if nbytes.size == 0:
-        return recv, paired, send
+        return recv, paired, out_send
     st = np.asarray(src_tile, dtype=np.int64)
     so = np.asarray(src_off, dtype=np.int64)
     nb = np.asarray(nbytes, dtype=np.int64)
@@ -135,9 +143,10 @@ def exchange_loads(src_tile: np.ndarray, src_off: np.ndarray, dst_tile: np.ndarr
     if (so < 0).any() or 2 * b_tile + b_off + b_nb > 63:
         return _exchange_loads_stacked(st, so, dt, nb, n_tiles, tiles_per_bus, recv)
     region = (st << (b_off + b_nb)) | (so << b_nb) | nb
-    uniq = _sorted_unique(region)
-    send = np.bincount(uniq >> (b_off + b_nb), weights=uniq & ((1 << b_nb) - 1),
-                       minlength=n_tiles).astype(np.int64)
+    if send:
+        uniq = _sorted_unique(region)
+        out_send = np.bincount(uniq >> (b_off + b_nb), weights=uniq & ((1 << b_nb) - 1),
+                               minlength=n_tiles).astype(np.int64)
     if tiles_per_bus > 1:
         b_region = b_tile + b_off + b_nb
         # one entry per (receiving tile, source region); the tile fixes its bus
@@ -149,7 +158,7 @@ def exchange_loads(src_tile: np.ndarray, src_off: np.ndarray, dst_tile: np.ndarr
         shared = counts[np.searchsorted(keys, bus_key)] > 1
         paired = np.bincount(row_tile[shared], weights=row_region[shared] & ((1 << b_nb) - 1),
                              minlength=n_tiles).astype(np.int64)
-    return recv, paired, send
+    return recv, paired, out_send
 
 
 def _sorted_unique(a: np.ndarray, return_counts: bool = False):

@@ -113,15 +113,21 @@ def _first_overlap(tile: np.ndarray, start: np.ndarray, end: np.ndarray, row: in
     return int(np.argmax(clash)) + 1 if clash.any() else -1
 
 
-def _destination_order(dt: np.ndarray, do: np.ndarray, nb: np.ndarray, row: int) -> np.ndarray:
+def _destination_order(dt: np.ndarray, do: np.ndarray, nb: np.ndarray,
+                       row: int) -> np.ndarray | None:
     """The order :meth:`Exchange._validate` returns (copies of positive size by destination
-    tile, then offset), for a table known to be valid."""
+    tile, then offset), for a table known to be valid; None when the copies of positive size
+    are in that order already (half the copies of a ResNet-50 training estimate are, in a
+    few large tables: reordering them would only copy them)."""
     keep = nb > 0
     if not keep.any():
         return np.zeros(0, np.int64)
     if not keep.all():
         dt, do = dt[keep], do[keep]
-    return np.argsort(dt * row + do, kind="stable")
+    key = dt * row + do
+    if (key[1:] >= key[:-1]).all():     # a stable sort would keep this order
+        return None
+    return np.argsort(key, kind="stable")
 
 
 class Exchange:
@@ -188,13 +194,18 @@ class Exchange:
         keep = nb > 0
         if not keep.all():
             st, so, dt, do, nb, bus = st[keep], so[keep], dt[keep], do[keep], nb[keep], bus[keep]
-        self.src_tile = st[order].astype(np.int32)
-        self.src_offset = so[order]
-        self.dst_tile = dt[order].astype(np.int32)
-        self.dst_offset = do[order]
-        self.nbytes = nb[order]
+        if order is None:           # in order: copies of the columns (the caller's stay its own)
+            self.src_tile, self.dst_tile = st.astype(np.int32), dt.astype(np.int32)
+            self.src_offset, self.dst_offset, self.nbytes = so.copy(), do.copy(), nb.copy()
+            self.shared_bus = np.array(bus)
+        else:
+            self.src_tile = st[order].astype(np.int32)
+            self.src_offset = so[order]
+            self.dst_tile = dt[order].astype(np.int32)
+            self.dst_offset = do[order]
+            self.nbytes = nb[order]
+            self.shared_bus = bus[order]
         self.row_bytes = row
-        self.shared_bus = bus[order]
         # the arena row a run needs (checked against the real arena at every run)
         self.row_needed = int(max((so + nb).max(), (do + nb).max())) if nb.size else 0
         self.rows_needed = int(max(st.max(), dt.max())) + 1 if nb.size else 0
