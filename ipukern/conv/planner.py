@@ -690,13 +690,14 @@ def _new_split_vectors(p: ConvParams, cand: VertexMethod, fg: dict[str, Any], T:
     if pairs is None:
         return None
     fi, chi = pairs
+    # the block sizes of the channel axes are computed per channel split and then
+    # gathered with it (the table has up to ~13k rows per channel split's few hundred)
     c = _Table(gs=cg[chi], is_=ci[chi], os_=co[chi], kr=ck[chi], bs=fg["bs"][fi],
                hs=fg["hs"][fi], ws=fg["ws"][fi], B_t=fg["B_t"][fi], OR=fg["OR"][fi],
-               OC=fg["OC"][fi])
-    c["KH_t"] = _axis_sizes(p.kernel_h, 1, c.kr)
-    c["G_t"] = _axis_sizes(p.groups, gg, c.gs)
-    c["C_t"] = _axis_sizes(p.in_per_group, ig, c.is_)
-    c["K_t"] = _axis_sizes(p.out_per_group, og, c.os_)
+               OC=fg["OC"][fi], KH_t=_axis_sizes(p.kernel_h, 1, ck)[chi],
+               G_t=_axis_sizes(p.groups, gg, cg)[chi],
+               C_t=_axis_sizes(p.in_per_group, ig, ci)[chi],
+               K_t=_axis_sizes(p.out_per_group, og, co)[chi])
     if cand.method == "VMAC" and c.K_t.max() > 1:
         return None
     return c
