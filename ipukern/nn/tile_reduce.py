@@ -79,6 +79,30 @@ def _exchange_record(machine, name, table, why, loads=None) -> SuperstepRecord:
                            exchange_overhead_cycles=machine.exchange_overhead_cycles)
 
 
+def _broadcast_loads(machine: MachineSpec, st: dict, nbytes: int
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`cost.exchange_loads` of the broadcast table (every channel's ``nbytes`` from
+    its owner's slot to each tile holding the channel), from the pairs without the sorts:
+    a source region is a channel, a (receiver, region) row is a pair, and the pairs sorted
+    by (channel, tile) are sorted by (channel, bus) too, so a channel's receivers on one
+    bus are neighbours."""
+    nt, bus = machine.n_tiles, machine.tiles_per_exchange_bus
+    ch, tile = st["ch"], st["tile"]
+    recv = st["per_tile"].astype(np.int64) * nbytes
+    paired = np.zeros(nt, np.int64)
+    if not ch.size:
+        return recv, paired, np.zeros(nt, np.int64)
+    first = np.r_[True, ch[1:] != ch[:-1]]                    # each channel sent once
+    send = np.bincount(st["owner_of_ch"][ch[first]], minlength=nt).astype(np.int64) * nbytes
+    if bus > 1:
+        key = ch * (nt // bus + 1) + tile // bus
+        start = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+        size = np.diff(np.append(start, key.size))
+        shared = np.repeat(size > 1, size)
+        paired = np.bincount(tile[shared], minlength=nt).astype(np.int64) * nbytes
+    return recv, paired, send
+
+
 def _pair_keys(layout: Layout, C: int, inner: int, nt: int) -> np.ndarray:
     """Sorted distinct ``channel * nt + tile`` of every element of the layout.
 
@@ -193,7 +217,8 @@ class ChannelReduce:
             self.bcast = (self.owner_of_ch[self.pair_ch], self.ch_slot[self.pair_ch] * b * f4, self.pair_tile,
                           self.pair_rank * b * f4, np.full(P, b * 4, np.int64))
             self.records.append(_exchange_record(machine, f"{name}: broadcast", self.bcast,
-                                                 f"{C} channels x {b} values to their {P} tiles"))
+                                                 f"{C} channels x {b} values to their {P} tiles",
+                                                 _broadcast_loads(machine, st, b * 4)))
         self.total_bytes = (per_tile_pairs * q + recv_pairs * q + ch_per_owner * max(q, self.bk)
                             + per_tile_pairs * self.bk) * 4
         self._elem = None

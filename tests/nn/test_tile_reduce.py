@@ -38,6 +38,10 @@ def test_channel_sums_and_broadcast_equal_numpy(n, c, h, w, tiles, grain, permut
     assert cr.records[1] == _exchange_record(m, cr.records[1].name, cr.gather,
                                              f"{cr.pair_ch.size} (tile, channel) partials to "
                                              f"{min(tiles, c)} owner tiles")
+    # and the broadcast's: equal to costing its table (bus pairs included)
+    assert cr.records[3] == _exchange_record(m, cr.records[3].name, cr.bcast,
+                                             f"{c} channels x 2 values to their "
+                                             f"{cr.pair_ch.size} tiles")
 
 
 def test_channels_over_the_last_axis_and_owner_spread():
