@@ -427,10 +427,8 @@ def copy_blocks(unsigned char[:, ::1] data,      # IN/OUT: arena
     ``elem_bytes``-byte elements, addresses off + sum(index * stride)); a negative source
     offset writes zeros. Blocks of one call must not overlap each other's destinations
     (the caller's tables guarantee it; blocks run in parallel)."""
-    cdef Py_ssize_t v, a, b, c, d, row = data.shape[1]
+    cdef Py_ssize_t v, row = data.shape[1]
     cdef unsigned char* base = &data[0, 0]
-    cdef unsigned char* pd
-    cdef const unsigned char* ps
     cdef int64_t k, reach, n_el
     if elem_bytes < 1 or elem_bytes > 8:
         raise ValueError(f"copy_blocks: elem_bytes must be 1..8, got {elem_bytes}")
@@ -466,26 +464,42 @@ def copy_blocks(unsigned char[:, ::1] data,      # IN/OUT: arena
             if src_off[v] > row - reach:
                 raise ValueError(f"copy_blocks: vertex {v} (tile {tiles[v]}): source reaches "
                                  f"outside the arena row of {row} B")
-    for v in prange(tiles.shape[0], nogil=True, schedule="dynamic", num_threads=n_threads):
-        for a in range(shape[v, 0]):
-            for b in range(shape[v, 1]):
-                for c in range(shape[v, 2]):
-                    pd = base + tiles[v] * row + dst_off[v] + a * dst_stride[v, 0] \
-                        + b * dst_stride[v, 1] + c * dst_stride[v, 2]
-                    if src_off[v] < 0:
-                        if dst_stride[v, 3] == elem_bytes:
-                            memset(pd, 0, <size_t>(shape[v, 3] * elem_bytes))
-                        else:
-                            for d in range(shape[v, 3]):
-                                memset(pd + d * dst_stride[v, 3], 0, <size_t>elem_bytes)
-                        continue
-                    ps = base + tiles[v] * row + src_off[v] + a * src_stride[v, 0] \
-                        + b * src_stride[v, 1] + c * src_stride[v, 2]
-                    if dst_stride[v, 3] == elem_bytes and src_stride[v, 3] == elem_bytes:
-                        memcpy(pd, ps, <size_t>(shape[v, 3] * elem_bytes))
+    # chunks of blocks: one shared counter update per 256 blocks, not per block (the
+    # expandDims copy of a 7x7 stride-2 conv has a million blocks of 3 x 4 elements)
+    for v in prange(tiles.shape[0], nogil=True, schedule="dynamic", chunksize=256,
+                    num_threads=n_threads):
+        _copy_block(base + tiles[v] * row, src_off[v], dst_off[v], &shape[v, 0],
+                    &src_stride[v, 0], &dst_stride[v, 0], elem_bytes)
+
+
+cdef inline void _copy_block(unsigned char* tb, int64_t so, int64_t do, const int64_t* shp,
+                             const int64_t* ss, const int64_t* ds,
+                             int64_t elem_bytes) noexcept nogil:
+    """One block of copy_blocks on the tile row at ``tb`` (checked by the caller)."""
+    cdef int64_t a, b, c, d
+    cdef int64_t n = shp[3], ds3 = ds[3], ss3 = ss[3]
+    cdef bint rows = ds3 == elem_bytes and ss3 == elem_bytes
+    cdef unsigned char* pd
+    cdef const unsigned char* ps
+    for a in range(shp[0]):
+        for b in range(shp[1]):
+            for c in range(shp[2]):
+                pd = tb + do + a * ds[0] + b * ds[1] + c * ds[2]
+                if so < 0:
+                    if ds3 == elem_bytes:
+                        memset(pd, 0, <size_t>(n * elem_bytes))
                     else:
-                        _strided_elems(pd, ps, shape[v, 3], dst_stride[v, 3], src_stride[v, 3],
-                                       elem_bytes)
+                        for d in range(n):
+                            memset(pd + d * ds3, 0, <size_t>elem_bytes)
+                    continue
+                ps = tb + so + a * ss[0] + b * ss[1] + c * ss[2]
+                if rows:
+                    memcpy(pd, ps, <size_t>(n * elem_bytes))
+                elif elem_bytes == 4:
+                    for d in range(n):
+                        memcpy(pd + d * ds3, ps + d * ss3, 4)
+                else:
+                    _strided_elems(pd, ps, n, ds3, ss3, elem_bytes)
 
 
 # ---------------------------------------------------------------- max pooling

@@ -185,6 +185,51 @@ def test_copy_blocks_kernel_rejects_blocks_outside_the_tile():
                               stride, stride, 4, 1)
 
 
+@pytest.mark.parametrize("elem", [1, 2, 4, 8])
+@pytest.mark.parametrize("n_threads", [1, 2])
+def test_copy_blocks_kernel_equals_numpy(elem, n_threads):
+    """copy_blocks against an element-by-element reference: 4-D blocks with random extents
+    and strides (rows contiguous or strided on either side, as the expandDims im2col makes
+    them), zero blocks (source -1), empty blocks, more blocks than one chunk of a thread."""
+    from ipukern._kernels import _vertices
+    rng = np.random.default_rng(elem * 10 + n_threads)
+    n_tiles, V = 3, 700
+    tiles = rng.integers(0, n_tiles, V).astype(np.int32)
+    shape = np.zeros((V, 4), np.int64)
+    sst = np.zeros((V, 4), np.int64)
+    dst = np.zeros((V, 4), np.int64)
+    src_off = np.zeros(V, np.int64)
+    dst_off = np.zeros(V, np.int64)
+    for v in range(V):
+        # 1..2 x 1..2 x 1..3 x 0..4 elements; sources in the first 1536 bytes of the tile
+        shape[v] = [rng.integers(1, 3), rng.integers(1, 3), rng.integers(1, 4), rng.integers(0, 5)]
+        sst[v] = [elem * 7, elem * 3, elem * 11, elem * rng.integers(1, 3)]
+        src_off[v] = -1 if rng.random() < 0.15 else int(rng.integers(0, 1024))
+    # destinations past the sources, blocks back to back on each tile: none overlap
+    used = np.zeros(n_tiles, np.int64)
+    for v in range(V):
+        d3 = elem * int(rng.integers(1, 3))
+        dst[v] = [0, 0, 0, d3]
+        dst[v, 2] = d3 * max(int(shape[v, 3]), 1)
+        dst[v, 1] = dst[v, 2] * int(shape[v, 2])
+        dst[v, 0] = dst[v, 1] * int(shape[v, 1])
+        dst_off[v] = 1536 + used[tiles[v]]
+        used[tiles[v]] += dst[v, 0] * int(shape[v, 0])
+    data = rng.integers(0, 256, (n_tiles, 1536 + int(used.max())), dtype=np.uint8)
+    want = data.copy()
+    for v in range(V):
+        t = tiles[v]
+        for i in np.ndindex(*shape[v]):
+            d = dst_off[v] + int(np.dot(i, dst[v]))
+            if src_off[v] < 0:
+                want[t, d:d + elem] = 0
+            else:
+                s = src_off[v] + int(np.dot(i, sst[v]))
+                want[t, d:d + elem] = data[t, s:s + elem]
+    _vertices.copy_blocks(data, tiles, src_off, dst_off, shape, sst, dst, elem, n_threads)
+    assert np.array_equal(data, want)
+
+
 @pytest.mark.parametrize("x, w, stride", [
     ((1, 512, 7, 7), (512, 512, 3, 3), 1),       # ResNet-50 layer4.1.conv2
     ((1, 512, 14, 14), (512, 512, 3, 3), 2),     # ResNet-50 layer4.0.conv2
