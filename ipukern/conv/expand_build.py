@@ -106,6 +106,18 @@ def _recv_copies(p, box, bounds, home_off, recv_off, isz) -> CopyTable:
     row_q = (((box["n0"][tr] + n) * p.in_h + box["r0"][tr] + r * box_row_step(p)) * p.in_channels
              + box["ch0"][tr])                     # the row's first home row (of W elements)
     row_dst = recv_off[tr] + nr * (CH * RC * isz)[ri]
+    home_of_row = np.repeat(np.arange(bounds.size - 1), np.diff(bounds) // W)
+    if CH.size and not full.any() and (CH == CH[0]).all():
+        # every row holds the same channels' runs (a strided 1x1 conv's boxes): a (row,
+        # channel) grid by broadcasting, no expansion of the rows
+        k = np.arange(int(CH[0]))
+        q = (row_q[:, None] + k).reshape(-1)
+        rb = (RC * isz)[ri]
+        first = home_of_row[q]
+        start = q * W + np.repeat(box["c0"][tr], k.size)
+        return CopyTable(first, home_off[first] + (start - bounds[first]) * isz,
+                         np.repeat(tr, k.size), (row_dst[:, None] + rb[:, None] * k).reshape(-1),
+                         np.repeat(rb, k.size))
     # runs: one per channel of a row (or one per row when it is whole)
     j, k = expand(np.where(full, 1, CH)[ri])
     tt = tr[j]
@@ -113,7 +125,6 @@ def _recv_copies(p, box, bounds, home_off, recv_off, isz) -> CopyTable:
     start = q * W + box["c0"][tt]
     count = np.where(full, CH * W, RC)[ri][j]
     dst = row_dst[j] + k * (RC * isz)[ri][j]
-    home_of_row = np.repeat(np.arange(bounds.size - 1), np.diff(bounds) // W)
     first = home_of_row[q]
     src = home_off[first] + (start - bounds[first]) * isz
     if not full.any():
