@@ -184,11 +184,16 @@ def test_a_usage_error_in_a_fresh_process_is_one_line_and_exit_2():
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 def test_ctrl_c_during_a_pooled_sweep_exits_130_without_a_traceback(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
+    # a sweep of minutes (every batch 1..48 on three chips: ~10,000 points), so that no host
+    # is fast enough to finish it before the signal (the default sweep once did, on an idle
+    # machine, and exited 0)
+    batches = ",".join(str(b) for b in range(1, 49))
     proc = subprocess.Popen([sys.executable, "-m", "ipukern", "scaling", "--layer", "all", "--gpus", "none",
-                             "--jobs", "2", "--no-progress", "--no-plot", "--out", str(tmp_path)],
+                             "--batch", batches, "--machines", "GC200,BOW,GC2", "--jobs", "2",
+                             "--no-progress", "--no-plot", "--out", str(tmp_path)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
     proc.stdout.readline()                      # the sweep is about to start
-    time.sleep(1.5)                             # its pool is up and working
+    time.sleep(3)                               # its pool is up and working
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
