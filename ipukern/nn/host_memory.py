@@ -68,6 +68,9 @@ class HostMemoryGuard:
     """
 
     def __init__(self, spare: Callable[[int], float], available: Callable[[], int | None] = available_bytes):
+        if not callable(spare) or not callable(available):
+            raise TypeError("HostMemoryGuard needs callables: spare (batch -> bytes left) and "
+                            "available (-> host bytes available, or None)")
         self._spare = spare
         self._available = available
         self.bytes_per_sample = 0.0

@@ -82,3 +82,10 @@ def test_network_max_batch_runs_guarded(monkeypatch):
     assert seen and mb >= 2
     ctx = PlanContext(ik.GC200, "float16", "float16")
     assert mb == search_max_batch(None, 2, spare=lambda b: api._spare(_net(), b, ctx, True))
+
+
+def test_guard_needs_callables():
+    with pytest.raises(TypeError, match="callables"):
+        HostMemoryGuard(5)
+    with pytest.raises(TypeError, match="callables"):
+        HostMemoryGuard(lambda b: 1.0, available=2**30)
