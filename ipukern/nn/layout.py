@@ -315,6 +315,30 @@ def coalesce_runs(src_row, src_off, dst_row, dst_off, nbytes) -> tuple[np.ndarra
             np.add.reduceat(cols[4], start))
 
 
+def source_order(src_row, src_off, dst_row, dst_off, nbytes) -> tuple[np.ndarray, ...]:
+    """The same copies ordered by where they read (source row, then offset).
+
+    The order of a table's copies does not change its result (they write disjoint bytes of
+    an array other than the one they read). Read in source order, each source row is
+    walked forwards by one thread while the writes scatter; in logical-element order (as
+    :func:`copy_table` builds them) consecutive copies of a few bytes each jump between
+    rows of the arena on both sides. ResNet-50 batch 8 forward, its 110 rearrangement
+    tables (18 M copies, 9-32 B on average): one thread 0.136 -> 0.099 s, two threads
+    0.074 -> 0.059 s (destination order: 0.116 / 0.067 s).
+    """
+    cols = [np.asarray(c) for c in (src_row, src_off, dst_row, dst_off, nbytes)]
+    if cols[4].size < 2:
+        return tuple(cols)
+    span = int(cols[1].max()) + 1
+    if int(cols[0].max()) >= np.iinfo(np.int64).max // max(span, 1):
+        return tuple(cols)   # pragma: no cover - no arena has rows and offsets this large
+    key = cols[0].astype(np.int64) * span + cols[1]
+    if (key[1:] >= key[:-1]).all():
+        return tuple(cols)
+    order = np.argsort(key, kind="stable")
+    return tuple(c[order] for c in cols)
+
+
 #: tables of less work (:attr:`CopyTable.work`) run on the calling thread
 _PARALLEL_MIN_WORK = 1 << 18
 
@@ -326,8 +350,8 @@ class CopyTable:
     (rearrangements, reading a conv's output), so nothing is recomputed per run."""
 
     def __init__(self, src_row, src_off, dst_row, dst_off, nbytes):
-        src_row, src_off, dst_row, dst_off, nbytes = coalesce_runs(src_row, src_off, dst_row,
-                                                                   dst_off, nbytes)
+        src_row, src_off, dst_row, dst_off, nbytes = source_order(*coalesce_runs(
+            src_row, src_off, dst_row, dst_off, nbytes))
         self.cols = (np.ascontiguousarray(src_row, np.int32), np.ascontiguousarray(src_off, np.int64),
                      np.ascontiguousarray(dst_row, np.int32), np.ascontiguousarray(dst_off, np.int64),
                      np.ascontiguousarray(nbytes, np.int64))

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ipukern.nn.layout import CopyTable, coalesce_runs
+from ipukern.nn.layout import CopyTable, coalesce_runs, source_order
 
 
 def _table(rng, n_rows, row, n):
@@ -50,6 +50,20 @@ def test_coalesced_table_writes_the_same_bytes(seed, n_rows, row, n):
     assert np.array_equal(got, want)
     merged = coalesce_runs(*cols)
     assert merged[4].sum() == cols[4].sum() and merged[4].size <= cols[4].size
+    # the table reads in source order: the same copies, permuted
+    tab = CopyTable(*cols).cols
+    key = tab[0].astype(np.int64) * (row + 1) + tab[1]
+    assert (np.diff(key) >= 0).all()
+    assert sorted(zip(*(c.tolist() for c in tab))) == sorted(zip(*(c.tolist() for c in merged)))
+
+
+def test_source_order_sorts_by_row_then_offset_and_keeps_each_copy_whole():
+    cols = [np.array([2, 0, 2, 1]), np.array([8, 4, 0, 4]), np.array([0, 1, 2, 3]),
+            np.array([0, 4, 8, 12]), np.array([4, 4, 8, 4])]
+    got = [c.tolist() for c in source_order(*cols)]
+    assert got == [[0, 1, 2, 2], [4, 4, 0, 8], [1, 3, 2, 0], [4, 12, 8, 0], [4, 4, 8, 4]]
+    one = [np.array([5]), np.array([3]), np.array([1]), np.array([0]), np.array([2])]
+    assert [c.tolist() for c in source_order(*one)] == [[5], [3], [1], [0], [2]]
 
 
 def test_contiguous_runs_merge_to_one_per_row():
