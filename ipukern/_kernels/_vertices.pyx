@@ -9,7 +9,7 @@ every operand lies inside its tile's row of ``data`` (see "checks" below).
 """
 from cython.parallel cimport prange
 from libc.math cimport INFINITY
-from libc.stdint cimport int32_t, int64_t, uint16_t
+from libc.stdint cimport int32_t, int64_t, uint16_t, uint32_t
 from libc.string cimport memcpy, memset
 
 from ipukern._kernels.ipk cimport IPK_F16, IPK_F32, ipk_dt_size, ipk_f2h, ipk_h2f
@@ -558,3 +558,98 @@ def max_pool_planes(const float[:, :, ::1] x,   # IN: planes (P, H, W), tile t's
                         if c >= 0 and c < W:
                             acc = _max_np(acc, x[p, r, c])
                 out[p, y, xo] = acc
+
+
+# ---------------------------------------------------------------- host-side network helpers
+# Execute mode's host work between programs (batch-norm folding, residual add + ReLU, a
+# Linear weight's transpose), threaded and without the GIL. Each gives NumPy's bits.
+
+def fold_scale(const float[:, ::1] w,      # IN: (K, R) conv weights, row k = output channel k
+               const double[::1] s,         # IN: (K,) per-channel scale
+               float[:, ::1] out,           # OUT: (K, R), may be ``w``
+               int n_threads):
+    """out[k, j] = (float)((double)w[k, j] * s[k]): NumPy's float32 * float64 in float64,
+    rounded once to float32 (``np.multiply(w, s[:, None], dtype=np.float64)`` cast to
+    float32). ``prange`` over channels."""
+    cdef Py_ssize_t K = w.shape[0], R = w.shape[1], k, j
+    cdef double sk
+    if s.shape[0] != K or out.shape[0] != K or out.shape[1] != R or n_threads < 1:
+        raise ValueError(f"fold_scale: weights {tuple(w.shape)}, scale ({s.shape[0]},) and "
+                         f"output {tuple(out.shape)} do not match (or n_threads < 1)")
+    for k in prange(K, nogil=True, schedule="static", num_threads=n_threads):
+        sk = s[k]
+        for j in range(R):
+            out[k, j] = <float>(<double>w[k, j] * sk)
+
+
+def add_act(const float[:, :] a,           # IN: (rows, n), rows contiguous
+            const float[:, :] b,            # IN: (rows, n), or None (activation of ``a`` alone)
+            float[:, :] out,                # OUT: (rows, n), may be ``a`` or ``b``
+            int act, int n_threads):        # IN: act 0 none, 1 ReLU, 2 ReLU6
+    """out = act(a + b): the bits of ``np.add`` then ``np.maximum(v, 0)`` (ReLU) or
+    ``np.clip(v, 0, 6)`` (ReLU6), NaN and signed zeros included. Each row must be
+    contiguous (rows may be apart: a Resident's view of padded tile rows). ``prange`` over
+    rows."""
+    cdef Py_ssize_t rows = a.shape[0], n = a.shape[1], r, j
+    cdef const float* pa
+    cdef const float* pb
+    cdef float* po
+    if act < 0 or act > 2 or n_threads < 1:
+        raise ValueError(f"add_act: act must be 0, 1 (ReLU) or 2 (ReLU6) and n_threads >= 1; "
+                         f"got act {act}, n_threads {n_threads}")
+    if (out.shape[0] != rows or out.shape[1] != n
+            or (b is not None and (b.shape[0] != rows or b.shape[1] != n))):
+        raise ValueError(f"add_act: operand shapes differ: {tuple(a.shape)}, "
+                         f"{None if b is None else tuple(b.shape)}, output {tuple(out.shape)}")
+    if rows == 0 or n == 0:
+        return
+    if (a.strides[1] != sizeof(float) or out.strides[1] != sizeof(float)
+            or (b is not None and b.strides[1] != sizeof(float))):
+        raise ValueError("add_act: every operand's rows must be contiguous")
+    for r in prange(rows, nogil=True, schedule="static", num_threads=n_threads):
+        pa = &a[r, 0]
+        po = &out[r, 0]
+        if b is None:
+            if act == 1:
+                for j in range(n):
+                    po[j] = _relu_np(pa[j])
+            elif act == 2:
+                for j in range(n):
+                    po[j] = _relu6_np(pa[j])
+            else:
+                for j in range(n):
+                    po[j] = pa[j]
+        else:
+            pb = &b[r, 0]
+            if act == 1:
+                for j in range(n):
+                    po[j] = _relu_np(pa[j] + pb[j])
+            elif act == 2:
+                for j in range(n):
+                    po[j] = _relu6_np(pa[j] + pb[j])
+            else:
+                for j in range(n):
+                    po[j] = pa[j] + pb[j]
+
+
+def transpose32(const uint32_t[:, ::1] src,   # IN: (R, C) 4-byte elements
+                uint32_t[:, ::1] dst,          # OUT: (C, R), not overlapping ``src``
+                int n_threads):
+    """dst = src.T, bit for bit, in 32x32 blocks (cache-friendly on both sides); ``prange``
+    over blocks of destination rows."""
+    cdef Py_ssize_t R = src.shape[0], C = src.shape[1], i0, j0, i, j, i1, j1
+    cdef Py_ssize_t B = 32
+    if dst.shape[0] != C or dst.shape[1] != R or n_threads < 1:
+        raise ValueError(f"transpose32: source {tuple(src.shape)} and destination "
+                         f"{tuple(dst.shape)} do not match (or n_threads < 1)")
+    if R == 0 or C == 0:
+        return
+    for j0 in prange(0, C, B, nogil=True, schedule="static", num_threads=n_threads):
+        j1 = j0 + B if j0 + B < C else C
+        i0 = 0
+        while i0 < R:
+            i1 = i0 + B if i0 + B < R else R
+            for j in range(j0, j1):
+                for i in range(i0, i1):
+                    dst[j, i] = src[i, j]
+            i0 = i0 + B

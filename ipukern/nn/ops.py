@@ -216,9 +216,32 @@ def _target(out: Layout, nt: int, x: Resident, inplace: bool) -> Resident:
     return Resident(out, nt, x.data) if inplace else Resident(out, nt)
 
 
+#: activations :func:`_add_act_f32` applies (``_vertices.add_act``'s ``act`` codes)
+_KERNEL_ACTS = {None: 0, "relu": 1, "relu6": 2}
+
+
+def _add_act_f32(a: np.ndarray, b: np.ndarray | None, dst: np.ndarray, act: str | None) -> bool:
+    """``dst[...] = act(a + b)`` (``b`` None: ``act(a)``) by the threaded kernel, the bits
+    of ``np.add`` then ``np.maximum(v, 0)`` / ``np.clip(v, 0, 6)``, when every operand is a
+    float32 (rows, n) array with contiguous rows and ``act`` is one it applies; False (nothing
+    done) otherwise. ``dst`` may be ``a`` or ``b``. One pass instead of one per ufunc, on
+    every host thread: ResNet-50's 16 residual add + ReLU pairs at batch 8 (0.031 s of
+    NumPy on one core) become one pass each."""
+    ops = (a, dst) if b is None else (a, b, dst)
+    if act not in _KERNEL_ACTS or any(o.dtype != np.float32 or o.ndim != 2 or o.strides[1] != 4
+                                      for o in ops):
+        return False
+    from .._kernels import _vertices
+    from ..core.threads import get_num_threads
+    _vertices.add_act(a, b, dst, _KERNEL_ACTS[act], get_num_threads())
+    return True
+
+
 def _act_into(kind: str, v: np.ndarray, dst: np.ndarray) -> None:
-    """``dst[...] = act_fn(kind, v)``; float32 ReLU/ReLU6 without temporaries (the same
-    ufuncs, so the same bits). ``dst`` may be ``v``."""
+    """``dst[...] = act_fn(kind, v)``; float32 ReLU/ReLU6 without temporaries (the bits of
+    the ufuncs). ``dst`` may be ``v``."""
+    if kind in ("relu", "relu6") and _add_act_f32(v, None, dst, kind):
+        return
     with np.errstate(all="ignore"):
         if v.dtype == np.float32 and kind == "relu":
             np.maximum(v, 0, out=dst)
@@ -310,11 +333,21 @@ def add_plan(machine: MachineSpec, a: Layout, b_shape: Sequence[int], act: str |
     if act is not None:
         cyc = cyc + cycles.nonlinearity_cycles(machine, n, act, a.dtype)
     out = Layout(a.shape, a.dtype, a.mapping)
+    own = act
+    fuses = ("relu", "relu6") if act is None and a.dtype == "float32" else ()
 
-    def run(srcs, rearrs, params, inplace=False):
+    def run(srcs, rearrs, params, inplace=False, act=None):
+        """``act`` (when ``info["fuses"]`` lists it): the network's next activation applied
+        in the same pass (execute mode's host fusion: same bits, same program)."""
+        if act is not None and act not in fuses:
+            raise ValueError(f"add: cannot fuse activation {act!r} (float32 without one of "
+                             f"its own: {sorted(fuses)})")
+        act = own if act is None else act
         x, y = _in(srcs, rearrs, 0), _in(srcs, rearrs, 1)
         res = _target(out, nt, x, inplace)
         xv, yv, rv = x.view(), y.view(), res.view()
+        if _add_act_f32(xv, yv, rv, act):
+            return res
         if xv.dtype == np.float32:
             with np.errstate(all="ignore"):
                 np.add(xv, yv, out=rv)
@@ -328,7 +361,8 @@ def add_plan(machine: MachineSpec, a: Layout, b_shape: Sequence[int], act: str |
 
     rec = compute_record(machine, "add", cyc, f"popops add<{a.dtype}>: {int(n.max())} elements per tile")
     return OpPlan("add", "fwd", "BinaryOp1D", [a, b_want], out, [rec], a.n_elems,
-                  2 * out.bytes_per_tile(nt), _zeros(machine), run, (True, False), inplace=True)
+                  2 * out.bytes_per_tile(nt), _zeros(machine), run, (True, False), inplace=True,
+                  info={"fuses": fuses})
 
 
 def reshape_plan(machine: MachineSpec, src: Layout, shape: Sequence[int]) -> OpPlan:

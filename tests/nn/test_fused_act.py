@@ -1,7 +1,8 @@
-"""Execute mode's host fusion of a conv's next ReLU/ReLU6 into its bias pass
-(``NetworkProgram._mark_fused``): the kernel gives NumPy's bits for every value (NaN,
-signed zeros, infinities, the clip bounds), and whole networks give the same outputs with
-and without the fusion, at every thread count."""
+"""Execute mode's host fusion of a conv's next ReLU/ReLU6 into its bias pass, and of a
+residual add's into the add (``NetworkProgram._mark_fused``): the kernels give NumPy's bits
+for every value (NaN, signed zeros, infinities, the clip bounds; the add's kernel in
+tests/nn/test_host_kernels.py), and whole networks give the same outputs with and without
+the fusion, at every thread count."""
 import numpy as np
 import pytest
 
@@ -49,6 +50,9 @@ def test_fused_network_equals_unfused(model):
     prog = compile_network(net, 2, _context("float32", "float", ik.GC200))
     fused = [s for s in prog.steps if s.fused]
     assert fused and all(s.plan.op in ("relu", "relu6") for s in fused)
+    if model == "resnet50":     # the ReLU after each residual add is applied by the add
+        adds = [s for s in prog.steps if s.plan.op == "add"]
+        assert len(adds) == 16 and all(s.fused_act == "relu" for s in adds)
     feeds = {net.inputs[0]: x}
     outs = {}
     try:
