@@ -653,3 +653,49 @@ def transpose32(const uint32_t[:, ::1] src,   # IN: (R, C) 4-byte elements
                 for i in range(i0, i1):
                     dst[j, i] = src[i, j]
             i0 = i0 + B
+
+
+def write_scaled(unsigned char[:, ::1] data,   # IN/OUT: arena, row t = tile t's memory
+                 const float[::1] w,            # IN: host values, flattened (K * inner,)
+                 const double[::1] s,           # IN: (K,) scale of each block of ``inner``
+                 const int64_t[::1] start,      # IN: run r copies elements [start, start + count)
+                 const int32_t[::1] tiles,      # IN: ... to tile tiles[r]
+                 const int64_t[::1] off,        # IN: ... at byte off[r] (4-byte aligned)
+                 const int64_t[::1] count,      # IN
+                 int n_threads):
+    """Place ``w`` scaled per block onto the tiles: element e becomes
+    (float)((double)w[e] * s[e // inner]) with inner = len(w) // len(s), as
+    :func:`fold_scale` computes it, written straight into the arena (a folded batch norm's
+    conv weights without a host copy of the scaled weights). ``prange`` over runs."""
+    cdef Py_ssize_t R = start.shape[0], r, stride = data.shape[1]
+    cdef int64_t n = w.shape[0], inner, e, i, seg, k, j
+    cdef float* po
+    cdef double sk
+    if n_threads < 1 or s.shape[0] < 1 or n % s.shape[0] or tiles.shape[0] != R \
+            or off.shape[0] != R or count.shape[0] != R:
+        raise ValueError(f"write_scaled: {n} values are not {s.shape[0]} equal blocks, the "
+                         f"run columns differ in length, or n_threads < 1")
+    inner = n // s.shape[0]
+    for r in range(R):
+        if (tiles[r] < 0 or tiles[r] >= data.shape[0] or start[r] < 0 or count[r] < 0
+                or start[r] > n - count[r] or off[r] % 4
+                or _outside(off[r], count[r], 4, stride)):
+            raise ValueError(f"write_scaled: run {r} ({count[r]} values from {start[r]} to tile "
+                             f"{tiles[r]} byte {off[r]}) leaves the values, the arena rows of "
+                             f"{stride} B, or is not 4-byte aligned")
+    if inner == 0:
+        return
+    for r in prange(R, nogil=True, schedule="static", num_threads=n_threads):
+        po = <float*>(&data[0, 0] + tiles[r] * stride + off[r])
+        e = start[r]
+        i = 0
+        while i < count[r]:
+            k = e // inner
+            seg = (k + 1) * inner - e
+            if seg > count[r] - i:
+                seg = count[r] - i
+            sk = s[k]
+            for j in range(seg):
+                po[i + j] = <float>(<double>w[e + j] * sk)
+            i = i + seg
+            e = e + seg

@@ -22,7 +22,7 @@ from .buffers import pooled
 from .layers import BatchNorm2d, Conv2d, PlanContext
 from .layout import Layout, Rearrangement, Resident, linear_layout
 from .network import Network
-from .ops import OpPlan
+from .ops import OpPlan, fold_weight
 
 __all__ = ["NetworkProgram", "Step", "clear_network_caches", "compile_network", "trial_caches"]
 
@@ -121,36 +121,24 @@ class Step:
         return out + list(self.plan.records)
 
     def params(self, net_params: dict[str, np.ndarray],
-               index: dict[str, list[str]] | None = None) -> dict[str, Any]:
+               index: dict[str, list[str]] | None = None, *,
+               defer_fold: bool = False) -> dict[str, Any]:
         """This step's parameters by local name (a folded batch norm scales the conv).
-        ``index``: :func:`param_index` of ``net_params`` (saves a scan of every name)."""
+        ``index``: :func:`param_index` of ``net_params`` (saves a scan of every name).
+        ``defer_fold``: leave a folded batch norm's weight scaling to the conv (``"weight"``
+        unscaled, ``"weight_scale"`` the float64 scale per output channel), for a plan whose
+        ``info["scales_weight"]`` says it applies it as it places the weights."""
         conv = self.layers[0]
         p = _local(net_params, conv, index)
         if self.folded_bn is not None:
             bn_name, bn = self.folded_bn
             s, shift = bn.scale_shift(_local(net_params, bn_name, index))
-            w = _fold_weight(np.asarray(p["weight"]), np.asarray(s, np.float64))
-            b = shift + (s * np.asarray(p["bias"], np.float64) if "bias" in p else 0.0)
-            return {"weight": w, "bias": b.astype(np.float32)}
+            s = np.asarray(s, np.float64)
+            b = (shift + (s * np.asarray(p["bias"], np.float64) if "bias" in p else 0.0)).astype(np.float32)
+            if defer_fold:
+                return {"weight": np.asarray(p["weight"]), "weight_scale": s, "bias": b}
+            return {"weight": fold_weight(np.asarray(p["weight"]), s), "bias": b}
         return self.layer.op_params(p) if self.layer is not None else p
-
-
-def _fold_weight(w: np.ndarray, s: np.ndarray) -> np.ndarray:
-    """Conv weights scaled per output channel: float32 * float64 computed in float64 and
-    rounded once to float32, as ``(w.astype(float64) * s).astype(float32)``. Float32
-    weights by the threaded kernel (same bits; 1.8 ms against NumPy's 8.7 ms for a
-    2048x4608 weight on one thread of the Zen 5 host), others by NumPy."""
-    out = np.empty(w.shape, np.float32)
-    if w.dtype == np.float32 and w.ndim >= 1 and s.shape == w.shape[:1]:
-        from .._kernels import _vertices
-        from ..core.threads import get_num_threads
-        k = w.shape[0]
-        _vertices.fold_scale(np.ascontiguousarray(w).reshape(k, -1), np.ascontiguousarray(s),
-                             out.reshape(k, -1), get_num_threads())
-        return out
-    np.multiply(w, s.reshape((-1,) + (1,) * (w.ndim - 1)), out=out, casting="unsafe",
-                dtype=np.float64)
-    return out
 
 
 def param_index(net_params: dict[str, Any]) -> dict[str, list[str]]:
@@ -456,7 +444,8 @@ class NetworkProgram:
                     kw["act"] = s.fused_act
                 if s.inplace:
                     kw["inplace"] = True
-                live[s.node] = s.plan.run(srcs, s.rearrs, s.params(params, index), **kw)
+                prm = s.params(params, index, defer_fold=s.plan.info.get("scales_weight", False))
+                live[s.node] = s.plan.run(srcs, s.rearrs, prm, **kw)
             for n in s.srcs:
                 remaining[n] -= 1
                 if remaining[n] == 0 and n not in self.net.outputs:

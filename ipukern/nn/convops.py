@@ -32,7 +32,7 @@ from ..dtypes import DTYPES
 from ..machine import MachineSpec
 from .arena_out import ArenaOutput, flush, lock_arenas, rearrange_into
 from .layout import CopyTable, Layout, Resident, lazy_layout
-from .ops import OpPlan, affine_plan
+from .ops import OpPlan, affine_plan, fold_weight
 
 __all__ = ["clear_program_cache", "conv_plan", "conv_program", "matmul_params", "matmul_plan",
            "pass_program"]
@@ -123,6 +123,21 @@ def _read_output(prog: ConvProgram, out: Layout, nt: int) -> Resident:
     return res
 
 
+def _write_weight(dev, w_tensor, prm: dict[str, Any], wdt: np.dtype) -> None:
+    """Place a conv's weights; ``prm["weight_scale"]`` (a folded batch norm, see
+    ``Step.params(defer_fold=True)``) scales them per output channel as they are placed
+    (float32: :meth:`~ipukern.Device.write_scaled`, no host copy of the scaled weights),
+    the bits of :func:`~ipukern.nn.ops.fold_weight` then the write."""
+    w = np.asarray(prm["weight"])
+    s = prm.get("weight_scale")
+    if s is not None and wdt == np.float32 and w.dtype == np.float32:
+        dev.write_scaled(w_tensor, w, s)
+        return
+    if s is not None:
+        w = fold_weight(w, np.asarray(s, np.float64))
+    dev.write(w_tensor, np.asarray(w, dtype=wdt))
+
+
 def _home_bytes(t, nt: int) -> np.ndarray:
     return t.mapping.elems_per_tile(nt) * t.itemsize
 
@@ -162,7 +177,7 @@ def conv_plan(machine: MachineSpec, in_shape: Sequence[int], weight_shape: Seque
             lock_arenas(locks, [prog] + ([src.prog] if isinstance(src, ArenaOutput) else []))
             flush(prog)     # outputs of this program's last run still in its arena (src too)
             rearrange_into(rearrs[0], src, dev.arena.data)
-            dev.write(prog.w, np.asarray(prm["weight"], dtype=wdt))
+            _write_weight(dev, prog.w, prm, wdt)
             if bias:
                 dev.write(prog.b, np.asarray(prm["bias"], dtype=wdt))
             codelets = bias_codelets(prog.program) if act is not None else ()
@@ -182,6 +197,7 @@ def conv_plan(machine: MachineSpec, in_shape: Sequence[int], weight_shape: Seque
                   params.flops, dev.memory.used.copy(), wbytes, run, (False,),
                   info={"plan": plan.describe(), "layer": params.describe(),
                         "fuses": tuple(_FUSED_ACTS) if fusable else (),
+                        "scales_weight": True,
                         "program": prog, "keeps": True})
 
 

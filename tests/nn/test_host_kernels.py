@@ -121,3 +121,85 @@ def test_add_refuses_an_activation_it_cannot_fuse():
     assert add_plan(ik.GC200, linear_layout((2, 8), "float16", ik.GC200.n_tiles), (2, 8)).info["fuses"] == ()
     with pytest.raises(ValueError, match="cannot fuse activation 'sigmoid'"):
         add_plan(ik.GC200, lay, (2, 8)).run([], [], {}, act="sigmoid")
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("shape", [(64, 3, 7, 7), (256, 64, 1, 1), (64, 64, 3, 3), (5, 1, 1, 1)])
+def test_write_scaled_equals_fold_then_write(shape, threads):
+    """A folded batch norm's weights scaled as they are placed (Device.write_scaled) hold
+    the bits of fold_weight's host copy placed by Device.write, on a conv program's real
+    weight mapping and on a split one."""
+    import ipukern as ik
+    from ipukern.nn.ops import fold_weight
+    w = _values(int(np.prod(shape)), 8).reshape(shape)
+    s = np.random.default_rng(9).standard_normal(shape[0]) * 2
+    s[::7] = np.resize([-0.0, np.inf, np.nan, 1e-300], s[::7].size)
+    from ipukern.core.tensor import TileMapping
+    dev = ik.Device(ik.GC200)
+    n = w.size
+    cuts = np.unique(np.r_[0, np.random.default_rng(10).integers(1, n, size=min(n - 1, 40)), n])
+    m = TileMapping(n, (np.arange(cuts.size - 1) * 37 % 1472).astype(np.int32), cuts[:-1], np.diff(cuts))
+    a = dev.add_tensor("a", shape, "float32", mapping=m)
+    b = dev.add_tensor("b", shape, "float32", mapping=m)
+    with np.errstate(all="ignore"):
+        want = fold_weight(w, s)
+    dev.write(a, want)
+    ik.set_num_threads(threads)
+    try:
+        dev.write_scaled(b, w, s)
+    finally:
+        ik.set_num_threads(None)
+    assert np.array_equal(dev.read(b).view(np.uint32), dev.read(a).view(np.uint32))
+    assert np.array_equal(dev.read(b).view(np.uint32), want.view(np.uint32))
+
+
+def test_write_scaled_refuses_bad_input():
+    import ipukern as ik
+    from ipukern.core.tensor import TileMapping
+    dev = ik.Device(ik.GC200)
+    t = dev.add_tensor("t", (4, 6), "float32", TileMapping.linear(24, 4))
+    h = dev.add_tensor("h", (4, 6), "float16", TileMapping.linear(24, 4))
+    w = np.ones((4, 6), np.float32)
+    with pytest.raises(TypeError, match="float32"):
+        dev.write_scaled(h, w, np.ones(4))
+    with pytest.raises(TypeError, match="float32"):
+        dev.write_scaled(t, w.astype(np.float64), np.ones(4))
+    with pytest.raises(ValueError, match="shape"):
+        dev.write_scaled(t, w, np.ones(3))
+    data = np.zeros((2, 64), np.uint8)
+    one = np.ones(1, np.int64)
+    args = (w.reshape(-1), np.ones(4))
+    for start, tile, off, count in ((0, 2, 0, 4), (0, 0, 62, 4), (0, 0, 2, 4), (22, 0, 0, 4),
+                                    (-1, 0, 0, 4), (0, 0, 0, -1)):
+        with pytest.raises(ValueError, match="write_scaled: run 0"):
+            _vertices.write_scaled(data, *args, one * start, np.full(1, tile, np.int32), one * off,
+                                   one * count, 1)
+    with pytest.raises(ValueError, match="equal blocks"):
+        _vertices.write_scaled(data, w.reshape(-1), np.ones(5), one * 0, np.zeros(1, np.int32),
+                               one * 0, one * 4, 1)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_weights_scaled_as_placed_equal_folded_on_host(dtype):
+    """A network's folded batch norms applied as the conv places its weights
+    (Step.params(defer_fold=True), info["scales_weight"]) give the outputs of weights
+    folded on the host first, bit for bit (float16: the host fold then the cast, as before)."""
+    import ipukern as ik
+    from ipukern.nn.api import _context
+    from ipukern.nn.compile import compile_network
+    net = ik.models.resnet50(image_size=32)
+    params = net.init_params(seed=0)
+    x = np.random.default_rng(3).standard_normal((2, 3, 32, 32)).astype(np.float32)
+    prog = compile_network(net, 2, _context(dtype, "float", ik.GC200))
+    deferred = [s for s in prog.steps if s.folded_bn is not None and s.plan.info.get("scales_weight")]
+    assert len(deferred) == 53
+    feeds = {net.inputs[0]: x.astype(dtype)}
+    got = prog.execute(feeds, params)[net.outputs[0]]
+    try:
+        for s in deferred:
+            s.plan.info["scales_weight"] = False
+        want = prog.execute(feeds, params)[net.outputs[0]]
+    finally:
+        for s in deferred:
+            s.plan.info["scales_weight"] = True
+    assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
