@@ -19,7 +19,7 @@ from ipukern._kernels.ipk cimport (
     IPK_CONV_EALIGN, IPK_CONV_EDIMS, IPK_CONV_EPARAM, IPK_CONV_ERANGE, IPK_CONV_ESCRATCH,
     IPK_CONV_DIRECT, IPK_CONV_ETHREADS, IPK_CONV_ETILE, IPK_CONV_MAX_K, IPK_CONV_OK, IPK_F16, IPK_F32,
     ipk_conv_best_isa, ipk_conv_check, ipk_conv_isa_supported, ipk_conv_one, ipk_conv_pick,
-    ipk_conv_vertex_fn, ipk_geom, ipk_geom_init, ipk_team_size)
+    ipk_conv_vertex_fn, ipk_epi_check, ipk_geom, ipk_geom_init, ipk_team_size)
 
 # status codes (the wrapper turns them into exceptions)
 STATUS_OK = IPK_CONV_OK
@@ -77,8 +77,16 @@ def conv_tiles(unsigned char[:, ::1] data,      # IN/OUT: arena, row t = tile t'
                float[:, ::1] scratch,            # OUT: scratch (n_threads, S) floats, clobbered
                int n_threads,                    # IN
                int isa=-1,                       # IN: -1 best for this CPU; 0/1/2: force a variant
-               bint direct=True):                # IN: False: never the direct path (tests)
+               bint direct=True,                 # IN: False: never the direct path (tests)
+               const int64_t[::1] bias_off=None,     # IN: (V,) byte offset of the bias, -1: none
+               const int64_t[:, ::1] bias_prm=None,  # IN: (V, 2) (Kb, ks0) of the bias
+               int act=0):                       # IN: after the bias: 0, 1 ReLU, 2 ReLU6
     """Compute every vertex's convolution output. Returns 0, or a status code (nothing written).
+
+    With ``bias_off``, vertex v (bias_off[v] >= 0) then adds the bias of its output channels
+    and applies ``act`` as the add_bias vertex would (ipk_epi in ``ipk_conv.h``): output
+    channel k of group g gets bias[g * Kb + ks0 + k], the vector of Kb-strided groups at byte
+    bias_off[v] of the tile.
 
     Checked here, before anything is written: kernel parameters and dtype codes, array
     lengths, dims (non-negative, small enough), tiles, that every operand lies inside its
@@ -97,6 +105,8 @@ def conv_tiles(unsigned char[:, ::1] data,      # IN/OUT: arena, row t = tile t'
     cdef ipk_conv_vertex_fn fn
     cdef unsigned char* base
     cdef float* sbase
+    cdef const int64_t* pb
+    cdef const int64_t* pp
     if V == 0:
         return IPK_CONV_OK
     if (win_off.shape[0] != V or w_off.shape[0] != V or out_off.shape[0] != V
@@ -112,8 +122,15 @@ def conv_tiles(unsigned char[:, ::1] data,      # IN/OUT: arena, row t = tile t'
         return IPK_CONV_EPARAM
     if n_rows == 0 or row_bytes == 0:
         return IPK_CONV_ETILE
+    if (bias_off is None) != (bias_prm is None) or (bias_off is not None and (
+            bias_off.shape[0] != V or bias_prm.shape[0] != V or bias_prm.shape[1] != 2)):
+        return IPK_CONV_EDIMS
+    if act < 0 or act > 2 or (act and bias_off is None):
+        return IPK_CONV_EPARAM
     base = &data[0, 0]
     sbase = &scratch[0, 0]
+    pb = &bias_off[0] if bias_off is not None else NULL
+    pp = &bias_prm[0, 0] if bias_off is not None else NULL
     # check every vertex first: a bad one means nothing is written
     with nogil:
         for v in range(V):
@@ -121,6 +138,9 @@ def conv_tiles(unsigned char[:, ::1] data,      # IN/OUT: arena, row t = tile t'
             if st == IPK_CONV_OK:
                 st = ipk_conv_check(&g, n_rows, row_bytes, base, tiles[v], win_off[v], w_off[v],
                                     out_off[v], in_dt, out_dt, S)
+            if st == IPK_CONV_OK and pb != NULL and pb[v] >= 0:
+                st = ipk_epi_check(&g, row_bytes, base, tiles[v], pb[v], pp[2 * v],
+                                   pp[2 * v + 1], out_dt, act)
             if st != IPK_CONV_OK:
                 break
     if st != IPK_CONV_OK:
@@ -137,5 +157,5 @@ def conv_tiles(unsigned char[:, ::1] data,      # IN/OUT: arena, row t = tile t'
             nxt = -1
         ipk_conv_one(fn, &dims[0, 0], v, nxt, kh, kw, sh, sw, dh, dw, base, row_bytes,
                      &tiles[0], &win_off[0], &w_off[0], &out_off[0], in_dt, out_dt,
-                     sbase + tid * S, flags)
+                     sbase + tid * S, flags, pb, pp, act)
     return IPK_CONV_OK

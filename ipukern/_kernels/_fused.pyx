@@ -24,7 +24,8 @@ from libc.stdint cimport int32_t, int64_t
 from ipukern._kernels.ipk cimport (
     IPK_CONV_DIRECT, IPK_CONV_EDIMS, IPK_CONV_EPARAM, IPK_CONV_ETHREADS, IPK_CONV_ETILE,
     IPK_CONV_MAX_K, IPK_CONV_OK, IPK_F16, IPK_F32, ipk_conv_best_isa, ipk_conv_check,
-    ipk_conv_one, ipk_conv_pick, ipk_conv_vertex_fn, ipk_geom, ipk_geom_init, ipk_team_size)
+    ipk_conv_one, ipk_conv_pick, ipk_conv_vertex_fn, ipk_epi_check, ipk_geom, ipk_geom_init,
+    ipk_team_size)
 
 
 cdef extern from "ipk_copy.h" nogil:
@@ -49,8 +50,9 @@ cdef int _check_vertices(const int32_t[::1] vbatch, const int32_t[:, ::1] bparam
                          const int64_t[:, ::1] dims, const int32_t[::1] tiles,
                          const int64_t[::1] win_off, const int64_t[::1] w_off,
                          const int64_t[::1] out_off, unsigned char* base, int64_t n_rows,
-                         int64_t row_bytes, int64_t S) noexcept nogil:
-    """Status of the first bad vertex (kernel parameters, dims, tile, ranges), or OK."""
+                         int64_t row_bytes, int64_t S, const int64_t* pb, const int64_t* pp,
+                         const int32_t* bact) noexcept nogil:
+    """Status of the first bad vertex (kernel parameters, dims, tile, ranges, bias), or OK."""
     cdef Py_ssize_t v, k
     cdef const int32_t* p
     cdef ipk_geom g
@@ -68,6 +70,9 @@ cdef int _check_vertices(const int32_t[::1] vbatch, const int32_t[:, ::1] bparam
         if st == IPK_CONV_OK:
             st = ipk_conv_check(&g, n_rows, row_bytes, base, tiles[v], win_off[v], w_off[v],
                                 out_off[v], p[6], p[7], S)
+        if st == IPK_CONV_OK and pb != NULL and pb[v] >= 0:
+            st = ipk_epi_check(&g, row_bytes, base, tiles[v], pb[v], pp[2 * v], pp[2 * v + 1],
+                               p[7], bact[vbatch[v]])
         if st != IPK_CONV_OK:
             return st
     return IPK_CONV_OK
@@ -90,9 +95,13 @@ def exchange_conv(unsigned char[:, ::1] data,      # IN/OUT: arena, row t = tile
                   const int32_t[:, ::1] bparams,    # IN: (n_batches, 8) kh kw sh sw dh dw in_dt out_dt
                   float[:, ::1] scratch,            # OUT: (n_threads, S) floats, clobbered
                   int n_threads,                    # IN
-                  bint direct=True):                # IN: as conv_tiles
+                  bint direct=True,                 # IN: as conv_tiles
+                  const int64_t[::1] bias_off=None,     # IN: (V,) as conv_tiles, -1: none
+                  const int64_t[:, ::1] bias_prm=None,  # IN: (V, 2) as conv_tiles
+                  const int32_t[::1] bact=None):    # IN: (n_batches,) act of each batch's bias
     """Run the copies and vertices of every work item. Returns 0 or a status code (nothing
-    written then)."""
+    written then). ``bias_off``, ``bias_prm`` and ``bact`` (all or none): the bias epilogue
+    of ``conv_tiles``, its ``act`` per batch."""
     cdef Py_ssize_t W = copy_lo.shape[0] - 1, V = tiles.shape[0], n = nbytes.shape[0]
     cdef Py_ssize_t w, v, nxt
     cdef int64_t n_rows = data.shape[0], row_bytes = data.shape[1], S = scratch.shape[1]
@@ -102,6 +111,9 @@ def exchange_conv(unsigned char[:, ::1] data,      # IN/OUT: arena, row t = tile
     cdef ipk_conv_vertex_fn fn
     cdef unsigned char* base
     cdef float* sbase
+    cdef const int64_t* pb
+    cdef const int64_t* pp
+    cdef const int32_t* pa
     if (src_row.shape[0] != n or src_off.shape[0] != n or dst_row.shape[0] != n
             or dst_off.shape[0] != n or vert_lo.shape[0] != W + 1 or win_off.shape[0] != V
             or w_off.shape[0] != V or out_off.shape[0] != V or vbatch.shape[0] != V
@@ -113,13 +125,21 @@ def exchange_conv(unsigned char[:, ::1] data,      # IN/OUT: arena, row t = tile
         return IPK_CONV_ETHREADS
     if n_rows == 0 or row_bytes == 0:
         return IPK_CONV_ETILE
+    if (bias_off is None) != (bias_prm is None) or (bias_off is None) != (bact is None) or (
+            bias_off is not None and (bias_off.shape[0] != V or bias_prm.shape[0] != V
+                                      or bias_prm.shape[1] != 2
+                                      or bact.shape[0] != bparams.shape[0])):
+        return IPK_CONV_EDIMS
     if W == 0:
         return IPK_CONV_OK
     base = &data[0, 0]
     sbase = &scratch[0, 0]
+    pb = &bias_off[0] if bias_off is not None and V else NULL
+    pp = &bias_prm[0, 0] if bias_off is not None and V else NULL
+    pa = &bact[0] if bias_off is not None and V else NULL
     with nogil:
         st = _check_vertices(vbatch, bparams, dims, tiles, win_off, w_off, out_off, base, n_rows,
-                             row_bytes, S)
+                             row_bytes, S, pb, pp, pa)
     if st != IPK_CONV_OK:
         return st
     fn = ipk_conv_pick(ipk_conv_best_isa())
@@ -141,5 +161,5 @@ def exchange_conv(unsigned char[:, ::1] data,      # IN/OUT: arena, row t = tile
             p = &bparams[vbatch[v], 0]
             ipk_conv_one(fn, &dims[0, 0], v, nxt, p[0], p[1], p[2], p[3], p[4], p[5], base,
                          row_bytes, &tiles[0], &win_off[0], &w_off[0], &out_off[0], p[6], p[7],
-                         sbase + tid * S, flags)
+                         sbase + tid * S, flags, pb, pp, pa[vbatch[v]] if pa != NULL else 0)
     return IPK_CONV_OK

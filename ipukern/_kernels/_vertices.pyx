@@ -161,29 +161,56 @@ def fill(unsigned char[:, ::1] data,        # OUT: arena
                 (<uint16_t*>p)[i] = hv
 
 
+cdef inline const float* _src_f32(unsigned char* base, int64_t stride, const int32_t* src_row,
+                                  int64_t tile, const int64_t* src_off, Py_ssize_t k) noexcept nogil:
+    return <const float*>(base + (src_row[k] if src_row != NULL else tile) * stride + src_off[k])
+
+
 cdef inline void _sum_vertex(unsigned char* po, unsigned char* base, int64_t stride,
                              const int32_t* src_row, int64_t tile, const int64_t* src_off,
                              Py_ssize_t k0, Py_ssize_t k1, int64_t n, int in_dt,
                              int out_dt) noexcept nogil:
     """One sum_rows vertex: out (at ``po``) = sum of sources k0..k1-1, source k at byte
     src_off[k] of row src_row[k] (of ``tile`` when src_row is NULL), in that order."""
-    cdef Py_ssize_t i, k
-    cdef const unsigned char* ps
-    cdef const float* fs
+    cdef Py_ssize_t i, k, m
+    cdef const float* a
+    cdef const float* s1
+    cdef const float* s2
+    cdef const float* s3
     cdef float* fo
     cdef float acc
     if in_dt == IPK_F32 and out_dt == IPK_F32:
-        # k-outer loop over contiguous rows vectorises; the order of additions per
-        # element is still k0, k0+1, ... (fp32 round per step, as the real vertex)
+        # element-wise loops over contiguous rows vectorise; each pass adds up to 3 sources to
+        # the running sum a (source k0, or out itself after the first pass), so the order
+        # of additions per element is still k0, k0+1, ... with an fp32 round per step, as the
+        # real vertex, while 4 input streams are in flight at once (the sources are short
+        # runs on other tiles, mostly cache misses) and out is written once per 3 sources
         fo = <float*>po
-        ps = base + (src_row[k0] if src_row != NULL else tile) * stride + src_off[k0]
-        if ps != po:
-            memcpy(po, ps, <size_t>(n * 4))
-        for k in range(k0 + 1, k1):
-            fs = <const float*>(base + (src_row[k] if src_row != NULL else tile) * stride
-                                + src_off[k])
-            for i in range(n):
-                fo[i] = fo[i] + fs[i]
+        a = _src_f32(base, stride, src_row, tile, src_off, k0)
+        if k1 - k0 == 1:
+            if <const unsigned char*>a != po:
+                memcpy(po, a, <size_t>(n * 4))
+            return
+        k = k0 + 1
+        while k < k1:
+            m = k1 - k
+            s1 = _src_f32(base, stride, src_row, tile, src_off, k)
+            if m >= 3:
+                s2 = _src_f32(base, stride, src_row, tile, src_off, k + 1)
+                s3 = _src_f32(base, stride, src_row, tile, src_off, k + 2)
+                for i in range(n):
+                    fo[i] = ((a[i] + s1[i]) + s2[i]) + s3[i]
+                k = k + 3
+            elif m == 2:
+                s2 = _src_f32(base, stride, src_row, tile, src_off, k + 1)
+                for i in range(n):
+                    fo[i] = (a[i] + s1[i]) + s2[i]
+                k = k + 2
+            else:
+                for i in range(n):
+                    fo[i] = a[i] + s1[i]
+                k = k + 1
+            a = fo
     else:
         for i in range(n):
             acc = 0.0
@@ -199,14 +226,21 @@ def sum_rows(unsigned char[:, ::1] data,    # IN/OUT: arena
              const int64_t[::1] src_ptr,     # IN: (V + 1,) vertex v sums src_off[src_ptr[v]:src_ptr[v+1]]
              const int64_t[::1] src_off,     # IN: byte offsets of the source vectors
              const int64_t[::1] n,           # IN: elements per vector of vertex v
-             int in_dt, int out_dt, int n_threads):   # IN
+             int in_dt, int out_dt, int n_threads,   # IN
+             const int64_t[::1] bias_off=None,       # IN: then add_bias(bias_off, bias_prm, act)
+             const int64_t[:, ::1] bias_prm=None,    # IN  on each vertex's output
+             int act=0):                             # IN
     """out = sum_k src_k (k = src_ptr[v] .. src_ptr[v+1]-1, in that fixed order).
 
     Accumulates in fp32 and rounds once to the output dtype, so the result does not depend
-    on threads. ``out`` may alias the first source (in-place accumulation).
+    on threads. ``out`` may alias the first source (in-place accumulation). With
+    ``bias_off``, each vertex then does the ``add_bias`` vertex (``bias_prm[v]`` its params,
+    ``act``) on its output while it is in the cache: execute mode's host fusion of a conv's
+    bias pass into its reduction (ipukern.conv.build.fuse_bias), the same bits.
     """
     cdef Py_ssize_t v, k, stride = data.shape[1]
     cdef unsigned char* base = &data[0, 0]
+    cdef bint has_bias
     _check_common("sum_rows", tiles, data.shape[0], in_dt, n_threads)
     _check_common("sum_rows", tiles, data.shape[0], out_dt, n_threads)
     _check_runs("sum_rows", "out", tiles, out_off, n, ipk_dt_size(out_dt), stride)
@@ -220,9 +254,35 @@ def sum_rows(unsigned char[:, ::1] data,    # IN/OUT: arena
             if _outside(src_off[k], n[v], ipk_dt_size(in_dt), stride):
                 raise ValueError(f"sum_rows: vertex {v} (tile {tiles[v]}): source {k} at byte "
                                  f"{src_off[k]} reaches outside the arena row of {stride} B")
+    _check_bias_epilogue("sum_rows", tiles, out_off, n, bias_off, bias_prm, out_dt, stride, act)
+    has_bias = bias_off is not None
     for v in prange(tiles.shape[0], nogil=True, schedule="static", num_threads=n_threads):
         _sum_vertex(base + tiles[v] * stride + out_off[v], base, stride, NULL, tiles[v],
                     &src_off[0], src_ptr[v], src_ptr[v + 1], n[v], in_dt, out_dt)
+        if has_bias:
+            _bias_run(base + tiles[v] * stride + out_off[v], base + tiles[v] * stride + bias_off[v],
+                      &bias_prm[v, 0], out_dt, act)
+
+
+cdef int _check_bias_epilogue(str fn, const int32_t[::1] tiles, const int64_t[::1] out_off,
+                              const int64_t[::1] n, const int64_t[::1] bias_off,
+                              const int64_t[:, ::1] bias_prm, int dt, int64_t stride,
+                              int act) except -1:
+    """A sum's bias epilogue: none (and act 0), or add_bias operands over exactly each
+    vertex's output (params e0 >= 0, n = the vertex's n)."""
+    cdef Py_ssize_t v
+    if (bias_off is None) != (bias_prm is None):
+        raise ValueError(f"{fn}: bias_off and bias_prm go together")
+    if bias_off is None:
+        if act:
+            raise ValueError(f"{fn}: an activation needs the bias epilogue")
+        return 0
+    _check_bias(fn, tiles, out_off, bias_off, bias_prm, dt, stride, act)
+    for v in range(tiles.shape[0]):
+        if bias_prm[v, 1] != n[v]:
+            raise ValueError(f"{fn}: vertex {v}: the bias run has {bias_prm[v, 1]} elements, "
+                             f"the output {n[v]}")
+    return 0
 
 
 # ---------------------------------------------------------------- fused partials exchange + reduce
@@ -255,12 +315,16 @@ def sum_rows_from(unsigned char[:, ::1] data,    # IN/OUT: arena, row t = tile t
                   const int32_t[::1] src_row,     # IN: tile holding source k
                   const int64_t[::1] src_off,     # IN: byte offset of source k on that tile
                   const int64_t[::1] n,           # IN: elements per vector of vertex v
-                  int in_dt, int out_dt, int n_threads):   # IN
+                  int in_dt, int out_dt, int n_threads,   # IN
+                  const int64_t[::1] bias_off=None,       # IN: the bias epilogue of sum_rows
+                  const int64_t[:, ::1] bias_prm=None,    # IN
+                  int act=0):                             # IN
     """out = sum_k src_k (k = src_ptr[v] .. src_ptr[v+1]-1, in that order), as
-    ``_vertices.sum_rows`` computes it. Raises ValueError before anything is written for
-    bad codes, lengths, threads, or an operand outside the arena."""
+    ``_vertices.sum_rows`` computes it (its bias epilogue too). Raises ValueError before
+    anything is written for bad codes, lengths, threads, or an operand outside the arena."""
     cdef Py_ssize_t V = tiles.shape[0], v, bad
     cdef int64_t stride = data.shape[1]
+    cdef bint has_bias
     cdef unsigned char* base
     if (in_dt != IPK_F32 and in_dt != IPK_F16) or (out_dt != IPK_F32 and out_dt != IPK_F16):
         raise ValueError(f"sum_rows_from: dtype codes {in_dt}, {out_dt} must be IPK_F32 or IPK_F16")
@@ -277,10 +341,16 @@ def sum_rows_from(unsigned char[:, ::1] data,    # IN/OUT: arena, row t = tile t
     if bad >= 0:
         raise ValueError(f"sum_rows_from: vertex {bad} (tile {tiles[bad]}) has an operand "
                          f"outside the arena ({data.shape[0]} rows of {stride} B) or no sources")
+    _check_bias_epilogue("sum_rows_from", tiles, out_off, n, bias_off, bias_prm, out_dt, stride,
+                         act)
+    has_bias = bias_off is not None
     base = &data[0, 0]
     for v in prange(V, nogil=True, schedule="static", num_threads=n_threads):
         _sum_vertex(base + tiles[v] * stride + out_off[v], base, stride, &src_row[0], tiles[v],
                     &src_off[0], src_ptr[v], src_ptr[v + 1], n[v], in_dt, out_dt)
+        if has_bias:
+            _bias_run(base + tiles[v] * stride + out_off[v], base + tiles[v] * stride + bias_off[v],
+                      &bias_prm[v, 0], out_dt, act)
 
 
 def sum_elems(unsigned char[:, ::1] data,   # IN/OUT: arena
@@ -319,6 +389,70 @@ cdef inline float _relu6_np(float x) noexcept nogil:
     return 6.0 if x > 6 else x
 
 
+cdef int _check_bias(str fn, const int32_t[::1] tiles, const int64_t[::1] out_off,
+                     const int64_t[::1] bias_off, const int64_t[:, ::1] params, int dt,
+                     int64_t stride, int act) except -1:
+    """The operands of ``add_bias`` (or of a sum's bias epilogue) inside their tiles' rows."""
+    cdef Py_ssize_t v
+    cdef int64_t e0, n, inner, kj, G, K, ks0
+    if act < 0 or act > 2 or (act and dt != IPK_F32):
+        raise ValueError(f"{fn}: act must be 0, 1 (ReLU) or 2 (ReLU6), the last two for "
+                         f"float32 only; got {act}")
+    if (params.shape[0] != tiles.shape[0] or params.shape[1] != 7
+            or out_off.shape[0] != tiles.shape[0] or bias_off.shape[0] != tiles.shape[0]):
+        raise ValueError(f"{fn}: params must have shape ({tiles.shape[0]}, 7), the bias and output "
+                         f"offsets ({tiles.shape[0]},)")
+    for v in range(tiles.shape[0]):
+        e0, n, inner, kj, G, K, ks0 = (params[v, 0], params[v, 1], params[v, 2], params[v, 3],
+                                       params[v, 4], params[v, 5], params[v, 6])
+        # bias indices reach (G - 1) * K + ks0 + kj - 1; each factor <= row keeps that exact
+        if (e0 < 0 or inner < 1 or kj < 1 or G < 1 or K < 0 or ks0 < 0 or kj > stride
+                or G > stride or K > stride or ks0 > stride
+                or _outside(out_off[v], n, ipk_dt_size(dt), stride)
+                or _outside(bias_off[v], (G - 1) * K + ks0 + kj, ipk_dt_size(dt), stride)):
+            raise ValueError(f"{fn}: vertex {v} (tile {tiles[v]}): params {list(params[v])} "
+                             f"reach outside the arena row of {stride} B")
+    return 0
+
+
+cdef inline void _bias_run(unsigned char* po, const unsigned char* pb, const int64_t* prm,
+                           int dt, int act) noexcept nogil:
+    """One add_bias vertex (params ``prm``, see add_bias) on the run at ``po``. Walks the run
+    channel by channel (runs of ``inner`` elements share one bias value): one division per
+    vertex instead of a division and a modulo per element."""
+    cdef int64_t e0 = prm[0], n = prm[1], inner = prm[2], kj = prm[3], gk = prm[4] * prm[3]
+    cdef int64_t K = prm[5], ks0 = prm[6]
+    cdef int64_t e = e0 % inner          # position inside the current channel run
+    cdef int64_t c = (e0 // inner) % gk  # its block channel
+    cdef int64_t i = 0, j, run
+    cdef float bv
+    cdef float* fo
+    while i < n:
+        run = inner - e
+        if run > n - i:
+            run = n - i
+        bv = _ld(pb, (c // kj) * K + ks0 + c % kj, dt)
+        if dt == IPK_F32:
+            fo = <float*>po
+            if act == 0:
+                for j in range(i, i + run):
+                    fo[j] = fo[j] + bv
+            elif act == 1:
+                for j in range(i, i + run):
+                    fo[j] = _relu_np(fo[j] + bv)
+            else:
+                for j in range(i, i + run):
+                    fo[j] = _relu6_np(fo[j] + bv)
+        else:
+            for j in range(i, i + run):
+                _st(po, j, _ld(po, j, dt) + bv, dt)
+        i = i + run
+        e = 0
+        c = c + 1
+        if c == gk:
+            c = 0
+
+
 def add_bias(unsigned char[:, ::1] data,    # IN/OUT: arena
              const int32_t[::1] tiles,       # IN: tile of vertex v
              const int64_t[::1] out_off,     # IN: byte offset of the output run
@@ -335,68 +469,13 @@ def add_bias(unsigned char[:, ::1] data,    # IN/OUT: arena
     ``act`` applies the network's next activation to the sum in the same pass (execute
     mode's host fusion; the bits of ``np.maximum(y, 0)`` and ``np.clip(y, 0, 6)``).
     """
-    cdef Py_ssize_t v, i, j, run, stride = data.shape[1]
+    cdef Py_ssize_t v, stride = data.shape[1]
     cdef unsigned char* base = &data[0, 0]
-    cdef unsigned char* po
-    cdef const unsigned char* pb
-    cdef float* fo
-    cdef float bv
-    cdef int64_t e0, n, inner, kj, gk, K, ks0, G, e, c
     _check_common("add_bias", tiles, data.shape[0], dt, n_threads)
-    if act < 0 or act > 2 or (act and dt != IPK_F32):
-        raise ValueError(f"add_bias: act must be 0, 1 (ReLU) or 2 (ReLU6), the last two for "
-                         f"float32 only; got {act}")
-    if params.shape[0] != tiles.shape[0] or params.shape[1] != 7:
-        raise ValueError(f"add_bias: params must have shape ({tiles.shape[0]}, 7)")
-    for v in range(tiles.shape[0]):
-        e0, n, inner, kj, G, K, ks0 = (params[v, 0], params[v, 1], params[v, 2], params[v, 3],
-                                       params[v, 4], params[v, 5], params[v, 6])
-        # bias indices reach (G - 1) * K + ks0 + kj - 1; each factor <= row keeps that exact
-        if (e0 < 0 or inner < 1 or kj < 1 or G < 1 or K < 0 or ks0 < 0 or kj > stride
-                or G > stride or K > stride or ks0 > stride
-                or _outside(out_off[v], n, ipk_dt_size(dt), stride)
-                or _outside(bias_off[v], (G - 1) * K + ks0 + kj, ipk_dt_size(dt), stride)):
-            raise ValueError(f"add_bias: vertex {v} (tile {tiles[v]}): params {list(params[v])} "
-                             f"reach outside the arena row of {stride} B")
-    # walk the run channel by channel (runs of ``inner`` elements share one bias value): one
-    # division per vertex instead of a division and a modulo per element
+    _check_bias("add_bias", tiles, out_off, bias_off, params, dt, stride, act)
     for v in prange(tiles.shape[0], nogil=True, schedule="static", num_threads=n_threads):
-        po = base + tiles[v] * stride + out_off[v]
-        pb = base + tiles[v] * stride + bias_off[v]
-        e0 = params[v, 0]
-        n = params[v, 1]
-        inner = params[v, 2]
-        kj = params[v, 3]
-        gk = params[v, 4] * kj
-        K = params[v, 5]
-        ks0 = params[v, 6]
-        e = e0 % inner          # position inside the current channel run
-        c = (e0 // inner) % gk  # its block channel
-        i = 0
-        while i < n:
-            run = inner - e
-            if run > n - i:
-                run = n - i
-            bv = _ld(pb, (c // kj) * K + ks0 + c % kj, dt)
-            if dt == IPK_F32:
-                fo = <float*>po
-                if act == 0:
-                    for j in range(i, i + run):
-                        fo[j] = fo[j] + bv
-                elif act == 1:
-                    for j in range(i, i + run):
-                        fo[j] = _relu_np(fo[j] + bv)
-                else:
-                    for j in range(i, i + run):
-                        fo[j] = _relu6_np(fo[j] + bv)
-            else:
-                for j in range(i, i + run):
-                    _st(po, j, _ld(po, j, dt) + bv, dt)
-            i = i + run
-            e = 0
-            c = c + 1
-            if c == gk:
-                c = 0
+        _bias_run(base + tiles[v] * stride + out_off[v], base + tiles[v] * stride + bias_off[v],
+                  &params[v, 0], dt, act)
 
 
 cdef inline void _strided_elems(unsigned char* pd, const unsigned char* ps, int64_t n,

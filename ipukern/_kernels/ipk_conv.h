@@ -291,10 +291,58 @@ static inline const unsigned char* ipk_pf_slice(ipk_pf* pf, int64_t ntaps, int64
     return (const unsigned char*)pf;
 }
 
+/* ------------------------------------------------------------------ bias epilogue
+ * Execute mode's host fusion of a conv's bias pass (ipukern.conv.build, _BiasCodelet) into
+ * the conv vertex, when the vertex writes the final output (no partials reduction, no cast):
+ * output channel k of group g (the vertex's [B][G][K][OR][OC] block) gets
+ * bias[g * Kb + ks0 + k] added after the conv sum is rounded to the output dtype, then the
+ * activation ``act`` (float32 only: 1 ReLU, 2 ReLU6) -- the add_bias vertex's arithmetic,
+ * step for step, so the bits are the same. The simulated program is not changed: the bias
+ * compute set still runs (and costs its cycles) in the simulation; the host skips its work. */
+typedef struct {
+    const unsigned char* bias;   /* NULL: no epilogue */
+    int64_t Kb, ks0;             /* bias channels per group, first channel of this slice */
+    int act;
+} ipk_epi;
+
+/* One fp32 output of the epilogue: y = x + bias, then the activation with NumPy's bits
+ * (ReLU: np.maximum(y, 0), NaN kept, -0 -> +0; ReLU6: np.clip(y, 0, 6)) -- add_bias's
+ * _relu_np / _relu6_np, written as selects so that loops over it vectorise. */
+static inline float ipk_epi_f32(float x, float bias, int act)
+{
+    float y = x + bias;
+    if (act == 1) return !(y <= 0.0f) ? y : 0.0f;
+    if (act == 2) {
+        y = !(y < 0.0f) ? y : 0.0f;
+        return y > 6.0f ? 6.0f : y;
+    }
+    return y;
+}
+
+/* Status of vertex g's bias operand at byte bias_off of its tile (row_bytes long): every
+ * index the epilogue reads, up to (G - 1) * Kb + ks0 + K - 1, inside the row and aligned. */
+static inline int ipk_epi_check(const ipk_geom* g, int64_t row_bytes, const unsigned char* data,
+                                int64_t tile, int64_t bias_off, int64_t Kb, int64_t ks0,
+                                int out_dt, int act)
+{
+    const int64_t osz = ipk_dt_size(out_dt);
+    int64_t hi;
+    if (act < 0 || act > 2 || (act && out_dt != IPK_F32)) return IPK_CONV_EPARAM;
+    if (Kb < 0 || ks0 < 0 || Kb > row_bytes || ks0 > row_bytes) return IPK_CONV_ERANGE;
+    if (g->G == 0 || g->K == 0) return IPK_CONV_OK;
+    hi = ipk_smul(g->G - 1, Kb);
+    if (hi > row_bytes) return IPK_CONV_ERANGE;
+    hi = ipk_smul(hi + ks0 + g->K, osz);   /* terms <= row_bytes, row_bytes, 2^30: no wrap */
+    if (bias_off < 0 || hi > row_bytes || bias_off > row_bytes - hi) return IPK_CONV_ERANGE;
+    if (((uintptr_t)data + (uintptr_t)(tile * row_bytes) + (uintptr_t)bias_off) % (uintptr_t)osz)
+        return IPK_CONV_EALIGN;
+    return IPK_CONV_OK;
+}
+
 /* ------------------------------------------------------------------ ISA variants */
 typedef void (*ipk_conv_vertex_fn)(const ipk_geom* g, unsigned char* tb, int64_t win_off,
                                    int64_t w_off, int64_t out_off, int in_dt, int out_dt,
-                                   float* scratch, ipk_pf* pf, int flags);
+                                   float* scratch, ipk_pf* pf, int flags, const ipk_epi* epi);
 
 /* flags of a conv_tiles call */
 #define IPK_CONV_DIRECT 1   /* take the direct path (ipk_conv_direct.h) where it applies */
@@ -375,11 +423,21 @@ static inline void ipk_conv_one(ipk_conv_vertex_fn fn, const int64_t* dims, int6
                                 int kh, int kw, int sh, int sw, int dh, int dw,
                                 unsigned char* data, int64_t row_bytes, const int32_t* tiles,
                                 const int64_t* win_off, const int64_t* w_off, const int64_t* out_off,
-                                int in_dt, int out_dt, float* scratch, int flags)
+                                int in_dt, int out_dt, float* scratch, int flags,
+                                const int64_t* bias_off, const int64_t* bias_prm, int act)
 {
     ipk_geom g;
     ipk_pf pf;
+    ipk_epi epi = {NULL, 0, 0, 0};
     memset(&pf, 0, sizeof pf);
+    /* bias_off (NULL: none; -1: none for this vertex), bias_prm[2v] = (Kb, ks0): the bias
+     * epilogue (checked with ipk_epi_check) */
+    if (bias_off != NULL && bias_off[v] >= 0) {
+        epi.bias = data + (int64_t)tiles[v] * row_bytes + bias_off[v];
+        epi.Kb = bias_prm[2 * v];
+        epi.ks0 = bias_prm[2 * v + 1];
+        epi.act = act;
+    }
     if (next >= 0) {
         const int64_t* d = dims + 10 * next;
         const int64_t isz = ipk_dt_size(in_dt), osz = ipk_dt_size(out_dt);
@@ -393,7 +451,7 @@ static inline void ipk_conv_one(ipk_conv_vertex_fn fn, const int64_t* dims, int6
     }
     if (ipk_geom_init(&g, dims + 10 * v, kh, kw, sh, sw, dh, dw) == IPK_CONV_OK)
         fn(&g, data + (int64_t)tiles[v] * row_bytes, win_off[v], w_off[v], out_off[v], in_dt,
-           out_dt, scratch, &pf, flags);
+           out_dt, scratch, &pf, flags, &epi);
 }
 
 #endif

@@ -165,13 +165,33 @@ IPK_TGT static void IPK_SFX(pack_wk)(const float* restrict wsrc, int64_t CT, int
     }
 }
 
+#if defined(IPK_ISA_AVX2) || defined(IPK_ISA_AVX512)
+/* ipk_epi_f32 on 8 lanes: y + bias, then ReLU / ReLU6 with the same selects (a NaN fails
+ * every ordered compare, so it is kept; y <= 0 includes -0, which becomes +0). */
+IPK_TGT static inline __m256 IPK_SFX(epi8)(__m256 y, float bv, int act)
+{
+    y = _mm256_add_ps(y, _mm256_set1_ps(bv));
+    if (act == 1) {
+        y = _mm256_andnot_ps(_mm256_cmp_ps(y, _mm256_setzero_ps(), _CMP_LE_OQ), y);
+    } else if (act == 2) {
+        const __m256 six = _mm256_set1_ps(6.0f);
+        y = _mm256_andnot_ps(_mm256_cmp_ps(y, _mm256_setzero_ps(), _CMP_LT_OQ), y);
+        y = _mm256_blendv_ps(y, six, _mm256_cmp_ps(y, six, _CMP_GT_OQ));
+    }
+    return y;
+}
+#endif
+
 /* Store positions [q0, q1) x channels [0, kb) of obuf[q - q0][kvw] to the output of one
  * group (positions q = (b*OR + y)*OC + x; channel k of image b at (b*G*K + k)*kstride):
  * per channel one run per image. obuf was written by earlier micro-kernel calls (long
- * committed: reading a lane of a just-stored vector back stalls store forwarding). */
+ * committed: reading a lane of a just-stored vector back stalls store forwarding).
+ * bk (fp32 output only; NULL: none): the bias epilogue's values for these kb channels,
+ * added (and ``act`` applied) to the fp32 sums as they are stored, as ipk_epi_f32. */
 IPK_TGT static void IPK_SFX(direct_store)(const float* obuf, int kvw, int64_t kb, int64_t q0,
                                           int64_t q1, int64_t kstride, int64_t GK,
-                                          unsigned char* out_k0, int out_dt)
+                                          unsigned char* out_k0, int out_dt, const float* bk,
+                                          int act)
 {
     while (q0 < q1) {
         const int64_t b = q0 / kstride, n0 = q0 - b * kstride;
@@ -186,11 +206,17 @@ IPK_TGT static void IPK_SFX(direct_store)(const float* obuf, int kvw, int64_t kb
                     int i;
                     for (i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(obuf + (p + i) * kvw + m);
                     IPK_SFX(tr8x8)(r);
+                    if (bk)
+                        for (i = 0; i < 8; i++) r[i] = IPK_SFX(epi8)(r[i], bk[m + i], act);
                     for (i = 0; i < 8; i++) _mm256_storeu_ps(d + i * kstride + p, r[i]);
                 }
                 for (; p < len; p++) {
                     int i;
-                    for (i = 0; i < 8; i++) d[i * kstride + p] = obuf[p * kvw + m + i];
+                    if (bk)
+                        for (i = 0; i < 8; i++)
+                            d[i * kstride + p] = ipk_epi_f32(obuf[p * kvw + m + i], bk[m + i], act);
+                    else
+                        for (i = 0; i < 8; i++) d[i * kstride + p] = obuf[p * kvw + m + i];
                 }
             }
 #endif
@@ -199,7 +225,10 @@ IPK_TGT static void IPK_SFX(direct_store)(const float* obuf, int kvw, int64_t kb
             const int64_t o = (b * GK + m) * kstride + n0;
             if (out_dt == IPK_F32) {
                 float* restrict d = (float*)out_k0 + o;
-                for (p = 0; p < len; p++) d[p] = src[p * kvw];
+                if (bk)
+                    for (p = 0; p < len; p++) d[p] = ipk_epi_f32(src[p * kvw], bk[m], act);
+                else
+                    for (p = 0; p < len; p++) d[p] = src[p * kvw];
             } else {
                 uint16_t* restrict d = (uint16_t*)out_k0 + o;
                 for (p = 0; p < len; p++) d[p] = ipk_f2h(src[p * kvw]);
@@ -216,8 +245,12 @@ IPK_TGT static void IPK_SFX(direct_store)(const float* obuf, int kvw, int64_t kb
  * results (obuf). */
 IPK_TGT static void IPK_SFX(direct_vertex)(const ipk_geom* g, unsigned char* tb, int64_t win_off,
                                            int64_t w_off, int64_t out_off, int out_dt, float* P,
-                                           float* W, ipk_pf* pf)
+                                           float* W, ipk_pf* pf, const ipk_epi* epi)
 {
+    /* the bias epilogue in the stores (fp32 output; the caller does it otherwise) */
+    const float* bias = epi != NULL && epi->bias != NULL && out_dt == IPK_F32
+                        ? (const float*)epi->bias + epi->ks0 : NULL;
+    const int act = bias ? epi->act : 0;
     const int64_t B = g->B, G = g->G, C = g->C, K = g->K, T = g->T, CT = C * T;
     const int64_t OR = g->OR, OC = g->OC, kstride = OR * OC, npos = B * kstride;
     const int64_t osz = ipk_dt_size(out_dt);
@@ -266,6 +299,7 @@ IPK_TGT static void IPK_SFX(direct_vertex)(const ipk_geom* g, unsigned char* tb,
              * 96 (AVX2), 192 (AVX-512)) */
             const int64_t chunk = (g->p_floats / kvw) / np * np;
             unsigned char* out_k0 = tb + out_off + (gi * K + k0) * kstride * osz;
+            const float* bk = bias ? bias + gi * epi->Kb + k0 : NULL;
             int64_t q0, c0 = 0, b = 0, y = 0, x = 0;
             IPK_SFX(pack_wk)(wsrc, CT, K, k0, kvw, W);
             for (q0 = 0; q0 < npos; q0 += np) {
@@ -274,7 +308,8 @@ IPK_TGT static void IPK_SFX(direct_vertex)(const ipk_geom* g, unsigned char* tb,
                 const unsigned char* pfp = ipk_pf_slice(pf, CT, &pfs);
                 int p;
                 if (q0 - c0 == chunk) {
-                    IPK_SFX(direct_store)(P, kvw, kb, c0, q0, kstride, G * K, out_k0, out_dt);
+                    IPK_SFX(direct_store)(P, kvw, kb, c0, q0, kstride, G * K, out_k0, out_dt,
+                                          bk, act);
                     c0 = q0;
                 }
                 /* the n positions (b, y, x) of this block, in output order */
@@ -284,7 +319,7 @@ IPK_TGT static void IPK_SFX(direct_vertex)(const ipk_geom* g, unsigned char* tb,
                 }
                 IPK_SFX(dk_tab)[kv][n](src, toff, CT, W, P + (q0 - c0) * kvw, pfp, pfs);
             }
-            IPK_SFX(direct_store)(P, kvw, kb, c0, npos, kstride, G * K, out_k0, out_dt);
+            IPK_SFX(direct_store)(P, kvw, kb, c0, npos, kstride, G * K, out_k0, out_dt, bk, act);
         }
     }
 }

@@ -341,35 +341,79 @@ IPK_TGT static void IPK_SFX(pack_weights)(const ipk_geom* g, const unsigned char
 #include "ipk_conv_dw.h"
 #endif
 
+/* ---------------------------------------------------------------- bias epilogue */
+/* The bias epilogue (ipk_epi, ipk_conv.h) over the vertex's output at ``out``, just written
+ * (in the cache): per channel run, y = out + bias in the output dtype's arithmetic of the
+ * add_bias vertex (fp32; fp16 widened, added in fp32, rounded once), then the activation
+ * with NumPy's bits (ReLU: np.maximum(y, 0), NaN kept, -0 -> +0; ReLU6: np.clip(y, 0, 6)). */
+IPK_TGT static void IPK_SFX(bias_epi)(const ipk_geom* g, unsigned char* out, int out_dt,
+                                      const ipk_epi* e)
+{
+    const int64_t n = g->OR * g->OC;
+    int64_t b, gi, k, i;
+    for (b = 0; b < g->B; b++)
+        for (gi = 0; gi < g->G; gi++)
+            for (k = 0; k < g->K; k++) {
+                const int64_t bi = gi * e->Kb + e->ks0 + k, o = ((b * g->G + gi) * g->K + k) * n;
+                if (out_dt == IPK_F32) {
+                    const float bv = ((const float*)e->bias)[bi];
+                    float* restrict d = (float*)out + o;
+                    /* constant act per loop: each one vectorises */
+                    if (e->act == 0)
+                        for (i = 0; i < n; i++) d[i] = ipk_epi_f32(d[i], bv, 0);
+                    else if (e->act == 1)
+                        for (i = 0; i < n; i++) d[i] = ipk_epi_f32(d[i], bv, 1);
+                    else
+                        for (i = 0; i < n; i++) d[i] = ipk_epi_f32(d[i], bv, 2);
+                } else {
+                    const float bv = ipk_h2f(((const uint16_t*)e->bias)[bi]);
+                    uint16_t* restrict d = (uint16_t*)out + o;
+                    for (i = 0; i < n; i++) d[i] = ipk_f2h(ipk_h2f(d[i]) + bv);
+                }
+            }
+}
+
 /* ---------------------------------------------------------------- one vertex */
-IPK_TGT static void IPK_SFX(ipk_conv_vertex)(const ipk_geom* g, unsigned char* tb, int64_t win_off,
-                                             int64_t w_off, int64_t out_off, int in_dt, int out_dt,
-                                             float* scratch, ipk_pf* pf, int flags)
+/* Runs the vertex through its path; returns 1 when the path did the bias epilogue too. */
+IPK_TGT static int IPK_SFX(conv_paths)(const ipk_geom* g, unsigned char* tb, int64_t win_off,
+                                       int64_t w_off, int64_t out_off, int in_dt, int out_dt,
+                                       float* scratch, ipk_pf* pf, int flags, const ipk_epi* epi)
 {
     /* scratch: packed window (64-byte aligned), packed weights, tap offsets (ipk_geom_init) */
     float* P = (float*)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
     float* W = P + g->p_floats;
-    if (g->B == 0 || g->G == 0 || g->K == 0 || g->OR == 0 || g->OC == 0) return;
 #if !defined(IPK_ISA_AVX512)
     if ((flags & IPK_CONV_DIRECT) && g->dw_floats > 0) {
         IPK_SFX(dw_vertex)(g, tb, win_off, w_off, out_off, in_dt, out_dt, P, pf);
-        return;
+        return 0;
     }
 #else
     /* few channels per group (depthwise included): the AVX-512 variant's own kernels */
     if (IPK_SFX(sc_ok)(g)) {
         IPK_SFX(sc_vertex)(g, tb, win_off, w_off, out_off, in_dt, out_dt, P, W, pf);
-        return;
+        return 0;
     }
 #endif
     /* every variant, AVX-512 included (measured on a Zen 5 host, ResNet-50 fp32 batch 8
      * forward, one thread: 1.48 s CPU with AVX-512 vertices on the GEMM path, 1.18-1.23 s
      * with the direct path; docs/performance-log.md) */
     if ((flags & IPK_CONV_DIRECT) && IPK_SFX(direct_ok)(g, in_dt)) {
-        IPK_SFX(direct_vertex)(g, tb, win_off, w_off, out_off, out_dt, P, W, pf);
-        return;
+        IPK_SFX(direct_vertex)(g, tb, win_off, w_off, out_off, out_dt, P, W, pf, epi);
+        return out_dt == IPK_F32;
     }
     IPK_SFX(gemm_vertex)(g, tb, win_off, w_off, out_off, in_dt, out_dt, P, W, pf);
+    return 0;
+}
+
+IPK_TGT static void IPK_SFX(ipk_conv_vertex)(const ipk_geom* g, unsigned char* tb, int64_t win_off,
+                                             int64_t w_off, int64_t out_off, int in_dt, int out_dt,
+                                             float* scratch, ipk_pf* pf, int flags,
+                                             const ipk_epi* epi)
+{
+    if (g->B == 0 || g->G == 0 || g->K == 0 || g->OR == 0 || g->OC == 0) return;
+    if (!IPK_SFX(conv_paths)(g, tb, win_off, w_off, out_off, in_dt, out_dt, scratch, pf, flags, epi)
+        && epi != NULL && epi->bias != NULL)
+        IPK_SFX(bias_epi)(g, tb + out_off, out_dt, epi);
 }
 
 #undef V

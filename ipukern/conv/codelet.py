@@ -307,7 +307,7 @@ class ConvCodelet:
         need = conv_scratch_floats(a["dims"], *self.params)
         out_nbytes = operand_nbytes(a["dims"], *self.params[:2], self.in_dt, self.out_dt)[2]
         return (batch.tiles, a["win"], a["w"], a["out"], a["dims"],
-                self.params + (self.in_dt, self.out_dt), need, out_nbytes)
+                self.params + (self.in_dt, self.out_dt), need, out_nbytes, bias_epilogue(batch))
 
     @staticmethod
     def direct_path() -> bool:
@@ -320,9 +320,23 @@ class ConvCodelet:
         if need is None:
             need = self._need[id(batch)] = conv_scratch_floats(a["dims"], *self.params)
         self.scratch_floats = max(self.scratch_floats, need)
+        epi = bias_epilogue(batch)
         st = _kernel().conv_tiles(data, batch.tiles, a["win"], a["w"], a["out"], a["dims"],
                                   *self.params, self.in_dt, self.out_dt, self.scratch(n_threads),
-                                  n_threads, -1, DIRECT_PATH)
+                                  n_threads, -1, DIRECT_PATH,
+                                  *((epi[0], epi[1], epi[2].act) if epi else ()))
         if st != 0:
             raise ConvKernelError(f"{self.name}: the conv kernel refused the batch (status {st}); "
                                   "check it with conv_tiles_checked")
+
+
+def bias_epilogue(batch) -> tuple | None:
+    """``(bias_off, bias_prm, bias_pass)`` when a conv batch's vertices also do the bias pass
+    of their outputs (host fusion, see :func:`ipukern.conv.build.fuse_bias`): byte offsets
+    of the bias (V,), ``(Kb, ks0)`` per vertex (V, 2), and the bias codelet whose ``act`` the
+    vertices apply and whose own run is then a no-op; None otherwise (also when the bias
+    codelet's ``fused`` was switched off: it then runs its own pass, as the tests do)."""
+    a = batch.args
+    if "bias_pass" not in a or not a["bias_pass"].fused:
+        return None
+    return a["bias_off"], a["bias_prm"], a["bias_pass"]

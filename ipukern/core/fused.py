@@ -77,6 +77,17 @@ class FusedStep:
         self.vbatch = np.repeat(np.arange(len(vertices), dtype=np.int32),
                                 [t.size for t in cols[0]])[order]
         self.bparams = np.array(cols[5], dtype=np.int32).reshape(-1, 8)
+        # the bias epilogues (ipukern.conv.codelet.bias_epilogue) of the batches that have one
+        epis = cols[8] if len(cols) > 8 else [None] * len(vertices)
+        self.bias_passes = [e[2] if e else None for e in epis]
+        self.bias = None
+        if any(e is not None for e in epis):
+            off = [np.asarray(e[0], np.int64) if e else np.full(t.size, -1, np.int64)
+                   for e, t in zip(epis, cols[0])]
+            prm = [np.asarray(e[1], np.int64).reshape(-1, 2) if e else np.zeros((t.size, 2), np.int64)
+                   for e, t in zip(epis, cols[0])]
+            self.bias = (np.ascontiguousarray(np.concatenate(off)[order]),
+                         np.ascontiguousarray(np.concatenate(prm)[order]))
         self.scratch_floats = max(16, *cols[6])
         items = np.union1d(dt, self.tiles)   # every tile written or computed on, ascending
         self.copy_lo = np.append(np.searchsorted(dt, items, side="left"), dt.size).astype(np.int64)
@@ -96,10 +107,16 @@ class FusedStep:
             scratch = self._scratch[n_threads] = np.zeros((n_threads, self.scratch_floats),
                                                           np.float32)
         from .._kernels import _fused
+        bias = ()
+        on = np.array([bp is not None and bp.fused for bp in self.bias_passes])
+        if self.bias is not None and on.any():   # each bias pass's activation, as set for this run
+            off = self.bias[0] if on.all() else np.where(on[self.vbatch], self.bias[0], -1)
+            bias = (off, self.bias[1], np.array([bp.act if bp is not None else 0
+                                                 for bp in self.bias_passes], np.int32))
         st = _fused.exchange_conv(data, *self.copies, self.copy_lo, self.vert_lo, self.tiles,
                                   self.win, self.w, self.out, self.dims, self.vbatch,
                                   self.bparams, scratch, n_threads,
-                                  all(cd.direct_path() for cd in self.codelets))
+                                  all(cd.direct_path() for cd in self.codelets), *bias)
         if st != 0:
             raise ValueError(f"{c.name}: the fused exchange+conv kernel refused the step "
                              f"(status {st}); run with IPUKERN_FUSED_EXCHANGE=0 to see which "

@@ -36,6 +36,7 @@ import numpy as np
 from .fused import reads_written
 from .program import ComputeSet, Exchange, ExchangeError, check_arena
 from .threads import check_num_threads
+from .vertices import bias_epilogue_kwargs
 
 __all__ = ["ReduceStep", "fuse_reduce"]
 
@@ -66,7 +67,7 @@ class ReduceStep:
             a = b.args
             in_dt, out_dt = b.codelet.consts
             _vertices.sum_rows_from(data, b.tiles, a["out"], a["src_ptr"], src_row, src_off, a["n"],
-                                  in_dt, out_dt, n_threads)
+                                    in_dt, out_dt, n_threads, **bias_epilogue_kwargs(b))
         for b in self.rest:
             b.codelet.run(data, b, n_threads)
 

@@ -70,7 +70,20 @@ class KernelCodelet:
 
     def run(self, data, batch, n_threads):
         args = [batch.args[k] for k in self.arg_keys]
-        getattr(_kernels(), self.fn)(data, batch.tiles, *args, *self.consts, n_threads)
+        getattr(_kernels(), self.fn)(data, batch.tiles, *args, *self.consts, n_threads,
+                                     **bias_epilogue_kwargs(batch))
+
+
+def bias_epilogue_kwargs(batch) -> dict:
+    """The bias epilogue a sum batch carries (``sum_rows`` / ``sum_rows_from`` keywords), or
+    {}: set by :func:`ipukern.conv.build.fuse_bias` -- execute mode's host fusion of a conv's
+    bias pass (``args["bias_pass"]``, run as a no-op while its ``fused`` is set) into the
+    reduction writing its outputs."""
+    a = batch.args
+    bp = a.get("bias_pass")
+    if bp is None or not bp.fused:
+        return {}
+    return {"bias_off": a["bias_off"], "bias_prm": a["bias_prm"], "act": bp.act}
 
 
 # --------------------------------------------------------------------------- builders
