@@ -584,12 +584,11 @@ cdef inline void _copy_block(unsigned char* tb, int64_t so, int64_t do, const in
 # ---------------------------------------------------------------- max pooling
 cdef inline float _max_np(float a, float b) noexcept nogil:
     """np.maximum(a, b) bit for bit: the first NaN, else the larger, ``b`` when equal
-    (so max(+0, -0) is -0, as NumPy's vector loops give)."""
-    if a != a:
-        return a
-    if b != b:
-        return b
-    return a if a > b else b
+    (so max(+0, -0) is -0, as NumPy's vector loops give). Selects without branches, so
+    that a loop of them vectorises (a branch per tap on the data mispredicts)."""
+    cdef float r = a if a > b else b
+    r = b if b != b else r
+    return a if a != a else r
 
 
 def max_pool_planes(const float[:, :, ::1] x,   # IN: planes (P, H, W), tile t's at [t*npl, (t+1)*npl)
@@ -603,9 +602,10 @@ def max_pool_planes(const float[:, :, ::1] x,   # IN: planes (P, H, W), tile t's
     row's padding) are written as zeros. ``prange`` over planes, no GIL."""
     cdef Py_ssize_t P = x.shape[0], H = x.shape[1], W = x.shape[2]
     cdef Py_ssize_t Ho = out.shape[1], Wo = out.shape[2], nt = used.shape[0], npl
-    cdef Py_ssize_t p, y, xo, r, c
+    cdef Py_ssize_t p, y, xo, r, lo, hi
     cdef int i, j
-    cdef float acc
+    cdef float* po
+    cdef const float* pr
     if kh < 1 or kw < 1 or sh < 1 or sw < 1 or ph < 0 or pw < 0 or n_threads < 1:
         raise ValueError("max_pool_planes: kernel and stride must be >= 1, padding >= 0, "
                          "n_threads >= 1")
@@ -621,22 +621,29 @@ def max_pool_planes(const float[:, :, ::1] x,   # IN: planes (P, H, W), tile t's
             raise ValueError(f"max_pool_planes: tile {p} uses {used[p]} of {npl} planes")
     if P == 0 or Ho == 0 or Wo == 0:
         return
+    # a row of outputs at a time, tap by tap (i, then j): every output still takes its
+    # in-bounds taps in that order; the columns xo in [lo, hi) are those whose tap j lies
+    # inside the row (xo * sw + j - pw in [0, W)), so the inner loop has no test
     for p in prange(P, nogil=True, schedule="static", num_threads=n_threads):
         if p % npl >= used[p // npl]:
             memset(&out[p, 0, 0], 0, <size_t>(Ho * Wo) * sizeof(float))
             continue
         for y in range(Ho):
+            po = &out[p, y, 0]
             for xo in range(Wo):
-                acc = -INFINITY
-                for i in range(kh):
-                    r = y * sh + i - ph
-                    if r < 0 or r >= H:
-                        continue
-                    for j in range(kw):
-                        c = xo * sw + j - pw
-                        if c >= 0 and c < W:
-                            acc = _max_np(acc, x[p, r, c])
-                out[p, y, xo] = acc
+                po[xo] = -INFINITY
+            for i in range(kh):
+                r = y * sh + i - ph
+                if r < 0 or r >= H:
+                    continue
+                pr = &x[p, r, 0]
+                for j in range(kw):
+                    lo = 0 if j >= pw else (pw - j + sw - 1) // sw
+                    hi = 0 if W - 1 + pw - j < 0 else (W - 1 + pw - j) // sw + 1
+                    if hi > Wo:
+                        hi = Wo
+                    for xo in range(lo, hi):
+                        po[xo] = _max_np(po[xo], pr[xo * sw + j - pw])
 
 
 # ---------------------------------------------------------------- host-side network helpers

@@ -416,17 +416,18 @@ def _rows(shape: Sequence[int], row: int, dtype: str, nt: int) -> Layout:
 
 
 def _max_pool(v: np.ndarray, kh: int, kw: int, sh: int, sw: int, ph: int, pw: int, Ho: int,
-              Wo: int, used: np.ndarray | None = None) -> np.ndarray:
+              Wo: int, used: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
     """Max pooling of planes ``v`` (nt, planes, H, W) by the compiled kernel (all planes in
     one call, no GIL), returned as (nt, planes*Ho*Wo): the bits of taking ``np.maximum``
     tap by tap over the input padded with -inf (tests/nn/test_pool_exec.py). ``used``:
-    planes each tile holds (default all); the others (a tile's padding) are zeros."""
+    planes each tile holds (default all); the others (a tile's padding) are zeros. ``out``:
+    a C-contiguous float32 (nt, planes*Ho*Wo) array to write (a resident's view), returned."""
     from .._kernels import _vertices
     from ..core.threads import get_num_threads
     nt, npl, H, W = v.shape
     if used is None:
         used = np.full(nt, npl, np.int64)
-    acc = np.empty((nt * npl, Ho, Wo), np.float32)
+    acc = np.empty((nt * npl, Ho, Wo), np.float32) if out is None else out.reshape(nt * npl, Ho, Wo)
     _vertices.max_pool_planes(np.ascontiguousarray(v).reshape(nt * npl, H, W), acc,
                               np.ascontiguousarray(used, np.int64), kh, kw, sh, sw, ph, pw,
                               get_num_threads())
@@ -458,7 +459,12 @@ def pool_plan(machine: MachineSpec, shape: Sequence[int], dtype: str, kind: str,
         x = _in(srcs, rearrs, 0)
         v = _f32(x.view()).reshape(nt, -1, H, W)
         if mx:
-            return _store(Resident(out, nt), _max_pool(v, kh, kw, sh, sw, ph, pw, Ho, Wo, planes))
+            res = Resident(out, nt)
+            rv = res.view()
+            if rv.dtype == np.float32 and rv.flags.c_contiguous and rv.shape == (nt, v.shape[1] * Ho * Wo):
+                _max_pool(v, kh, kw, sh, sw, ph, pw, Ho, Wo, planes, out=rv)  # straight into it
+                return res
+            return _store(res, _max_pool(v, kh, kw, sh, sw, ph, pw, Ho, Wo, planes))
         if ph or pw:
             v = np.pad(v, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=0.0)
         acc = None

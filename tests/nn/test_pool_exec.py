@@ -87,3 +87,36 @@ def test_max_pool_kernel_refuses_bad_shapes():
     with pytest.raises(ValueError, match="uses 2 of 1"):
         _vertices.max_pool_planes(x, np.zeros((2, 3, 3), np.float32), np.array([2, 0]),
                                   3, 3, 2, 2, 1, 1, 1)
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 9, 9), (3, 700, 5, 6)])
+def test_max_pool_step_writes_its_resident(shape):
+    """The pool step's kernel writes straight into its output resident (a reused, poisoned
+    buffer: every element and the zero padding of tiles holding fewer planes rewritten)
+    and gives the padded computation's bits."""
+    import ipukern as ik
+    from ipukern.nn.buffers import BufferPool, pooled
+    from ipukern.nn.layout import Rearrangement, Resident, linear_layout
+    from ipukern.nn.ops import pool_plan
+    nt = ik.GC200.n_tiles
+    plan = pool_plan(ik.GC200, shape, "float32", "max", (3, 3), (2, 2), (1, 1))
+    v = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    v.reshape(-1)[::7] = np.nan
+    src = linear_layout(shape, "float32", nt)
+    pool = BufferPool()
+    pool.poison = True
+    with pooled(pool):
+        for _ in range(2):      # the second run reuses (and poisons) the first's buffers
+            x = Resident.from_host(src, nt, v)
+            res = plan.run([x], [Rearrangement(ik.GC200, src, plan.inputs[0])], {})
+            got = res.to_host()
+            pad = res.view().copy()
+            del x, res
+    Ho = (shape[2] + 2 - 3) // 2 + 1
+    Wo = (shape[3] + 2 - 3) // 2 + 1
+    want = _padded(v, 3, 3, 2, 2, 1, 1, Ho, Wo)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    per_tile = plan.output.elems_per_tile(nt)
+    cols = np.arange(pad.shape[1])[None, :]
+    assert not pad[cols >= per_tile[:, None]].any()     # padding zero
+    assert pool.reused
