@@ -203,3 +203,9 @@ def test_weights_scaled_as_placed_equal_folded_on_host(dtype):
         for s in deferred:
             s.plan.info["scales_weight"] = True
     assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+def test_fold_weight_of_empty_weights():
+    from ipukern.nn.ops import fold_weight
+    assert fold_weight(np.zeros((0, 3, 3, 3), np.float32), np.zeros(0)).shape == (0, 3, 3, 3)
+    assert fold_weight(np.ones((2, 0, 3), np.float32), np.ones(2)).shape == (2, 0, 3)
