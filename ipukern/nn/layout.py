@@ -356,6 +356,10 @@ class CopyTable:
                      np.ascontiguousarray(dst_row, np.int32), np.ascontiguousarray(dst_off, np.int64),
                      np.ascontiguousarray(nbytes, np.int64))
         self._bounds: dict[int, np.ndarray] = {}
+        # (dst, src) array shapes the kernel has range-checked every copy against: the
+        # table is fixed, so later runs between arrays of those shapes skip the pass
+        # (ResNet-50: 18 M copies per forward, ~2% of a one-thread run)
+        self._checked: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
         # host work in byte-equivalents (a run costs about what copying 32 bytes does)
         self.work = int(self.cols[4].sum()) + 32 * int(self.cols[4].size)
 
@@ -379,7 +383,11 @@ class CopyTable:
         b = self._bounds.get(n)
         if b is None:
             b = self._bounds[n] = balanced_bounds(nb, n)
-        _exchange.copy_runs(dst, src, *self.cols[:4], nb, b)
+        key = (dst.shape, src.shape)
+        check = key not in self._checked
+        _exchange.copy_runs(dst, src, *self.cols[:4], nb, b, check)
+        if check:   # reached only when every copy was inside both arrays
+            self._checked.add(key)
 
 
 # --------------------------------------------------------------------------- rearrangement

@@ -185,6 +185,33 @@ def test_copy_blocks_kernel_rejects_blocks_outside_the_tile():
                               stride, stride, 4, 1)
 
 
+def test_copy_blocks_codelet_checks_each_table_once_per_arena_shape():
+    """The codelet runs a table checked the first time on an arena of a given shape and
+    unchecked after that; an arena of another shape (here too short for the block) is
+    checked again and refused, with nothing written."""
+    from ipukern.conv.expand_build import _CopyBlocksCodelet
+    cd = _CopyBlocksCodelet(4)
+    shape = np.array([[1, 1, 2, 8]], np.int64)
+    stride = np.array([[0, 0, 32, 4]], np.int64)
+    batch = type("B", (), {})()
+    batch.tiles = np.array([1], np.int32)
+    batch.args = {"src": np.array([0]), "dst": np.array([64]), "shape": shape,
+                  "src_stride": stride, "dst_stride": stride}
+    data = np.arange(2 * 128, dtype=np.uint8).reshape(2, 128)
+    want = data.copy()
+    want[1, 64:128] = want[1, 0:64]
+    cd.run(data, batch, 1)
+    assert np.array_equal(data, want)
+    assert cd._checked[(id(batch), data.shape)] is batch
+    data[1, 64:] = 0
+    cd.run(data, batch, 1)                       # unchecked: the same bytes
+    assert np.array_equal(data, want)
+    short = np.zeros((2, 96), np.uint8)
+    with pytest.raises(ValueError, match="destination reaches outside"):
+        cd.run(short, batch, 1)
+    assert not short.any()
+
+
 @pytest.mark.parametrize("elem", [1, 2, 4, 8])
 @pytest.mark.parametrize("n_threads", [1, 2])
 def test_copy_blocks_kernel_equals_numpy(elem, n_threads):

@@ -77,6 +77,24 @@ def test_contiguous_runs_merge_to_one_per_row():
     assert merged[4].tolist() == [1200, 1200]
 
 
+def test_a_table_is_range_checked_once_per_pair_of_array_shapes():
+    """Checked on the first run between arrays of given shapes, unchecked after; arrays of
+    other shapes (too short for a copy) are checked again and refused, nothing written."""
+    tab = CopyTable([0, 1], [0, 4], [1, 0], [8, 0], [8, 4])
+    src = np.arange(32, dtype=np.uint8).reshape(2, 16)
+    dst = np.zeros((2, 16), np.uint8)
+    tab.run(dst, src)
+    assert tab._checked == {((2, 16), (2, 16))}
+    assert dst[1, 8:16].tolist() == list(range(8)) and dst[0, :4].tolist() == [20, 21, 22, 23]
+    dst[...] = 0
+    tab.run(dst, src)
+    assert dst[1, 8:16].tolist() == list(range(8))
+    short = np.zeros((2, 12), np.uint8)
+    with pytest.raises(ValueError, match="outside the arrays"):
+        tab.run(short, src)
+    assert not short.any() and ((2, 12), (2, 16)) not in tab._checked
+
+
 def test_aliased_arrays_are_refused():
     a = np.zeros((2, 8), np.uint8)
     with pytest.raises(ValueError, match="distinct"):
