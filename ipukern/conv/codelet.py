@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core.vertices import bias_epilogue
 from ..dtypes import DTYPE_CODE, DTYPES
 
 __all__ = ["ConvKernelError", "DIMS_FIELDS", "ConvCodelet", "conv_tiles_checked",
@@ -328,15 +329,3 @@ class ConvCodelet:
         if st != 0:
             raise ConvKernelError(f"{self.name}: the conv kernel refused the batch (status {st}); "
                                   "check it with conv_tiles_checked")
-
-
-def bias_epilogue(batch) -> tuple | None:
-    """``(bias_off, bias_prm, bias_pass)`` when a conv batch's vertices also do the bias pass
-    of their outputs (host fusion, see :func:`ipukern.conv.build.fuse_bias`): byte offsets
-    of the bias (V,), ``(Kb, ks0)`` per vertex (V, 2), and the bias codelet whose ``act`` the
-    vertices apply and whose own run is then a no-op; None otherwise (also when the bias
-    codelet's ``fused`` was switched off: it then runs its own pass, as the tests do)."""
-    a = batch.args
-    if "bias_pass" not in a or not a["bias_pass"].fused:
-        return None
-    return a["bias_off"], a["bias_prm"], a["bias_pass"]

@@ -77,7 +77,7 @@ class FusedStep:
         self.vbatch = np.repeat(np.arange(len(vertices), dtype=np.int32),
                                 [t.size for t in cols[0]])[order]
         self.bparams = np.array(cols[5], dtype=np.int32).reshape(-1, 8)
-        # the bias epilogues (ipukern.conv.codelet.bias_epilogue) of the batches that have one
+        # the bias epilogues (ipukern.core.vertices.bias_epilogue) of the batches that have one
         epis = cols[8] if len(cols) > 8 else [None] * len(vertices)
         self.bias_passes = [e[2] if e else None for e in epis]
         self.bias = None

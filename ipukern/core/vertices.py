@@ -74,16 +74,25 @@ class KernelCodelet:
                                      **bias_epilogue_kwargs(batch))
 
 
-def bias_epilogue_kwargs(batch) -> dict:
-    """The bias epilogue a sum batch carries (``sum_rows`` / ``sum_rows_from`` keywords), or
-    {}: set by :func:`ipukern.conv.build.fuse_bias` -- execute mode's host fusion of a conv's
-    bias pass (``args["bias_pass"]``, run as a no-op while its ``fused`` is set) into the
-    reduction writing its outputs."""
+def bias_epilogue(batch) -> tuple | None:
+    """``(bias_off, bias_prm, bias_pass)`` when a batch's vertices also do the bias pass of
+    the outputs they write, or None: set by :func:`ipukern.conv.build.fuse_bias` (a conv
+    batch: ``bias_prm`` is ``(Kb, ks0)`` per vertex) or its finishing step (a sum batch:
+    add_bias's params per vertex) -- execute mode's host fusion of a conv's bias pass
+    (``args["bias_pass"]``, run as a no-op while its ``fused`` is set; switched off, the
+    codelet runs its own pass again, as the tests do)."""
     a = batch.args
     bp = a.get("bias_pass")
     if bp is None or not bp.fused:
-        return {}
-    return {"bias_off": a["bias_off"], "bias_prm": a["bias_prm"], "act": bp.act}
+        return None
+    return a["bias_off"], a["bias_prm"], bp
+
+
+def bias_epilogue_kwargs(batch) -> dict:
+    """:func:`bias_epilogue` of a sum batch as ``sum_rows`` / ``sum_rows_from`` keywords
+    ({} without one)."""
+    epi = bias_epilogue(batch)
+    return {} if epi is None else {"bias_off": epi[0], "bias_prm": epi[1], "act": epi[2].act}
 
 
 # --------------------------------------------------------------------------- builders
