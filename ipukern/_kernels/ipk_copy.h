@@ -79,6 +79,22 @@ static inline void ipk_copy_run(unsigned char* d, const unsigned char* s, int64_
     }
 }
 
+/* d[i] = s[2 i] for n 4-byte elements (d contiguous, s at a stride of 8 bytes): four
+ * elements from two 16-byte loads (SSE2) while the second load ends before the last
+ * element's bytes, i.e. reads only bytes of [s, s + 8 (n - 1) + 4); the rest one by one. */
+static inline void ipk_gather_even4(unsigned char* d, const unsigned char* s, int64_t n)
+{
+    int64_t i = 0;
+#if defined(__x86_64__) && defined(__SSE2__)
+    for (; i + 4 < n; i += 4) {
+        const __m128 a = _mm_loadu_ps((const float*)(s + 8 * i));
+        const __m128 b = _mm_loadu_ps((const float*)(s + 8 * i + 16));
+        _mm_storeu_ps((float*)(d + 4 * i), _mm_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)));
+    }
+#endif
+    for (; i < n; i++) memcpy(d + 4 * i, s + 8 * i, 4);
+}
+
 /* Copies [lo, hi) of the table, in order; ``stream``: long runs bypass the caches. */
 static inline void ipk_copy_table(unsigned char* dbase, int64_t dst_stride,
                                   const unsigned char* sbase, int64_t src_stride,

@@ -213,14 +213,19 @@ def test_copy_blocks_codelet_checks_each_table_once_per_arena_shape():
 
 
 @pytest.mark.parametrize("elem", [1, 2, 4, 8])
-@pytest.mark.parametrize("n_threads", [1, 2])
-def test_copy_blocks_kernel_equals_numpy(elem, n_threads):
+@pytest.mark.parametrize("n_threads", [1, 2, 3])
+@pytest.mark.parametrize("max_w", [4, 20])
+def test_copy_blocks_kernel_equals_numpy(elem, n_threads, max_w):
     """copy_blocks against an element-by-element reference: 4-D blocks with random extents
     and strides (rows contiguous or strided on either side, as the expandDims im2col makes
-    them), zero blocks (source -1), empty blocks, more blocks than one chunk of a thread."""
+    them), zero blocks (source -1), empty blocks, more blocks than one chunk of a thread.
+    Rows of up to ``max_w`` elements reach the kernel's paths for rows of <= 64 and > 64
+    bytes (zeros too) and, for 4-byte elements at a source stride of 8 bytes, its vector
+    gather with every tail length; NaN payloads and -0 in the source keep their bits."""
     from ipukern._kernels import _vertices
-    rng = np.random.default_rng(elem * 10 + n_threads)
+    rng = np.random.default_rng(elem * 100 + n_threads * 10 + max_w)
     n_tiles, V = 3, 700
+    src_bytes = 1024 + elem * (40 + 2 * max_w)     # every source inside, before the outputs
     tiles = rng.integers(0, n_tiles, V).astype(np.int32)
     shape = np.zeros((V, 4), np.int64)
     sst = np.zeros((V, 4), np.int64)
@@ -228,8 +233,9 @@ def test_copy_blocks_kernel_equals_numpy(elem, n_threads):
     src_off = np.zeros(V, np.int64)
     dst_off = np.zeros(V, np.int64)
     for v in range(V):
-        # 1..2 x 1..2 x 1..3 x 0..4 elements; sources in the first 1536 bytes of the tile
-        shape[v] = [rng.integers(1, 3), rng.integers(1, 3), rng.integers(1, 4), rng.integers(0, 5)]
+        # 1..2 x 1..2 x 1..3 x 0..max_w elements; sources in the first src_bytes of the tile
+        shape[v] = [rng.integers(1, 3), rng.integers(1, 3), rng.integers(1, 4),
+                    rng.integers(0, max_w + 1)]
         sst[v] = [elem * 7, elem * 3, elem * 11, elem * rng.integers(1, 3)]
         src_off[v] = -1 if rng.random() < 0.15 else int(rng.integers(0, 1024))
     # destinations past the sources, blocks back to back on each tile: none overlap
@@ -240,9 +246,15 @@ def test_copy_blocks_kernel_equals_numpy(elem, n_threads):
         dst[v, 2] = d3 * max(int(shape[v, 3]), 1)
         dst[v, 1] = dst[v, 2] * int(shape[v, 2])
         dst[v, 0] = dst[v, 1] * int(shape[v, 1])
-        dst_off[v] = 1536 + used[tiles[v]]
+        dst_off[v] = src_bytes + used[tiles[v]]
         used[tiles[v]] += dst[v, 0] * int(shape[v, 0])
-    data = rng.integers(0, 256, (n_tiles, 1536 + int(used.max())), dtype=np.uint8)
+    data = rng.integers(0, 256, (n_tiles, src_bytes + int(used.max())), dtype=np.uint8)
+    if elem == 4:   # signalling and quiet NaNs with payloads, -0: moved as bits, not floats
+        words = data[:, :src_bytes // 4 * 4].view(np.uint32)
+        pick = rng.random(words.shape)
+        words[pick < 0.05] = 0x7FA00001
+        words[(pick >= 0.05) & (pick < 0.1)] = 0xFFC00123
+        words[(pick >= 0.1) & (pick < 0.15)] = 0x80000000
     want = data.copy()
     for v in range(V):
         t = tiles[v]
