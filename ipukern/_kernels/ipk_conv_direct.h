@@ -182,6 +182,135 @@ IPK_TGT static inline __m256 IPK_SFX(epi8)(__m256 y, float bv, int act)
 }
 #endif
 
+#if defined(IPK_ISA_AVX512)
+/* r[i][j] <- r[j][i]: a 16 x 16 transpose of floats in registers. After the unpacks and the
+ * in-lane shuffles r[4s + c] holds, in 128-bit lane L, rows 4s..4s+3 of column 4L + c; the
+ * two lane shuffles then gather column j's four lanes in row order. */
+IPK_TGT static inline void IPK_SFX(tr16x16)(__m512* r)
+{
+    __m512 t[16];
+    int i;
+    _Pragma("GCC unroll 8") for (i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    _Pragma("GCC unroll 4") for (i = 0; i < 4; i++) {
+        r[4 * i + 0] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+        r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+        r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+        r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+    }
+    /* lanes 0, 2 / 1, 3 of rows 0-3 and 4-7 (and of 8-11 and 12-15) */
+    _Pragma("GCC unroll 4") for (i = 0; i < 4; i++) {
+        t[i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0x88);
+        t[4 + i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0xDD);
+        t[8 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0x88);
+        t[12 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0xDD);
+    }
+    /* columns i, 4 + i from lanes 0, 2; columns 8 + i, 12 + i from lanes 1, 3 */
+    _Pragma("GCC unroll 4") for (i = 0; i < 4; i++) {
+        r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
+        r[4 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0x88);
+        r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xDD);
+        r[12 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0xDD);
+    }
+}
+
+/* ipk_epi_f32 on 16 lanes (one position, 16 channels): y + bias, then ReLU / ReLU6 with
+ * the same compares as epi8 (a NaN fails every ordered compare, so it is kept; y <= 0
+ * includes -0, which becomes +0). */
+IPK_TGT static inline __m512 IPK_SFX(epi16)(__m512 y, __m512 bias, int act)
+{
+    const __m512 zero = _mm512_setzero_ps(), six = _mm512_set1_ps(6.0f);
+    y = _mm512_add_ps(y, bias);
+    if (act == 1) {
+        y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(y, zero, _CMP_LE_OQ), zero);
+    } else if (act == 2) {
+        y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(y, zero, _CMP_LT_OQ), zero);
+        y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(y, six, _CMP_GT_OQ), six);
+    }
+    return y;
+}
+
+/* Prefetch for writing every line of the output of positions [q0, q1) x channels [0, kb)
+ * (laid out as in direct_store). direct_vertex calls it as it starts staging a chunk, so the
+ * lines are held for writing by the time the chunk is stored. Without it the stores were ~12%
+ * of the direct path's samples (ResNet-50, one thread), nearly all on the stores themselves,
+ * waiting for their lines (the next vertex's output is prefetched only for reading, before
+ * its window and weights stream through the cache); with it ~5%. PREFETCHW: on every
+ * AVX-512 CPU (AMD64 APM vol. 3, PREFETCHW; Intel SDM vol. 2B, PREFETCHW); 64-byte lines
+ * (AMD64 APM vol. 2, 7.6.1; Intel SDM vol. 3A, 11.1): another line size only prefetches less
+ * or more, never changes a result. */
+IPK_TGT static void IPK_SFX(direct_pfw)(int64_t kb, int64_t q0, int64_t q1, int64_t kstride,
+                                        int64_t GK, const float* out_k0)
+{
+    int64_t b = q0 < q1 ? q0 / kstride : 0, n = q0 - b * kstride, m;
+    while (q0 < q1) {
+        const int64_t run = q1 - q0 < kstride - n ? q1 - q0 : kstride - n;
+        for (m = 0; m < kb; m++) {
+            const float* row = out_k0 + (b * GK + m) * kstride + n;
+            uintptr_t a = (uintptr_t)row & ~(uintptr_t)63;
+            for (; a <= (uintptr_t)(row + run - 1); a += 64)
+                __asm__ volatile("prefetchw %0" : : "m"(*(const char*)a));
+        }
+        q0 += run;
+        b++;
+        n = 0;
+    }
+}
+
+/* direct_store's fp32 case: blocks of 16 positions x 16 channels, one transpose each, each
+ * channel's row of a block one 64-byte store (the 8 x 8 transposes spent a quarter of their
+ * time on the scalar tails: runs of 28 and 49 positions, chunk ends). The blocks run over
+ * positions [q0, q1) regardless of images: where a block crosses the end of an image's run,
+ * each row is stored with masks, the lanes of each image at that image's run. Lanes of
+ * positions past q1 or channels past kb are never stored (rows past q1 are loaded as the
+ * last row again; obuf rows are kvw >= kb floats, a multiple of 16, so loads stay inside).
+ * The bias is added (and act applied) before the transpose, to one position's channels per
+ * vector: the same operation per element. */
+IPK_TGT static void IPK_SFX(direct_store16)(const float* obuf, int kvw, int64_t kb, int64_t q0,
+                                            int64_t q1, int64_t kstride, int64_t GK,
+                                            float* out_k0, const float* bk, int act)
+{
+    const int64_t b0 = q0 < q1 ? q0 / kstride : 0;   /* q0 < q1: kstride >= 1 */
+    int64_t m, q;
+    for (m = 0; m < kb; m += 16) {
+        const int kc = (int)(kb - m < 16 ? kb - m : 16);
+        const __m512 bv = bk ? _mm512_maskz_loadu_ps((__mmask16)((1u << kc) - 1), bk + m)
+                             : _mm512_setzero_ps();
+        int64_t bq = b0, nq0 = q0 - b0 * kstride;   /* block start: image bq, position nq0 */
+        for (q = q0; q < q1; q += 16) {
+            const int nq = (int)(q1 - q < 16 ? q1 - q : 16);
+            const float* src = obuf + (q - q0) * kvw + m;
+            int64_t b = bq, n = nq0;
+            __m512 r[16];
+            int i, j0;
+            _Pragma("GCC unroll 16") for (i = 0; i < 16; i++)
+                r[i] = _mm512_loadu_ps(src + (i < nq ? i : nq - 1) * kvw);
+            if (bk)
+                _Pragma("GCC unroll 16") for (i = 0; i < 16; i++)
+                    r[i] = IPK_SFX(epi16)(r[i], bv, act);
+            IPK_SFX(tr16x16)(r);
+            for (j0 = 0; j0 < nq; b++, n = 0) {   /* lanes [j0, j0 + seg): image b from n */
+                const int seg = (int)(nq - j0 < kstride - n ? nq - j0 : kstride - n);
+                const __mmask16 k = (__mmask16)(((1u << seg) - 1) << j0);
+                /* lane j to position n + j - j0 of channel m + i of image b */
+                float* d = out_k0 + (b * GK + m) * kstride + n - j0;
+                if (k == 0xFFFF) {   /* a masked store costs more, even with every lane */
+                    _Pragma("GCC unroll 16") for (i = 0; i < 16; i++)
+                        if (i < kc) _mm512_storeu_ps(d + i * kstride, r[i]);
+                } else {
+                    _Pragma("GCC unroll 16") for (i = 0; i < 16; i++)
+                        if (i < kc) _mm512_mask_storeu_ps(d + i * kstride, k, r[i]);
+                }
+                j0 += seg;
+            }
+            for (nq0 += 16; nq0 >= kstride; bq++) nq0 -= kstride;
+        }
+    }
+}
+#endif
+
 /* Store positions [q0, q1) x channels [0, kb) of obuf[q - q0][kvw] to the output of one
  * group (positions q = (b*OR + y)*OC + x; channel k of image b at (b*G*K + k)*kstride):
  * per channel one run per image. obuf was written by earlier micro-kernel calls (long
@@ -193,6 +322,12 @@ IPK_TGT static void IPK_SFX(direct_store)(const float* obuf, int kvw, int64_t kb
                                           unsigned char* out_k0, int out_dt, const float* bk,
                                           int act)
 {
+#if defined(IPK_ISA_AVX512)
+    if (out_dt == IPK_F32) {
+        IPK_SFX(direct_store16)(obuf, kvw, kb, q0, q1, kstride, GK, (float*)out_k0, bk, act);
+        return;
+    }
+#endif
     while (q0 < q1) {
         const int64_t b = q0 / kstride, n0 = q0 - b * kstride;
         const int64_t len = q1 - q0 < kstride - n0 ? q1 - q0 : kstride - n0;
@@ -312,6 +447,11 @@ IPK_TGT static void IPK_SFX(direct_vertex)(const ipk_geom* g, unsigned char* tb,
                                           bk, act);
                     c0 = q0;
                 }
+#if defined(IPK_ISA_AVX512)
+                if (q0 == c0 && out_dt == IPK_F32)   /* a chunk starts: its output lines */
+                    IPK_SFX(direct_pfw)(kb, c0, c0 + chunk < npos ? c0 + chunk : npos, kstride,
+                                        G * K, (const float*)out_k0);
+#endif
                 /* the n positions (b, y, x) of this block, in output order */
                 for (p = 0; p < n; p++) {
                     src[p] = win_g + b * img + (y * g->sh + ro) * rs + x * g->sw + co;

@@ -20,7 +20,7 @@ from ipukern.core import fused
 from ipukern.ops._cache import cached_program
 
 from reference import conv2d_nchw
-from conv.test_codelet import Batch, random_dims
+from conv.test_codelet import Batch, random_dims, store_tail_dims
 
 _SPECIAL = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 6.0, -6.0, 1e-45, -1e-45], np.float32)
 NP_DT = {0: np.float32, 1: np.float16}
@@ -84,7 +84,36 @@ def test_epilogue_bits_equal_conv_then_add_bias(isa, direct, config, dt, act):
     kernel, stride = config
     # many output channels too (the direct path needs a full vector of them)
     dims = random_dims(rng, 5, kernel, stride, (1, 1), max_c=9, max_k=40)
-    b = Batch(rng, dims, kernel, stride, in_dt=dt, out_dt=dt)
+    _check_epilogue(rng, Batch(rng, dims, kernel, stride, in_dt=dt, out_dt=dt), isa, direct,
+                    dt, act)
+
+
+@pytest.mark.parametrize("isa", ISAS, ids=[_conv.ISA_NAMES[i] for i in ISAS])
+@pytest.mark.parametrize("act", [0, 1, 2], ids=["none", "relu", "relu6"])
+@pytest.mark.parametrize("K", [17, 40, 70])
+def test_epilogue_in_direct_store_tails(isa, act, K):
+    """The bias epilogue in the direct path's tail stores (runs of every length mod 16,
+    blocks crossing images, channels off the vector widths): the separate passes' bits and
+    NumPy's. Biases with NaN, infinities, zeros of both signs and the clip bounds; outputs
+    of both signs and exact zeros (windows of zeros of both signs). Outputs stay finite:
+    NaN + NaN keeps either payload (IEEE 754-2019, 6.2.3), so only one side has NaN."""
+    rng = np.random.default_rng(7 * K + act)
+
+    def values(rng, d):
+        B, G, C, K, WR, WC = (int(v) for v in d[:6])
+        win = rng.standard_normal((B, G, C, WR, WC)) * 4
+        zero = rng.random(win.shape) < 0.4
+        win[zero] = rng.choice([0.0, -0.0], size=int(zero.sum()))
+        return win, rng.standard_normal((G, K, C, 1, 1))
+
+    b = Batch(rng, store_tail_dims(K), (1, 1), values=values)
+    _check_epilogue(rng, b, isa, True, 0, act)
+
+
+def _check_epilogue(rng, b: Batch, isa, direct, dt, act):
+    """conv_tiles with the fused epilogue, 1 and 2 threads, gives every byte of the conv then
+    add_bias, and act(conv output + bias) as NumPy computes it."""
+    kernel, stride, dims = b.kernel, b.stride, b.dims
     off, prm, biases = _with_bias(rng, b, dt)
     want = _reference(b, off, prm, dt, act, isa, direct)
     s = conv_scratch_floats(b.dims, *kernel, *stride, 1, 1)

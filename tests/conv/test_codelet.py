@@ -525,6 +525,35 @@ def test_direct_path_bitwise_equals_packing(rng, kernel, stride, dilation):
     _direct_vs_packing(dims[:6], kernel, stride, dilation, out_dt=1)
 
 
+# positions per image (OR, OC) with OR * OC % 16 = 0..15 and a few longer runs, several
+# images per vertex: the direct path's output blocks end inside runs and cross images
+STORE_TAILS = [(1, 1), (1, 2), (1, 3), (2, 2), (1, 5), (2, 3), (1, 7), (2, 4), (3, 3), (2, 5),
+               (1, 11), (3, 4), (1, 13), (2, 7), (3, 5), (4, 4), (1, 17), (4, 7), (7, 7), (1, 31)]
+
+
+def store_tail_dims(K, batches=(1, 2, 3, 5, 8)):
+    """1x1 vertices read in place, one per STORE_TAILS shape, with K output channels."""
+    return [(batches[i % len(batches)], 1, 3, K, OR, OC, OR, OC, 0, 0)
+            for i, (OR, OC) in enumerate(STORE_TAILS)]
+
+
+@pytest.mark.parametrize("K", [16, 17, 24, 31, 40, 64, 70])
+def test_direct_path_store_tails_bitwise(K):
+    """The direct path's output stores (AVX-512: 16 positions x 16 channels per transpose,
+    rows of blocks that cross an image's end stored with masks; AVX2: 8 x 8 and scalar
+    tails) for runs of every length mod 16, several images per vertex and channel counts
+    off the vector widths: the same bytes in every ISA variant and as the packing path,
+    within the reference's bound, nothing outside the outputs written."""
+    _direct_vs_packing(store_tail_dims(K), (1, 1))
+
+
+def test_direct_path_store_tails_specials():
+    """NaN, infinities and signed zeros through the tail stores: the same bytes both paths."""
+    _specials_direct_vs_packing(store_tail_dims(19, batches=(2, 3)), (1, 1),
+                                [0.0, -0.0, 1.0, -1.0, np.inf, np.nan, 3e38],
+                                [0.0, -0.0, 2.0, -2.0, -np.inf])
+
+
 def test_direct_path_signed_zeros_and_specials(rng):
     """Signed zeros, infinities and NaN go through the same FMA chain: -0.0 products summed
     from +0.0, inf * 0 = NaN, overflow to inf."""
