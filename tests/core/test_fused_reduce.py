@@ -136,3 +136,78 @@ def test_sum_rows_from_checks_operands():
     data[0, :16] = np.arange(4, dtype=np.float32).view(np.uint8)
     _vertices.sum_rows_from(data, *args.values(), 0, 0, 1)
     assert np.array_equal(data[1, :16].view(np.float32), np.arange(4, dtype=np.float32))
+
+
+@pytest.mark.parametrize("n_threads", [1, 2, 3])
+@pytest.mark.parametrize("in_dt, out_dt", [("float32", "float32"), ("float16", "float32"),
+                                           ("float32", "float16"), ("float16", "float16")])
+@pytest.mark.parametrize("fn", ["sum_rows", "sum_rows_from"])
+def test_sum_kernels_add_sources_in_order(fn, in_dt, out_dt, n_threads):
+    """sum_rows / sum_rows_from against NumPy: out = ((s0 + s1) + s2) + ... in fp32, one
+    rounding per addition, then once to the output dtype, bit for bit: 1 to 16 sources per
+    vertex (the fp32 kernel adds up to 7 per pass over the output, so every pass width and
+    remainder), 0 to 37 elements (vector tails), NaNs with a payload, infinity, -0, the
+    output in place of the first source for every third vertex, 1-3 threads."""
+    from ipukern._kernels import _vertices
+    isz, osz = np.dtype(in_dt).itemsize, np.dtype(out_dt).itemsize
+    rng = np.random.default_rng([len(fn), isz, osz, n_threads])
+    n_tiles, V = 5, 48
+    used = np.zeros(n_tiles, np.int64)
+
+    def alloc(t, nbytes):
+        used[t] += nbytes
+        return int(used[t] - nbytes)
+
+    tiles, out_off, ptr, src_row, src_off, ns = [], [], [0], [], [], []
+    for v in range(V):
+        t, n, k_n = v % n_tiles, int(rng.integers(0, 38)), v % 16 + 1
+        for k in range(k_n):
+            r = t if fn == "sum_rows" else (t + k) % n_tiles
+            src_row.append(r)
+            src_off.append(alloc(r, n * max(isz, osz)))
+        inplace = v % 3 == 0 and isz == osz
+        tiles.append(t)
+        out_off.append(src_off[ptr[-1]] if inplace else alloc(t, n * osz))
+        ptr.append(len(src_off))
+        ns.append(n)
+    row = int(used.max()) + 8
+    vals = rng.standard_normal((n_tiles, row // isz)).astype(np.float32) * 8
+    pick = rng.random(vals.shape)
+    bits = vals.view(np.uint32)
+    bits[pick < 0.02] = 0x7FC00000 | 0x1234     # quiet NaN with a payload
+    bits[(pick >= 0.02) & (pick < 0.04)] = 0x80000000        # -0
+    bits[(pick >= 0.04) & (pick < 0.06)] = 0x7F800000        # +inf
+    # one NaN payload and no -inf (inf - inf is the default NaN): which operand's payload
+    # NaN + NaN keeps is not something NumPy and the kernel need agree on
+    data = np.zeros((n_tiles, row), np.uint8)
+    data[:, :row // isz * isz] = vals.astype(in_dt).view(np.uint8)
+    want = data.copy()
+    for v in range(V):
+        n = ns[v]
+        srcs = [data[src_row[k], src_off[k]:src_off[k] + n * isz].view(in_dt).astype(np.float32)
+                for k in range(ptr[v], ptr[v + 1])]
+        # the fp32 kernel starts from source 0, the others from +0 (so -0 + -0... is +0)
+        acc = srcs[0] if in_dt == out_dt == "float32" else np.float32(0) + srcs[0]
+        with np.errstate(invalid="ignore", over="ignore"):
+            for s in srcs[1:]:
+                acc = acc + s      # float32 + float32: one IEEE rounding per addition
+            acc = acc.astype(out_dt)
+        want[tiles[v], out_off[v]:out_off[v] + n * osz] = acc.view(np.uint8)
+    got = data.copy()
+    t32, o64 = np.array(tiles, np.int32), np.array(out_off, np.int64)
+    p64, n64 = np.array(ptr, np.int64), np.array(ns, np.int64)
+    codes = _vertices.DTYPE_CODES
+    if fn == "sum_rows":
+        _vertices.sum_rows(got, t32, o64, p64, np.array(src_off, np.int64), n64,
+                           codes[in_dt], codes[out_dt], n_threads)
+    else:
+        _vertices.sum_rows_from(got, t32, o64, p64, np.array(src_row, np.int32),
+                                np.array(src_off, np.int64), n64, codes[in_dt], codes[out_dt],
+                                n_threads)
+    if out_dt == "float32":
+        assert np.array_equal(got, want)
+    else:   # fp16 NaNs: compared as NaNs (payloads of a narrowing conversion aside)
+        g, w = got.view(np.float16), want.view(np.float16)
+        assert np.array_equal(g, w, equal_nan=True)
+        same = ~np.isnan(w)
+        assert np.array_equal(got.view(np.uint16)[same], want.view(np.uint16)[same])
