@@ -58,16 +58,20 @@ def test_max_pool_kernel_matches_torch():
     assert np.array_equal(got, want)
 
 
-def test_max_pool_kernel_skips_planes_a_tile_does_not_hold():
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_max_pool_kernel_skips_planes_a_tile_does_not_hold(threads):
     """Tiles hold 2, 0 and 1 of 2 plane slots: the held planes are pooled, the others
-    written as zeros whatever the input holds there."""
+    written as zeros whatever the input holds there (planes are dealt to the threads one
+    by one, so every thread count sees held and skipped planes)."""
     v = np.random.default_rng(4).standard_normal((3, 2, 6, 7)).astype(np.float32)
-    got = _max_pool(v, 3, 3, 2, 2, 1, 1, 3, 4, np.array([2, 0, 1])).reshape(6, 3, 4)
+    out = np.full((6, 3, 4), np.nan, np.float32)   # every plane must be written
+    _vertices.max_pool_planes(v.reshape(6, 6, 7), out, np.array([2, 0, 1], np.int64),
+                              3, 3, 2, 2, 1, 1, threads)
     want = _padded(v, 3, 3, 2, 2, 1, 1, 3, 4).reshape(6, 3, 4)
     for p in (0, 1, 4):
-        assert np.array_equal(got[p].view(np.uint32), want[p].view(np.uint32))
+        assert np.array_equal(out[p].view(np.uint32), want[p].view(np.uint32))
     for p in (2, 3, 5):
-        assert not got[p].any()
+        assert np.array_equal(out[p].view(np.uint32), np.zeros((3, 4), np.uint32))
 
 
 def test_max_pool_kernel_refuses_bad_shapes():
