@@ -266,7 +266,18 @@ typedef struct {
     const unsigned char* p[3];   /* next vertex's window, weights, output */
     int64_t n[3];                /* bytes not yet prefetched */
     int64_t per_call;            /* bytes to prefetch per micro-kernel call */
+    int64_t ntaps, full, stride; /* ipk_pf_taps: a whole slice of a call of ntaps taps */
 } ipk_pf;
+
+/* Every call will have ``ntaps`` taps: work out once the stride of a whole slice, so the
+ * slices need no division per call (only a region's last, shorter slice divides). */
+static inline void ipk_pf_taps(ipk_pf* pf, int64_t ntaps)
+{
+    if (ntaps < 1) ntaps = 1;
+    pf->ntaps = ntaps;
+    pf->full = pf->per_call < ntaps * 64 ? pf->per_call : ntaps * 64;
+    pf->stride = pf->full / ntaps;
+}
 
 /* The slice for one call of ``ntaps`` taps: start pointer, and the stride per tap (<= one
  * line, so no line is skipped). Returns a harmless address with stride 0 when done. */
@@ -278,8 +289,12 @@ static inline const unsigned char* ipk_pf_slice(ipk_pf* pf, int64_t ntaps, int64
             int64_t nb = pf->per_call < pf->n[r] ? pf->per_call : pf->n[r];
             const unsigned char* p = pf->p[r];
             if (ntaps < 1) ntaps = 1;
-            if (nb > ntaps * 64) nb = ntaps * 64;
-            *stride = nb / ntaps;
+            if (ntaps == pf->ntaps && nb >= pf->full) {
+                *stride = pf->stride;
+            } else {
+                if (nb > ntaps * 64) nb = ntaps * 64;
+                *stride = nb / ntaps;
+            }
             nb = *stride * ntaps;
             if (nb == 0) { *stride = 0; nb = pf->n[r] < 64 ? pf->n[r] : 64; }
             pf->p[r] += nb;
