@@ -157,5 +157,5 @@ def conv_tiles(unsigned char[:, ::1] data,      # IN/OUT: arena, row t = tile t'
             nxt = -1
         ipk_conv_one(fn, &dims[0, 0], v, nxt, kh, kw, sh, sw, dh, dw, base, row_bytes,
                      &tiles[0], &win_off[0], &w_off[0], &out_off[0], in_dt, out_dt,
-                     sbase + tid * S, flags, pb, pp, act)
+                     sbase + tid * S, flags, pb, pp, act, NULL, NULL)
     return IPK_CONV_OK

@@ -45,7 +45,8 @@ cdef extern from "ipk_conv.h" nogil:
                       unsigned char* data, int64_t row_bytes, const int32_t* tiles,
                       const int64_t* win_off, const int64_t* w_off, const int64_t* out_off,
                       int in_dt, int out_dt, float* scratch, int flags,
-                      const int64_t* bias_off, const int64_t* bias_prm, int act) noexcept
+                      const int64_t* bias_off, const int64_t* bias_prm, int act,
+                      const unsigned char* vflags, unsigned char* shadow) noexcept
     int ipk_epi_check(const ipk_geom* g, int64_t row_bytes, const unsigned char* data,
                       int64_t tile, int64_t bias_off, int64_t Kb, int64_t ks0, int out_dt,
                       int act) noexcept

@@ -433,13 +433,21 @@ static inline ipk_conv_vertex_fn ipk_conv_pick(int isa)
 
 /* Run vertex v (already checked) of a batch; the geometry lives on this thread's stack.
  * ``next`` is the vertex this thread runs after v (static round-robin schedule), whose
- * operands are prefetched meanwhile; -1 for none. */
+ * operands are prefetched meanwhile; -1 for none.
+ *
+ * ``vflags`` (NULL: none) and ``shadow``: bit 0 of vflags[v] set = v's window, bit 1 = its
+ * weights were received into ``shadow``, this thread's stand-in for the tile's row (same
+ * offsets, same alignment modulo 64; see ipukern.core.fused), so the vertex reads them
+ * there; its output (and bias) stay in the tile's row. The vertex functions address every
+ * operand as one base plus an offset, so the operands left in the tile get their offset
+ * from the shadow row. */
 static inline void ipk_conv_one(ipk_conv_vertex_fn fn, const int64_t* dims, int64_t v, int64_t next,
                                 int kh, int kw, int sh, int sw, int dh, int dw,
                                 unsigned char* data, int64_t row_bytes, const int32_t* tiles,
                                 const int64_t* win_off, const int64_t* w_off, const int64_t* out_off,
                                 int in_dt, int out_dt, float* scratch, int flags,
-                                const int64_t* bias_off, const int64_t* bias_prm, int act)
+                                const int64_t* bias_off, const int64_t* bias_prm, int act,
+                                const unsigned char* vflags, unsigned char* shadow)
 {
     ipk_geom g;
     ipk_pf pf;
@@ -463,10 +471,24 @@ static inline void ipk_conv_one(ipk_conv_vertex_fn fn, const int64_t* dims, int6
         pf.p[0] = tb + win_off[next];
         pf.p[1] = tb + w_off[next];
         pf.p[2] = tb + out_off[next];
+        if (vflags != NULL) {   /* operands the next item's copies put in the shadow row */
+            if (vflags[next] & 1) pf.n[0] = 0;
+            if (vflags[next] & 2) pf.n[1] = 0;
+        }
     }
-    if (ipk_geom_init(&g, dims + 10 * v, kh, kw, sh, sw, dh, dw) == IPK_CONV_OK)
-        fn(&g, data + (int64_t)tiles[v] * row_bytes, win_off[v], w_off[v], out_off[v], in_dt,
-           out_dt, scratch, &pf, flags, &epi);
+    if (ipk_geom_init(&g, dims + 10 * v, kh, kw, sh, sw, dh, dw) == IPK_CONV_OK) {
+        unsigned char* tb = data + (int64_t)tiles[v] * row_bytes;
+        int64_t wo = win_off[v], ww = w_off[v], oo = out_off[v];
+        const int fl = vflags != NULL ? vflags[v] : 0;
+        if (fl) {
+            const int64_t d = (int64_t)((uintptr_t)tb - (uintptr_t)shadow);
+            if (!(fl & 1)) wo += d;
+            if (!(fl & 2)) ww += d;
+            oo += d;
+            tb = shadow;
+        }
+        fn(&g, tb, wo, ww, oo, in_dt, out_dt, scratch, &pf, flags, &epi);
+    }
 }
 
 #endif

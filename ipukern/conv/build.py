@@ -363,9 +363,11 @@ def build_conv_program(plan: ConvPlan, device: Device | None = None, *,
     bus = plan.machine.tiles_per_exchange_bus
     bus_ok = bus > 1 and plan.split.out_chans % bus == 0
     shared_bus = np.concatenate([np.full(t.nbytes.size, bus_ok and i == 0) for i, t in enumerate(first)])
+    # every destination is a window, weight or bias receive buffer (each tensor's home
+    # bytes are sources): receive-only
     steps = [Superstep("exchange inputs and weights", category="exchange",
-                       exchange=_exchange(dev, CopyTable.concat(first), "inputs+weights",
-                                          shared_bus))]
+                       exchange=_receive_only(_exchange(dev, CopyTable.concat(first),
+                                                        "inputs+weights", shared_bus)))]
     n_st = len(buf.stages)
     bias_passes = [_BiasCodelet(p.dtype) for _ in range(S)] if plan.bias else None
     for j in range(S):

@@ -301,14 +301,16 @@ class ConvCodelet:
 
     def fused_vertices(self, batch) -> tuple:
         """What :mod:`ipukern.core.fused` needs to run ``batch`` right after an exchange, in
-        the same compiled call: ``(tiles, win, w, out, dims, params, scratch_floats, out_nbytes)``
-        with ``params = (kh, kw, sh, sw, dh, dw, in_dt, out_dt)`` and ``out_nbytes`` the bytes
-        each vertex writes at ``out`` on its tile (the only bytes it writes)."""
+        the same compiled call: ``(tiles, win, w, out, dims, params, scratch_floats, out_nbytes,
+        bias_epilogue, win_nbytes, w_nbytes)`` with ``params = (kh, kw, sh, sw, dh, dw, in_dt,
+        out_dt)``, ``out_nbytes`` the bytes each vertex writes at ``out`` on its tile (the only
+        bytes it writes) and ``win_nbytes``, ``w_nbytes`` those it reads at ``win`` and ``w``."""
         a = batch.args
         need = conv_scratch_floats(a["dims"], *self.params)
-        out_nbytes = operand_nbytes(a["dims"], *self.params[:2], self.in_dt, self.out_dt)[2]
+        win_nb, w_nb, out_nb = operand_nbytes(a["dims"], *self.params[:2], self.in_dt, self.out_dt)
         return (batch.tiles, a["win"], a["w"], a["out"], a["dims"],
-                self.params + (self.in_dt, self.out_dt), need, out_nbytes, bias_epilogue(batch))
+                self.params + (self.in_dt, self.out_dt), need, out_nb, bias_epilogue(batch),
+                win_nb, w_nb)
 
     @staticmethod
     def direct_path() -> bool:

@@ -17,17 +17,25 @@ the exchange was checked when built to have no copy writing bytes another copy r
 (or the compute set has vertices the fused call cannot run); the two phases then run one
 after the other as before.
 
+Where the exchange is receive-only and nothing else in the program touches the bytes it
+receives, the window and weight copies land in a host thread's *shadow row* instead of the
+tile's row (:mod:`ipukern.core.shadow`); the arena then keeps the receive buffers' old bytes,
+and a thread skips the copies its previous tile already made into its row (the tiles of an
+out-channel group receive the same window).
+
 ``IPUKERN_FUSED_EXCHANGE=0`` in the environment (read at import; :data:`FUSED_EXCHANGE`)
 turns fusion off, for A/B measurements.
 """
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
 import numpy as np
 
 from .program import ComputeSet, Exchange, ExchangeError, check_arena
+from .shadow import ShadowPlan, other_regions, overlapping, repeat_plan, shadow_plan
 from .threads import check_num_threads
 
 __all__ = ["FUSED_EXCHANGE", "FusedStep", "fuse", "reads_written"]
@@ -35,24 +43,15 @@ __all__ = ["FUSED_EXCHANGE", "FusedStep", "fuse", "reads_written"]
 #: run an exchange together with the conv compute set after it when that is valid
 FUSED_EXCHANGE = os.environ.get("IPUKERN_FUSED_EXCHANGE", "1") != "0"
 
+#: each Python thread's shadow rows (FusedStep._shadow_rows_for)
+_SHADOW = threading.local()
+
 
 def reads_written(read_tile: np.ndarray, read_off: np.ndarray, read_nb: np.ndarray,
                   write_tile: np.ndarray, write_off: np.ndarray, write_nb: np.ndarray) -> bool:
     """True when some read interval ``[off, off + nb)`` on a tile overlaps a write interval
     on the same tile (empty intervals never overlap)."""
-    r, w = read_nb > 0, write_nb > 0
-    if not r.any() or not w.any():
-        return False
-    rt, ro, rn = read_tile[r].astype(np.int64), read_off[r], read_nb[r]
-    wt, wo, wn = write_tile[w].astype(np.int64), write_off[w], write_nb[w]
-    row = int(max((ro + rn).max(), (wo + wn).max())) + 1   # one line of addresses for all tiles
-    ws = wt * row + wo
-    o = np.argsort(ws, kind="stable")
-    ws = ws[o]
-    we = np.maximum.accumulate(ws + wn[o])
-    rs = rt * row + ro
-    j = np.searchsorted(ws, rs + rn, side="left") - 1   # last write starting before the read ends
-    return bool(((j >= 0) & (we[np.maximum(j, 0)] > rs)).any())
+    return bool(overlapping(read_tile, read_off, read_nb, write_tile, write_off, write_nb).any())
 
 
 class FusedStep:
@@ -61,11 +60,16 @@ class FusedStep:
     Built by :func:`fuse`, which has checked that the fused order gives the same bytes.
     """
 
-    def __init__(self, exchange: Exchange, compute: ComputeSet, vertices: list[tuple]):
+    #: tests: fill the shadow rows with 0xFF before every run, so a vertex reading a byte
+    #: that no copy put there gets NaN and changes the result
+    poison_shadow = False
+
+    def __init__(self, exchange: Exchange, compute: ComputeSet, vertices: list[tuple],
+                 fixed: list | None = None):
+        """``fixed``: the regions whose bytes must stay in the arena besides the compute
+        set's own (:func:`~ipukern.core.shadow.other_regions`); None: no shadow receive."""
         self.exchange, self.compute = exchange, compute
         self.codelets = [b.codelet for b in compute.batches if b.tiles.size]
-        st, so, dt, do, nb = exchange._pieces()   # destination order, big copies in pieces
-        self.copies = (st, so, dt, do, nb)
         cols = list(zip(*vertices))
         tiles = np.concatenate(cols[0]).astype(np.int32)
         # stable: on each tile the vertices keep the compute set's order
@@ -89,11 +93,81 @@ class FusedStep:
             self.bias = (np.ascontiguousarray(np.concatenate(off)[order]),
                          np.ascontiguousarray(np.concatenate(prm)[order]))
         self.scratch_floats = max(16, *cols[6])
-        items = np.union1d(dt, self.tiles)   # every tile written or computed on, ascending
+        pieces = exchange._pieces()   # destination order, big copies in pieces
+        self.shadow: ShadowPlan | None = None
+        if fixed is not None and exchange.receive_only:
+            out_nb = np.concatenate([np.asarray(c, np.int64).ravel() for c in cols[7]])[order]
+            own = [(self.tiles, self.out, out_nb)] + _bias_regions(self.tiles, self.bias, self.dims)
+            win_nb, w_nb = (np.concatenate([np.asarray(c, np.int64).ravel() for c in cols[k]])[order]
+                            for k in (9, 10))
+            self.shadow = shadow_plan(pieces, self.tiles, self.win, win_nb, self.w, w_nb,
+                                      own, list(fixed))
+        if self.shadow is not None:
+            pieces = tuple(np.ascontiguousarray(c[~self.shadow.shadowed]) for c in pieces)
+        self.copies = pieces
+        dt = pieces[2]
+        sh_tile = self.shadow.table[4] if self.shadow is not None else dt[:0]
+        # every tile written or computed on, ascending
+        items = np.union1d(np.union1d(dt, self.tiles), sh_tile)
         self.copy_lo = np.append(np.searchsorted(dt, items, side="left"), dt.size).astype(np.int64)
         self.vert_lo = np.append(np.searchsorted(self.tiles, items, side="left"),
                                  self.tiles.size).astype(np.int64)
+        self.items = items
+        self._shadow_args: dict[int, dict] = {}
         self._scratch: dict[int, np.ndarray] = {}
+
+    @property
+    def unwritten(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(tile, offset, nbytes) of the exchange's bytes received into the shadow row
+        instead of the arena (the arena keeps their old contents)."""
+        sh = self.shadow
+        if sh is None:
+            return tuple(np.zeros(0, np.int64) for _ in range(3))
+        st, so, dt, do, nb = self.exchange._pieces()
+        return dt[sh.shadowed], do[sh.shadowed], nb[sh.shadowed]
+
+    def _shadow_kwargs(self, data: np.ndarray, n_threads: int) -> dict:
+        """``exchange_conv``'s shadow arguments for ``n_threads`` (built once per count:
+        which copies repeat depends on which items a thread runs one after the other)."""
+        if self.shadow is None:
+            return {}
+        if data.shape[1] % 64:   # pragma: no cover - arenas have whole 64-byte lines per tile
+            raise ValueError(f"{self.compute.name}: a shadow receive needs arena rows of whole "
+                             "64-byte lines")
+        a = self._shadow_args.get(n_threads)
+        if a is None:
+            table, mid = repeat_plan(self.shadow.table, self.items, n_threads)
+            sh_tile = table[4]
+            sh_lo = np.append(np.searchsorted(sh_tile, self.items, side="left"),
+                              sh_tile.size).astype(np.int64)
+            a = self._shadow_args[n_threads] = dict(
+                sh_src_row=table[0], sh_src_off=table[1], sh_dst_off=table[2],
+                sh_nbytes=table[3], sh_lo=sh_lo, vflags=self.shadow.vflags, sh_mid=mid,
+                repeat_stride=n_threads)
+        rows = self._shadow_rows_for(data, n_threads)
+        if self.poison_shadow:
+            rows.fill(0xFF)
+        return dict(a, shadow=rows)
+
+    @staticmethod
+    def _shadow_rows_for(data: np.ndarray, n_threads: int) -> np.ndarray:
+        """(n_threads, row) shadow rows aligned like ``data``'s rows modulo 64 bytes.
+
+        Shared by every fused step that this Python thread runs (one runs at a time; a
+        kernel call never relies on what an earlier call left in them), so they stay in the
+        cache from step to step; another Python thread, which may run another device's
+        program at the same time, has its own."""
+        row = data.shape[1]
+        key = (n_threads, row, data.ctypes.data % 64)
+        rows = getattr(_SHADOW, "rows", None)
+        if rows is None:
+            rows = _SHADOW.rows = {}
+        buf = rows.get(key)
+        if buf is None:
+            raw = np.zeros(n_threads * row + 128, np.uint8)
+            shift = (data.ctypes.data - raw.ctypes.data) % 64
+            buf = rows[key] = raw[shift:shift + n_threads * row].reshape(n_threads, row)
+        return buf
 
     def run(self, data: np.ndarray, n_threads: int) -> None:
         """Execute the exchange and then the compute set on the arena ``data``, as
@@ -113,21 +187,29 @@ class FusedStep:
             off = self.bias[0] if on.all() else np.where(on[self.vbatch], self.bias[0], -1)
             bias = (off, self.bias[1], np.array([bp.act if bp is not None else 0
                                                  for bp in self.bias_passes], np.int32))
+        shadow = self._shadow_kwargs(data, n_threads)
+        if not bias:
+            bias = (None, None, None)
         st = _fused.exchange_conv(data, *self.copies, self.copy_lo, self.vert_lo, self.tiles,
                                   self.win, self.w, self.out, self.dims, self.vbatch,
                                   self.bparams, scratch, n_threads,
-                                  all(cd.direct_path() for cd in self.codelets), *bias)
+                                  all(cd.direct_path() for cd in self.codelets), *bias, **shadow)
         if st != 0:
             raise ValueError(f"{c.name}: the fused exchange+conv kernel refused the step "
                              f"(status {st}); run with IPUKERN_FUSED_EXCHANGE=0 to see which "
                              "vertex the conv kernel rejects")
 
 
-def fuse(exchange: Exchange | None, compute: ComputeSet | None) -> FusedStep | None:
+def fuse(exchange: Exchange | None, compute: ComputeSet | None, steps: Any = None,
+         i: int | None = None) -> FusedStep | None:
     """A :class:`FusedStep` for ``exchange`` followed by ``compute``, or None when they must
     run one after the other: no copies or no vertices, a vertex the fused call cannot run,
     or a copy reading bytes the compute set writes (the fused order would let it read them
-    after a vertex on an earlier tile wrote them)."""
+    after a vertex on an earlier tile wrote them).
+
+    With the program's ``steps`` (``exchange`` is step ``i``'s, ``compute`` step
+    ``i + 1``'s), a receive-only exchange may receive into the shadow row
+    (:mod:`ipukern.core.shadow`)."""
     if exchange is None or compute is None or exchange.n_copies == 0:
         return None
     batches = [b for b in compute.batches if b.tiles.size]
@@ -141,4 +223,17 @@ def fuse(exchange: Exchange | None, compute: ComputeSet | None) -> FusedStep | N
         return None
     if exchange.dst_tile.size > 1 and (np.diff(exchange.dst_tile) < 0).any():
         return None   # pragma: no cover - Exchange keeps its copies in destination order
-    return FusedStep(exchange, compute, vertices)
+    fixed = other_regions(steps, i) if steps is not None and exchange.receive_only else None
+    return FusedStep(exchange, compute, vertices, fixed)
+
+
+def _bias_regions(tiles: np.ndarray, bias: tuple | None, dims: np.ndarray) -> list:
+    """The bias each vertex's epilogue reads (``ipk_epi_check``: up to element
+    ``(G - 1) * Kb + ks0 + K`` from ``bias_off``, at most 4 bytes each)."""
+    if bias is None:
+        return []
+    off, prm = bias
+    has = off >= 0
+    G, K = dims[has, 1], dims[has, 3]
+    n = ((np.maximum(G, 1) - 1) * prm[has, 0] + prm[has, 1] + K) * 4
+    return [(tiles[has].astype(np.int64), off[has], n)]

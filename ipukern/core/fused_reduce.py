@@ -34,6 +34,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .fused import reads_written
+from .shadow import batch_regions, other_regions
 from .program import ComputeSet, Exchange, ExchangeError, check_arena
 from .threads import check_num_threads
 from .vertices import bias_epilogue_kwargs
@@ -54,6 +55,12 @@ class ReduceStep:
                  rest: list[Any]):
         self.exchange, self.compute = exchange, compute
         self.sums, self.rest = sums, rest
+
+    @property
+    def unwritten(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(tile, offset, nbytes) of the receive buffer bytes left unwritten."""
+        x = self.exchange
+        return x.dst_tile, x.dst_offset, x.nbytes
 
     def run(self, data: np.ndarray, n_threads: int) -> None:
         """Execute the exchange and then the compute set on the arena ``data`` (same errors
@@ -79,12 +86,6 @@ def _touches(regions: list[tuple[np.ndarray, np.ndarray, np.ndarray]], xt: np.nd
         return False
     t, o, n = (np.concatenate([r[k] for r in regions]) for k in range(3))
     return reads_written(t, o, n, xt, xo, xn)
-
-
-def _batch_regions(b: Any) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    t = b.tiles.astype(np.int64)
-    return [(t, np.asarray(off, np.int64).ravel(), np.asarray(nb, np.int64).ravel())
-            for off, nb in b.regions]
 
 
 def _redirect(b: Any, x: Exchange, row: int, used: np.ndarray):
@@ -155,13 +156,7 @@ def fuse_reduce(steps: Sequence[Any], i: int) -> ReduceStep | None:
         return None
     # nothing else may see the receive buffer: other batches, other steps' vertices and
     # exchange sources (later in this run, or earlier in the next)
-    regions = [r for b in batches[n_sum:] for r in _batch_regions(b)]
-    for k, st in enumerate(steps):
-        if st.compute is not None and k != i + 1:
-            regions += [r for b in st.compute.batches if b.tiles.size for r in _batch_regions(b)]
-        if st.exchange is not None and k != i and st.exchange.n_copies:
-            e = st.exchange
-            regions.append((e.src_tile.astype(np.int64), e.src_offset, e.nbytes))
+    regions = [r for b in batches[n_sum:] for r in batch_regions(b)] + other_regions(steps, i)
     if _touches(regions, x.dst_tile, x.dst_offset, x.nbytes):
         return None
     return ReduceStep(x, c, sums, batches[n_sum:])

@@ -160,9 +160,11 @@ class Exchange:
         exchange (the result would depend on copy order). Nothing is written.
     """
 
-    #: set by a program builder when the destination bytes are a receive buffer that only the
-    #: next superstep's reduce vertices read (a conv's partials): the host may then let those
-    #: vertices read the sources in place (:mod:`ipukern.core.fused_reduce`)
+    #: set by a program builder when the destination bytes are receive buffers (no tensor's
+    #: bytes, never read by the host) that only vertices read: where the program-wide checks
+    #: show no other step touches them, the host may then hand the bytes to the next
+    #: superstep's vertices without writing them into the arena (a conv's partials:
+    #: :mod:`ipukern.core.fused_reduce`; its windows and weights: :mod:`ipukern.core.shadow`)
     receive_only = False
 
     def __init__(self, machine: MachineSpec, src_tile: Any, src_offset: Any, dst_tile: Any,
@@ -553,7 +555,7 @@ class Program:
         if got is None or got[0] is not x or got[1] is not c:
             from .fused import fuse
             from .fused_reduce import fuse_reduce
-            got = self._fused[i] = (x, c, fuse(x, c) or fuse_reduce(self.steps, i))
+            got = self._fused[i] = (x, c, fuse(x, c, self.steps, i) or fuse_reduce(self.steps, i))
         return got[2]
 
     def execute(self, data: np.ndarray, n_threads: int) -> None:
