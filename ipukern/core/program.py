@@ -534,7 +534,7 @@ class Program:
         self.label = label
         self._records: list[SuperstepRecord] | None = None
         # step index -> (exchange, next compute set, FusedStep or None), built on first run
-        self._fused: dict[int, tuple[Any, Any, Any]] = {}
+        self._fused: dict[int, tuple[list, Any]] = {}
 
     @property
     def records(self) -> list[SuperstepRecord]:
@@ -547,16 +547,18 @@ class Program:
         """The :class:`~ipukern.core.fused.FusedStep` (or, for a receive-only partials
         exchange, :class:`~ipukern.core.fused_reduce.ReduceStep`) running step ``i``'s
         exchange together with step ``i + 1``'s compute set, or None (checked once per
-        pair, then cached)."""
+        pair, then cached). The checks look at every step (what else reads the bytes an
+        exchange receives), so the cache holds while no step is replaced."""
         if i + 1 >= len(self.steps):
             return None
-        x, c = self.steps[i].exchange, self.steps[i + 1].compute
+        parts = [p for s in self.steps for p in (s.exchange, s.compute)]
         got = self._fused.get(i)
-        if got is None or got[0] is not x or got[1] is not c:
+        if got is None or len(got[0]) != len(parts) or any(a is not b for a, b in zip(got[0], parts)):
             from .fused import fuse
             from .fused_reduce import fuse_reduce
-            got = self._fused[i] = (x, c, fuse(x, c, self.steps, i) or fuse_reduce(self.steps, i))
-        return got[2]
+            x, c = self.steps[i].exchange, self.steps[i + 1].compute
+            got = self._fused[i] = (parts, fuse(x, c, self.steps, i) or fuse_reduce(self.steps, i))
+        return got[1]
 
     def execute(self, data: np.ndarray, n_threads: int) -> None:
         """Run the supersteps in order (compute, sync, exchange) on the arena ``data``.

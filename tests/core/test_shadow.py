@@ -183,3 +183,29 @@ def test_exchange_conv_with_shadow_equals_without():
                 assert np.array_equal(got[ti, oi:oi + ni], start[ti, oi:oi + ni])
                 got[ti, oi:oi + ni] = want[ti, oi:oi + ni]
             assert np.array_equal(got, want)
+
+
+def test_a_step_added_later_that_reads_a_received_byte_keeps_it_in_the_arena():
+    from ipukern.core.program import Superstep
+    cp = conv_program("plain 3x3 padded")
+    prog, dev = cp.program, cp.device
+    data = dev.arena.data
+    f = _fused_step(prog)
+    t, o, n = (int(v[0]) for v in f.unwritten)   # a byte block received into a shadow row
+    spy = dev.alloc("spy", np.full(dev.machine.n_tiles, n), "outputs")
+    look = dev.exchange([t], [o], [t], [int(spy[t])], [n], name="spy")
+    prog.steps.append(Superstep("spy", exchange=look))
+    g = _fused_step(prog)
+    assert g is not f                              # checked again: the program changed
+    assert not any(tt == t and oo <= o < oo + nn for tt, oo, nn in zip(*g.unwritten))
+    start = data.copy()
+    runs = []
+    for flag in (False, True):
+        data[...] = start
+        old, fused.FUSED_EXCHANGE = fused.FUSED_EXCHANGE, flag
+        try:
+            prog.execute(data, 2)
+        finally:
+            fused.FUSED_EXCHANGE = old
+        runs.append(data[t, int(spy[t]):int(spy[t]) + n].copy())
+    assert np.array_equal(runs[0], runs[1])
