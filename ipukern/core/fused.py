@@ -113,6 +113,8 @@ class FusedStep:
         self.vert_lo = np.append(np.searchsorted(self.tiles, items, side="left"),
                                  self.tiles.size).astype(np.int64)
         self.items = items
+        self._vertices = vertices
+        self._plain: FusedStep | None = None
         self._shadow_args: dict[int, dict] = {}
         self._scratch: dict[int, np.ndarray] = {}
 
@@ -131,9 +133,6 @@ class FusedStep:
         which copies repeat depends on which items a thread runs one after the other)."""
         if self.shadow is None:
             return {}
-        if data.shape[1] % 64:   # pragma: no cover - arenas have whole 64-byte lines per tile
-            raise ValueError(f"{self.compute.name}: a shadow receive needs arena rows of whole "
-                             "64-byte lines")
         a = self._shadow_args.get(n_threads)
         if a is None:
             table, mid = repeat_plan(self.shadow.table, self.items, n_threads)
@@ -176,6 +175,13 @@ class FusedStep:
         check_arena(data, x.rows_needed, x.row_needed, x.name, ExchangeError)
         check_arena(data, c.rows_needed, c.row_needed, c.name)
         n_threads = check_num_threads(n_threads)
+        if self.shadow is not None and data.shape[1] % 64:
+            # a shadow row must sit like every tile row modulo 64 bytes (device arenas have
+            # whole lines; a hand-made array may not): every copy into the arena instead
+            if self._plain is None:
+                self._plain = FusedStep(x, c, self._vertices)
+            self._plain.run(data, n_threads)
+            return
         scratch = self._scratch.get(n_threads)
         if scratch is None:
             scratch = self._scratch[n_threads] = np.zeros((n_threads, self.scratch_floats),

@@ -185,19 +185,9 @@ def test_exchange_conv_with_shadow_equals_without():
             assert np.array_equal(got, want)
 
 
-def test_a_step_added_later_that_reads_a_received_byte_keeps_it_in_the_arena():
-    from ipukern.core.program import Superstep
-    cp = conv_program("plain 3x3 padded")
-    prog, dev = cp.program, cp.device
-    data = dev.arena.data
-    f = _fused_step(prog)
-    t, o, n = (int(v[0]) for v in f.unwritten)   # a byte block received into a shadow row
-    spy = dev.alloc("spy", np.full(dev.machine.n_tiles, n), "outputs")
-    look = dev.exchange([t], [o], [t], [int(spy[t])], [n], name="spy")
-    prog.steps.append(Superstep("spy", exchange=look))
-    g = _fused_step(prog)
-    assert g is not f                              # checked again: the program changed
-    assert not any(tt == t and oo <= o < oo + nn for tt, oo, nn in zip(*g.unwritten))
+def _unfused_then_fused(prog, data: np.ndarray) -> list[np.ndarray]:
+    """The arena after ``prog`` ran on ``data`` without fusion, then with it (2 threads),
+    both from ``data``'s bytes."""
     start = data.copy()
     runs = []
     for flag in (False, True):
@@ -207,5 +197,44 @@ def test_a_step_added_later_that_reads_a_received_byte_keeps_it_in_the_arena():
             prog.execute(data, 2)
         finally:
             fused.FUSED_EXCHANGE = old
-        runs.append(data[t, int(spy[t]):int(spy[t]) + n].copy())
+        runs.append(data.copy())
+    return runs
+
+
+def test_a_step_added_later_that_reads_a_received_byte_keeps_it_in_the_arena():
+    from ipukern.core.program import Superstep
+    cp = conv_program("plain 3x3 padded")
+    prog, dev = cp.program, cp.device
+    f = _fused_step(prog)
+    t, o, n = (int(v[0]) for v in f.unwritten)   # a byte block received into a shadow row
+    spy = dev.alloc("spy", np.full(dev.machine.n_tiles, n), "outputs")
+    look = dev.exchange([t], [o], [t], [int(spy[t])], [n], name="spy")
+    prog.steps.append(Superstep("spy", exchange=look))
+    data = dev.arena.data                          # (grown for the spy buffer if need be)
+    g = _fused_step(prog)
+    assert g is not f                              # checked again: the program changed
+    assert not any(tt == t and oo <= o < oo + nn for tt, oo, nn in zip(*g.unwritten))
+    runs = _unfused_then_fused(prog, data)
+    s0 = int(spy[t])
+    assert np.array_equal(runs[0][t, s0:s0 + n], runs[1][t, s0:s0 + n])
+
+
+def test_an_arena_of_odd_rows_receives_into_the_arena():
+    # a hand-made arena whose rows are not whole 64-byte lines: no shadow row can sit like
+    # its rows, so the step copies into the arena, with the same results
+    cp = conv_program("plain 3x3 padded")
+    prog, data = cp.program, cp.device.arena.data
+    f = _fused_step(prog)
+    odd = np.zeros((data.shape[0], data.shape[1] + 8), np.uint8)
+    odd[:, :data.shape[1]] = data
+    runs = _unfused_then_fused(prog, odd)
+    assert f.shadow is not None and f._plain is not None and f._plain.shadow is None
+    # equal but for the partials receive buffer a ReduceStep leaves unwritten; the window
+    # and weight receive buffers included
+    from ipukern.core.fused_reduce import ReduceStep
+    for i in range(len(prog.steps)):
+        r = prog.fused_step(i)
+        if isinstance(r, ReduceStep):
+            for t, o, n in zip(*r.unwritten):
+                runs[0][t, o:o + n] = runs[1][t, o:o + n] = 0
     assert np.array_equal(runs[0], runs[1])
