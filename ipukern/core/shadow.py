@@ -122,11 +122,7 @@ def _merge(t: np.ndarray, o: np.ndarray, n: np.ndarray, row: int):
         return s, e
     run_end = np.maximum.accumulate(e)
     new = np.r_[True, s[1:] > run_end[:-1]]
-    grp = np.cumsum(new) - 1
-    starts = s[new]
-    ends = np.zeros(starts.size, np.int64)
-    np.maximum.at(ends, grp, e)
-    return starts, ends
+    return s[new], run_end[np.r_[new[1:], True]]   # a union ends where its running end is
 
 
 def shadow_plan(copies: Sequence[np.ndarray], tiles: np.ndarray, win: np.ndarray,
@@ -205,6 +201,23 @@ def shadow_plan(copies: Sequence[np.ndarray], tiles: np.ndarray, win: np.ndarray
     return ShadowPlan(shadowed, table, vflags)
 
 
+def _group_ids(*cols: np.ndarray) -> np.ndarray:
+    """Dense ids of the rows of ``cols`` (equal rows, equal ids), without packing the
+    columns into one integer that could overflow."""
+    n = cols[0].size
+    if n == 0:
+        return np.zeros(0, np.int64)
+    order = np.lexsort(cols[::-1])
+    new = np.zeros(n, bool)
+    new[0] = True
+    for c in cols:
+        cs = c[order]
+        new[1:] |= cs[1:] != cs[:-1]
+    gid = np.empty(n, np.int64)
+    gid[order] = np.cumsum(new) - 1
+    return gid
+
+
 def repeat_plan(table: tuple[np.ndarray, ...], items: np.ndarray, stride: int):
     """The shadow copies of each item that the item ``stride`` before it has already made.
 
@@ -231,17 +244,13 @@ def repeat_plan(table: tuple[np.ndarray, ...], items: np.ndarray, stride: int):
     it, sr, dl, ds, de = item[o], src_row64[o], delta[o], dst_off[o], dst_off[o] + nbytes[o]
     same = np.r_[False, (it[1:] == it[:-1]) & (sr[1:] == sr[:-1]) & (dl[1:] == dl[:-1])
                  & (ds[1:] == de[:-1])]
-    run = np.cumsum(~same) - 1
     r_start = ds[~same]
-    r_end = np.zeros(r_start.size, np.int64)
-    np.maximum.at(r_end, run, de)
+    r_end = de[np.r_[~same[1:], True]]     # a run's last copy ends it (its copies abut)
     r_it, r_sr, r_dl = it[~same], sr[~same], dl[~same]
     # look up each copy in the runs of the item `stride` before it
     q = item >= stride
-    keys = np.concatenate([np.stack([r_it, r_sr, r_dl], 1),
-                           np.stack([item[q] - stride, src_row64[q], delta[q]], 1)])
-    _, gid = np.unique(keys, axis=0, return_inverse=True)
-    gid = gid.ravel()
+    gid = _group_ids(np.r_[r_it, item[q] - stride], np.r_[r_sr, src_row64[q]],
+                     np.r_[r_dl, delta[q]])
     g_run, g_q = gid[:r_start.size], gid[r_start.size:]
     run_key = g_run * row + r_start        # runs are sorted by (item, row, shift, start)
     ok = np.argsort(run_key, kind="stable")
