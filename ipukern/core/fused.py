@@ -216,6 +216,10 @@ def fuse(exchange: Exchange | None, compute: ComputeSet | None, steps: Any = Non
     With the program's ``steps`` (``exchange`` is step ``i``'s, ``compute`` step
     ``i + 1``'s), a receive-only exchange may receive into the shadow row
     (:mod:`ipukern.core.shadow`)."""
+    if steps is not None and not (isinstance(i, (int, np.integer)) and 0 <= i < len(steps) - 1
+                                  and steps[i].exchange is exchange
+                                  and steps[i + 1].compute is compute):
+        raise ValueError("fuse: steps[i] must hold the exchange and steps[i + 1] the compute set")
     if exchange is None or compute is None or exchange.n_copies == 0:
         return None
     batches = [b for b in compute.batches if b.tiles.size]

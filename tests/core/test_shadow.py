@@ -238,3 +238,14 @@ def test_an_arena_of_odd_rows_receives_into_the_arena():
             for t, o, n in zip(*r.unwritten):
                 runs[0][t, o:o + n] = runs[1][t, o:o + n] = 0
     assert np.array_equal(runs[0], runs[1])
+
+
+def test_fuse_refuses_steps_that_do_not_hold_the_pair():
+    cp = conv_program("plain 3x3 padded")
+    prog = cp.program
+    i = next(k for k in range(len(prog.steps)) if isinstance(prog.fused_step(k), fused.FusedStep))
+    x, c = prog.steps[i].exchange, prog.steps[i + 1].compute
+    assert fused.fuse(x, c, prog.steps, i) is not None
+    for bad in (i + 1, -1, len(prog.steps), "0", None):
+        with pytest.raises(ValueError, match="steps"):
+            fused.fuse(x, c, prog.steps, bad)
