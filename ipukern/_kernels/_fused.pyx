@@ -82,17 +82,18 @@ cdef int _check_vertices(const int32_t[::1] vbatch, const int32_t[:, ::1] bparam
 cdef int _check_shadow(unsigned char[:, ::1] data, unsigned char[:, ::1] shadow,
                        const int32_t[::1] src_row, const int64_t[::1] src_off,
                        const int64_t[::1] dst_off, const int64_t[::1] nbytes,
-                       const int64_t[::1] lo, const unsigned char[::1] vflags, Py_ssize_t W,
-                       Py_ssize_t V, int n_threads):
-    """Status of the shadow arguments of ``exchange_conv`` (all or none; sizes, ranges,
-    alignment; every copy inside the arena and the shadow row)."""
+                       const int64_t[::1] lo, const unsigned char[::1] vflags,
+                       const int64_t[::1] mid, Py_ssize_t stride, Py_ssize_t W, Py_ssize_t V,
+                       int n_threads):
+    """Status of the shadow arguments of ``exchange_conv`` (all or none, ``mid`` optional;
+    sizes, ranges, alignment; every copy inside the arena and the shadow row)."""
     cdef Py_ssize_t n, i
     cdef int64_t rows = data.shape[0], row = data.shape[1], srow
     cdef int given = ((shadow is not None) + (src_row is not None) + (src_off is not None)
                       + (dst_off is not None) + (nbytes is not None) + (lo is not None)
                       + (vflags is not None))
     if given == 0:
-        return IPK_CONV_OK
+        return IPK_CONV_OK if mid is None else IPK_CONV_EDIMS
     if given != 7:
         return IPK_CONV_EDIMS
     n = nbytes.shape[0]
@@ -112,6 +113,12 @@ cdef int _check_shadow(unsigned char[:, ::1] data, unsigned char[:, ::1] shadow,
         if (src_row[i] < 0 or src_row[i] >= rows or nbytes[i] < 0 or src_off[i] < 0
                 or dst_off[i] < 0 or src_off[i] > row - nbytes[i] or dst_off[i] > srow - nbytes[i]):
             return IPK_CONV_ERANGE
+    if mid is not None:
+        if stride < 1 or mid.shape[0] != W:
+            return IPK_CONV_EDIMS
+        for i in range(W):
+            if mid[i] < lo[i] or mid[i] > lo[i + 1]:
+                return IPK_CONV_EDIMS
     return IPK_CONV_OK
 
 
@@ -194,15 +201,9 @@ def exchange_conv(unsigned char[:, ::1] data,      # IN/OUT: arena, row t = tile
                                       or bact.shape[0] != bparams.shape[0])):
         return IPK_CONV_EDIMS
     st = _check_shadow(data, shadow, sh_src_row, sh_src_off, sh_dst_off, sh_nbytes, sh_lo,
-                       vflags, W, V, n_threads)
+                       vflags, sh_mid, repeat_stride, W, V, n_threads)
     if st != IPK_CONV_OK:
         return st
-    if sh_mid is not None:
-        if vflags is None or repeat_stride < 1 or sh_mid.shape[0] != W:
-            return IPK_CONV_EDIMS
-        for k in range(W):
-            if sh_mid[k] < sh_lo[k] or sh_mid[k] > sh_lo[k + 1]:
-                return IPK_CONV_EDIMS
     if W == 0:
         return IPK_CONV_OK
     base = &data[0, 0]

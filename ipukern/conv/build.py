@@ -581,6 +581,8 @@ def fuse_bias(buf: _ConvBuffers, j: int, batches: list[VertexBatch], bias_pass: 
         b.args["bias_prm"] = np.ascontiguousarray(np.stack([geo.K[t], buf.ks[t, j]], axis=1),
                                                   dtype=np.int64)
         b.args["bias_pass"] = bias_pass
+        # the vertices now read the bias too: declared with everything else they touch
+        b.regions = [*b.regions, (buf.bias_off[t], geo.G[t] * geo.K[t] * buf.isz)]
     bias_pass.fused = True
 
 

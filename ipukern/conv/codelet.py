@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core.fused import FusedVertices
 from ..core.vertices import bias_epilogue
 from ..dtypes import DTYPE_CODE, DTYPES
 
@@ -299,18 +300,21 @@ class ConvCodelet:
                                                     np.float32)
         return s
 
-    def fused_vertices(self, batch) -> tuple:
+    def fused_vertices(self, batch) -> FusedVertices:
         """What :mod:`ipukern.core.fused` needs to run ``batch`` right after an exchange, in
-        the same compiled call: ``(tiles, win, w, out, dims, params, scratch_floats, out_nbytes,
-        bias_epilogue, win_nbytes, w_nbytes)`` with ``params = (kh, kw, sh, sw, dh, dw, in_dt,
-        out_dt)``, ``out_nbytes`` the bytes each vertex writes at ``out`` on its tile (the only
-        bytes it writes) and ``win_nbytes``, ``w_nbytes`` those it reads at ``win`` and ``w``."""
+        the same compiled call (:class:`~ipukern.core.fused.FusedVertices`). ``others``: the
+        batch's regions past its window and weights (the conv builder lists those two
+        first: output, then the bias its epilogue reads); all of them if it does not."""
         a = batch.args
         need = conv_scratch_floats(a["dims"], *self.params)
         win_nb, w_nb, out_nb = operand_nbytes(a["dims"], *self.params[:2], self.in_dt, self.out_dt)
-        return (batch.tiles, a["win"], a["w"], a["out"], a["dims"],
-                self.params + (self.in_dt, self.out_dt), need, out_nb, bias_epilogue(batch),
-                win_nb, w_nb)
+        regions = list(batch.regions)
+        first = [np.asarray(r[0], np.int64).ravel() for r in regions[:2]]
+        lead = len(first) == 2 and all(f.shape == np.shape(a[k]) and np.array_equal(f, a[k])
+                                       for f, k in zip(first, ("win", "w")))
+        return FusedVertices(batch.tiles, a["win"], a["w"], a["out"], a["dims"],
+                             self.params + (self.in_dt, self.out_dt), need, out_nb,
+                             bias_epilogue(batch), win_nb, w_nb, regions[2:] if lead else regions)
 
     @staticmethod
     def direct_path() -> bool:

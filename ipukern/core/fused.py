@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -38,7 +38,7 @@ from .program import ComputeSet, Exchange, ExchangeError, check_arena
 from .shadow import ShadowPlan, other_regions, overlapping, repeat_plan, shadow_plan
 from .threads import check_num_threads
 
-__all__ = ["FUSED_EXCHANGE", "FusedStep", "fuse", "reads_written"]
+__all__ = ["FUSED_EXCHANGE", "FusedStep", "FusedVertices", "fuse", "reads_written"]
 
 #: run an exchange together with the conv compute set after it when that is valid
 FUSED_EXCHANGE = os.environ.get("IPUKERN_FUSED_EXCHANGE", "1") != "0"
@@ -54,6 +54,24 @@ def reads_written(read_tile: np.ndarray, read_off: np.ndarray, read_nb: np.ndarr
     return bool(overlapping(read_tile, read_off, read_nb, write_tile, write_off, write_nb).any())
 
 
+class FusedVertices(NamedTuple):
+    """What a codelet's ``fused_vertices(batch)`` gives :class:`FusedStep` to run ``batch``
+    in the fused call (:meth:`ipukern.conv.codelet.ConvCodelet.fused_vertices`)."""
+
+    tiles: np.ndarray          # (V,) tile of each vertex
+    win: np.ndarray            # (V,) byte offsets of the window, weights and output
+    w: np.ndarray
+    out: np.ndarray
+    dims: np.ndarray           # (V, 10) as conv_tiles
+    params: tuple              # (kh, kw, sh, sw, dh, dw, in_dt, out_dt)
+    scratch_floats: int
+    out_nbytes: np.ndarray     # (V,) bytes each vertex writes at ``out`` (all it writes)
+    epilogue: tuple | None     # ipukern.core.vertices.bias_epilogue(batch)
+    win_nbytes: np.ndarray     # (V,) bytes each vertex reads at ``win`` and at ``w``
+    w_nbytes: np.ndarray
+    others: list               # [(offsets, nbytes)]: every other region the vertices touch
+
+
 class FusedStep:
     """``exchange`` followed by the conv compute set ``compute``, one compiled call per run.
 
@@ -64,44 +82,44 @@ class FusedStep:
     #: that no copy put there gets NaN and changes the result
     poison_shadow = False
 
-    def __init__(self, exchange: Exchange, compute: ComputeSet, vertices: list[tuple],
+    def __init__(self, exchange: Exchange, compute: ComputeSet, vertices: list[FusedVertices],
                  fixed: list | None = None):
         """``fixed``: the regions whose bytes must stay in the arena besides the compute
         set's own (:func:`~ipukern.core.shadow.other_regions`); None: no shadow receive."""
         self.exchange, self.compute = exchange, compute
         self.codelets = [b.codelet for b in compute.batches if b.tiles.size]
-        cols = list(zip(*vertices))
-        tiles = np.concatenate(cols[0]).astype(np.int32)
+        tiles = np.concatenate([v.tiles for v in vertices]).astype(np.int32)
         # stable: on each tile the vertices keep the compute set's order
         order = np.argsort(tiles, kind="stable")
+
+        def column(name: str) -> np.ndarray:   # a per-vertex field of every batch, in run order
+            vals = [np.asarray(getattr(v, name), np.int64) for v in vertices]
+            return np.ascontiguousarray(np.concatenate(vals)[order])
+
         self.tiles = np.ascontiguousarray(tiles[order])
-        self.win, self.w, self.out = (np.ascontiguousarray(np.concatenate(c).astype(np.int64)[order])
-                                      for c in cols[1:4])
-        self.dims = np.ascontiguousarray(np.concatenate(cols[4]).astype(np.int64)[order])
+        self.win, self.w, self.out, self.dims = (column(k) for k in ("win", "w", "out", "dims"))
         self.vbatch = np.repeat(np.arange(len(vertices), dtype=np.int32),
-                                [t.size for t in cols[0]])[order]
-        self.bparams = np.array(cols[5], dtype=np.int32).reshape(-1, 8)
+                                [v.tiles.size for v in vertices])[order]
+        self.bparams = np.array([v.params for v in vertices], dtype=np.int32).reshape(-1, 8)
         # the bias epilogues (ipukern.core.vertices.bias_epilogue) of the batches that have one
-        epis = cols[8] if len(cols) > 8 else [None] * len(vertices)
+        epis = [v.epilogue for v in vertices]
         self.bias_passes = [e[2] if e else None for e in epis]
         self.bias = None
         if any(e is not None for e in epis):
-            off = [np.asarray(e[0], np.int64) if e else np.full(t.size, -1, np.int64)
-                   for e, t in zip(epis, cols[0])]
-            prm = [np.asarray(e[1], np.int64).reshape(-1, 2) if e else np.zeros((t.size, 2), np.int64)
-                   for e, t in zip(epis, cols[0])]
+            off = [np.asarray(e[0], np.int64) if e else np.full(v.tiles.size, -1, np.int64)
+                   for e, v in zip(epis, vertices)]
+            prm = [np.asarray(e[1], np.int64).reshape(-1, 2) if e
+                   else np.zeros((v.tiles.size, 2), np.int64) for e, v in zip(epis, vertices)]
             self.bias = (np.ascontiguousarray(np.concatenate(off)[order]),
                          np.ascontiguousarray(np.concatenate(prm)[order]))
-        self.scratch_floats = max(16, *cols[6])
+        self.scratch_floats = max(16, *(v.scratch_floats for v in vertices))
         pieces = exchange._pieces()   # destination order, big copies in pieces
         self.shadow: ShadowPlan | None = None
         if fixed is not None and exchange.receive_only:
-            out_nb = np.concatenate([np.asarray(c, np.int64).ravel() for c in cols[7]])[order]
-            own = [(self.tiles, self.out, out_nb)] + _bias_regions(self.tiles, self.bias, self.dims)
-            win_nb, w_nb = (np.concatenate([np.asarray(c, np.int64).ravel() for c in cols[k]])[order]
-                            for k in (9, 10))
-            self.shadow = shadow_plan(pieces, self.tiles, self.win, win_nb, self.w, w_nb,
-                                      own, list(fixed))
+            own = [(v.tiles.astype(np.int64), np.asarray(off, np.int64), np.asarray(nb, np.int64))
+                   for v in vertices for off, nb in v.others]
+            self.shadow = shadow_plan(pieces, self.tiles, self.win, column("win_nbytes"), self.w,
+                                      column("w_nbytes"), own, list(fixed))
         if self.shadow is not None:
             pieces = tuple(np.ascontiguousarray(c[~self.shadow.shadowed]) for c in pieces)
         self.copies = pieces
@@ -170,7 +188,8 @@ class FusedStep:
 
     def run(self, data: np.ndarray, n_threads: int) -> None:
         """Execute the exchange and then the compute set on the arena ``data``, as
-        ``exchange.run`` followed by ``compute.run`` would (same errors, same bytes)."""
+        ``exchange.run`` followed by ``compute.run`` would (same errors, same bytes, except
+        the receive bytes a shadow receive leaves as they were: :attr:`unwritten`)."""
         x, c = self.exchange, self.compute
         check_arena(data, x.rows_needed, x.row_needed, x.name, ExchangeError)
         check_arena(data, c.rows_needed, c.row_needed, c.name)
@@ -225,10 +244,10 @@ def fuse(exchange: Exchange | None, compute: ComputeSet | None, steps: Any = Non
     batches = [b for b in compute.batches if b.tiles.size]
     if not batches or not all(hasattr(b.codelet, "fused_vertices") for b in batches):
         return None
-    vertices: list[Any] = [b.codelet.fused_vertices(b) for b in batches]
-    w_tile = np.concatenate([v[0] for v in vertices])
-    w_off = np.concatenate([np.asarray(v[3], np.int64) for v in vertices])
-    w_nb = np.concatenate([np.asarray(v[7], np.int64) for v in vertices])
+    vertices: list[FusedVertices] = [b.codelet.fused_vertices(b) for b in batches]
+    w_tile = np.concatenate([v.tiles for v in vertices])
+    w_off = np.concatenate([np.asarray(v.out, np.int64) for v in vertices])
+    w_nb = np.concatenate([np.asarray(v.out_nbytes, np.int64) for v in vertices])
     if reads_written(exchange.src_tile, exchange.src_offset, exchange.nbytes, w_tile, w_off, w_nb):
         return None
     if exchange.dst_tile.size > 1 and (np.diff(exchange.dst_tile) < 0).any():
@@ -236,14 +255,3 @@ def fuse(exchange: Exchange | None, compute: ComputeSet | None, steps: Any = Non
     fixed = other_regions(steps, i) if steps is not None and exchange.receive_only else None
     return FusedStep(exchange, compute, vertices, fixed)
 
-
-def _bias_regions(tiles: np.ndarray, bias: tuple | None, dims: np.ndarray) -> list:
-    """The bias each vertex's epilogue reads (``ipk_epi_check``: up to element
-    ``(G - 1) * Kb + ks0 + K`` from ``bias_off``, at most 4 bytes each)."""
-    if bias is None:
-        return []
-    off, prm = bias
-    has = off >= 0
-    G, K = dims[has, 1], dims[has, 3]
-    n = ((np.maximum(G, 1) - 1) * prm[has, 0] + prm[has, 1] + K) * 4
-    return [(tiles[has].astype(np.int64), off[has], n)]
