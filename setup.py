@@ -11,6 +11,7 @@ import numpy as np
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
+# build-time settings; every IPUKERN_* variable is listed in ipukern/_settings.py
 DEBUG = os.environ.get("IPUKERN_CYTHON_DEBUG") == "1"
 NATIVE = os.environ.get("IPUKERN_NATIVE") == "1"
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 
+from .. import _settings
 from ._common import DATASHEET_EXCHANGE, PRESETS
 
 
@@ -38,6 +39,9 @@ def _cmd_info(args: argparse.Namespace) -> int:
         print("systems: IPU_M2000, IPU_POD16, IPU_POD64, BOW_2000, BOW_POD16, BOW_POD64, DGX_A100 "
               "(ipukern info --systems for details)")
     print(f"host: {_exchange.max_threads()} threads, OpenMP {'on' if _exchange.has_openmp() else 'off'}")
+    print()
+    print("settings (environment; value or (default)):")
+    print(_settings.describe())
     return 0
 
 

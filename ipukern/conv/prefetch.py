@@ -39,6 +39,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .. import _settings
 from .._pool import worker_count
 from ..machine import MachineSpec
 from .params import ConvParams
@@ -72,7 +73,7 @@ _HEADER = struct.Struct("<II")      # key index, pickle length
 def worker_enabled() -> bool:
     """Whether :func:`plan_worker` may fork a worker in this process: ``os.fork``, two
     CPUs, not under MPI, not inside a worker, and ``IPUKERN_PLAN_WORKER`` not ``0``."""
-    if _IN_WORKER or not hasattr(os, "fork") or os.environ.get("IPUKERN_PLAN_WORKER") == "0":
+    if _IN_WORKER or not hasattr(os, "fork") or _settings.plan_worker() is False:
         return False
     if "mpi4py.MPI" in sys.modules:    # forking an MPI rank is unsafe
         return False
@@ -86,7 +87,7 @@ def spare_core() -> bool:
     a loaded machine the worker would only compete with the caller and other jobs, and
     planning twice (a pass the worker has not sent yet is planned by the caller too)
     would cost more than it saves."""
-    if os.environ.get("IPUKERN_PLAN_WORKER") == "1":
+    if _settings.plan_worker():
         return True
     try:
         load = os.getloadavg()[0]

@@ -28,20 +28,26 @@ turns fusion off, for A/B measurements.
 """
 from __future__ import annotations
 
-import os
 import threading
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from .. import _settings
 from .program import ComputeSet, Exchange, ExchangeError, check_arena
 from .shadow import ShadowPlan, other_regions, overlapping, repeat_plan, shadow_plan
 from .threads import check_num_threads
 
 __all__ = ["FUSED_EXCHANGE", "FusedStep", "FusedVertices", "fuse", "reads_written"]
 
-#: run an exchange together with the conv compute set after it when that is valid
-FUSED_EXCHANGE = os.environ.get("IPUKERN_FUSED_EXCHANGE", "1") != "0"
+#: run an exchange together with the conv compute set after it when that is valid: True or
+#: False forces it (tests do); None follows ``IPUKERN_FUSED_EXCHANGE``, read at each run
+FUSED_EXCHANGE: bool | None = None
+
+
+def fused_enabled() -> bool:
+    """Whether :meth:`Program.execute` fuses eligible steps (:data:`FUSED_EXCHANGE`)."""
+    return _settings.fused_exchange() if FUSED_EXCHANGE is None else FUSED_EXCHANGE
 
 #: each Python thread's shadow rows (FusedStep._shadow_rows_for)
 _SHADOW = threading.local()

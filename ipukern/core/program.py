@@ -15,12 +15,12 @@ Costs are fixed at build time, so ``estimate`` and ``execute`` report identical 
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
+from .. import _settings
 from . import cost
 from ..machine import MachineSpec
 from .memory import TileMemory
@@ -36,9 +36,6 @@ _HOST_PIECE_BYTES = 1 << 18
 #: exchanges writing at least this many bytes use non-temporal stores for their long runs
 #: (host speed only: larger than this host's 32 MiB L3, the data cannot stay cached anyway)
 _STREAM_BYTES = 32 << 20
-#: validate even the exchanges ipukern's own builders mark as trusted (``validate=False``);
-#: set ``IPUKERN_CHECK_BUILT_PROGRAMS=1`` to check a builder
-CHECK_BUILT_PROGRAMS = os.environ.get("IPUKERN_CHECK_BUILT_PROGRAMS", "0") == "1"
 
 
 def balanced_bounds(nbytes: np.ndarray, n_threads: int) -> np.ndarray:
@@ -150,7 +147,7 @@ class Exchange:
         False skips the checks below: only for tables ipukern's own program builders
         derive from a plan (a cold network estimate builds hundreds of them). The public
         Graph/Device API always validates; ``IPUKERN_CHECK_BUILT_PROGRAMS=1`` makes every
-        exchange validate (:data:`CHECK_BUILT_PROGRAMS`).
+        exchange validate (read at each build).
 
     Raises
     ------
@@ -173,7 +170,7 @@ class Exchange:
         self.machine = machine
         self.name = name
         row = machine.tile_bytes if row_bytes is None else int(row_bytes)
-        if validate or CHECK_BUILT_PROGRAMS:
+        if validate or _settings.check_built_programs():
             st, so, dt, do, nb = (_as_int_array(label, v, np.int64, ExchangeError) for label, v in (
                 ("src_tile", src_tile), ("src_offset", src_offset), ("dst_tile", dst_tile),
                 ("dst_offset", dst_offset), ("nbytes", nbytes)))
@@ -575,7 +572,7 @@ class Program:
             done = False
             if step.exchange is None:
                 continue
-            f = self.fused_step(i) if fused.FUSED_EXCHANGE else None
+            f = self.fused_step(i) if fused.fused_enabled() else None
             if f is None:
                 step.exchange.run(data, n_threads)
             else:

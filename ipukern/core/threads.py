@@ -10,6 +10,8 @@ from __future__ import annotations
 import numbers
 import os
 
+from .. import _settings
+
 __all__ = ["MAX_THREADS", "check_num_threads", "set_num_threads", "get_num_threads"]
 
 #: Upper bound on host threads: 4 per CPU of this host, at most 256.
@@ -50,12 +52,8 @@ def get_num_threads() -> int:
     """Host threads the kernels use now (see :func:`set_num_threads`)."""
     if _NUM_THREADS is not None:
         return _NUM_THREADS
-    env = os.environ.get("IPUKERN_NUM_THREADS")
-    if env:
-        try:
-            value = int(env)
-        except ValueError:
-            raise ValueError(f"IPUKERN_NUM_THREADS must be an integer, got {env!r}") from None
+    value = _settings.num_threads()
+    if value is not None:
         return check_num_threads(value, "IPUKERN_NUM_THREADS")
     from .._kernels import _exchange
     # OMP_NUM_THREADS may ask for more than is safe: clamp rather than fail

@@ -24,6 +24,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .. import _settings
+
 __all__ = ["cache_dir", "driver_source", "load_driver", "compile_driver", "compile_function",
            "run_driver", "fingerprint", "jit_disabled", "NUMBA_DTYPES"]
 
@@ -43,7 +45,7 @@ def _registered(key: str) -> Any:
 
 def cache_dir() -> str:
     """Directory holding generated driver sources (and Numba's cache next to them)."""
-    d = os.environ.get("IPUKERN_CACHE_DIR")
+    d = _settings.cache_dir()
     if not d:
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         d = os.path.join(base, "ipukern", "tilefn")

@@ -4,13 +4,14 @@ Private to :mod:`ipukern.ops`; :mod:`.conv` and :mod:`.matmul` import these name
 """
 from __future__ import annotations
 
-import os
 import threading
 from collections import OrderedDict
 from typing import Any
 
 import numpy as np
 
+from .. import _settings
+from .._settings import DEFAULT_PLAN_CACHE_BYTES
 from .._checks import as_int
 from ..conv.build import ConvProgram, build_conv_program
 from ..conv.params import ConvParams
@@ -27,8 +28,6 @@ __all__ = ["PLAN_CACHE_SIZE", "DEFAULT_PLAN_CACHE_BYTES", "clear_plan_cache", "s
 #: holds a device whose arena (created on the first execute) keeps the pages it touched,
 #: so the cache is bounded both by entries and by the host bytes of those arenas.
 PLAN_CACHE_SIZE = 8
-#: default bound of the arenas' host bytes; ``IPUKERN_PLAN_CACHE_BYTES`` overrides it
-DEFAULT_PLAN_CACHE_BYTES = 512 * 2**20
 #: plans alone (small records) kept for re-use, e.g. both orientations of a matmul
 PLAN_ONLY_CACHE_SIZE = 256
 _CACHE: "OrderedDict[tuple, ConvProgram]" = OrderedDict()
@@ -36,16 +35,13 @@ _PLANS: "OrderedDict[tuple, ConvPlan | Exception]" = OrderedDict()
 _CACHE_LOCK = threading.Lock()
 
 
-def _env_bytes() -> int:
-    env = os.environ.get("IPUKERN_PLAN_CACHE_BYTES", "").strip()
-    if not env:
-        return DEFAULT_PLAN_CACHE_BYTES
-    if not env.isdigit():
-        raise ValueError(f"IPUKERN_PLAN_CACHE_BYTES must be a number of bytes, got {env!r}")
-    return int(env)
+#: None: follow ``IPUKERN_PLAN_CACHE_BYTES`` (read at use) until set_plan_cache_limit sets it
+_LIMITS: dict[str, int | None] = {"entries": PLAN_CACHE_SIZE, "bytes": None}
 
 
-_LIMITS = {"entries": PLAN_CACHE_SIZE, "bytes": _env_bytes()}
+def _max_bytes() -> int:
+    b = _LIMITS["bytes"]
+    return _settings.plan_cache_bytes() if b is None else b
 
 
 def clear_plan_cache() -> None:
@@ -109,7 +105,7 @@ def plan_cache_info() -> dict[str, int]:
     with _CACHE_LOCK:
         return {"entries": len(_CACHE),
                 "arena_bytes": sum(p.device.arena_bytes for p in _CACHE.values()),
-                "max_entries": _LIMITS["entries"], "max_bytes": _LIMITS["bytes"]}
+                "max_entries": _LIMITS["entries"], "max_bytes": _max_bytes()}
 
 
 def _trim_locked() -> None:
@@ -117,7 +113,7 @@ def _trim_locked() -> None:
     while len(_CACHE) > _LIMITS["entries"]:
         _CACHE.popitem(last=False)
     total = sum(p.device.arena_bytes for p in _CACHE.values())
-    while _CACHE and total > _LIMITS["bytes"]:
+    while _CACHE and total > _max_bytes():
         _, old = _CACHE.popitem(last=False)
         total -= old.device.arena_bytes
 
