@@ -21,19 +21,44 @@ and in README "Sources"):
   cycle formulas), ExchangeEstimator.cpp (4 B/cycle/tile, 2 tiles per shared exchange
   bus), CTC-loss planner (90 cycles per sync, 100 cycles per exchange), poplibs_test/Util.cpp
   (128 Gibit/s x 0.85 per IPU-Link).
+
+**Machine files** (TOML) describe a :class:`~ipukern.machine.MachineSpec` variant::
+
+    # variant.toml: a GC200 with the datasheet exchange and a faster sync
+    base = "GC200"                  # start from a preset (optional; default: every field given)
+    name = "GC200-fastsync"
+    exchange_bandwidth = 8e12       # derived keywords of MachineSpec.replace are accepted
+    sync_cycles = 45
+
+    [amp_conv_units]                # optional: "input->partials" = conv units
+    "float16->float32" = 8
+
+    [sources]                       # where each changed constant comes from
+    sync_cycles = "what-if: half of PopLibs' 90 cycles"
+
+A changed field without an entry in ``[sources]`` is recorded as coming from the file, so
+``ipukern info`` and ``describe()`` never show an unsourced constant as if it were the
+preset's. :func:`machine_to_toml` writes every field back (a complete file needs no base).
 """
 from __future__ import annotations
 
 import dataclasses
 import math
 import numbers
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Mapping
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10 reads TOML with the tomli backport (a dependency there)
+    import tomli as tomllib
 
 from .dtypes import DTYPES, canonical_dtype
 
 __all__ = ["MachineSpec", "GC2", "GC200", "BOW", "PRESETS", "get_machine",
-           "DATASHEET_EXCHANGE", "with_exchange_bandwidth"]
+           "DATASHEET_EXCHANGE", "with_exchange_bandwidth", "machine_from_toml", "machine_to_toml"]
 
 #: Graphcore's published IPU-Exchange bandwidth of the GC200, 8 TB/s aggregate [S6]. It is
 #: an aggregate figure: applied to a machine it becomes 8e12 / (n_tiles x clock) B/cycle per
@@ -204,13 +229,11 @@ class MachineSpec:
 
     @classmethod
     def from_toml(cls, path: Any) -> "MachineSpec":
-        """A spec from a machine file (TOML; format in :mod:`ipukern.inputs`)."""
-        from .inputs import machine_from_toml
+        """A spec from a machine file (TOML; format in :mod:`ipukern.machine`)."""
         return machine_from_toml(path)
 
     def to_toml(self, path: Any = None) -> str:
         """This spec as a complete machine file (written to ``path`` when given)."""
-        from .inputs import machine_to_toml
         return machine_to_toml(self, path)
 
     # ------------------------------------------------------------------ AMP rates
@@ -390,3 +413,119 @@ def with_exchange_bandwidth(machine: MachineSpec | str, bandwidth: float) -> Mac
         return spec
     return spec.replace(exchange_bandwidth=bandwidth,
                         name=f"{spec.name}-xch{bandwidth / 1e12:g}TB")
+
+
+# =========================================================================== machine files
+_DERIVED = ("exchange_bandwidth", "clock_ghz")
+_SPECIAL = ("base", "amp_conv_units", "sources")
+
+
+def _fields() -> dict[str, dataclasses.Field]:
+    return {f.name: f for f in dataclasses.fields(MachineSpec)}
+
+
+def machine_from_toml(path: str | Path) -> MachineSpec:
+    """Read a machine file (see the module docstring).
+
+    Raises
+    ------
+    ValueError
+        Not TOML, an unknown key (the message lists the valid ones), a value of the wrong
+        type, or a spec that fails :class:`MachineSpec`'s own checks; the message names
+        the file.
+    OSError
+        The file cannot be read.
+    """
+    path = Path(path)
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"machine file {path}: not valid TOML ({e})") from None
+    fields = _fields()
+    settable = [n for n in fields if n not in ("amp_conv_units", "sources")]
+    unknown = sorted(set(doc) - set(settable) - set(_DERIVED) - set(_SPECIAL))
+    if unknown:
+        raise ValueError(f"machine file {path}: unknown key(s) {', '.join(unknown)}; valid keys "
+                         f"are {', '.join(list(_SPECIAL) + list(_DERIVED) + settable)}")
+    changes: dict[str, Any] = {k: v for k, v in doc.items() if k not in _SPECIAL}
+    for k, v in changes.items():
+        if isinstance(v, (dict, list)) or isinstance(v, bool):
+            raise ValueError(f"machine file {path}: {k} must be a number or string, got {v!r}")
+    if "amp_conv_units" in doc:
+        amp = doc["amp_conv_units"]
+        if not isinstance(amp, dict):
+            raise ValueError(f"machine file {path}: [amp_conv_units] must be a table of "
+                             '"input->partials" = units')
+        units = []
+        for key, u in amp.items():
+            a, sep, b = key.partition("->")
+            if not sep or not isinstance(u, int) or isinstance(u, bool) or u < 0:
+                raise ValueError(f"machine file {path}: amp_conv_units entry {key!r} = {u!r}: "
+                                 'expected "float16->float32" = <non-negative int>')
+            units.append((a.strip(), b.strip(), u))
+        changes["amp_conv_units"] = tuple(units)
+    sources = doc.get("sources", {})
+    if not isinstance(sources, dict) or not all(isinstance(v, str) for v in sources.values()):
+        raise ValueError(f"machine file {path}: [sources] must map keys to strings")
+    try:
+        if "base" in doc:
+            base = get_machine(str(doc["base"]))
+            spec = base.replace(**{"name": base.name + "-" + path.stem, **changes})
+            src = dict(base.sources)
+        else:
+            missing = [n for n, f in fields.items() if f.default is dataclasses.MISSING
+                       and f.default_factory is dataclasses.MISSING and n not in changes]
+            if missing:
+                raise ValueError(f"no base preset and no value for {', '.join(missing)} "
+                                 '(add base = "GC200", or every field)')
+            spec = MachineSpec(**_resolve_derived(changes))
+            src = {"file": f"machine file {path.name}"}
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"machine file {path}: {e}") from None
+    if "base" in doc:                 # each changed constant names its source or the file
+        for k in changes:
+            if k != "name":
+                src[k] = f"machine file {path.name}"
+    src.update(sources)
+    return dataclasses.replace(spec, sources=tuple(src.items()))
+
+
+def _resolve_derived(changes: dict[str, Any]) -> dict[str, Any]:
+    """Turn exchange_bandwidth / clock_ghz into fields for a spec built from scratch."""
+    out = dict(changes)
+    if "clock_ghz" in out:
+        out["clock_hz"] = float(out.pop("clock_ghz")) * 1e9
+    if "exchange_bandwidth" in out:
+        out["exchange_bytes_per_cycle"] = (float(out.pop("exchange_bandwidth"))
+                                           / (out["n_tiles"] * out["clock_hz"]))
+    return out
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise ValueError(f"cannot write {v} to TOML")
+        return repr(v)
+    return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def machine_to_toml(spec: MachineSpec, path: str | Path | None = None) -> str:
+    """Every field of ``spec`` as a machine file (no base needed); written to ``path``
+    when given. :func:`machine_from_toml` reads it back to an equal spec."""
+    lines = [f"# ipukern machine file: {spec.name}"]
+    for f in dataclasses.fields(MachineSpec):
+        if f.name in ("amp_conv_units", "sources"):
+            continue
+        lines.append(f"{f.name} = {_toml_value(getattr(spec, f.name))}")
+    lines += ["", "[amp_conv_units]"]
+    lines += [f'"{a}->{b}" = {u}' for a, b, u in spec.amp_conv_units]
+    lines += ["", "[sources]"]
+    lines += [f"{_toml_value(k)} = {_toml_value(v)}" for k, v in spec.sources]
+    text = "\n".join(lines) + "\n"
+    if path is not None:
+        Path(path).write_text(text, encoding="utf-8")
+    return text

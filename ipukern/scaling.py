@@ -48,6 +48,14 @@ mobilenet_v1_dw_s2  64->64, 112x112, 3x3 s2     MobileNetV1 conv_dw_2, strided d
 ==================  ==========================  ================================================
 
 The first one is "the default layer" the README quotes ratios for.
+
+**Layer lists** (CSV, one layer per row, a header row naming the columns) describe the
+layers of a sweep: ``name,channels,height,width`` are required; ``kernel, stride, padding,
+out_channels, batch, note`` are optional (defaults as in :class:`~ipukern.scaling.ConvLayer`)::
+
+    name,channels,height,width,kernel,stride
+    resnext_c128,128,56,56,3,1
+    mobilenet_dw,64,112,112,3,2
 """
 from __future__ import annotations
 
@@ -71,7 +79,7 @@ from .conv.params import ConvParams
 __all__ = [
     "ConvLayer", "DEFAULT_LAYERS", "DEFAULT_CPG", "DEFAULT_BATCH", "SweepRow", "SweepResult",
     "grouped_conv_sweep", "get_layer", "with_exchange_bandwidth", "format_table", "to_csv",
-    "to_json", "read_csv",
+    "to_json", "read_csv", "read_layers", "write_layers", "LAYER_COLUMNS",
 ]
 
 #: channels-per-group values swept by default; "dense" = the layer's channel count
@@ -673,3 +681,80 @@ def format_table(rows: Sequence[SweepRow], *, show_method: bool = True) -> str:
                f"partials {partials}; util = achieved / the device's own peak; "
                "IPU/GPU = IPU TFLOP/s / GPU TFLOP/s.")
     return "\n".join(out)
+
+
+# =========================================================================== layer lists
+LAYER_COLUMNS = ("name", "channels", "height", "width", "kernel", "stride", "padding",
+                 "out_channels", "batch", "note")
+_REQUIRED = ("name", "channels", "height", "width")
+
+
+def read_layers(path: str | Path) -> list:
+    """Read a layer list (CSV with a header; format in :mod:`ipukern.scaling`).
+
+    Returns
+    -------
+    list of ConvLayer
+
+    Raises
+    ------
+    ValueError
+        Missing or unknown columns, a non-integer value, a duplicate name, an impossible
+        layer, or an empty list; the message names the file and the line.
+    """
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    rows = [r for r in csv.reader(io.StringIO(text)) if r and not r[0].lstrip().startswith("#")]
+    if not rows:
+        raise ValueError(f"layer list {path}: empty (expected a header row and one layer per row)")
+    header = [h.strip().lower() for h in rows[0]]
+    missing = [c for c in _REQUIRED if c not in header]
+    unknown = [c for c in header if c not in LAYER_COLUMNS]
+    if missing or unknown:
+        raise ValueError(f"layer list {path}: " + "; ".join(
+            ([f"missing column(s) {', '.join(missing)}"] if missing else [])
+            + ([f"unknown column(s) {', '.join(unknown)}"] if unknown else []))
+            + f" (columns: {', '.join(LAYER_COLUMNS)}; the first row is the header)")
+    layers, seen = [], set()
+    for lineno, row in enumerate(rows[1:], start=2):
+        if len(row) > len(header):
+            raise ValueError(f"layer list {path} line {lineno}: {len(row)} values for "
+                             f"{len(header)} columns")
+        kw: dict[str, Any] = {}
+        for col, val in zip(header, row):
+            val = val.strip()
+            if val == "":
+                continue
+            if col in ("name", "note"):
+                kw[col] = val
+                continue
+            try:
+                kw[col] = int(val)
+            except ValueError:
+                raise ValueError(f"layer list {path} line {lineno}: {col} must be an integer, "
+                                 f"got {val!r}") from None
+        if "name" not in kw:
+            raise ValueError(f"layer list {path} line {lineno}: no name")
+        if kw["name"] in seen:
+            raise ValueError(f"layer list {path} line {lineno}: duplicate layer name {kw['name']!r}")
+        seen.add(kw["name"])
+        try:
+            layers.append(ConvLayer(**kw))
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"layer list {path} line {lineno}: {e}") from None
+    if not layers:
+        raise ValueError(f"layer list {path}: no layers after the header")
+    return layers
+
+
+def write_layers(layers: Iterable[Any], path: str | Path | None = None) -> str:
+    """Write layers as a layer list (all columns); :func:`read_layers` reads it back."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(LAYER_COLUMNS)
+    for layer in layers:
+        w.writerow([getattr(layer, c) for c in LAYER_COLUMNS])
+    text = buf.getvalue()
+    if path is not None:
+        Path(path).write_text(text, encoding="utf-8")
+    return text

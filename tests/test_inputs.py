@@ -7,7 +7,8 @@ import pytest
 
 import ipukern as ik
 from ipukern.cli import main
-from ipukern.inputs import machine_from_toml, machine_to_toml, read_layers, write_layers
+from ipukern.machine import machine_from_toml, machine_to_toml
+from ipukern.scaling import read_layers, write_layers
 from ipukern.scaling import DEFAULT_LAYERS, ConvLayer
 
 VARIANT = """

@@ -268,7 +268,7 @@ def gpu_list(text: str) -> list:
 
 def machine_file(text: str) -> Any:
     """A MachineSpec from a TOML machine file (argparse type)."""
-    from ..inputs import machine_from_toml
+    from ..machine import machine_from_toml
     try:
         return machine_from_toml(text)
     except (OSError, ValueError) as e:
@@ -413,7 +413,7 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                     metavar="NAME", help="IPU preset: GC200 (default), BOW or GC2")
     mg.add_argument("--machine-file", dest="machine", type=machine_file, metavar="FILE.toml",
                     help="a machine described in a TOML file (a preset's variant or a full "
-                         "spec; see ipukern.inputs)")
+                         "spec; see ipukern.machine)")
     p.add_argument("--execute", action="store_true",
                    help="run on random data instead of estimating; values are not checked")
     p.add_argument("--seed", type=int, default=0, help="random data seed for --execute")

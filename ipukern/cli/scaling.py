@@ -29,8 +29,7 @@ def _cmd_scaling(args: argparse.Namespace) -> int:
                                    stride=args.stride, padding=args.padding,
                                    out_channels=args.out_channels, batch=n))
     if args.layers:
-        from ..inputs import read_layers
-        layers += read_layers(args.layers)
+        layers += sc.read_layers(args.layers)
     if not layers:
         layers = list(sc.DEFAULT_LAYERS)
     if args.batch is not None:
