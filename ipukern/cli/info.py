@@ -24,7 +24,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
     else:
         print("GPU models: " + ", ".join(GPU_PRESETS) + " (ipukern info --gpus for details)")
     if args.systems:
-        from ..gpusystem import GPU_SYSTEMS
+        from ..gpu import GPU_SYSTEMS
         from ..systems import SYSTEM_PRESETS
         for s in dict.fromkeys(SYSTEM_PRESETS.values()):
             print(s.describe())

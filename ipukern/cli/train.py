@@ -134,7 +134,7 @@ def _prices(text: str | None) -> dict[str, float]:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from ..gpusystem import GPU_SYSTEMS, estimate_network_gpu
+    from ..gpu import GPU_SYSTEMS, estimate_network_gpu
     if not args.training:
         raise ValueError("compare supports --training (training throughput) only")
     prices = _prices(args.prices)

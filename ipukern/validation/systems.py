@@ -223,7 +223,7 @@ def _model_ipu(run: PublishedRun, net: Any, datasheet: bool = False) -> tuple[fl
 
 def _model_gpu(run: PublishedRun, net: Any) -> tuple[float, str, dict]:
     from ..gpu import A100_80GB
-    from ..gpusystem import estimate_network_gpu, get_gpu_system
+    from ..gpu import estimate_network_gpu, get_gpu_system
     if run.system == "DGX_A100_80GB":   # MLPerf's DGX A100: 8 x A100-SXM4-80GB (system JSON)
         system = get_gpu_system("DGX_A100").replace(gpu=A100_80GB, name="DGX_A100_80GB")
     else:

@@ -127,16 +127,13 @@ from dataclasses import dataclass, field
 from numbers import Real
 from typing import Any
 
-from .dtypes import canonical_dtype
-from .conv.params import ConvParams
+from ..dtypes import canonical_dtype
+from ..conv.params import ConvParams
 
 __all__ = [
     "GPUSpec", "A100_40GB", "A100_80GB", "V100", "H100", "TITAN_RTX", "GPU_PRESETS", "get_gpu",
     "EfficiencyCurve", "CUDNN_CURVE", "OPTIMIZED_CURVE", "EFFICIENCY_CURVES",
     "get_efficiency_curve", "GPUEstimate", "estimate_conv", "estimate_matmul",
-    # multi-GPU systems (ipukern/gpusystem.py)
-    "GPUSystem", "DGX_A100", "GPU_SYSTEMS", "get_gpu_system", "GPUNetworkEstimate",
-    "estimate_network_gpu", "gpu_all_reduce_seconds",
 ]
 
 
@@ -764,15 +761,3 @@ def estimate_matmul(m: int, k: int, n: int, groups: int = 1, dtype: Any = "float
                      cpg=k, dtype=conv.dtype, gpu=get_gpu(gpu),
                      curve=get_efficiency_curve(efficiency), tf32=tf32, launch_s=launch_s,
                      layer=f"matmul g{groups} {m}x{k}x{n} {conv.dtype}")
-
-
-# Multi-GPU systems (DGX A100) live in their own module; reachable as ipukern.gpu.<name>.
-from .gpusystem import (  # noqa: E402
-    DGX_A100,
-    GPU_SYSTEMS,
-    GPUNetworkEstimate,
-    GPUSystem,
-    estimate_network_gpu,
-    get_gpu_system,
-    gpu_all_reduce_seconds,
-)

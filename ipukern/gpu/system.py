@@ -33,9 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from .dtypes import DTYPES, canonical_dtype
-from .systems.training import OPTIMIZER_WORDS, training_samples
-from .gpu import A100_40GB, GPUSpec, estimate_conv, estimate_matmul, get_efficiency_curve, get_gpu
+from ..dtypes import DTYPES, canonical_dtype
+from ..systems.training import OPTIMIZER_WORDS, training_samples
+from .model import A100_40GB, GPUSpec, estimate_conv, estimate_matmul, get_efficiency_curve, get_gpu
 
 __all__ = ["GPUSystem", "DGX_A100", "GPU_SYSTEMS", "get_gpu_system", "GPUNetworkEstimate",
            "estimate_network_gpu", "gpu_all_reduce_seconds", "ELEMENTWISE_HBM_FRACTION"]
