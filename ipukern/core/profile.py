@@ -13,6 +13,7 @@ import numpy as np
 
 from ..machine import MachineSpec
 from .memory import MemoryReport
+from .views import TILE_GROUP, to_trace
 
 __all__ = ["SuperstepRecord", "Profile", "ADDITION_CATEGORIES", "TILE_GROUP", "tile_activity"]
 
@@ -68,10 +69,6 @@ class SuperstepRecord:
         if self.compute_mean_cycles <= 0:
             return 0.0
         return self.compute_cycles / self.compute_mean_cycles
-
-
-#: tiles per group in per-group activity (one row of a GC200's 46 x 32 tile map)
-TILE_GROUP = 32
 
 
 def tile_activity(compute_tile_cycles: np.ndarray | None, exchange_tile_cycles: np.ndarray | None,
@@ -324,7 +321,6 @@ class Profile:
 
         See :func:`ipukern.core.views.to_trace`; writes ``path`` when given.
         """
-        from .views import to_trace
         return to_trace(self, path)
 
     def __str__(self) -> str:

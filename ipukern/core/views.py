@@ -15,9 +15,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .profile import TILE_GROUP
 
-__all__ = ["to_trace", "diff_profiles", "format_diff", "load_profile_dict"]
+__all__ = ["to_trace", "diff_profiles", "format_diff", "load_profile_dict", "TILE_GROUP"]
+
+#: tiles per group in a profile's per-group activity (one row of a GC200's 46 x 32 tile
+#: map); the trace draws one row per group. Views work on a profile's ``to_dict()`` form,
+#: so this module does not import :mod:`.profile` (which re-exports the constant).
+TILE_GROUP = 32
 
 _PID = 1
 
