@@ -44,13 +44,12 @@ def explain(machine: ik.MachineSpec, p: int, n: int, itemsize: int = 4) -> dict[
         return {"reduce_scatter": 0, "sum": cost.reduce_cycles(machine, n, 1, "float32", "float32"),
                 "all_gather": 0, "total": cost.reduce_cycles(machine, n, 1, "float32", "float32")
                 + 2 * machine.sync_cycles}
-    bpc16 = max(1, round(16 * machine.exchange_bytes_per_cycle))
-
-    def xch(load2_halfbytes: int) -> int:              # cost.tile_exchange_cycles, one tile
-        return -(-(load2_halfbytes * 8) // bpc16) + machine.exchange_overhead_cycles
+    def xch(recv: int, paired: int = 0, send: int = 0) -> int:   # the busiest tile's exchange
+        one = [np.array([v], dtype=np.int64) for v in (recv, paired, send)]
+        return int(cost.tile_exchange_cycles(*one, machine)[0]) + machine.exchange_overhead_cycles
 
     # reduce-scatter: the busiest tile receives (and sends) P-1 chunks
-    rs = xch(2 * (p - 1) * c * itemsize)
+    rs = xch((p - 1) * c * itemsize, send=(p - 1) * c * itemsize)
     # sum: a depth-P reduce of each tile's chunk (PopLibs reduce estimate). Chunks hold
     # floor(n/P) or ceil(n/P) elements, and a chunk that is not a multiple of the 4-float
     # accumulator takes the slower multi-input vertex, so the busiest tile is the max
@@ -58,12 +57,8 @@ def explain(machine: ik.MachineSpec, p: int, n: int, itemsize: int = 4) -> dict[
     add = max(cost.reduce_cycles(machine, k, p, "float32", "float32") for k in sizes)
     # all-gather: a tile receives every other chunk once; a chunk that its bus partner
     # (tile t xor 1) receives too comes at the shared bus's 2x rate, i.e. counts half
-    if machine.tiles_per_exchange_bus > 1 and p > 1:
-        partner_chunk = c
-        load2 = 2 * partner_chunk * itemsize + (n - 2 * c) * itemsize
-    else:
-        load2 = 2 * (n - c) * itemsize
-    ag = xch(max(load2, 2 * c * itemsize))
+    paired = max(0, n - 2 * c) * itemsize if machine.tiles_per_exchange_bus > 1 else 0
+    ag = xch((n - c) * itemsize, paired=paired, send=c * itemsize)
     return {"reduce_scatter": rs, "sum": add, "all_gather": ag,
             "total": rs + add + ag + 2 * machine.sync_cycles}
 

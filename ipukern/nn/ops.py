@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core import cost
 from ..core.profile import SuperstepRecord
 from ..dtypes import DTYPES
 from ..machine import MachineSpec
@@ -593,7 +594,7 @@ def gather_plan(machine: MachineSpec, ids_shape: Sequence[int], vocab: int, dim:
     table = _rows((vocab, dim), dim, dtype, nt)
     isz = DTYPES[dtype].itemsize
     n = out.elems_per_tile(nt)
-    xcyc = -(-int(n.max()) * isz * 16 // max(1, round(16 * machine.exchange_bytes_per_cycle)))
+    xcyc = cost.exchange_cycles(int(n.max()) * isz, machine)
     xrec = SuperstepRecord(index=0, name="gather rows", category="exchange", compute_cycles=0,
                            sync_cycles=machine.sync_cycles,
                            exchange_cycles=xcyc + machine.exchange_overhead_cycles,
@@ -638,7 +639,7 @@ def loss_plan(machine: MachineSpec, shape: Sequence[int], dtype: str) -> OpPlan:
     cyc = (cycles.loss_cycles(machine, rows, K, dtype)
            + cycles.reduce_rows_cycles(machine, rows, K, dtype))
     out = Layout((), "float32", _linear_rows(1, 1, 1))
-    xcyc = -(-used * 4 * 16 // max(1, round(16 * machine.exchange_bytes_per_cycle)))
+    xcyc = cost.exchange_cycles(used * 4, machine)
     recs = [compute_record(machine, "loss transform", cyc, f"popnn LossTransform: {int(rows.max())} "
                            f"rows of {K} per tile"),
             SuperstepRecord(index=0, name="loss partials", category="exchange", compute_cycles=0,
