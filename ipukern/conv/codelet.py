@@ -25,6 +25,7 @@ import numpy as np
 from ..core.fused import FusedVertices
 from ..core.vertices import bias_epilogue
 from ..dtypes import DTYPE_CODE, DTYPES
+from .params import MAX_KERNEL_PARAM
 
 __all__ = ["ConvKernelError", "DIMS_FIELDS", "ConvCodelet", "conv_tiles_checked",
            "conv_scratch_floats", "operand_nbytes", "available_isas", "best_isa"]
@@ -32,7 +33,6 @@ __all__ = ["ConvKernelError", "DIMS_FIELDS", "ConvCodelet", "conv_tiles_checked"
 DIMS_FIELDS = ("B", "G", "C", "K", "WR", "WC", "OR", "OC", "row_org", "col_org")
 _DT = {**DTYPE_CODE, **{c: c for c in DTYPE_CODE.values()}}   # names and codes accepted
 NP_DTYPES = {code: DTYPES[name].type for name, code in DTYPE_CODE.items()}
-_MAX_PARAM = 64   # IPK_CONV_MAX_K in ipk_conv.h
 
 
 class ConvKernelError(ValueError):
@@ -64,8 +64,8 @@ def _dt_code(dt, name: str) -> int:
 def _params(kh, kw, sh, sw, dh, dw) -> tuple[int, ...]:
     out = []
     for name, val in zip(("kh", "kw", "sh", "sw", "dh", "dw"), (kh, kw, sh, sw, dh, dw)):
-        if not isinstance(val, (int, np.integer)) or not 1 <= int(val) <= _MAX_PARAM:
-            raise ConvKernelError(f"{name} must be an int in 1..{_MAX_PARAM}, got {val!r}")
+        if not isinstance(val, (int, np.integer)) or not 1 <= int(val) <= MAX_KERNEL_PARAM:
+            raise ConvKernelError(f"{name} must be an int in 1..{MAX_KERNEL_PARAM}, got {val!r}")
         out.append(int(val))
     return tuple(out)
 
