@@ -86,3 +86,17 @@ def test_resnet50_training_on_dgx_a100_runs():
     assert e.n_params > 25_000_000 and len(e.layers) > 100
     assert e.all_reduce_seconds == pytest.approx(gpu.gpu_all_reduce_seconds(gpu.DGX_A100, 2 * e.n_params))
     assert 0 < e.samples_per_second < 8 * 312e12 / (3 * 2 * 4.1e9)   # below the FP16 peak bound
+
+
+def test_one_optimizer_traffic_table():
+    """The IPU and GPU system models stream the words the executed update vertices move."""
+    from ipukern.gpu import system as gpu_system
+    from ipukern.ops import optim
+    from ipukern.systems import training
+    assert training.OPTIMIZER_WORDS is optim.OPTIMIZER_WORDS is gpu_system.OPTIMIZER_WORDS
+    assert set(optim.OPTIMIZER_WORDS) == set(optim.OPTIMIZERS) == set(optim.OPTIMIZER_STATE_WORDS)
+    # w, g -> w; each state slot read and written; LAMB's apply pass re-reads w and the update
+    # and writes w; LARS' norm pass re-reads w and g
+    assert optim.OPTIMIZER_WORDS == {"sgd": 3, "sgd_momentum": 5, "adam": 7, "lamb": 10, "lars": 7}
+    for name, words in optim.OPTIMIZER_WORDS.items():
+        assert words >= 3 + 2 * optim.OPTIMIZER_STATE_WORDS[name]

@@ -19,8 +19,9 @@ IPU systems model (:mod:`ipukern.systems.training`): SGD with momentum (the defa
 gradient, momentum read; weight, momentum written), LARS 7 (its per-tensor norms read the weight
 and gradient once more: ``SGDwFASTLARS`` of NVIDIA's MLPerf v1.0/v1.1 ResNet-50,
 ``mxnet/common/fit.py``, runs ``multi_sum_sq`` over the weights and over the gradients before
-``lars_multi_sgd_mom_update``; the 1-D tensors it skips are counted too), Adam 7, LAMB 9. The gradient
-all-reduce is a ring over the NVSwitch (NCCL's algorithm for one node): ``2 (N - 1) / N x bytes / link rate
+``lars_multi_sgd_mom_update``; the 1-D tensors it skips are counted too), Adam 7, LAMB 10
+(its apply pass re-reads the weight and the update). The gradient all-reduce is a ring over the
+NVSwitch (NCCL's algorithm for one node): ``2 (N - 1) / N x bytes / link rate
 + 2 (N - 1) x step latency``; with ``overlap=True`` (PyTorch DDP's default bucketing) it
 runs under the backward pass and only the excess counts.
 """
@@ -34,7 +35,8 @@ from typing import Any
 import numpy as np
 
 from ..dtypes import DTYPES, canonical_dtype
-from ..systems.training import OPTIMIZER_WORDS, training_samples
+from ..ops.optim import OPTIMIZER_WORDS
+from ..systems.training import training_samples
 from .model import A100_40GB, GPUSpec, estimate_conv, estimate_matmul, get_efficiency_curve, get_gpu
 
 __all__ = ["GPUSystem", "DGX_A100", "GPU_SYSTEMS", "get_gpu_system", "GPUNetworkEstimate",

@@ -69,6 +69,8 @@ from ..machine import GC200, MachineSpec, get_machine
 
 __all__ = [
     "OPTIMIZERS",
+    "OPTIMIZER_WORDS",
+    "OPTIMIZER_STATE_WORDS",
     "lars_adapted",
     "STATE_DTYPES",
     "Optimizer",
@@ -177,6 +179,20 @@ def _vector_cycles(opt: Optimizer, phase: str, dtype: str = "float32") -> tuple[
         # d = g + wd p; v = m v + lr_local d; p -= v
         "lars": (3, 2, wd + 2 * mul + 2 * add),
     }[opt.name]
+
+
+#: the phases of each optimizer's update that stream every element of the parameter (the
+#: fused vertices of :func:`optimizer_step`; LAMB's norms ride in its direction vertex, LARS'
+#: norms are a pass of their own; LARS' skipped 1-D tensors are counted as adapted ones)
+_STREAMING_PHASES = {"sgd": ("sgd",), "sgd_momentum": ("sgd_momentum",), "adam": ("adam",),
+                     "lamb": ("lamb", "lamb_apply"), "lars": ("lars", "lars_norms")}
+#: words per parameter one optimizer step moves through the load/store path (reads +
+#: writes), summed over those phases' vertices: the one traffic rule, which the multi-IPU
+#: and GPU system models use too (sgd 3, sgd_momentum 5, adam 7, lamb 10, lars 7)
+OPTIMIZER_WORDS = {name: sum(sum(_vector_cycles(Optimizer(name), ph)[:2]) for ph in phases)
+                   for name, phases in _STREAMING_PHASES.items()}
+#: optimizer state words per parameter (the state slots of :data:`OPTIMIZERS`)
+OPTIMIZER_STATE_WORDS = {name: len(slots) for name, slots in OPTIMIZERS.items()}
 
 
 def optimizer_vertex_cycles(machine: MachineSpec, opt: Optimizer, n_elems: np.ndarray,

@@ -47,7 +47,9 @@ from typing import Any
 
 from ..dtypes import DTYPES, canonical_dtype
 from ..nn.checkpoints import network_checkpoints
-from ..ops.optim import state_dtypes
+# words streamed per parameter by one optimizer step and its state words: the executed
+# update vertices' traffic, one table for the IPU and GPU system models
+from ..ops.optim import OPTIMIZER_STATE_WORDS, OPTIMIZER_WORDS, state_dtypes
 from .bn_group import check_bn_group, layer_cycles
 from .collectives import concurrent_seconds
 from .spec import System, SystemConfigError, get_system
@@ -57,13 +59,6 @@ from .stage_memory import tile_memory
 __all__ = ["LayerCost", "TrainingEstimate", "StageMemoryError", "estimate_training", "OPTIMIZER_WORDS",
            "OPTIMIZER_STATE_WORDS"]
 
-#: words streamed per parameter by one optimizer step (reads + writes): sgd w, g -> w (3);
-#: momentum adds the velocity (5); adam / lamb two moments (7) (+ the trust ratio's norms, 9);
-#: lars is momentum plus the norms' second read of w and g (7; the 1-D tensors it skips,
-#: 0.2% of ResNet-50's parameters, are counted like the others).
-OPTIMIZER_WORDS = {"sgd": 3, "sgd_momentum": 5, "adam": 7, "lamb": 9, "lars": 7}
-#: optimizer state words per parameter (velocity; two moments).
-OPTIMIZER_STATE_WORDS = {"sgd": 0, "sgd_momentum": 1, "adam": 2, "lamb": 2, "lars": 1}
 
 
 class StageMemoryError(MemoryError):
