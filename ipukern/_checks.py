@@ -24,6 +24,8 @@ def as_int(value: Any, name: str, *, minimum: int | None = None, maximum: int | 
     lo = -2**63 if minimum is None else minimum
     hi = 2**63 - 1 if maximum is None else maximum
     if v < lo or v > hi:
+        if maximum is None:            # no upper bound of the caller's: say what it wants
+            raise ValueError(f"{name} must be an int >= {lo}, got {v}")
         raise ValueError(f"{name} must be between {lo} and {hi}, got {v}")
     return v
 

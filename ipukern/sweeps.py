@@ -14,6 +14,7 @@ serial run whatever the executor. :func:`ipukern.scaling.grouped_conv_sweep` tak
 from __future__ import annotations
 
 import functools
+import dataclasses
 import inspect
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -59,6 +60,9 @@ def _check(configs: Any, target: Callable) -> list[dict]:
         raise TypeError("configs must be a list of dicts (keyword arguments, with 'net')")
     configs = list(configs)
     allowed = set(inspect.signature(target).parameters) | {"model_kwargs"}
+    if "options" in allowed:           # a keyword layer over a record (TrainingConfig)
+        from .systems import TrainingConfig
+        allowed |= {f.name for f in dataclasses.fields(TrainingConfig)}
     for i, c in enumerate(configs):
         if not isinstance(c, dict):
             raise TypeError(f"config {i} must be a dict of keyword arguments, got {type(c).__name__}")

@@ -19,6 +19,7 @@ from .collectives import (
     concurrent_seconds,
     reduce_scatter,
 )
+from .config import TrainingConfig
 from .training import LayerCost, StageMemoryError, TrainingEstimate, estimate_training
 from .train_run import TrainingRun, run_training_step
 from .spec import (
@@ -41,5 +42,5 @@ __all__ = [
     "SystemProgram", "SystemSuperstep", "SystemTensor", "all_gather", "all_reduce", "broadcast",
     "collective_seconds", "concurrent", "concurrent_seconds", "get_system", "reduce_scatter",
     "LayerCost", "StageMemoryError", "TrainingEstimate", "estimate_training",
-    "TrainingRun", "run_training_step",
+    "TrainingRun", "run_training_step", "TrainingConfig",
 ]

@@ -55,6 +55,7 @@ from .bn_group import check_bn_group, stats_program, stats_tensor
 from .recompute import bn_syncs, stage_plan
 from .collectives import all_reduce, concurrent
 from .spec import get_system
+from .config import TrainingConfig
 from .training import _costs_from_network, estimate_training
 
 __all__ = ["TrainingRun", "run_training_step", "with_loss"]
@@ -204,41 +205,32 @@ def _check_data(prog: Any, x_name: str, label_name: str, x: Any,
     return x, labels
 
 
-def _int(name: str, v: Any) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {v!r}")
-    return v
-
-
-def _plan(net: Any, x: Any, labels: Any, system: Any, replicas: Any, ipus_per_replica: Any,
-          pipeline: Any, gradient_accumulation: Any, micro_batch: Any, optimizer: str, partials: Any,
-          comm: Any, bn_group: Any, recompute: Any) -> tuple[_Setup, np.ndarray, np.ndarray]:
+def _plan(net: Any, x: Any, labels: Any, system: Any, cfg: TrainingConfig,
+          comm: Any) -> tuple[_Setup, np.ndarray, np.ndarray]:
     system = get_system(system)
-    P = _int("ipus_per_replica", ipus_per_replica)
-    R = system.n_ipus // P if replicas is None else _int("replicas", replicas)
-    M = _int("gradient_accumulation", gradient_accumulation)
+    P = cfg.ipus_per_replica
+    R = system.n_ipus // P if cfg.replicas is None else cfg.replicas
+    M = cfg.gradient_accumulation
     batch = np.shape(x)[0] if np.ndim(x) else 0
     if batch < 1 or batch % (R * M):
         raise ValueError(f"the batch ({batch}) must be a positive multiple of replicas x "
                          f"gradient_accumulation = {R} x {M}")
     mb = batch // (R * M)
-    if micro_batch is not None and _int("micro_batch", micro_batch) != mb:
-        raise ValueError(f"micro_batch={micro_batch} but the batch {batch} over {R} replica(s) x {M} "
+    if cfg.micro_batch is not None and cfg.micro_batch != mb:
+        raise ValueError(f"micro_batch={cfg.micro_batch} but the batch {batch} over {R} replica(s) x {M} "
                          f"micro-batches gives {mb}")
+    if cfg.recompute == "auto":
+        raise ValueError("recompute must be a bool, None or a list of layer names, got 'auto'")
+    recompute = list(cfg.recompute) if isinstance(cfg.recompute, tuple) else cfg.recompute
+    partials, bn_group = cfg.partials, cfg.bn_replica_group
     chip = system.chip
     net = with_loss(net)
-    if isinstance(recompute, (list, tuple)):
-        recompute = [str(c) for c in recompute]
-    elif recompute is not None and not isinstance(recompute, bool):
-        raise ValueError(f"recompute must be a bool, None or a list of layer names, got {recompute!r}")
     checkpoints = recompute if isinstance(recompute, list) else None
     costs = _costs_from_network(net, mb, chip, "float32", partials, checkpoints)
     sample = sum(math.prod(net.nodes[n].sample_shape) for n in net.inputs) * 4
     # validates the configuration (IPUs, split, memory per stage) and resolves "auto"
-    est = estimate_training(net, system, micro_batch=mb, gradient_accumulation=M, replicas=R,
-                            ipus_per_replica=P, pipeline=pipeline, dtype="float32", partials=partials,
-                            optimizer=optimizer, costs=None if checkpoints else costs, sample_bytes=sample,
-                            bn_replica_group=bn_group, recompute=recompute)
+    est = estimate_training(net, system, cfg.replace(micro_batch=mb, replicas=R), sample_bytes=sample,
+                            costs=None if checkpoints else costs)
     prog, x_name, label_name = training_program(net, mb, chip, partials)
     x, labels = _check_data(prog, x_name, label_name, x, labels)
     stage_of = {n: s for s, names in enumerate(est.stages) for n in names}
@@ -486,11 +478,9 @@ def _reduce(su: _Setup, accs: dict, shapes: dict) -> tuple[dict[str, np.ndarray]
 
 
 def run_training_step(net: Any, x: Any, labels: Any, params: dict[str, np.ndarray] | None = None, *,
-                      system: Any = "POD16", replicas: int | None = None, ipus_per_replica: int = 1,
-                      pipeline: Any = None, gradient_accumulation: int = 1, micro_batch: int | None = None,
-                      optimizer: Any = "sgd", state: dict | None = None, step: int = 1,
-                      partials: Any = "float", comm: Any = None, bn_replica_group: int = 1,
-                      recompute: Any = None) -> TrainingRun:
+                      system: Any = "POD16", config: TrainingConfig | None = None,
+                      state: dict | None = None, step: int = 1, comm: Any = None,
+                      **options: Any) -> TrainingRun:
     """Execute one float32 training step of ``net`` on ``system`` (module docstring).
 
     Parameters
@@ -504,6 +494,18 @@ def run_training_step(net: Any, x: Any, labels: Any, params: dict[str, np.ndarra
     params : dict, optional
         ``"<layer>.<param>" -> array`` (None: the network's own / ``init_params(0)``).
     system : System or preset name
+    config : TrainingConfig, optional
+        The options below as one record (its ``dtype`` must be "float32"); keyword options
+        given as well replace its fields. Without it the defaults are ``optimizer="sgd"``,
+        ``partials="float"``, ``dtype="float32"``.
+    state, step : as :func:`~ipukern.optimizer_step` (``state`` by parameter name).
+    comm : mpi4py communicator, optional
+        Run across MPI ranks (every rank calls with the same arguments; each computes the
+        stages of the IPUs it holds). All ranks return the same bits.
+
+    Options (keywords, or fields of ``config``; the others of
+    :class:`~ipukern.systems.TrainingConfig` as for :func:`~ipukern.estimate_training`):
+
     replicas : int, optional
         Data-parallel replicas (default: as many as the system holds).
     ipus_per_replica : int
@@ -514,13 +516,9 @@ def run_training_step(net: Any, x: Any, labels: Any, params: dict[str, np.ndarra
         Micro-batches per replica per step.
     micro_batch : int, optional
         Checked against ``len(x) / (replicas x gradient_accumulation)`` when given.
-    optimizer : name or :class:`~ipukern.Optimizer`; state, step : as :func:`~ipukern.optimizer_step`
-        (``state`` by parameter name).
+    optimizer : name or :class:`~ipukern.Optimizer`
     partials : accumulation dtype of the convolutions and matmuls: "float" (the step
         executes in float32).
-    comm : mpi4py communicator, optional
-        Run across MPI ranks (every rank calls with the same arguments; each computes the
-        stages of the IPUs it holds). All ranks return the same bits.
     bn_replica_group : int
         Batch norms use the statistics of groups of this many consecutive replicas (their
         concatenated micro-batches; forward and backward sums all-reduced over the group,
@@ -537,12 +535,16 @@ def run_training_step(net: Any, x: Any, labels: Any, params: dict[str, np.ndarra
     -------
     TrainingRun
     """
-    opt = get_optimizer(optimizer)
+    if config is None:     # an executed step's defaults: float32, float partials, plain SGD
+        options = {"optimizer": "sgd", "partials": "float", "dtype": "float32", **options}
+    cfg = TrainingConfig.of(config, options)
+    if cfg.dtype != "float32":
+        raise ValueError(f"an executed training step runs in float32, got dtype={cfg.dtype!r}")
+    opt = get_optimizer(cfg.optimizer)
     if isinstance(step, bool) or not isinstance(step, int) or step < 1:
         raise ValueError(f"step must be an int >= 1, got {step!r}")
-    su, x, labels = _plan(net, x, labels, system, replicas, ipus_per_replica, pipeline,
-                          gradient_accumulation, micro_batch, opt.name, partials, comm, bn_replica_group,
-                          recompute)
+    partials = cfg.partials
+    su, x, labels = _plan(net, x, labels, system, cfg, comm)
     net = su.prog.net
     if params is None:
         params = net.params if net.params is not None else net.init_params(seed=0)

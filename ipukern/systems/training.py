@@ -45,13 +45,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..dtypes import DTYPES, canonical_dtype
+from ..dtypes import DTYPES
 from ..nn.checkpoints import network_checkpoints
 # words streamed per parameter by one optimizer step and its state words: the executed
 # update vertices' traffic, one table for the IPU and GPU system models
-from ..ops.optim import OPTIMIZER_STATE_WORDS, OPTIMIZER_WORDS, state_dtypes
+from ..ops.optim import OPTIMIZER_STATE_WORDS, OPTIMIZER_WORDS
 from .bn_group import check_bn_group, layer_cycles
 from .collectives import concurrent_seconds
+from .config import TrainingConfig
 from .spec import System, SystemConfigError, get_system
 from ._report import _kinds, _memory_cell, _memory_model, _no_fit
 from .stage_memory import tile_memory
@@ -151,12 +152,6 @@ def training_samples(epochs: float | None, dataset_size: int | None, samples: fl
     if not (samples > 0 and math.isfinite(samples)):
         raise ValueError(f"the number of samples must be positive, got {samples!r}")
     return float(samples)
-
-
-def _int(name: str, v: Any, lo: int = 1) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-        raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
-    return v
 
 
 def _split(names: list[str], pipeline: Any, n_stages: int) -> list[list[str]] | None:
@@ -337,21 +332,22 @@ def _check_costs(costs: Any) -> list[LayerCost]:
     return costs
 
 
-def estimate_training(net: Any = None, system: System | str = "POD16", *, micro_batch: int,
-                      gradient_accumulation: int = 1, replicas: int | None = None,
-                      ipus_per_replica: int = 1, pipeline: Any = None, dtype: Any = "float16",
-                      partials: Any = "half", recompute: Any = None, optimizer: str = "sgd_momentum",
-                      optimizer_state: str = "chip", replicated_sharding: bool = False,
-                      costs: Any = None, sample_bytes: int | None = None,
-                      bn_replica_group: int = 1, allow_overflow: bool = False,
-                      available_memory_proportion: float | None = None,
-                      optimizer_state_dtype: Any = "float32") -> TrainingEstimate:
+def estimate_training(net: Any = None, system: System | str = "POD16", config: TrainingConfig | None = None,
+                      *, costs: Any = None, **options: Any) -> TrainingEstimate:
     """Throughput and step time of training ``net`` on ``system`` (module docstring).
 
     Parameters
     ----------
     net : ipukern.nn.Network, optional when ``costs`` is given
     system : System or preset name
+    config : TrainingConfig, optional
+        The options below as one record (:class:`~ipukern.systems.TrainingConfig`); keyword
+        options given as well replace its fields.
+    costs : list of LayerCost, optional
+        Per-layer costs of one micro-batch on one chip (default: from ``estimate_network``).
+
+    Options (keywords, or fields of ``config``):
+
     micro_batch : int
         Samples per replica per micro-batch.
     gradient_accumulation : int
@@ -378,8 +374,6 @@ def estimate_training(net: Any = None, system: System | str = "POD16", *, micro_
         its v1.1 POD16 BERT LAMB ``("float16", "float32")`` (``lamb_m_dtype``); see README.
     replicated_sharding : bool
         Shard the optimizer state and update across replicas.
-    costs : list of LayerCost, optional
-        Per-layer costs of one micro-batch on one chip (default: from ``estimate_network``).
     sample_bytes : int, optional
         Host bytes per sample (default: the network's inputs in ``dtype``).
     bn_replica_group : int
@@ -399,86 +393,109 @@ def estimate_training(net: Any = None, system: System | str = "POD16", *, micro_
         0.15 (graphcore/examples ``vision/cnns/tensorflow2/configs.yml``,
         ``resnet50_mlperf_pod16_bs20``: ``available-memory-proportion: [15]``, in percent).
     """
+    cfg = TrainingConfig.of(config, options)
     system = get_system(system)
     chip = system.chip
-    mb = _int("micro_batch", micro_batch)
-    m = _int("gradient_accumulation", gradient_accumulation)
-    ipr = _int("ipus_per_replica", ipus_per_replica)
-    if ipr & (ipr - 1) or ipr > 16:
-        raise ValueError(f"ipus_per_replica must be 1, 2, 4, 8 or 16 (GCL replica sizes), got {ipr}")
-    reps = system.n_ipus // ipr if replicas is None else _int("replicas", replicas)
+    if cfg.micro_batch is None:
+        raise ValueError("estimate_training needs micro_batch (samples per replica per micro-batch)")
+    ipr = cfg.ipus_per_replica
+    reps = system.n_ipus // ipr if cfg.replicas is None else cfg.replicas
     if reps * ipr > system.n_ipus or reps < 1:
         raise SystemConfigError(f"{reps} replicas x {ipr} IPUs per replica = {reps * ipr} IPUs, but "
                                 f"{system.name} has {system.n_ipus}")
-    bn_group = check_bn_group(bn_replica_group, reps)
-    if optimizer not in OPTIMIZER_WORDS:
-        raise ValueError(f"optimizer must be one of {sorted(OPTIMIZER_WORDS)}, got {optimizer!r}")
-    if optimizer_state not in ("chip", "streaming"):
-        raise ValueError(f"optimizer_state must be 'chip' or 'streaming', got {optimizer_state!r}")
-    sdt = state_dtypes(optimizer, optimizer_state_dtype)
-    sbytes = sum(DTYPES[d].itemsize for d in sdt)
-    dt = canonical_dtype(dtype)
+    bn_group = check_bn_group(cfg.bn_replica_group, reps)
+    mb, dt, partials, amp = cfg.micro_batch, cfg.dtype, cfg.partials, cfg.available_memory_proportion
     item = DTYPES[dt].itemsize
     checkpoints = None
-    auto = isinstance(recompute, str) and recompute == "auto"
-    if isinstance(recompute, (list, tuple)) or auto:
+    auto = cfg.recompute == "auto"
+    if isinstance(cfg.recompute, tuple) or auto:
         if costs is not None or net is None:
             raise ValueError("recompute checkpoints need a network (the costs= rows are fixed)")
-        checkpoints = network_checkpoints(net, mb, chip, dt, partials, available_memory_proportion) \
-            if auto else [str(c) for c in recompute]
-        recompute = False    # the recomputed rows are inside the per-layer costs
-    elif recompute is not None and not isinstance(recompute, bool):
-        raise ValueError(f"recompute must be a bool, 'auto', None or a list of layer names, got "
-                         f"{recompute!r}")
-    if costs is not None and available_memory_proportion is not None:
+        checkpoints = network_checkpoints(net, mb, chip, dt, partials, amp) if auto else list(cfg.recompute)
+    # the recomputed rows of checkpoints are inside the per-layer costs
+    recompute = cfg.recompute is True
+    if costs is not None and amp is not None:
         raise ValueError("available_memory_proportion needs a network (the costs= rows are fixed)")
     if costs is None:
         if net is None:
             raise ValueError("give a network or costs=")
-        costs = _costs_from_network(net, mb, chip, dt, partials, checkpoints, available_memory_proportion)
+        costs = _costs_from_network(net, mb, chip, dt, partials, checkpoints, amp)
     costs = _check_costs(costs)
+    sample_bytes = cfg.sample_bytes
     if sample_bytes is None:
         sample_bytes = (sum(math.prod(net.nodes[i].sample_shape) for i in net.inputs) * item
                         if net is not None else 0)
-    recompute = bool(recompute)
-    budget = chip.n_tiles * chip.tile_budget_bytes
-    shard = reps if replicated_sharding else 1
+    sh = _Layout(reps, ipr, mb, cfg.gradient_accumulation, item, recompute,
+                 reps if cfg.replicated_sharding else 1, sample_bytes, bn_group, cfg.optimizer_state_dtype)
+    memory = _stage_memory(net, costs, chip, cfg, sh, checkpoints)
     names = [c.name for c in costs]
-    tiles = None
-    if net is not None and names == [n for n, _ in net.layers]:
-        tiles = tile_memory(net, mb, chip, dt, partials, checkpoints, recompute, m,
-                            0 if optimizer_state == "streaming" else sbytes, shard, ipr,
-                            available_memory_proportion)
-
-    def memory(s: int, i: int, j: int) -> dict:
-        """Stage s = layers i..j-1: per-tile liveness with a network, else the whole-chip rule."""
-        if tiles is not None:
-            return tiles(s, i, j)
-        layers = costs[i:j]
-        p = sum(c.n_params for c in layers)
-        state = 0 if optimizer_state == "streaming" else p * sbytes // shard
-        stash = (costs[i - 1].out_bytes if i else sample_bytes * mb) if recompute else \
-            sum(c.stash_bytes for c in layers)
-        b = 2 * p * item + state + (ipr - s) * stash + max(c.work_bytes for c in layers)
-        return {"memory_bytes": b, "fits": b <= budget, "budget_bytes": budget}
-
-    stages = _split(names, pipeline, ipr)
+    stages = _split(names, cfg.pipeline, ipr)
     if stages is None:
         def stage_cycles(s: int) -> list[int]:
             return [_layer_cycles(c, recompute, _bn_cycles(system, reps, ipr, bn_group, s, c, recompute))
                     for c in costs]
         try:
-            stages = _auto_fitting(costs, ipr, memory, stage_cycles, tiles is not None)
+            stages = _auto_fitting(costs, ipr, memory, stage_cycles, memory.per_tile)
         except StageMemoryError:
-            if not allow_overflow:
+            if not cfg.allow_overflow:
                 raise
             stages = _auto(costs, ipr, lambda s, i, j: True, stage_cycles)
-    est = _compose(system, costs, stages, reps, ipr, mb, m, item, recompute, optimizer,
-                   optimizer_state, shard, sample_bytes, memory, bn_group, allow_overflow, sdt)
+    est = _compose(system, costs, stages, cfg, sh, memory)
     est.info["recompute"] = "stage" if recompute else "auto" if auto else (
         "checkpoints" if checkpoints else None)
     est.info["recompute_checkpoints"] = list(checkpoints or [])
     return est
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """The configuration resolved against a system: the numbers the step model uses."""
+
+    reps: int
+    ipr: int
+    mb: int
+    m: int
+    item: int
+    recompute: bool
+    shard: int
+    sample_bytes: int
+    bn_group: int
+    sdt: tuple[str, ...]
+
+
+class _StageMemory:
+    """Memory of stage s = layers i..j-1 (``memory(s, i, j)``): per-tile liveness with a
+    network whose layers are the costs' rows, else the whole-chip rule."""
+
+    def __init__(self, tiles: Any, costs: list[LayerCost], chip: Any, cfg: TrainingConfig,
+                 sh: _Layout) -> None:
+        self.tiles, self.costs, self.cfg, self.sh = tiles, costs, cfg, sh
+        self.per_tile = tiles is not None
+        self.budget = chip.n_tiles * chip.tile_budget_bytes
+
+    def __call__(self, s: int, i: int, j: int) -> dict:
+        if self.tiles is not None:
+            return self.tiles(s, i, j)
+        sh, costs = self.sh, self.costs
+        layers = costs[i:j]
+        p = sum(c.n_params for c in layers)
+        sbytes = sum(DTYPES[d].itemsize for d in sh.sdt)
+        state = 0 if self.cfg.optimizer_state == "streaming" else p * sbytes // sh.shard
+        stash = (costs[i - 1].out_bytes if i else sh.sample_bytes * sh.mb) if sh.recompute else \
+            sum(c.stash_bytes for c in layers)
+        b = 2 * p * sh.item + state + (sh.ipr - s) * stash + max(c.work_bytes for c in layers)
+        return {"memory_bytes": b, "fits": b <= self.budget, "budget_bytes": self.budget}
+
+
+def _stage_memory(net: Any, costs: list[LayerCost], chip: Any, cfg: TrainingConfig, sh: _Layout,
+                  checkpoints: list[str] | None) -> _StageMemory:
+    tiles = None
+    if net is not None and [c.name for c in costs] == [n for n, _ in net.layers]:
+        sbytes = sum(DTYPES[d].itemsize for d in sh.sdt)
+        tiles = tile_memory(net, sh.mb, chip, cfg.dtype, cfg.partials, checkpoints, sh.recompute, sh.m,
+                            0 if cfg.optimizer_state == "streaming" else sbytes, sh.shard, sh.ipr,
+                            cfg.available_memory_proportion)
+    return _StageMemory(tiles, costs, chip, cfg, sh)
 
 
 def _auto_fitting(costs, ipr: int, memory, stage_cycles, lazy: bool) -> list[list[str]]:
@@ -505,8 +522,11 @@ def _auto_fitting(costs, ipr: int, memory, stage_cycles, lazy: bool) -> list[lis
 _AUTO_TRIES = 64
 
 
-def _compose(system, costs, stages, reps, ipr, mb, m, item, recompute, optimizer, optimizer_state,
-             shard, sample_bytes, memory, bn_group, allow_overflow, sdt=()) -> TrainingEstimate:
+def _compose(system: System, costs: list[LayerCost], stages: list[list[str]], cfg: TrainingConfig,
+             sh: _Layout, memory: _StageMemory) -> TrainingEstimate:
+    reps, ipr, mb, m, item, recompute = sh.reps, sh.ipr, sh.mb, sh.m, sh.item, sh.recompute
+    shard, sample_bytes, bn_group, sdt = sh.shard, sh.sample_bytes, sh.bn_group, sh.sdt
+    optimizer, optimizer_state, allow_overflow = cfg.optimizer_name, cfg.optimizer_state, cfg.allow_overflow
     chip = system.chip
     clock = chip.clock_hz
     pos = {c.name: k for k, c in enumerate(costs)}
