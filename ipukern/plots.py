@@ -25,7 +25,7 @@ import numpy as np
 
 __all__ = ["plot_scaling", "plot_memory_heatmap", "plot_timeline", "plot_activity", "pipeline_schedule_png",
            "tile_grid_shape", "PLOT_INSTALL_HINT", "have_matplotlib", "plot_network_layers",
-           "plot_network_memory"]
+           "plot_network_memory", "figure_classes", "save_figure"]
 
 PLOT_INSTALL_HINT = 'plots need matplotlib: pip install "ipukern[plot]" (or pip install matplotlib)'
 
@@ -36,13 +36,13 @@ PHASE_COLOURS = {"compute": "#4C72B0", "sync": "#C44E52", "exchange": "#DD8452"}
 def have_matplotlib() -> bool:
     """True when matplotlib can be imported."""
     try:
-        _figure()
+        figure_classes()
     except ImportError:
         return False
     return True
 
 
-def _figure():
+def figure_classes() -> tuple[Any, Any]:
     """(Figure class, FigureCanvasAgg class), or ImportError with the install hint."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -52,8 +52,9 @@ def _figure():
     return Figure, FigureCanvasAgg
 
 
-def _save(fig, path: str | Path, dpi: int) -> Path:
-    _, Canvas = _figure()
+def save_figure(fig: Any, path: str | Path, dpi: int) -> Path:
+    """Render ``fig`` with the Agg canvas and write it to ``path`` (format from its suffix)."""
+    _, Canvas = figure_classes()
     Canvas(fig)
     path = Path(path)
     fig.savefig(path, dpi=dpi)
@@ -107,7 +108,7 @@ def plot_scaling(rows: Sequence[Any], path: str | Path, *, title: str | None = N
     ValueError
         No rows.
     """
-    Figure, _ = _figure()
+    Figure, _ = figure_classes()
     from matplotlib.lines import Line2D
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
@@ -271,7 +272,7 @@ def plot_scaling(rows: Sequence[Any], path: str | Path, *, title: str | None = N
         import textwrap
         title = "\n".join(textwrap.wrap(title, 60 if size == "column" else 110))
     fig.suptitle(title, fontsize=fs + 1 if small else 12)
-    return _save(fig, path, dpi)
+    return save_figure(fig, path, dpi)
 
 
 def _layer_colours(n: int) -> list:
@@ -334,7 +335,7 @@ def plot_memory_heatmap(profile: Any, path: str | Path, *, title: str | None = N
     ValueError
         The profile has no memory report.
     """
-    Figure, _ = _figure()
+    Figure, _ = figure_classes()
     rep = _memory_report(profile)
     per_tile = np.asarray(rep.per_tile, dtype=np.float64)
     n = per_tile.size
@@ -393,7 +394,7 @@ def plot_memory_heatmap(profile: Any, path: str | Path, *, title: str | None = N
     bx.set_title("by category", fontsize=10)
     bx.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=1)
     bx.grid(True, axis="x", alpha=0.3)
-    return _save(fig, path, dpi)
+    return save_figure(fig, path, dpi)
 
 
 # =========================================================================== timeline
@@ -413,7 +414,7 @@ def plot_timeline(profile: Any, path: str | Path, *, title: str | None = None,
     ValueError
         The profile has no supersteps.
     """
-    Figure, _ = _figure()
+    Figure, _ = figure_classes()
     steps = list(profile.supersteps)
     if not steps:
         raise ValueError("plot_timeline: the profile has no supersteps")
@@ -457,7 +458,7 @@ def plot_timeline(profile: Any, path: str | Path, *, title: str | None = None,
         if len(steps) > len(shown):
             title += f" (first {len(shown)} of {len(steps)} supersteps shown)"
     ax.set_title(title, fontsize=10)
-    return _save(fig, path, dpi)
+    return save_figure(fig, path, dpi)
 
 
 def pipeline_schedule_png(est: Any, path: str | Path, *, dpi: int = 120) -> Path:
@@ -465,7 +466,7 @@ def pipeline_schedule_png(est: Any, path: str | Path, *, dpi: int = 120) -> Path
     each pipeline cycle a stage is busy with one micro-batch's forward and backward (it idles
     for the rest of the cycle, the slowest stage's time), links + syncs close the cycle;
     fill and drain show as the empty cycles at the ends; then all-reduce and optimizer."""
-    Figure, Canvas = _figure()
+    Figure, Canvas = figure_classes()
     s_count, m = est.ipus_per_replica, est.gradient_accumulation
     cycle = est.info["pipeline_cycle_s"]
     rows = [r for r in est.breakdown if r["replica"] == 0]
@@ -488,7 +489,7 @@ def pipeline_schedule_png(est: Any, path: str | Path, *, dpi: int = 120) -> Path
     ax.set_xlabel("time (ms)")
     ax.set_title(f"{est.system}: {s_count}-stage pipeline, {m} micro-batches, {est.replicas} replicas "
                  "(blue compute, orange links/sync/idle, red all-reduce + optimizer)", fontsize=8)
-    return _save(fig, path, dpi)
+    return save_figure(fig, path, dpi)
 
 
 # =========================================================================== networks
@@ -498,7 +499,7 @@ def plot_network_layers(profile: Any, path: str | Path, *, title: str | None = N
     coloured by category (conv, matmul, elementwise, pool, norm, ...), with the inserted
     rearrangement exchanges stacked on top."""
     from .nn.profile import CATEGORY
-    Figure, _ = _figure()
+    Figure, _ = figure_classes()
     rows = profile.layers
     cats = sorted({CATEGORY.get(r["op"], r["op"]) for r in rows})
     colours = dict(zip(cats, _layer_colours(len(cats)), strict=True))
@@ -519,14 +520,14 @@ def plot_network_layers(profile: Any, path: str | Path, *, title: str | None = N
     ax.set_title(title or f"{profile.label}: time per layer, batch {profile.batch} "
                           f"({profile.seconds * 1e3:.2f} ms total)")
     fig.tight_layout()
-    return _save(fig, path, dpi)
+    return save_figure(fig, path, dpi)
 
 
 def plot_network_memory(profile: Any, path: str | Path, *, title: str | None = None,
                         dpi: int = 120) -> Path:
     """Peak per-tile memory at each layer step of a network program, with the tile's
     memory and the reserve as lines."""
-    Figure, _ = _figure()
+    Figure, _ = figure_classes()
     fig = Figure(figsize=(9, 4.5))
     ax = fig.add_subplot(1, 1, 1)
     mem = profile._memory
@@ -539,7 +540,7 @@ def plot_network_memory(profile: Any, path: str | Path, *, title: str | None = N
     ax.set_title(title or f"{profile.label}: memory over the program, batch {profile.batch}")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    return _save(fig, path, dpi)
+    return save_figure(fig, path, dpi)
 
 
 # =========================================================================== tile activity
@@ -564,7 +565,7 @@ def plot_activity(profile: Any, path: str | Path, *, title: str | None = None,
     ValueError
         The profile has no supersteps.
     """
-    Figure, _ = _figure()
+    Figure, _ = figure_classes()
     steps = list(profile.supersteps)[:max_supersteps]
     if not steps:
         raise ValueError("plot_activity: the profile has no supersteps")
@@ -593,4 +594,4 @@ def plot_activity(profile: Any, path: str | Path, *, title: str | None = None,
         label = getattr(profile, "label", "") or ""
         title = f"Tile activity per superstep{': ' + label if label else ''} on {profile.machine.name}"
     ax.set_title(title, fontsize=10)
-    return _save(fig, path, dpi)
+    return save_figure(fig, path, dpi)

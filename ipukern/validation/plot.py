@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..plots import _figure, _save
+from ..plots import figure_classes, save_figure
 
 __all__ = ["plot_validation"]
 
@@ -20,7 +20,7 @@ def plot_validation(result: Any, path: str | Path, *, band: float = 0.25, dpi: i
     legend as "not modelled". Raises ImportError (with the install hint) without matplotlib.
     """
     from . import VARIANTS
-    Figure, _ = _figure()
+    Figure, _ = figure_classes()
     variants = list(VARIANTS)
     fig = Figure(figsize=(5.2 * len(variants), 5.0))
     axes = [fig.add_subplot(1, len(variants), i + 1) for i in range(len(variants))]
@@ -56,4 +56,4 @@ def plot_validation(result: Any, path: str | Path, *, band: float = 0.25, dpi: i
         ax.legend(fontsize=6.5, loc="upper left")
     fig.suptitle("ipukern vs published IPU measurements", fontsize=11)
     fig.tight_layout()
-    return _save(fig, path, dpi)
+    return save_figure(fig, path, dpi)
