@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -109,146 +110,190 @@ def plot_scaling(rows: Sequence[Any], path: str | Path, *, title: str | None = N
         No rows.
     """
     Figure, _ = figure_classes()
-    from matplotlib.lines import Line2D
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
     rows = list(rows)
     if not rows:
         raise ValueError("plot_scaling: no rows to plot")
-    layers = list(dict.fromkeys(r.layer for r in rows))
-    batches = sorted({r.batch for r in rows})
-    ipus = list(dict.fromkeys(r.device for r in rows if r.kind == "ipu"))
-    gpus = list(dict.fromkeys(r.device for r in rows if r.kind == "gpu"))
-    pairs = [(m, g) for m in ipus for g in gpus]
-    colours = _layer_colours(len(layers))
-    marker = {lay: _LAYER_MARKERS[i % len(_LAYER_MARKERS)] for i, lay in enumerate(layers)}
-    # the first (headline) layer on top, so no other layer hides it
-    zorder = {lay: 3 + len(layers) - i for i, lay in enumerate(layers)}
-    style = {d: _IPU_STYLES[i % len(_IPU_STYLES)] for i, d in enumerate(ipus)}
-    style.update({d: _GPU_STYLES[i % len(_GPU_STYLES)] for i, d in enumerate(gpus)})
-    peaks = {}
-    for r in rows:
-        peaks.setdefault(r.device, r.peak_tflops)
-    # ticks at powers of two only: the dense points (e.g. 144, 240) would collide with them
-    top = max(r.channels_per_group for r in rows)
-    cpg_ticks = [2 ** k for k in range(0, max(top, 1).bit_length() + 1) if 2 ** k < 2 * top]
-
-    n = len(batches)
-    ncols = 2 if pairs else 1
     if size not in FIGURE_WIDTHS:
         raise ValueError(f"size must be one of {', '.join(FIGURE_WIDTHS)}, got {size!r}")
+    st = _ScalingStyle.of(rows, size)
+    fig, axes = _scaling_grid(Figure, size, len(st.batches), 2 if st.pairs else 1)
+    for bi, b in enumerate(st.batches):
+        _throughput_panel(axes[bi][0], st, rows, b)
+        if st.pairs:
+            _ratio_panel(axes[bi][1], st, rows, b)
+    _scaling_legends(fig, axes, st)
+    if title is None:
+        title = _scaling_title(rows, bool(st.ipus))
+    if st.small:
+        import textwrap
+        title = "\n".join(textwrap.wrap(title, 60 if size == "column" else 110))
+    fig.suptitle(title, fontsize=st.fs + 1 if st.small else 12)
+    return save_figure(fig, path, dpi)
+
+
+@dataclass(frozen=True)
+class _ScalingStyle:
+    """What every panel of :func:`plot_scaling` shares: the layers, devices and pairs in the
+    rows, and each one's colour, marker, line style, size and drawing order."""
+
+    layers: list
+    batches: list
+    ipus: list
+    gpus: list
+    pairs: list
+    colours: list
+    marker: dict
+    zorder: dict
+    style: dict
+    peaks: dict
+    cpg_ticks: list
+    small: bool
+    fs: int
+    msize: dict
+    lwidth: dict
+    xlabel: str
+
+    @classmethod
+    def of(cls, rows: list, size: str) -> "_ScalingStyle":
+        layers = list(dict.fromkeys(r.layer for r in rows))
+        ipus = list(dict.fromkeys(r.device for r in rows if r.kind == "ipu"))
+        gpus = list(dict.fromkeys(r.device for r in rows if r.kind == "gpu"))
+        style = {d: _IPU_STYLES[i % len(_IPU_STYLES)] for i, d in enumerate(ipus)}
+        style.update({d: _GPU_STYLES[i % len(_GPU_STYLES)] for i, d in enumerate(gpus)})
+        peaks: dict = {}
+        for r in rows:
+            peaks.setdefault(r.device, r.peak_tflops)
+        # ticks at powers of two only: the dense points (e.g. 144, 240) would collide with them
+        top = max(r.channels_per_group for r in rows)
+        small = FIGURE_WIDTHS[size] is not None
+        return cls(
+            layers=layers, batches=sorted({r.batch for r in rows}), ipus=ipus, gpus=gpus,
+            pairs=[(m, g) for m in ipus for g in gpus], colours=_layer_colours(len(layers)),
+            marker={lay: _LAYER_MARKERS[i % len(_LAYER_MARKERS)] for i, lay in enumerate(layers)},
+            # the first (headline) layer on top, so no other layer hides it
+            zorder={lay: 3 + len(layers) - i for i, lay in enumerate(layers)},
+            style=style, peaks=peaks,
+            cpg_ticks=[2 ** k for k in range(0, max(top, 1).bit_length() + 1) if 2 ** k < 2 * top],
+            small=small, fs=7 if small else 9,
+            # layers drawn later sit below with larger markers and wider lines, so a layer whose
+            # points coincide with another's still shows as a ring / halo around them
+            msize={lay: (3.0 if small else 4.0) + 1.1 * i for i, lay in enumerate(layers)},
+            lwidth={lay: (1.0 if small else 1.3) + 0.5 * i for i, lay in enumerate(layers)},
+            xlabel=("input channels per group (star = dense)" if small
+                    else "input channels per group (log scale; star = dense, groups = 1)"))
+
+
+def _scaling_grid(Figure: Any, size: str, n: int, ncols: int) -> tuple[Any, Any]:
+    """The figure and its ``n`` rows of ``ncols`` panels for this size."""
     width = FIGURE_WIDTHS[size]
-    small = width is not None
-    fs = 7 if small else 9                              # base font size
     if size == "column":                               # one panel per row, legends below
         fig = Figure(figsize=(width, 2.4 * n * ncols + 1.6), layout="constrained")
         flat = fig.subplots(n * ncols, 1, squeeze=False)
-        axes = [[flat[bi * ncols + k][0] for k in range(ncols)] for bi in range(n)]
-    elif size == "double":
+        return fig, [[flat[bi * ncols + k][0] for k in range(ncols)] for bi in range(n)]
+    if size == "double":
         fig = Figure(figsize=(width, 2.6 * n + 1.2), layout="constrained")
-        axes = fig.subplots(n, ncols, squeeze=False)
     else:
         fig = Figure(figsize=(6.2 * ncols + 2.6, 4.3 * n + 0.9), layout="constrained")
-        axes = fig.subplots(n, ncols, squeeze=False)
-    xfmt = FuncFormatter(lambda v, _: f"{v:g}")
-    # layers drawn later sit below with larger markers and wider lines, so a layer whose
-    # points coincide with another's still shows as a ring / halo around them
-    msize = {lay: (3.0 if small else 4.0) + 1.1 * i for i, lay in enumerate(layers)}
-    lwidth = {lay: (1.0 if small else 1.3) + 0.5 * i for i, lay in enumerate(layers)}
-    xlabel = ("input channels per group (star = dense)" if small
-              else "input channels per group (log scale; star = dense, groups = 1)")
-    for bi, b in enumerate(batches):
-        ax = axes[bi][0]
-        for li, lay in enumerate(layers):
-            for dev in ipus + gpus:
-                pts = sorted((r.channels_per_group, r.tflops, r.dense) for r in rows
-                             if r.layer == lay and r.batch == b and r.device == dev)
-                if not pts:
-                    continue
-                ls, _ = style[dev]
-                xs, ys, dense = zip(*pts)
-                ax.plot(xs, ys, linestyle=ls, marker=marker[lay], ms=msize[lay],
-                        lw=lwidth[lay], color=colours[li], zorder=zorder[lay],
-                        markeredgecolor="white", markeredgewidth=0.4)
-                for x, y, d in pts:
-                    if d:
-                        ax.plot([x], [y], marker="*", ms=11, color=colours[li],
-                                markeredgecolor="black", markeredgewidth=0.5, linestyle="none")
-        for dev in ipus + gpus:
-            ax.axhline(peaks[dev], color="0.6", lw=0.8, linestyle=style[dev][0])
-            ax.annotate(f"{dev} peak {peaks[dev]:.0f}", (0.0, peaks[dev]),
-                        xycoords=("axes fraction", "data"), xytext=(3, 2),
-                        textcoords="offset points", ha="left", va="bottom", fontsize=7,
-                        color="0.4")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel("achieved TFLOP/s (log)" if small else "achieved throughput (TFLOP/s, log scale)")
-        ax.set_title(f"batch {b}: throughput", fontsize=11)
-        ax.xaxis.set_major_formatter(xfmt)
-        ax.set_xticks(cpg_ticks)
-        ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        ax.grid(True, which="major", alpha=0.3)
-        ax.tick_params(axis="x", labelsize=8)
-        if pairs:
-            ax = axes[bi][1]
-            for li, lay in enumerate(layers):
-                for pi, (m, g) in enumerate(pairs):
-                    pts = sorted((r.channels_per_group, r.ratios.get(g), r.dense) for r in rows
-                                 if r.layer == lay and r.batch == b and r.device == m
-                                 and r.ratios.get(g) is not None)
-                    if not pts:
-                        continue
-                    ls, _ = (_PAIR_STYLES[pi % len(_PAIR_STYLES)] if len(pairs) > 1
-                             else style[m])
-                    xs, ys, _ = zip(*pts)
-                    ax.plot(xs, ys, linestyle=ls, marker=marker[lay], ms=msize[lay],
-                            lw=lwidth[lay], color=colours[li], zorder=zorder[lay],
-                            markeredgecolor="white", markeredgewidth=0.4)
-                    for x, y, d in pts:
-                        if d:
-                            ax.plot([x], [y], marker="*", ms=11, color=colours[li],
-                                    markeredgecolor="black", markeredgewidth=0.5,
-                                    linestyle="none")
-            ax.axhline(1.0, color="black", lw=1.0)
-            ax.annotate("parity (1x)", (0.01, 1.0), xycoords=("axes fraction", "data"),
-                        xytext=(2, 3), textcoords="offset points", fontsize=8)
-            ax.set_xscale("log", base=2)
-            ax.set_yscale("log")
-            ax.set_xlabel(xlabel)
-            ylabel = "IPU / GPU throughput ratio (x, log scale)"
-            if len(pairs) == 1:
-                ylabel = f"{pairs[0][0]} / {pairs[0][1]} throughput (x, log scale)"
-            if small:
-                ylabel = "IPU / GPU throughput (x, log)"
-            ax.set_ylabel(ylabel)
-            ax.set_title(f"batch {b}: IPU / GPU ratio (above 1: IPU faster)", fontsize=11)
-            ax.xaxis.set_major_formatter(xfmt)
-            ax.set_xticks(cpg_ticks)
-            ax.xaxis.set_minor_formatter(NullFormatter())
-            ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-            ax.yaxis.set_minor_formatter(NullFormatter())
-            ax.grid(True, which="major", alpha=0.3)
-            ax.tick_params(axis="x", labelsize=8)
+    return fig, fig.subplots(n, ncols, squeeze=False)
 
-    # legends outside the panels: layers by colour, devices by line style
-    layer_handles = [Line2D([], [], color=colours[i], lw=2, marker=marker[lay], label=lay)
-                     for i, lay in enumerate(layers)]
-    dev_handles = []
-    for d in ipus + gpus:
-        ls, _ = style[d]
-        dev_handles.append(Line2D([], [], color="0.2", linestyle=ls,
-                                  label=f"{d} ({'IPU' if d in ipus else 'GPU'})"))
-    if len(pairs) > 1:
+
+def _series(ax: Any, st: _ScalingStyle, li: int, lay: str, ls: Any, pts: list) -> None:
+    """One layer's line on a panel, its dense point as a star."""
+    xs, ys, _ = zip(*pts)
+    ax.plot(xs, ys, linestyle=ls, marker=st.marker[lay], ms=st.msize[lay],
+            lw=st.lwidth[lay], color=st.colours[li], zorder=st.zorder[lay],
+            markeredgecolor="white", markeredgewidth=0.4)
+    for x, y, d in pts:
+        if d:
+            ax.plot([x], [y], marker="*", ms=11, color=st.colours[li],
+                    markeredgecolor="black", markeredgewidth=0.5, linestyle="none")
+
+
+def _cpg_axes(ax: Any, st: _ScalingStyle) -> None:
+    """Log-log axes over channels per group."""
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel(st.xlabel)
+
+
+def _cpg_ticks(ax: Any, st: _ScalingStyle) -> None:
+    """Channels-per-group ticks at powers of two, plainly labelled."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_xticks(st.cpg_ticks)
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
+def _throughput_panel(ax: Any, st: _ScalingStyle, rows: list, b: int) -> None:
+    """Achieved TFLOP/s vs channels per group at batch ``b``, every device, with peaks."""
+    from matplotlib.ticker import FuncFormatter
+    for li, lay in enumerate(st.layers):
+        for dev in st.ipus + st.gpus:
+            pts = sorted((r.channels_per_group, r.tflops, r.dense) for r in rows
+                         if r.layer == lay and r.batch == b and r.device == dev)
+            if pts:
+                _series(ax, st, li, lay, st.style[dev][0], pts)
+    for dev in st.ipus + st.gpus:
+        ax.axhline(st.peaks[dev], color="0.6", lw=0.8, linestyle=st.style[dev][0])
+        ax.annotate(f"{dev} peak {st.peaks[dev]:.0f}", (0.0, st.peaks[dev]),
+                    xycoords=("axes fraction", "data"), xytext=(3, 2),
+                    textcoords="offset points", ha="left", va="bottom", fontsize=7,
+                    color="0.4")
+    _cpg_axes(ax, st)
+    ax.set_ylabel("achieved TFLOP/s (log)" if st.small else "achieved throughput (TFLOP/s, log scale)")
+    ax.set_title(f"batch {b}: throughput", fontsize=11)
+    _cpg_ticks(ax, st)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.grid(True, which="major", alpha=0.3)
+    ax.tick_params(axis="x", labelsize=8)
+
+
+def _ratio_panel(ax: Any, st: _ScalingStyle, rows: list, b: int) -> None:
+    """IPU TFLOP/s / GPU TFLOP/s per (machine, GPU) pair at batch ``b``, parity marked."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    pairs = st.pairs
+    for li, lay in enumerate(st.layers):
         for pi, (m, g) in enumerate(pairs):
+            pts = sorted((r.channels_per_group, r.ratios.get(g), r.dense) for r in rows
+                         if r.layer == lay and r.batch == b and r.device == m
+                         and r.ratios.get(g) is not None)
+            if pts:
+                ls = (_PAIR_STYLES[pi % len(_PAIR_STYLES)] if len(pairs) > 1 else st.style[m])[0]
+                _series(ax, st, li, lay, ls, pts)
+    ax.axhline(1.0, color="black", lw=1.0)
+    ax.annotate("parity (1x)", (0.01, 1.0), xycoords=("axes fraction", "data"),
+                xytext=(2, 3), textcoords="offset points", fontsize=8)
+    _cpg_axes(ax, st)
+    ylabel = "IPU / GPU throughput ratio (x, log scale)"
+    if len(pairs) == 1:
+        ylabel = f"{pairs[0][0]} / {pairs[0][1]} throughput (x, log scale)"
+    if st.small:
+        ylabel = "IPU / GPU throughput (x, log)"
+    ax.set_ylabel(ylabel)
+    ax.set_title(f"batch {b}: IPU / GPU ratio (above 1: IPU faster)", fontsize=11)
+    _cpg_ticks(ax, st)
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.grid(True, which="major", alpha=0.3)
+    ax.tick_params(axis="x", labelsize=8)
+
+
+def _scaling_legends(fig: Any, axes: Any, st: _ScalingStyle) -> None:
+    """Legends outside the panels: layers by colour, devices by line style."""
+    from matplotlib.lines import Line2D
+    fs = st.fs
+    layer_handles = [Line2D([], [], color=st.colours[i], lw=2, marker=st.marker[lay], label=lay)
+                     for i, lay in enumerate(st.layers)]
+    dev_handles = [Line2D([], [], color="0.2", linestyle=st.style[d][0],
+                          label=f"{d} ({'IPU' if d in st.ipus else 'GPU'})") for d in st.ipus + st.gpus]
+    if len(st.pairs) > 1:
+        for pi, (m, g) in enumerate(st.pairs):
             ls, _ = _PAIR_STYLES[pi % len(_PAIR_STYLES)]
-            dev_handles.append(Line2D([], [], color="0.5", linestyle=ls,
-                                      label=f"ratio {m}/{g}"))
+            dev_handles.append(Line2D([], [], color="0.5", linestyle=ls, label=f"ratio {m}/{g}"))
     dev_handles.append(Line2D([], [], marker="*", ms=11, color="0.5", markeredgecolor="black",
                               linestyle="none", label="dense (groups = 1)"))
-    if small:
+    if st.small:
         for row in axes:
             for ax in row:
                 ax.xaxis.label.set_fontsize(fs)
@@ -262,17 +307,14 @@ def plot_scaling(rows: Sequence[Any], path: str | Path, *, title: str | None = N
                    fontsize=8, title_fontsize=9)
         fig.legend(handles=dev_handles, title="device", loc="outside right lower", fontsize=8,
                    title_fontsize=9)
-    if title is None:
-        r0 = rows[0]
-        curve = next((r.gpu_curve for r in rows if r.gpu_curve), None)
-        title = (f"Grouped conv2d throughput vs channels per group ({r0.dtype}"
-                 + (f", IPU partials {r0.partials}" if ipus else "")
-                 + (f"; GPU model: {curve} curve" if curve else "") + ")")
-    if small:
-        import textwrap
-        title = "\n".join(textwrap.wrap(title, 60 if size == "column" else 110))
-    fig.suptitle(title, fontsize=fs + 1 if small else 12)
-    return save_figure(fig, path, dpi)
+
+
+def _scaling_title(rows: list, has_ipu: bool) -> str:
+    r0 = rows[0]
+    curve = next((r.gpu_curve for r in rows if r.gpu_curve), None)
+    return (f"Grouped conv2d throughput vs channels per group ({r0.dtype}"
+            + (f", IPU partials {r0.partials}" if has_ipu else "")
+            + (f"; GPU model: {curve} curve" if curve else "") + ")")
 
 
 def _layer_colours(n: int) -> list:
