@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..conv.planner import temp_bytes_bound
+from ..conv import temp_bytes_bound
 from ..core.memory import TileMemoryError
 from ..dtypes import canonical_dtype, partials_dtype
 from ..machine import GC200, MachineSpec, get_machine

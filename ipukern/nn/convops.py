@@ -21,11 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from ..conv.build import ConvProgram, bias_codelets, build_conv_program
-from ..conv.layout import MAX_INPUT_OWNERS
-from ..conv.params import ConvParams
-from ..conv.planner import plan_conv
-from ..conv.prefetch import BuiltPass, take, take_built
+from ..conv import MAX_INPUT_OWNERS, ConvParams, ConvProgram, bias_codelets, build_conv_program, plan_conv
+from ..conv.host import BuiltPass, take, take_built
 from ..core.engine import run_program
 from ..core.tensor import LazyTileMapping
 from ..dtypes import DTYPES

@@ -14,7 +14,7 @@ import numpy as np
 from contextlib import nullcontext
 from typing import Any
 
-from ..conv.prefetch import PlanKey, plan_worker, spare_core, worker_enabled
+from ..conv.host import PlanKey, plan_worker, spare_core, worker_enabled
 from ..ops.matmul import _conv_params
 from .backward import conv_pass_params, matmul_pass_layout
 from .compile import bn_folds

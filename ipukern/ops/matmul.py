@@ -25,8 +25,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..conv.params import ConvParams
-from ..conv.planner import ConvPlan
+from ..conv import ConvParams, ConvPlan
 from ..core.profile import Profile
 from ..dtypes import canonical_dtype
 from ..machine import GC200, MachineSpec, get_machine
