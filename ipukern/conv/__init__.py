@@ -1,14 +1,22 @@
-"""The PopLibs-style convolution pipeline, one stage per module.
+"""The PopLibs-style convolution pipeline, one stage per module (each imports only the
+ones above it):
 
-params (ConvParams, the expandDims params) -> estimators (vertex cycles) -> search
-(candidate splits, scored) -> planner (ConvPlan: the direct plan, and a plan under
-expandDims) -> expand (the transform's model) -> layout (tile geometry) -> buffers -> build
-(ConvProgram) / expand_build (the transform on chip) -> compile (the conv entry:
-:func:`plan_conv` and :func:`build_conv_program`, direct or expandDims) -> codelet (the
-compiled per-tile conv vertex). Host-speed machinery (the forked planning worker) is in
-:mod:`.host`, apart from the model.
+- ``params``: ConvParams, and the expandDims transform's params;
+- ``estimators``: the vertex cycle estimates, per vertex family;
+- ``reduce``, ``layout``, ``mapping``, ``homes``: staged reductions, tile geometry, tensor
+  mappings and homes;
+- ``sizing`` and ``search``: the planner's candidate splits, their busiest tile's bytes
+  and cycles, and the branch-and-bound search over them;
+- ``expand``: the expandDims transform's cost model;
+- ``planner``: ConvPlan, the direct plan and the plan under one expandDims transform;
+- ``buffers``, ``build``, ``expand_build``: the program of a plan (ConvProgram), and the
+  transform built on chip;
+- ``compile``: the conv entry, :func:`plan_conv` and :func:`build_conv_program` (direct
+  or expandDims);
+- ``codelet`` (the compiled per-tile conv vertex), ``passes`` (a conv's gradient passes).
 
-This face names what the layers above (ops, nn, systems, the CLI) use.
+Host-speed machinery (the forked planning worker) is in :mod:`.host`, apart from the
+model. This face names what the layers above (ops, nn, systems, the CLI) use.
 """
 from .build import ConvProgram, bias_codelets
 from .compile import build_conv_program, plan_conv

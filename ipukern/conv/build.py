@@ -175,9 +175,8 @@ def bias_codelets(program) -> list:
 
 def build_direct_program(plan: ConvPlan, device: Device | None = None, *,
                          vertex: Any = None, input_owners: int = MAX_INPUT_OWNERS) -> ConvProgram:
-    """Lay out ``plan`` (a plan without expandDims, or an expandDims plan's expanded conv)
-    on a fresh device (or the given empty one) and build its program. The conv entry
-    :func:`ipukern.conv.compile.build_conv_program` builds every plan.
+    """Lay out ``plan`` (no expandDims: :func:`ipukern.conv.build_conv_program` builds
+    every plan) on a fresh device (or the given empty one) and build its program.
 
     ``vertex`` (a :class:`~ipukern.graph.tilefn.TileFunction` ``f(a, b, c)``) replaces the
     built-in conv vertex for 1x1, stride-1, single-row convs with one conv group per tile

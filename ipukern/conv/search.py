@@ -70,7 +70,8 @@ from .estimators import (VertexMethod, candidate_methods, conv_vertex_cycles_arr
 from .estimators import candidates as _estimator_candidates
 from .layout import MAX_INPUT_OWNERS, Split
 from .params import ConvParams
-from .reduce import planner_tries_depth, reduce_stages
+from .reduce import planner_tries_depth
+from .sizing import Table, fewest_serial_slices, with_windows
 
 __all__ = ["SearchResult", "search", "score_each_method", "vertex_candidates",
            "writes_output_type", "in_chan_splits", "clear_planner_caches",
@@ -88,8 +89,6 @@ DEEP_SPLIT_RATIO = 1.5
 LB_SLACK = 2.0
 #: plans this close to the fastest count as ties (see _score_method)
 NEAR_TIE = 0.005
-#: byte alignment of every per-tile buffer (TileMemory aligns to 8; a power of two, see _aligned)
-_ALIGN = 8
 #: branch and bound (see _costs): cost this many split vectors of least lower bound in full
 #: first, and prune the rest with their best. PRUNE = False costs every split vector in
 #: full (the exhaustive search the tests compare with); both give the same plan
@@ -97,13 +96,6 @@ BNB_SEED = 16
 PRUNE = True
 #: score kernel-row splits (PopLibs' kernelSplit); False plans without them (baselines)
 KERNEL_SPLITS = True
-
-
-def _aligned(nbytes):
-    """``nbytes`` rounded up to a multiple of ``_ALIGN`` (a power of two): an add and a
-    mask, as ``ceil_div(n, _ALIGN) * _ALIGN`` on integers but in two passes over a
-    candidate column instead of four (it runs nine times per serial count sized)."""
-    return (nbytes + (_ALIGN - 1)) & -_ALIGN
 
 
 def _method_grains(p: ConvParams, m: VertexMethod) -> tuple[int, int, int]:
@@ -119,11 +111,6 @@ def _axis_sizes(n: int, grain: int, s: np.ndarray) -> np.ndarray:
     return np.minimum(ceil_div(ceil_div(n, grain), s) * grain, n)
 
 
-def _window_extent(n_out_t: np.ndarray, k: int, stride: int, dil: int, size: int) -> np.ndarray:
-    """Input rows a block of n_out_t output rows needs (clipped to the input)."""
-    return np.minimum((n_out_t - 1) * stride + (k - 1) * dil + 1, size)
-
-
 def vertex_candidates(p: ConvParams, machine: MachineSpec) -> list[VertexMethod]:
     """The vertex candidates the planner scores for ``p`` (a new list): the methods'
     candidates, then the direct-output ones last, so a tie keeps the requested partials
@@ -133,7 +120,6 @@ def vertex_candidates(p: ConvParams, machine: MachineSpec) -> list[VertexMethod]
     cands += direct_output_candidates(machine, p.dtype, p.partials, p.in_per_group,
                                       p.kernel_h, p.kernel_w)
     return cands
-
 
 
 class SearchResult(NamedTuple):
@@ -209,23 +195,11 @@ def score_each_method(p: ConvParams, machine: MachineSpec, *, bias: bool
     return out
 
 
-#: why a vertex method can have no valid split at all (see _channel_axes, _split_vectors)
-_NO_SPLIT_HINTS = {
-    "SLIC": "SLIC needs stride_w <= 2 and no dilation",
-    "VMAC": "VMAC computes one output channel per group per tile, so it needs at least as "
-            "many tiles as output channels per group",
-    "AMP": "AMP needs the conv's channel grouping on the tiles",
-    "HMAC": "HMAC needs the conv's channel grouping on the tiles",
-}
-
-
 def writes_output_type(p: ConvParams, method: VertexMethod) -> bool:
     """Whether ``method`` is a direct-output candidate: an AMP accumulating in the output
     type although the conv asked for other partials (no reduction may follow it)."""
     return (method.method == "AMP" and method.partials_dtype == p.dtype
             and method.partials_dtype != p.partials)
-
-
 
 
 def _serial_candidates(p: ConvParams) -> np.ndarray:
@@ -345,16 +319,6 @@ def in_chan_splits(n_grains: int, T: int) -> np.ndarray:
     return np.concatenate([small, np.array(kept, dtype=np.int64)])
 
 
-class _Table(dict):
-    """Candidate split vectors as equal-length int64 columns (one row per candidate);
-    columns read as attributes, ``take`` keeps a subset of rows."""
-
-    __getattr__ = dict.__getitem__
-
-    def take(self, sel: np.ndarray) -> "_Table":
-        return _Table({k: v[sel] for k, v in self.items()})
-
-
 class _Scored(NamedTuple):
     """The best split vector of one vertex method."""
 
@@ -395,13 +359,13 @@ def _score_method(p: ConvParams, machine: MachineSpec, cand: VertexMethod, bias:
     c = _lower_bound_prune(p, machine, cand, c, bound)
     if c is None:
         return _MethodScore(n_all, None, None)
-    c = _with_windows(p, c, writes_output_type(p, cand))
+    c = with_windows(p, c, writes_output_type(p, cand))
     if PRUNE and beat is not None:
         c = _beat_prune(p, machine, cand, c, bias, beat)
         if c is None:
             return _MethodScore(n_all, None, None)     # nothing here beats the best plan
     og = _method_grains(p, cand)[2]
-    serial, smallest, sizes = _fewest_serial_slices(p, machine, og, c, serials, bias, temp_bound)
+    serial, smallest, sizes = fewest_serial_slices(p, machine, og, c, serials, bias, temp_bound)
     fits = serial > 0
     if cand.method == "VMAC":
         fits &= serial == 1
@@ -432,7 +396,7 @@ def _score_method(p: ConvParams, machine: MachineSpec, cand: VertexMethod, bias:
 
 
 def _split_vectors(p: ConvParams, machine: MachineSpec, cand: VertexMethod,
-                   fg: dict[str, Any]) -> _Table | None:
+                   fg: dict[str, Any]) -> Table | None:
     """Every (channel split x field split) vector that fits the machine, with the busiest
     tile's sizes (G_t, C_t, K_t, B_t, OR, OC)."""
     T = machine.n_tiles
@@ -448,7 +412,7 @@ def _split_vectors(p: ConvParams, machine: MachineSpec, cand: VertexMethod,
 
 
 def _new_split_vectors(p: ConvParams, cand: VertexMethod, fg: dict[str, Any], T: int,
-                       gg: int, ig: int, og: int) -> _Table | None:
+                       gg: int, ig: int, og: int) -> Table | None:
     axes = _channel_axes(p, cand, T, fg["kernel_split"])
     if axes is None:
         return None
@@ -465,7 +429,7 @@ def _new_split_vectors(p: ConvParams, cand: VertexMethod, fg: dict[str, Any], T:
     fi, chi = pairs
     # the block sizes of the channel axes are computed per channel split and then
     # gathered with it (the table has up to ~13k rows per channel split's few hundred)
-    c = _Table(gs=cg[chi], is_=ci[chi], os_=co[chi], kr=ck[chi], bs=fg["bs"][fi],
+    c = Table(gs=cg[chi], is_=ci[chi], os_=co[chi], kr=ck[chi], bs=fg["bs"][fi],
                hs=fg["hs"][fi], ws=fg["ws"][fi], B_t=fg["B_t"][fi], OR=fg["OR"][fi],
                OC=fg["OC"][fi], KH_t=_axis_sizes(p.kernel_h, 1, ck)[chi],
                G_t=_axis_sizes(p.groups, gg, cg)[chi],
@@ -501,8 +465,8 @@ def _field_pairs(by_n: tuple[np.ndarray, np.ndarray], cn: np.ndarray, T: int
     return fi[rank], chi[rank]
 
 
-def _lower_bound_prune(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: _Table,
-                       bound: int | None) -> _Table | None:
+def _lower_bound_prune(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: Table,
+                       bound: int | None) -> Table | None:
     """Keep the split vectors whose busiest tile's useful MACs, at the method's peak rate,
     could beat ``bound`` (the best plan so far). Without a plan to beat yet, look near the
     best lower bound first: the winner uses the machine well, and its cost then prunes
@@ -521,128 +485,7 @@ def _lower_bound_prune(p: ConvParams, machine: MachineSpec, cand: VertexMethod, 
     return c.take(sel) if sel.size else None
 
 
-def _with_windows(p: ConvParams, c: _Table, direct_output: bool) -> _Table:
-    """Add the input window (WR x WC, bytes), the weight-sharing group size M, the
-    reduction depth R and what finishes each slice (reduce or cast)."""
-    isz = DTYPES[p.dtype].itemsize
-    # every kernel block holds the whole kernel's window (see layout.geometry)
-    WR = _window_extent(c.OR, p.kernel_h, p.stride[0], p.dilation[0], p.in_h)
-    WC = _window_extent(c.OC, p.kernel_w, p.stride[1], p.dilation[1], p.in_w)
-    # a window also holds its block's core, which is longer than the taps need when the
-    # stride exceeds the kernel span
-    c["WR"] = np.maximum(WR, np.minimum(ceil_div(p.in_h, c.hs) + p.stride[0], p.in_h))
-    c["WC"] = np.maximum(WC, np.minimum(ceil_div(p.in_w, c.ws) + p.stride[1], p.in_w))
-    c["win_b"] = c.B_t * c.WR * c.G_t * c.C_t * c.WC * isz
-    # a later kernel block owns none of its window: it receives all of it
-    c["later_b"] = np.where(c.kr > 1, c.win_b, 0)
-    c["M"] = c.bs * c.hs * c.ws
-    c["R"] = c.is_ * c.kr
-    c["f1"], c["f2"], c["f3"] = _stage_depths(c.R)
-    c["reduce_needed"] = c.R > 1
-    c["cast_needed"] = (~c.reduce_needed) & (p.partials != p.dtype) & (not direct_output)
-    return c
-
-
-def _tile_bytes(p: ConvParams, og: int, c: _Table, serial: np.ndarray,
-                bias: bool) -> dict[str, np.ndarray]:
-    """The busiest tile's bytes (``mem``) with ``serial`` out-chan slices, and the slice
-    sizes: out-chans K_s, weight bytes w_b, outputs out_s and reduction chunk."""
-    isz, psz = DTYPES[p.dtype].itemsize, DTYPES[p.partials].itemsize
-    kk = c.KH_t * p.kernel_w
-    K_s = np.minimum(ceil_div(ceil_div(c.K_t, og), serial) * og, c.K_t)  # out-chans per slice
-    w_b = c.G_t * K_s * c.C_t * kk * isz                           # one slice of weights
-    w_store = np.where(serial > 1, ceil_div(serial, c.M) * w_b, 0)   # owned slices
-    out_s = c.B_t * c.G_t * K_s * c.OR * c.OC                      # outputs of one slice
-    chunk, recv, mid_b = _reduction_sizes(c, out_s, psz)
-    n_part_bufs = np.where(serial > 1, 2, 1)                       # double-buffered if serial
-    part_b = np.where(c.reduce_needed | c.cast_needed, n_part_bufs * out_s * psz, 0)
-    out_b = serial * np.where(c.reduce_needed, chunk, out_s) * isz
-    recv_b = np.where(c.reduce_needed, recv * psz, 0)
-    bias_b = c.G_t * c.K_t * isz if bias else 0
-    mem = sum(_aligned(x) for x in (c.win_b, w_b, w_store, part_b, out_b, recv_b, bias_b, mid_b))
-    return {"mem": mem, "K_s": K_s, "w_b": w_b, "out_s": out_s, "chunk": chunk,
-            "out_b": _aligned(out_b)}
-
-
-def _stage_depths(R: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per split vector, the depths of the (up to 3) reduction stages of :func:`~.reduce.
-    reduce_stages` (absent stages 1). Depths below ``MAX_SINGLE_STAGE_DEPTH`` are one stage;
-    deeper ones are looked up once per value."""
-    R = np.asarray(R, dtype=np.int64)
-    f = [R, np.ones_like(R), np.ones_like(R)]
-    deep = np.flatnonzero(R >= MAX_SINGLE_STAGE_DEPTH)
-    if deep.size:
-        uniq, inv = np.unique(R[deep], return_inverse=True)
-        table = np.ones((uniq.size, 3), dtype=np.int64)
-        for i, r in enumerate(uniq):
-            st = reduce_stages(int(r))
-            table[i, :len(st)] = st
-        f[0] = R.copy()
-        for k in range(3):
-            f[k][deep] = table[inv.reshape(-1), k]
-    return f[0], f[1], f[2]
-
-
-def _reduction_sizes(c: _Table, out_s: np.ndarray, psz: int) -> tuple[np.ndarray, ...]:
-    """Per split vector, the busiest tile's reduction buffers for ``out_s`` outputs reduced
-    in the stages ``c.f1, c.f2, c.f3``: the final chunk and the receive buffer (elements;
-    shared by the stages, the largest one's), and the aligned bytes of the intermediate
-    stages' sums."""
-    size = ceil_div(out_s, c.f1)
-    chunk, recv = size, (c.f1 - 1) * size
-    mid_b = np.zeros_like(size)
-    deep = np.flatnonzero(c.f2 > 1)
-    if deep.size:
-        s1 = size[deep]
-        s2 = ceil_div(s1, c.f2[deep])
-        s3 = ceil_div(s2, c.f3[deep])
-        recv[deep] = np.maximum(recv[deep], np.maximum((c.f2[deep] - 1) * s2, (c.f3[deep] - 1) * s3))
-        chunk = chunk.copy()
-        chunk[deep] = s3
-        mid_b[deep] = _aligned(s1 * psz) + np.where(c.f3[deep] > 1, _aligned(s2 * psz), 0)
-    return chunk, recv, mid_b
-
-
-def _fewest_serial_slices(p: ConvParams, machine: MachineSpec, og: int, c: _Table,
-                          serials: np.ndarray, bias: bool, temp_bound: int | None = None
-                          ) -> tuple[np.ndarray, tuple[int, int] | None, dict[str, np.ndarray]]:
-    """Per split vector, the fewest serial slices whose busiest tile fits the budget and
-    whose temporary bytes (all but the output) stay within ``temp_bound`` when given (0 if
-    none does; each tile needs a grain per slice), the smallest (bytes, slices) seen, and
-    the :func:`_tile_bytes` sizes of the slices chosen (0 where none fits). Each serial
-    count sizes only the vectors that no smaller count fitted."""
-    k_grains = ceil_div(c.K_t, og)
-    n = len(k_grains)
-    serial = np.zeros_like(c.K_t)
-    sizes: dict[str, np.ndarray] = {}
-    smallest = None
-    for k in serials:
-        todo = np.flatnonzero((serial == 0) & (k_grains >= k))
-        if not todo.size:
-            continue
-        sub = c if todo.size == n else _Table({col: c[col][todo] for col in _SIZING_COLUMNS})
-        t = _tile_bytes(p, og, sub, k, bias)
-        ok = t["mem"] <= machine.tile_budget_bytes
-        if temp_bound is not None:
-            ok &= t["mem"] - t["out_b"] <= temp_bound
-        rows = todo[ok]
-        serial[rows] = k
-        for name, v in t.items():
-            sizes.setdefault(name, np.zeros(n, dtype=np.int64))[rows] = v[ok]
-        cand_min = int(t["mem"].min())
-        if smallest is None or cand_min < smallest[0]:
-            smallest = (cand_min, int(k))
-        if (serial > 0).all():
-            break
-    return serial, smallest, sizes
-
-
-#: the columns :func:`_tile_bytes` reads
-_SIZING_COLUMNS = ("K_t", "G_t", "C_t", "M", "B_t", "OR", "OC", "win_b", "reduce_needed",
-                   "cast_needed", "f1", "f2", "f3", "KH_t")
-
-
-def _costs(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: _Table, bias: bool,
+def _costs(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: Table, bias: bool,
            beat: int | None = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Cycles of the split vectors that can be picked: the busiest tile's vertex per slice,
     its exchanges (inputs + weights, later slices' weights, partials), reduction or cast,
@@ -699,7 +542,7 @@ def _costs(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: _Table, b
     return rows, full(rows)
 
 
-def _vertex_cycles(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: _Table,
+def _vertex_cycles(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: Table,
                    out_chans: np.ndarray) -> np.ndarray:
     """The busiest tile's conv vertex cycles with ``out_chans`` output channels per group.
 
@@ -724,7 +567,7 @@ def _vertex_cycles(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: _
     return cyc
 
 
-def _input_receive(p: ConvParams, machine: MachineSpec, c: _Table) -> np.ndarray:
+def _input_receive(p: ConvParams, machine: MachineSpec, c: Table) -> np.ndarray:
     """Input bytes the busiest receiver's exchange moves (at its effective rate).
 
     The tile owns 1/Os of its block's core (or nothing when only the first few of the Os
@@ -741,7 +584,7 @@ def _input_receive(p: ConvParams, machine: MachineSpec, c: _Table) -> np.ndarray
     return np.where((bus > 1) & (c.os_ % bus == 0), in_recv // 2, in_recv)
 
 
-def _syncs(c: _Table, bias: bool, serial) -> np.ndarray:
+def _syncs(c: Table, bias: bool, serial) -> np.ndarray:
     """Supersteps: exchange-in, one per slice (conv; plus the previous slice's reduce/cast
     and bias), one per intermediate reduction stage of each slice, and a final one for the
     last slice's reduce/cast/bias."""
@@ -750,8 +593,8 @@ def _syncs(c: _Table, bias: bool, serial) -> np.ndarray:
     return 1 + serial * np.maximum(n_stages, 1) + finishing.astype(np.int64)
 
 
-def _beat_prune(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: _Table,
-                bias: bool, beat: int) -> _Table | None:
+def _beat_prune(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: Table,
+                bias: bool, beat: int) -> Table | None:
     """Keep the split vectors that could beat ``beat`` (by up to NEAR_TIE) with any number
     of serial slices, before their memory is sized; None if none can. Adds the vertex
     cycles with the tile's K_t out-chans (``conv_t``).
@@ -785,7 +628,7 @@ def _beat_prune(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: _Tab
     return c
 
 
-def _reduction_cycles(p: ConvParams, machine: MachineSpec, c: _Table
+def _reduction_cycles(p: ConvParams, machine: MachineSpec, c: Table
                       ) -> tuple[np.ndarray, np.ndarray]:
     """Per split vector, one slice's reduction: exchange cycles (with a fixed overhead per
     stage) and reduce-vertex cycles summed over the stages. Stage s's busiest tile
@@ -818,7 +661,7 @@ def _reduction_cycles(p: ConvParams, machine: MachineSpec, c: _Table
     return red_x, red_c
 
 
-def _pick_near_tie(c: _Table, total: np.ndarray) -> int:
+def _pick_near_tie(c: Table, total: np.ndarray) -> int:
     """Among plans within NEAR_TIE of the fastest, prefer no serial slices, then no column
     split, then fewer cycles and bytes: the cycle model has no per-message exchange cost,
     but column halos are one message per row and channel, so a near tie should not pay

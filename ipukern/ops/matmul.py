@@ -195,7 +195,7 @@ def matmul(a: np.ndarray, b: np.ndarray, *, machine: MachineSpec | str = GC200,
     available_memory_proportion : float in (0, 1], optional
         PopLibs' ``availableMemoryProportion`` (the share of each tile's bytes the
         matmul's temporary buffers may use when planning; None: PopLibs' default 0.6; see
-        :func:`ipukern.conv.planner.plan_conv`).
+        :func:`ipukern.conv.plan_conv`).
 
     Returns
     -------
