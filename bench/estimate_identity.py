@@ -14,7 +14,7 @@ Usage::
     python bench/estimate_identity.py OLD_TREE NEW_TREE [--time 3] [--quick]
 
 (e.g. ``OLD_TREE`` a ``git archive`` of main with its kernels copied in). Exit status 1 if
-anything differs. Cold estimates use the forked planning worker (``ipukern.conv.prefetch``)
+anything differs. Cold estimates use the forked planning worker (``ipukern.conv.host.prefetch``)
 here whatever the load; ``IPUKERN_PLAN_WORKER=0`` in the environment checks the serial path.
 """
 from __future__ import annotations

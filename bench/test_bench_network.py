@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import ipukern as ik
-from ipukern.conv.prefetch import spare_core, worker_enabled
+from ipukern.conv.host import spare_core, worker_enabled
 
 from baselines import torch, torch_network
 from timing import best_seconds, measured_seconds
@@ -66,7 +66,7 @@ def _cold_caches():
 def _planner_seconds():
     """Same-run baseline: plan_conv alone for every distinct conv pass the last estimate
     planned (the irreducible part of a cold estimate; the rest is building and costing)."""
-    from ipukern.conv.planner import plan_conv
+    from ipukern.conv import plan_conv
     from ipukern.nn import convops
     keys = list(convops._PROGRAMS) + list(convops._PASSES)   # built here or by the worker
     t0 = time.perf_counter()

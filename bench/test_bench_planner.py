@@ -25,8 +25,7 @@ import time
 import pytest
 
 import ipukern as ik
-from ipukern.conv.params import ConvParams
-from ipukern.conv.planner import plan_conv
+from ipukern.conv import ConvParams, plan_conv
 
 from timing import best_seconds, measured_seconds
 
@@ -116,13 +115,13 @@ def _plan_all(keys):
 def test_planner_resnet50_training_passes(benchmark, monkeypatch):
     """The planner alone over ResNet-50's distinct training conv passes (batch 16, 224x224;
     32x32 batch 1 as a smoke test when benchmarks are disabled), cold. Same-run baseline:
-    the exhaustive search (``planner.PRUNE = False``: every split vector of every scored
+    the exhaustive search (``search.PRUNE = False``: every split vector of every scored
     method costed in full), which must give the same plans."""
-    from ipukern.conv import planner
+    from ipukern.conv import search
     size, batch = (224, 16) if not benchmark.disabled else (32, 1)
     keys = _training_passes(size, batch)
     plans = benchmark.pedantic(_plan_all, args=(keys,), rounds=3, iterations=1)
-    monkeypatch.setattr(planner, "PRUNE", False)
+    monkeypatch.setattr(search, "PRUNE", False)
     t0 = time.perf_counter()
     exhaustive = _plan_all(keys)
     base = time.perf_counter() - t0

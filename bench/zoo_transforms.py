@@ -14,7 +14,7 @@ For every distinct conv layer of the CNNs in the zoo (fp16, float partials, GC20
   choice, planned and built (estimate mode), for every layer where the planner chooses
   one, next to the optimistic bound measured before they were built (the kernel rows folded
   into channels with no transform cost); network totals with and without them (the latter
-  in a child process with ``planner.KERNEL_SPLITS`` off);
+  in a child process with ``search.KERNEL_SPLITS`` off);
 - serial splits: how many layers need a serial split at all.
 """
 import json
@@ -22,10 +22,7 @@ import subprocess
 import sys
 
 import ipukern as ik
-from ipukern.conv import expand, planner
-from ipukern.conv.build import build_conv_program
-from ipukern.conv.params import ConvParams
-from ipukern.conv.planner import plan_conv
+from ipukern.conv import ConvParams, build_conv_program, expanded_params, params, plan_conv, search
 from ipukern.nn.layers import Conv2d
 
 M = ik.GC200
@@ -94,7 +91,7 @@ def kernel_splits(convs: dict, batch: int) -> None:
         if chosen.kernel_split == 1:
             continue
         base = plan_conv(p, M, kernel_split=1)    # expandDims still allowed
-        bound = plan_conv(expand.expanded_params(p, "h"), M, expand_dims="")
+        bound = plan_conv(expanded_params(p, "h"), M, expand_dims="")
         before, after = program_cycles(base), program_cycles(chosen)
         rows.append((before / after, chosen.kernel_split, p.describe(), base.estimated_cycles,
                      chosen.estimated_cycles, before, after, names,
@@ -132,10 +129,10 @@ if __name__ == "__main__":
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     b = int(args[0]) if args else 8
     if "--networks-without-expand" in sys.argv:
-        expand.EXPAND_CANDIDATES = ()        # the planner then tries no expandDims subset
+        params.EXPAND_CANDIDATES = ()        # the planner then tries no expandDims subset
         print(json.dumps(network_totals(b)))
     elif "--networks-without-kernel-split" in sys.argv:
-        planner.KERNEL_SPLITS = False        # the planner then scores no kernel split
+        search.KERNEL_SPLITS = False        # the planner then scores no kernel split
         print(json.dumps(network_totals(b, KSPLIT_NETWORKS)))
     elif "--kernel-splits" in sys.argv:
         kernel_splits(zoo_convs(b), b)

@@ -17,7 +17,7 @@ from .ops.optim import (Optimizer, OptimizerRun, estimate_optimizer_step, get_op
                         optimizer_step)
 from .ops.matmul_grad import (estimate_matmul_backward_data, estimate_matmul_backward_weight,
                               matmul_backward_data, matmul_backward_weight)
-from .conv.params import ConvParams
+from .conv import ConvParams
 from .core.profile import Profile, SuperstepRecord
 from .core.program import ComputeSet, Exchange, ExchangeError, Program, Superstep, VertexBatch
 from .core.tensor import TileMapping, TileTensor

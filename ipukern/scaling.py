@@ -74,7 +74,7 @@ from .dtypes import canonical_dtype, partials_dtype
 from .gpu import A100_40GB, GPUSpec, estimate_conv, get_efficiency_curve, get_gpu
 from .machine import GC200, MachineSpec, get_machine, with_exchange_bandwidth
 from .ops.conv import estimate_conv2d
-from .conv.params import ConvParams
+from .conv import ConvParams
 
 __all__ = [
     "ConvLayer", "DEFAULT_LAYERS", "DEFAULT_CPG", "DEFAULT_BATCH", "SweepRow", "SweepResult",

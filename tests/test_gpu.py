@@ -12,7 +12,7 @@ import pytest
 from ipukern.gpu import (A100_40GB, A100_80GB, CUDNN_CURVE, EFFICIENCY_CURVES, GPU_PRESETS, H100,
                          OPTIMIZED_CURVE, TITAN_RTX, V100, EfficiencyCurve, GPUEstimate, estimate_conv,
                          estimate_matmul, get_efficiency_curve, get_gpu)
-from ipukern.conv.params import ConvParams
+from ipukern.conv import ConvParams
 
 
 def conv(batch=32, channels=256, size=28, groups=1, dtype="float32", kernel=3, **kw):

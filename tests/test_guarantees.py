@@ -3,7 +3,7 @@ import re
 from pathlib import Path
 
 from ipukern import _checks, machine
-from ipukern.conv.params import MAX_KERNEL_PARAM
+from ipukern.conv import MAX_KERNEL_PARAM
 from ipukern.core.engine import MAX_OVERFLOW_ARENA_FACTOR
 from ipukern.graph.tilefn import MAX_VERTEX_CYCLES
 from ipukern.ops._cache import DEFAULT_PLAN_CACHE_BYTES, PLAN_CACHE_SIZE

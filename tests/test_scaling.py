@@ -11,7 +11,7 @@ import pytest
 
 import ipukern as ik
 from ipukern.gpu import estimate_conv
-from ipukern.conv.params import ConvParams
+from ipukern.conv import ConvParams
 from ipukern.scaling import (DEFAULT_LAYERS, ConvLayer, SweepResult, SweepRow, format_table,
                              get_layer, grouped_conv_sweep, read_csv, to_csv, to_json,
                              with_exchange_bandwidth)

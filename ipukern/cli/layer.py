@@ -16,7 +16,7 @@ def _cmd_conv(args: argparse.Namespace) -> int:
 
     from .. import ops
     from ..gpu import estimate_conv
-    from ..conv.params import ConvParams
+    from ..conv import ConvParams
 
     n, c, h, w = args.shape
     k = args.kernel if len(args.kernel) == 2 else args.kernel * 2

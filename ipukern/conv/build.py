@@ -11,17 +11,11 @@ Supersteps (S = serial out-chan slices, R = input-channel split = reduction dept
    the next stage's reducers;
 S+1. compute: finishing of the last slice (when any finishing is needed).
 
-Buffers per tile (one allocation each, offsets in the tile):
-``window [B][WR][G*C][WC]``, ``weights [G][K_j][C][kh][kw]`` (one slice), a weight store
-when serial (the slices this tile owns), partials ``[2][B][G][K_j][OR][OC]`` (double
-buffered when serial), outputs (every slice, or every slice's chunk when reduced), a
-receive buffer for partial chunks (shared by the reduction stages), one buffer per
-intermediate stage's sums, and the bias ``[G][K]``.
+The per-tile buffers are :mod:`.buffers`'s (:class:`~.buffers.ConvBuffers`).
 """
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -33,6 +27,7 @@ from ..core.tensor import LazyTileMapping, TileMapping, TileTensor, expand
 from ..core.vertices import sum_rows
 from ..dtypes import DTYPE_CODE, DTYPES
 from . import estimators
+from .buffers import ConvBuffers, allocate_buffers
 from .codelet import ConvCodelet
 from .homes import kernel_block_runs, spread_weight_copies, spread_weight_runs
 from .estimators import TileConv, vertex_field
@@ -41,9 +36,9 @@ from .layout import (MAX_INPUT_OWNERS, CopyTable, StridedCopies, TileGeometry, g
 from .mapping import (ColumnSplitMapping, column_split_input, column_split_output, input_summary,
                       output_summary, record_summary)
 from .planner import ConvPlan
-from .reduce import reduce_stages, stage_range
+from .reduce import stage_range
 
-__all__ = ["ConvProgram", "build_conv_program"]
+__all__ = ["ConvProgram", "build_direct_program", "conv_program", "bias_codelets", "fuse_bias"]
 
 
 class ConvProgram:
@@ -177,153 +172,11 @@ def bias_codelets(program) -> list:
             for b in st.compute.batches if isinstance(b.codelet, _BiasCodelet)]
 
 
-@dataclass(frozen=True, eq=False)
-class _ConvBuffers:
-    """A planned conv laid out on a device: every per-tile buffer offset and slice size.
 
-    Arrays indexed ``[t]`` cover the T tiles the plan uses, ``[t, j]`` also the serial
-    slice j. Offsets are arrays over every
-    machine tile (unused tiles hold 0 bytes). Buffers a plan does not need are ``None``:
-    the weight store without serial slices, partials when the conv vertex writes the output
-    type, the receive buffer without an input-channel split, the bias without one.
-    """
-
-    plan: ConvPlan
-    geo: TileGeometry
-    isz: int                    # input / output element bytes
-    psz: int                    # partials element bytes
-    M: int                      # tiles sharing one weight block (batch x rows x cols split)
-    Os: int                     # out-chan split: tiles sharing one input window
-    reduce_needed: bool         # R > 1: partials are reduce-scattered
-    cast_needed: bool           # no reduction but partials differ from the output type
-    ks: np.ndarray              # [t, j] first out-chan of slice j on tile t (S + 1 columns)
-    Kj: np.ndarray              # [t, j] out-chans of slice j
-    out_j: np.ndarray           # [t, j] outputs of slice j
-    wj_elems: np.ndarray        # [t, j] weight elements of slice j
-    stages: tuple               # partials summed per output at each reduction stage
-    chunk_stride: np.ndarray    # [t] largest final chunk of a slice (output stride)
-    stage_stride: list          # [s][t] largest range held after stage s (slot stride)
-    group_leader: np.ndarray    # [t] first tile of t's weight-sharing group
-    win_off: np.ndarray
-    w_off: np.ndarray
-    out_off: np.ndarray
-    store_off: np.ndarray | None = None
-    part_off: np.ndarray | None = None
-    part_stride: np.ndarray | None = None
-    out_starts: np.ndarray | None = None   # [t, j] (not reduced) slice j's first output
-    recv_off: np.ndarray | None = None
-    mid_off: list | None = None                # [s - 1][t] stage s's sums (0 < s < n)
-    bias_off: np.ndarray | None = None
-
-    @property
-    def S(self) -> int:
-        return self.plan.serial
-
-    @property
-    def R(self) -> int:
-        return self.plan.split.reduction
-
-    @property
-    def need_partials(self) -> bool:
-        return self.reduce_needed or self.cast_needed
-
-    @property
-    def conv_out_dtype(self) -> str:
-        p = self.plan.params
-        return p.partials if self.need_partials else p.dtype
-
-    def part_buf(self, j: int, t: np.ndarray) -> np.ndarray:
-        """Partials buffer of slice j on tiles t (double-buffered when serial)."""
-        buf = (j % 2) if self.S > 1 else 0
-        return self.part_off[t] + buf * self.part_stride[t] * self.psz
-
-    def stage_range(self, j: int, t: np.ndarray, s: int) -> tuple[np.ndarray, np.ndarray]:
-        """Outputs [lo, hi) of slice j's block that tiles t hold after reduction stage s."""
-        return stage_range(self.out_j[t, j], self.geo.ii[t], self.stages, s)
-
-    def stage_buf(self, j: int, t: np.ndarray, s: int) -> np.ndarray:
-        """Where tiles t hold slice j's sums after stage s (0: the conv partials); the
-        buffer's first element is the tile's range start."""
-        if s == 0:
-            return self.part_buf(j, t)
-        if s == len(self.stages):
-            return self.out_off[t] + j * self.chunk_stride[t] * self.isz
-        return self.mid_off[s - 1][t]
-
-
-def _slices(plan: ConvPlan, geo: TileGeometry) -> dict[str, np.ndarray]:
-    """Serial slices of each tile's out-chans (ks[t, j] .. ks[t, j + 1]) and reduction chunks."""
-    p = plan.params
-    S, R, og = plan.serial, plan.split.reduction, plan.split.out_grain
-    n_grains = -(-geo.K // og)
-    ks = np.minimum((np.arange(S + 1)[None, :] * n_grains[:, None]) // S * og, geo.K[:, None])
-    Kj = np.diff(ks, axis=1)
-    out_j = (geo.B * geo.G)[:, None] * Kj * (geo.OR * geo.OC)[:, None]
-    wj_elems = geo.G[:, None] * Kj * (geo.C * geo.KH * p.kernel_w)[:, None]
-    stages = reduce_stages(R) if R > 1 else ()
-    # the range each tile holds after each stage, largest over the slices
-    stage_stride = [np.zeros(geo.n_tiles, np.int64)]
-    for s_ in range(1, len(stages) + 1):
-        lo, hi = stage_range(out_j, geo.ii[:, None], stages, s_)
-        stage_stride.append((hi - lo).max(axis=1) if geo.n_tiles else np.zeros(0, np.int64))
-    chunk_stride = stage_stride[-1] if stages else np.zeros(geo.n_tiles, np.int64)
-    return dict(ks=ks, Kj=Kj, out_j=out_j, wj_elems=wj_elems, stages=stages,
-                chunk_stride=chunk_stride, stage_stride=stage_stride)
-
-
-def _allocate(dev: Device, plan: ConvPlan, geo: TileGeometry) -> _ConvBuffers:
-    """Allocate every conv buffer on ``dev`` (one allocation each, see the module docstring)."""
-    p = plan.params
-    s = plan.split
-    T, S, R = geo.n_tiles, plan.serial, s.reduction
-    isz, psz = DTYPES[p.dtype].itemsize, DTYPES[p.partials].itemsize
-    sl = _slices(plan, geo)
-    reduce_needed = R > 1
-    cast_needed = (not reduce_needed) and plan.conv_output_dtype != p.dtype
-
-    def alloc(name: str, nbytes: np.ndarray, category: str) -> np.ndarray:
-        full = np.zeros(dev.machine.n_tiles, dtype=np.int64)
-        full[:T] = nbytes
-        return dev.alloc(name, full, category)
-
-    M = s.batch * s.rows * s.cols
-    group_leader = np.arange(T) - (((geo.bi * s.rows + geo.hi) * s.cols + geo.wi) * s.out_chans)
-    w_max = sl["wj_elems"].max(axis=1) * isz
-    extra: dict[str, Any] = {}
-    win_off = alloc("conv.window", geo.window_elems() * isz, "inputs")
-    w_off = alloc("conv.weights", w_max, "weights")
-    if S > 1:
-        member = (np.arange(T) - group_leader) // s.out_chans  # (b,h,w) index within its group
-        n_store = np.array([len(range(mm, S, M)) for mm in range(M)], dtype=np.int64)[member]
-        extra["store_off"] = alloc("conv.weight_store", n_store * w_max, "weights")
-    if reduce_needed or cast_needed:
-        extra["part_stride"] = sl["out_j"].max(axis=1)
-        n_bufs = 2 if S > 1 else 1
-        extra["part_off"] = alloc("conv.partials", n_bufs * extra["part_stride"] * psz, "partials")
-    if reduce_needed:
-        out_bytes = S * sl["chunk_stride"] * isz
-    else:
-        extra["out_starts"] = np.concatenate([np.zeros((T, 1), np.int64),
-                                              np.cumsum(sl["out_j"], axis=1)], axis=1)
-        out_bytes = extra["out_starts"][:, -1] * isz
-    out_off = alloc("conv.output", out_bytes, "outputs")
-    if reduce_needed:
-        st, stride = sl["stages"], sl["stage_stride"]
-        recv = np.max([(f - 1) * stride[s_] for s_, f in enumerate(st, start=1)], axis=0)
-        extra["recv_off"] = alloc("conv.partials_in", recv * psz, "exchange")
-        extra["mid_off"] = [alloc(f"conv.reduce_stage{s_}", stride[s_] * psz, "partials")
-                            for s_ in range(1, len(st))]
-    if plan.bias:
-        extra["bias_off"] = alloc("conv.bias", geo.G * geo.K * isz, "weights")
-    return _ConvBuffers(plan=plan, geo=geo, isz=isz, psz=psz, M=M, Os=s.out_chans,
-                        reduce_needed=reduce_needed, cast_needed=cast_needed,
-                        group_leader=group_leader, win_off=win_off, w_off=w_off,
-                        out_off=out_off, **sl, **extra)
-
-
-def build_conv_program(plan: ConvPlan, device: Device | None = None, *,
-                       vertex: Any = None, input_owners: int = MAX_INPUT_OWNERS) -> ConvProgram:
-    """Lay out ``plan`` on a fresh device (or the given empty one) and build its program.
+def build_direct_program(plan: ConvPlan, device: Device | None = None, *,
+                         vertex: Any = None, input_owners: int = MAX_INPUT_OWNERS) -> ConvProgram:
+    """Lay out ``plan`` (no expandDims: :func:`ipukern.conv.build_conv_program` builds
+    every plan) on a fresh device (or the given empty one) and build its program.
 
     ``vertex`` (a :class:`~ipukern.graph.tilefn.TileFunction` ``f(a, b, c)``) replaces the
     built-in conv vertex for 1x1, stride-1, single-row convs with one conv group per tile
@@ -336,15 +189,14 @@ def build_conv_program(plan: ConvPlan, device: Device | None = None, *,
     weights and of slice j's partials), then the last slice's finishing.
     """
     if plan.expand_dims:
-        from .expand_build import build_expanded_program
-        return build_expanded_program(plan, device, vertex)
+        raise ValueError("an expandDims plan is built by ipukern.conv.build_conv_program")
     p = plan.params
     if plan.split.n_tiles > plan.machine.n_tiles:   # a hand-made plan; the planner never does this
         raise ValueError(f"plan split {plan.split.shape} needs {plan.split.n_tiles} tiles; "
                          f"{plan.machine.name} has {plan.machine.n_tiles}")
     dev = device if device is not None else Device(plan.machine)
     geo = geometry(p, plan.split, input_owners)
-    buf = _allocate(dev, plan, geo)
+    buf = allocate_buffers(dev, plan, geo)
     S = plan.serial
     finishing = buf.need_partials or plan.bias
     if vertex is not None:
@@ -399,11 +251,11 @@ def build_conv_program(plan: ConvPlan, device: Device | None = None, *,
         steps.append(Superstep(name, compute=dev.compute_set(_finish_batches(buf, S - 1, bias_passes),
                                                              name=name),
                                category="reduction" if buf.reduce_needed else "cast"))
-    return _conv_program(plan, dev, dev.program(steps, label=p.describe()), buf,
+    return conv_program(plan, dev, dev.program(steps, label=p.describe()), buf,
                          lambda: _input_tensor(dev, buf))
 
 
-def _conv_program(plan: ConvPlan, dev: Device, program: Any, buf: _ConvBuffers, x_builder: Any,
+def conv_program(plan: ConvPlan, dev: Device, program: Any, buf: ConvBuffers, x_builder: Any,
                   weight_shape: tuple | None = None) -> ConvProgram:
     """The ConvProgram of ``program`` over ``buf``: the input built by ``x_builder``, the
     weights (registered as ``weight_shape``), output and bias from the conv's buffers."""
@@ -419,7 +271,7 @@ def _conv_program(plan: ConvPlan, dev: Device, program: Any, buf: _ConvBuffers, 
 
 
 # --------------------------------------------------------------------------- exchanges
-def _weight_copies(buf: _ConvBuffers, j: int) -> CopyTable:
+def _weight_copies(buf: ConvBuffers, j: int) -> CopyTable:
     """Slice j's weights from the tile(s) storing them to every tile of its group
     (without a serial split the block's pieces are homed on several members: see
     :mod:`ipukern.conv.homes`)."""
@@ -437,7 +289,7 @@ def _weight_copies(buf: _ConvBuffers, j: int) -> CopyTable:
     return CopyTable(st[t], src[t], t, buf.w_off[t], nb[t])
 
 
-def _stage_peers(buf: _ConvBuffers, s: int, t: np.ndarray):
+def _stage_peers(buf: ConvBuffers, s: int, t: np.ndarray):
     """Tiles t's stage-s digit m, and a function giving the group member with digit k
     (stage s groups the in-chan tiles that differ only in digit s; see conv.reduce)."""
     stride = int(np.prod(buf.stages[:s - 1], dtype=np.int64))   # in-chan distance of digit s
@@ -446,7 +298,7 @@ def _stage_peers(buf: _ConvBuffers, s: int, t: np.ndarray):
     return m, lambda k: t + (k - m) * stride * i_stride
 
 
-def _stage_copies(buf: _ConvBuffers, j: int, s: int) -> CopyTable:
+def _stage_copies(buf: ConvBuffers, j: int, s: int) -> CopyTable:
     """Stage s of slice j's reduce-scatter: every tile receives, from each other member of
     its stage-s group, that member's stage s-1 sums over the tile's stage-s range, into
     receive slot k (k = the sender's digit, less one past the receiver's own)."""
@@ -467,7 +319,7 @@ def _stage_copies(buf: _ConvBuffers, j: int, s: int) -> CopyTable:
     return CopyTable.concat(tabs)
 
 
-def _stage_sum(buf: _ConvBuffers, j: int, s: int) -> VertexBatch:
+def _stage_sum(buf: ConvBuffers, j: int, s: int) -> VertexBatch:
     """Stage s of slice j on every tile with outputs: sum its own stage s-1 piece (in place)
     and the f - 1 received ones, in digit order (deterministic), into its stage-s buffer;
     the last stage writes the output type, the others the partials type."""
@@ -490,13 +342,13 @@ def _stage_sum(buf: _ConvBuffers, j: int, s: int) -> VertexBatch:
                                 f"{p.partials}->{out_dt}{stage}")
 
 
-def _bias_owner(buf: _ConvBuffers) -> np.ndarray:
+def _bias_owner(buf: ConvBuffers) -> np.ndarray:
     """The (in-chan 0, first batch/row/col) tile of each (group, out-chan) block."""
     s, geo = buf.plan.split, buf.geo
     return ((geo.gi * s.reduction) * s.batch * s.rows * s.cols) * s.out_chans + geo.oi
 
 
-def _bias_copies(buf: _ConvBuffers) -> CopyTable:
+def _bias_copies(buf: ConvBuffers) -> CopyTable:
     """The owner's bias block copied to every other tile of its (group, out-chan) block."""
     geo = buf.geo
     owner = _bias_owner(buf)
@@ -517,14 +369,14 @@ def _receive_only(xch):
 
 
 # --------------------------------------------------------------------------- vertices
-def _conv_dst(buf: _ConvBuffers, j: int, t: np.ndarray) -> np.ndarray:
+def _conv_dst(buf: ConvBuffers, j: int, t: np.ndarray) -> np.ndarray:
     """Where slice j's conv vertex writes: the partials buffer, or the output itself."""
     if buf.need_partials:
         return buf.part_buf(j, t)
     return buf.out_off[t] + buf.out_starts[t, j] * buf.isz
 
 
-def _conv_batches(buf: _ConvBuffers, j: int, codelets: dict[int, ConvCodelet],
+def _conv_batches(buf: ConvBuffers, j: int, codelets: dict[int, ConvCodelet],
                   vertex: Any) -> list[VertexBatch]:
     """Slice j's conv vertex on every tile with out-chans in it (or the user's vertex):
     one batch per kernel-block height."""
@@ -534,7 +386,7 @@ def _conv_batches(buf: _ConvBuffers, j: int, codelets: dict[int, ConvCodelet],
             for kh, codelet in codelets.items()]
 
 
-def _conv_batch(buf: _ConvBuffers, j: int, t: np.ndarray, codelet: ConvCodelet,
+def _conv_batch(buf: ConvBuffers, j: int, t: np.ndarray, codelet: ConvCodelet,
                 vertex: Any) -> VertexBatch:
     """Slice j's conv vertex on tiles ``t`` (one kernel-block height)."""
     geo, m = buf.geo, buf.plan.machine
@@ -559,7 +411,7 @@ def _conv_batch(buf: _ConvBuffers, j: int, t: np.ndarray, codelet: ConvCodelet,
                        why=why)
 
 
-def fuse_bias(buf: _ConvBuffers, j: int, batches: list[VertexBatch], bias_pass: _BiasCodelet) -> None:
+def fuse_bias(buf: ConvBuffers, j: int, batches: list[VertexBatch], bias_pass: _BiasCodelet) -> None:
     """Let slice j's conv vertices (``batches``) add the bias as they write the output.
 
     Host execution only: the bias pass (and the activation ``bias_pass.act``) is done by
@@ -586,7 +438,7 @@ def fuse_bias(buf: _ConvBuffers, j: int, batches: list[VertexBatch], bias_pass: 
     bias_pass.fused = True
 
 
-def _finish_batches(buf: _ConvBuffers, j: int, bias_passes: list | None) -> list[VertexBatch]:
+def _finish_batches(buf: ConvBuffers, j: int, bias_passes: list | None) -> list[VertexBatch]:
     """Slice j's finishing: reduce (or cast) its partials into the output, then the bias
     (codelet ``bias_passes[j]``)."""
     p, m = buf.plan.params, buf.plan.machine
@@ -616,7 +468,7 @@ def _finish_batches(buf: _ConvBuffers, j: int, bias_passes: list | None) -> list
     return out
 
 
-def _bias_batch(buf: _ConvBuffers, j: int, t: np.ndarray, dst: np.ndarray, e0: np.ndarray,
+def _bias_batch(buf: ConvBuffers, j: int, t: np.ndarray, dst: np.ndarray, e0: np.ndarray,
                 n_el: np.ndarray, codelet: _BiasCodelet) -> VertexBatch:
     """Add the bias to outputs [e0, e0 + n_el) of slice j's block on tiles t (at dst)."""
     p, geo = buf.plan.params, buf.geo
@@ -662,7 +514,7 @@ def _conv_cycles(plan: ConvPlan, geo: TileGeometry, t: np.ndarray, K: np.ndarray
 
 
 # --------------------------------------------------------------------------- tensors
-def _input_tensor(dev: Device, buf: _ConvBuffers) -> tuple[TileTensor, StridedCopies]:
+def _input_tensor(dev: Device, buf: ConvBuffers) -> tuple[TileTensor, StridedCopies]:
     """The input (NHCW) as the windows' owned cores hold it, and its strided host scatter
     (None when the mapping came from the column-split builder: built on first use)."""
     p = buf.plan.params
@@ -685,7 +537,7 @@ def _unchecked_view(dev: Device, name: str, shape, dtype: str, cols: ColumnSplit
     return dev._register_view(name, shape, dtype, mapping, cols.offset)
 
 
-def _weight_tensor(dev: Device, buf: _ConvBuffers, shape: tuple | None = None) -> TileTensor:
+def _weight_tensor(dev: Device, buf: ConvBuffers, shape: tuple | None = None) -> TileTensor:
     """The weight tensor's mapping: slice j of each group lives on member j % M (in the
     store when serial), else pieces of the block in the working buffers of several
     members (:func:`ipukern.conv.homes.spread_weight_runs`). ``shape``: a reshape of the
@@ -726,7 +578,7 @@ def _weight_tensor(dev: Device, buf: _ConvBuffers, shape: tuple | None = None) -
     return dev.add_tensor_view("w", shape or p.weight_shape, p.dtype, *runs)
 
 
-def _output_tensor(dev: Device, buf: _ConvBuffers) -> TileTensor:
+def _output_tensor(dev: Device, buf: ConvBuffers) -> TileTensor:
     """The output tensor's mapping: every slice's [B][G][K_j][OR][OC] block, by rows (or
     whole channel planes when a tile holds full-width rows), cut into chunks when reduced."""
     plan, geo, osz = buf.plan, buf.geo, buf.isz
@@ -781,7 +633,7 @@ def _output_tensor(dev: Device, buf: _ConvBuffers) -> TileTensor:
                                _cat(counts), _cat(offs))
 
 
-def _cut_at_final_ranges(buf: _ConvBuffers, P: np.ndarray, a: np.ndarray, b: np.ndarray):
+def _cut_at_final_ranges(buf: ConvBuffers, P: np.ndarray, a: np.ndarray, b: np.ndarray):
     """Cut runs [a, b) of blocks of P outputs at the final reduction ranges of the block's
     in-chan tiles. Returns (run index, in-chan index, piece lo, piece hi, that tile's range
     start) per non-empty piece, by run. The ranges partition [0, P) in digit-reversed order,
@@ -809,7 +661,7 @@ def _cut_at_final_ranges(buf: _ConvBuffers, P: np.ndarray, a: np.ndarray, b: np.
     return out if keep.all() else tuple(x[keep] for x in out)
 
 
-def _bias_tensor(dev: Device, buf: _ConvBuffers) -> TileTensor:
+def _bias_tensor(dev: Device, buf: ConvBuffers) -> TileTensor:
     """Bias [G][K] per tile, owned by one tile of each (group, out-chan) block."""
     p, geo = buf.plan.params, buf.geo
     owner = _bias_owner(buf)

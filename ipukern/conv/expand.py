@@ -8,6 +8,10 @@ becomes the output size, stride / padding / dilation along d vanish. The AMP ver
 channels are few (3-channel stems) or the field is small (7x7 layers, where the nx1
 vertex's per-row and per-kernel-position overheads dominate).
 
+This module is the transform's model: the expanded conv itself is :func:`~.params.
+expanded_params`, its plan :func:`~.planner.plan_expanded` and the choice between the
+direct and the expanded plans :func:`~.compile.choose_plan`.
+
 The expanded input does not exist: PopLibs builds it before the conv by a rearrangement
 (copies and exchange) and charges it in ``addTransformCycleEstimate`` (``ConvModel.cpp``;
 ``rearrangeInput`` is set by expandDims): per used tile ``bytes = ceil(expanded elements x
@@ -26,7 +30,7 @@ bytes it receives (the original rows: fewer than PopLibs' expanded bytes). The p
 scores each candidate with those same terms for the expanded conv's chosen split
 (:func:`transform_estimate`), plus one BSP sync and one exchange overhead (ipukern's
 additions), on top of the expanded conv's own plan, and keeps the cheapest
-(:func:`choose_plan`). Simplifications: the expanded conv's split is the one its planner
+(:func:`~.compile.choose_plan`). Simplifications: the expanded conv's split is the one its planner
 chooses without the transform (PopLibs scores the transform inside its split search), and
 PopLibs' ``rearrangeWeights`` term is not charged: weights are placed in the plan's layout
 as for every ipukern conv (here the expanded weights are the original ones reshaped).
@@ -44,61 +48,23 @@ steps over them, as element-sized exchange runs would be).
 """
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from ..core.cost import exchange_cycles
 from ..core.tensor import split_bounds
 from ..machine import MachineSpec
 from .layout import geometry, owned_input_segments
-from .params import ConvParams
+from .params import ConvParams, expanded_params
+from .search import vertex_candidates
 
-__all__ = ["EXPAND_CANDIDATES", "expand_candidates", "box_row_step", "expanded_params", "transform_estimate",
-           "transform_copy_cycles", "source_boxes", "choose_plan", "plan_expanded",
-           "expanded_candidates", "expanded_lower_bound"]
-
-#: expandDims subsets the planner tries ("w" alone would need transposed weights); a study
-#: can set it to () to plan without the transform (bench/zoo_transforms.py does)
-EXPAND_CANDIDATES = ("h", "hw")
-
-
-def expand_candidates(p: ConvParams) -> list[str]:
-    """The expandDims subsets that change ``p``: "h" when the kernel has more than one row
-    or is one row with a row stride, "hw" when the same holds for columns (PopLibs
-    ``getExpandDimsCandidates``: the dims whose expansion changes the params). Expanding a
-    1-wide strided dim *subsamples* the input (``expandSpatialDim``: ``slice.subSample(
-    stride)``, ConvTransforms.cpp), so the expanded conv's windows hold only the rows and
-    columns it reads."""
-    out = []
-    if p.kernel_h > 1 or p.stride[0] > 1:
-        out.append("h")
-    if p.kernel_w > 1 or p.stride[1] > 1:
-        out.append("hw")
-    return [d for d in out if d in EXPAND_CANDIDATES]
-
+__all__ = ["box_row_step", "transform_estimate", "transform_copy_cycles", "source_boxes",
+           "with_transform", "expanded_lower_bound"]
 
 def box_row_step(p: ConvParams) -> int:
     """Row step of a tile's received box of original rows: the row stride when the kernel is
     one row without padding (the rows between are never read, so they are not received);
     else 1 (whole row ranges)."""
     return p.stride[0] if p.kernel_h == 1 and p.padding[0] == 0 else 1
-
-
-def expanded_params(p: ConvParams, dims: str) -> ConvParams:
-    """The conv after expandDims over ``dims`` ("h" or "hw"): those kernel dims folded into
-    the input channels (``C_in *= k_d``; along d: kernel 1, input = output size, stride 1,
-    no padding or dilation). Same output shape, MACs and weights (reshaped)."""
-    if dims not in EXPAND_CANDIDATES:
-        raise ValueError(f"expand_dims must be one of {EXPAND_CANDIDATES}, got {dims!r}")
-    kh, kw, (sh, sw), (ph, pw), (dh, dw) = p.kernel_h, p.kernel_w, p.stride, p.padding, p.dilation
-    ci, in_h, in_w = p.in_per_group * kh, p.out_h, p.in_w
-    kh, sh, ph, dh = 1, 1, 0, 1
-    if "w" in dims:
-        ci, kw, in_w, sw, pw, dw = ci * kw, 1, p.out_w, 1, 0, 1
-    return ConvParams(p.batch, ci * p.groups, p.out_channels, in_h, in_w, kh, kw, stride=(sh, sw),
-                      padding=(ph, pw), dilation=(dh, dw), groups=p.groups, dtype=p.dtype,
-                      partials=p.partials)
 
 
 def transform_copy_cycles(machine: MachineSpec, nbytes, e: ConvParams):
@@ -177,30 +143,7 @@ def source_boxes(p, e, dims: str, seg, nt: int) -> dict[str, np.ndarray]:
     return out
 
 
-def plan_expanded(p: ConvParams, machine: MachineSpec, dims: str, *, bias: bool = False,
-                  method: str | None = None, available_memory_proportion: float | None = None):
-    """The plan of ``p`` with expandDims over ``dims``: the expanded conv's own plan (the
-    planner's, without the transform) plus the transform's estimate for that split.
-
-    Raises
-    ------
-    ValueError, TileMemoryError
-        As :func:`~.planner.plan_conv` for the expanded conv; ValueError also when the
-        transform's buffers do not fit beside the expanded conv's."""
-    from .planner import plan_conv
-    inner = plan_conv(expanded_params(p, dims), machine, bias=bias, method=method, expand_dims="",
-                      available_memory_proportion=available_memory_proportion)
-    t = transform_estimate(machine, p, dims, inner.split)
-    nbytes = inner.estimated_bytes_per_tile + t["bytes"]
-    if nbytes > machine.tile_budget_bytes:
-        raise ValueError(f"expandDims {dims} of {p.describe()}: the expanded conv and its "
-                         f"transform need {nbytes} B on the busiest tile, the budget is "
-                         f"{machine.tile_budget_bytes} B")
-    return dataclasses.replace(inner, params=p, expand_dims=dims,
-                               **_with_transform(inner.estimated_cycles, nbytes, inner.breakdown, t))
-
-
-def _with_transform(cycles: int, nbytes: int, breakdown: dict, t: dict) -> dict:
+def with_transform(cycles: int, nbytes: int, breakdown: dict, t: dict) -> dict:
     """A plan's estimate fields with the transform ``t`` added."""
     out = dict(breakdown)
     for k in ("transform", "exchange", "sync"):
@@ -209,31 +152,13 @@ def _with_transform(cycles: int, nbytes: int, breakdown: dict, t: dict) -> dict:
             "estimated_bytes_per_tile": int(nbytes), "breakdown": out}
 
 
-def expanded_candidates(p: ConvParams, machine: MachineSpec, *, bias: bool = False) -> list:
-    """Each expandDims candidate's plan (:func:`plan_expanded`) as a ``(ranking key,
-    PlanCandidate)`` pair (see :func:`~.planner.rank_candidates`)."""
-    from ..core.memory import TileMemoryError
-    from .planner import PlanCandidate
-    out = []
-    for dims in expand_candidates(p):
-        try:
-            c = plan_expanded(p, machine, dims, bias=bias)
-        except (ValueError, TileMemoryError):
-            continue
-        out.append(((c.serial > 1, c.estimated_cycles, c.estimated_bytes_per_tile),
-                    PlanCandidate(c.method, True, c.estimated_cycles, c.estimated_bytes_per_tile,
-                                  c.split, c.serial, c.breakdown, dims)))
-    return out
-
-
 def expanded_lower_bound(p: ConvParams, machine: MachineSpec, dims: str, bias: bool = False) -> int:
-    """A lower bound on :func:`plan_expanded`'s cycles for any split, without planning:
+    """A lower bound on :func:`~.planner.plan_expanded`'s cycles for any split, without planning:
     the expanded conv's MACs spread over every tile at the fastest candidate's peak rate
     (the planner's own bound), two supersteps (exchange-in, one slice), and the transform's
     copy of an even share of the expanded input plus its superstep. The busiest owner of
     the largest window core writes at least that share: the cores partition the expanded
     input over the blocks, each shared by at most out-chans owners."""
-    from .planner import vertex_candidates
     e = expanded_params(p, dims)
     nt = machine.n_tiles
     cands = vertex_candidates(e, machine)
@@ -243,38 +168,3 @@ def expanded_lower_bound(p: ConvParams, machine: MachineSpec, dims: str, bias: b
     conv = int(e.macs / (nt * rate))
     share = e.batch * e.in_channels * e.in_h * e.in_w * e.itemsize // nt
     return conv + 3 * machine.sync_cycles + int(transform_copy_cycles(machine, share, e))
-
-
-def choose_plan(p: ConvParams, machine: MachineSpec, direct, *, bias: bool = False,
-                method: str | None = None, available_memory_proportion: float | None = None):
-    """The cheapest of ``direct`` (the plan without expandDims, or the exception planning it
-    raised) and the expandDims candidates of ``p`` (PopLibs tries every subset and keeps
-    the cheapest plan, the transform's cost included). Plans within the temporary-memory
-    bound win first (``ConvPlan.temp_bytes_bound``), then fewer serial slices, as in
-    :func:`~.planner.plan_conv`; ties keep the direct plan. A candidate whose
-    :func:`expanded_lower_bound` cannot beat the best plan so far (within the bound and
-    without serial slices) is not planned (not when ``planner.PRUNE`` is off): the choice
-    is the same."""
-    from ..core.memory import TileMemoryError
-    from .planner import PRUNE
-    best = None if isinstance(direct, Exception) else direct
-    n = best.n_candidates if best is not None else 0
-    for dims in expand_candidates(p):
-        # a candidate can only replace a plan without serial slices by beating its cycles
-        # (and, unless the best meets the memory bound, a bounded candidate wins on memory)
-        if (PRUNE and best is not None and best.serial == 1 and best.temp_bytes_bound
-                and expanded_lower_bound(p, machine, dims, bias) >= best.estimated_cycles):
-            continue
-        try:
-            cand = plan_expanded(p, machine, dims, bias=bias, method=method,
-                                 available_memory_proportion=available_memory_proportion)
-        except (ValueError, TileMemoryError):
-            continue
-        n += cand.n_candidates
-        # a plan within the temporary-memory bound beats one planned without it
-        if best is None or ((not cand.temp_bytes_bound, cand.serial > 1, cand.estimated_cycles)
-                            < (not best.temp_bytes_bound, best.serial > 1, best.estimated_cycles)):
-            best = cand
-    if best is None:
-        raise direct
-    return dataclasses.replace(best, n_candidates=n)

@@ -26,6 +26,7 @@ import numpy as np
 from ..core.engine import Device
 from ..core.program import Superstep, VertexBatch
 from ..core.tensor import expand, split_bounds
+from .build import ConvProgram, build_direct_program, conv_program
 from .expand import box_row_step, source_boxes, transform_copy_cycles
 from .layout import CopyTable, StridedCopies, owned_input_segments
 
@@ -55,15 +56,14 @@ class _CopyBlocksCodelet:
             self._checked[key] = batch
 
 
-def build_expanded_program(plan, device: Device | None, vertex=None):
+def build_expanded_program(plan, device: Device | None, vertex=None) -> ConvProgram:
     """Lay out an expandDims ``plan`` (``plan.expand_dims`` set) on a fresh or given empty
     device: the expanded conv's program, preceded by the on-chip transform."""
-    from .build import _conv_program, build_conv_program
     p, e = plan.params, plan.conv_params
     # every tile sharing a window owns (and builds) a share of its core: the copy's work is
     # spread over the used tiles, as PopLibs' estimate assumes
-    inner = build_conv_program(dataclasses.replace(plan, params=e, expand_dims=""), device,
-                               vertex=vertex, input_owners=plan.split.out_chans)
+    inner = build_direct_program(dataclasses.replace(plan, params=e, expand_dims=""), device,
+                                 vertex=vertex, input_owners=plan.split.out_chans)
     dev, buf, geo = inner.device, inner.buffers, inner.geometry
     isz = p.itemsize
     nt = dev.machine.n_tiles
@@ -87,7 +87,7 @@ def build_expanded_program(plan, device: Device | None, vertex=None):
                        compute=dev.compute_set([im2col], name="expandDims copy"),
                        exchange=first.exchange)]
     program = dev.program(steps + inner.program.steps[1:], label=p.describe())
-    return _conv_program(plan, dev, program, buf, lambda: _home_tensor(dev, p, bounds, home_off),
+    return conv_program(plan, dev, program, buf, lambda: _home_tensor(dev, p, bounds, home_off),
                          weight_shape=p.weight_shape)
 
 

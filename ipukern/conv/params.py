@@ -12,7 +12,8 @@ from typing import Any, Sequence
 from .._checks import MAX_DIM, as_int, as_shape
 from ..dtypes import DTYPES, canonical_dtype, partials_dtype
 
-__all__ = ["ConvParams", "pair", "MAX_KERNEL_PARAM"]
+__all__ = ["ConvParams", "pair", "MAX_KERNEL_PARAM", "EXPAND_CANDIDATES", "expand_candidates",
+           "expanded_params"]
 
 #: largest kernel size, stride and dilation the compute kernels take (IPK_CONV_MAX_K)
 MAX_KERNEL_PARAM = 64
@@ -197,3 +198,40 @@ def _pair_tag(letter: str, pair: tuple[int, int], default: tuple[int, int]) -> s
     if pair == default:
         return ""
     return f" {letter}{pair[0]}" if pair[0] == pair[1] else f" {letter}{pair}"
+
+
+# ------------------------------------------------------------------ expandDims
+#: expandDims subsets the planner tries ("w" alone would need transposed weights); a study
+#: can set it to () to plan without the transform (bench/zoo_transforms.py does)
+EXPAND_CANDIDATES = ("h", "hw")
+
+
+def expand_candidates(p: ConvParams) -> list[str]:
+    """The expandDims subsets that change ``p``: "h" when the kernel has more than one row
+    or is one row with a row stride, "hw" when the same holds for columns (PopLibs
+    ``getExpandDimsCandidates``: the dims whose expansion changes the params). Expanding a
+    1-wide strided dim *subsamples* the input (``expandSpatialDim``: ``slice.subSample(
+    stride)``, ConvTransforms.cpp), so the expanded conv's windows hold only the rows and
+    columns it reads."""
+    out = []
+    if p.kernel_h > 1 or p.stride[0] > 1:
+        out.append("h")
+    if p.kernel_w > 1 or p.stride[1] > 1:
+        out.append("hw")
+    return [d for d in out if d in EXPAND_CANDIDATES]
+
+
+def expanded_params(p: ConvParams, dims: str) -> ConvParams:
+    """The conv after expandDims over ``dims`` ("h" or "hw"): those kernel dims folded into
+    the input channels (``C_in *= k_d``; along d: kernel 1, input = output size, stride 1,
+    no padding or dilation). Same output shape, MACs and weights (reshaped)."""
+    if dims not in EXPAND_CANDIDATES:
+        raise ValueError(f"expand_dims must be one of {EXPAND_CANDIDATES}, got {dims!r}")
+    kh, kw, (sh, sw), (ph, pw), (dh, dw) = p.kernel_h, p.kernel_w, p.stride, p.padding, p.dilation
+    ci, in_h, in_w = p.in_per_group * kh, p.out_h, p.in_w
+    kh, sh, ph, dh = 1, 1, 0, 1
+    if "w" in dims:
+        ci, kw, in_w, sw, pw, dw = ci * kw, 1, p.out_w, 1, 0, 1
+    return ConvParams(p.batch, ci * p.groups, p.out_channels, in_h, in_w, kh, kw, stride=(sh, sw),
+                      padding=(ph, pw), dilation=(dh, dw), groups=p.groups, dtype=p.dtype,
+                      partials=p.partials)

@@ -1,108 +1,45 @@
-"""Convolution planner: choose a vertex method and a split of the conv over the tiles.
+"""The direct conv planner: a :class:`ConvPlan` from the search, or why there is none.
 
-Like PopLibs' planner (reference/poplibs-planner.md §2), it enumerates vertex candidates
-(AMP, SLIC, VMAC, HMAC, AMP on combined groups) and parallel split vectors over
-(conv groups, input channels, kernel rows, batch, output rows, output columns, output
-channels), scores
-each with the cycle model and keeps the fastest plan whose busiest tile fits its memory
-budget. Scoring is vectorised over all split vectors of a method, with a lower-bound prune
-(useful MACs / the method's peak rate), so planning a layer takes milliseconds.
+:func:`plan_direct` plans a conv as it is (no expandDims): the fastest plan whose busiest
+tile fits the machine's per-tile budget and whose temporary bytes fit PopLibs'
+``availableMemoryProportion`` of the tile (relaxed as PopLibs does when none does). The
+candidate search and its scoring are :mod:`.search`'s. :func:`plan_expanded` plans the conv
+under one expandDims transform: the direct plan of the expanded conv (:func:`~.params.
+expanded_params`) plus the transform's estimate (:mod:`.expand`). Choosing between the
+direct plan and the expandDims ones is :func:`ipukern.conv.compile.plan_conv`'s (the conv
+entry); :func:`rank_candidates` ranks the best plan of every vertex method, expandDims
+included, as it chooses.
 
-The planner's score is an estimate of the program's cost computed from closed forms (the
-busiest tile's bytes and vertex cycles). The program built from the plan is costed
-exactly from its real copy tables and vertices; the profile reports that exact cost, and
-``plan.estimated_cycles`` keeps the planner's figure for comparison.
-
-When no split fits the tiles' memory, the planner adds a *serial* split of the output
-channels (PopLibs' outChanSplit.serial): the input windows stay resident, and each
-iteration exchanges one slice of the weights, computes that slice of the outputs and
-reduces it. If even the largest serial split does not fit, :func:`plan_conv` raises
-:class:`~ipukern.memory.TileMemoryError` with the smallest requirement it found.
-
-Names in the scoring code (one row per candidate split vector, for its busiest tile):
-
-========  ==========================================================================
-gs, is_,  splits of conv groups, input channels, output channels (tiles per axis)
-os_
-bs, hs,   splits of batch, output rows, output columns
-ws
-G_t, C_t  conv groups, input channels per group on the tile
-K_t, K_s  output channels per group on the tile; in one serial slice
-B_t       batch images on the tile
-OR, OC    output rows / columns on the tile; WR, WC the input window they need
-kr, KH_t  kernel-row split (PopLibs' kernelSplit along the height), kernel rows on the tile
-M         tiles sharing one weight block (bs x hs x ws)
-R         reduction depth (= is_ x kr): partials summed per output
-T         tiles on the machine
-========  ==========================================================================
-
-Input-channel splits range up to the tile count; their partial sums are reduced in
-PopLibs' stages (:mod:`.reduce`: 1 stage below depth 16, 2 from 16, 3 from 125). Below
-``MAX_SINGLE_STAGE_DEPTH`` every split is scored; above it a geometric subset (ratio
-``DEEP_SPLIT_RATIO``) of the splits whose exact stages stay close to PopLibs' plan, which
-bounds the search at a few dozen in-channel splits however large K is.
-
-Kernel splits: a kernel with more than one row may be split into blocks of rows across
-tiles (PopLibs' ``kernelSplit``). Each tile runs the vertex of its smaller kernel and holds
-its block of the weights; the partial sums of the in-chan x kernel-block tiles of an output
-block are reduced like an in-channel split (depth ``is_ x kr``, same stages). Every kernel
-block holds the whole kernel's input window (the tiles of block 0 own it; the later blocks
-receive the same pieces, so each is sent once): PopLibs gives a kernel block only the rows
-it reads, which here would make the owner send each overlapping piece once per block.
-
+If even the largest serial split does not fit, :func:`plan_direct` raises
+:class:`~ipukern.core.memory.TileMemoryError` with the smallest requirement it found.
 Modelled and documented simplifications: kernel columns are never split across tiles
 (only rows); only output channels are split serially.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
-from ..core.cost import (cast_cycles_array, ceil_div, elementwise_cycles_array, exchange_cycles,
-                         reduce_cycles_array)
+from ..core.cost import ceil_div
 from ..core.memory import TileMemoryError
-from ..core.tensor import expand, split_candidates
-from ..dtypes import DTYPES
 from ..machine import MachineSpec
-from .estimators import (VertexMethod, candidate_methods, conv_vertex_cycles_array,
-                         direct_output_candidates, vertex_field)
-from .layout import MAX_INPUT_OWNERS, Split
-from .params import ConvParams
-from .reduce import planner_tries_depth, reduce_stages
+from .estimators import VertexMethod
+from .expand import transform_estimate, with_transform
+from .layout import Split
+from .params import ConvParams, expand_candidates, expanded_params
+from .reduce import reduce_stages
+from .search import score_each_method, search, writes_output_type
 
-__all__ = ["ConvPlan", "PlanCandidate", "plan_conv", "rank_candidates", "split_candidates",
-           "writes_output_type", "MAX_SINGLE_STAGE_DEPTH", "AVAILABLE_MEMORY_PROPORTION",
-           "temp_bytes_bound", "vertex_candidates"]
+__all__ = ["ConvPlan", "PlanCandidate", "plan_direct", "plan_expanded", "rank_candidates",
+           "expanded_candidates", "temp_bytes_bound", "AVAILABLE_MEMORY_PROPORTION"]
 
 #: PopLibs' default ``availableMemoryProportion`` (poplin convolution/matmul option, "the
 #: proportion of tile memory to be made available as temporary memory for this
 #: convolution", default 0.6; ConvOptions.cpp, ConvPlan.cpp ``availableTileMem =
 #: target.getBytesPerTile() * options.availableMemoryProportion``)
 AVAILABLE_MEMORY_PROPORTION = 0.6
-
-#: input-channel splits below this depth are reduced in one stage and all scored; deeper
-#: ones are reduced in 2-3 stages (PopLibs' ConvReducePlan.cpp, reference §4.3)
-MAX_SINGLE_STAGE_DEPTH = 16
-#: deeper in-channel splits are scored on a geometric grid of this ratio (the cost is
-#: smooth in the split, and this keeps planning time flat in K)
-DEEP_SPLIT_RATIO = 1.5
-#: before any plan is known, score only split vectors within this factor of the best
-#: compute lower bound of the method
-LB_SLACK = 2.0
-#: plans this close to the fastest count as ties (see _score_method)
-NEAR_TIE = 0.005
-#: byte alignment of every per-tile buffer (TileMemory aligns to 8; a power of two, see _aligned)
-_ALIGN = 8
-#: branch and bound (see _costs): cost this many split vectors of least lower bound in full
-#: first, and prune the rest with their best. PRUNE = False costs every split vector in
-#: full (the exhaustive search the tests compare with); both give the same plan
-BNB_SEED = 16
-PRUNE = True
-#: score kernel-row splits (PopLibs' kernelSplit); False plans without them (baselines)
-KERNEL_SPLITS = True
 
 
 @dataclass(frozen=True)
@@ -135,7 +72,7 @@ class ConvPlan:
         the program builds on chip first (:mod:`.expand`).
     temp_bytes_bound : int
         The per-tile bound on temporary bytes the plan was chosen under (PopLibs'
-        ``availableMemoryProportion`` of the tile, :func:`plan_conv`); 0 when no plan met
+        ``availableMemoryProportion`` of the tile, :func:`plan_direct`); 0 when no plan met
         it and the conv was planned against the tile budget alone.
     """
 
@@ -157,13 +94,12 @@ class ConvPlan:
         """The conv the vertices run: ``params``, or its expandDims form."""
         if not self.expand_dims:
             return self.params
-        from .expand import expanded_params
         return expanded_params(self.params, self.expand_dims)
 
     @property
     def conv_output_dtype(self) -> str:
         """What the conv vertex writes: the partials type, or the output type itself for
-        a direct-output AMP candidate (see :func:`writes_output_type`)."""
+        a direct-output AMP candidate (see :func:`~.search.writes_output_type`)."""
         return self.params.dtype if writes_output_type(self.params, self.method) else self.params.partials
 
     @property
@@ -223,839 +159,6 @@ class ConvPlan:
                 "breakdown": dict(self.breakdown)}
 
 
-def _aligned(nbytes):
-    """``nbytes`` rounded up to a multiple of ``_ALIGN`` (a power of two): an add and a
-    mask, as ``ceil_div(n, _ALIGN) * _ALIGN`` on integers but in two passes over a
-    candidate column instead of four (it runs nine times per serial count sized)."""
-    return (nbytes + (_ALIGN - 1)) & -_ALIGN
-
-
-def _method_grains(p: ConvParams, m: VertexMethod) -> tuple[int, int, int]:
-    """(group grain, in-chan grain, out-chan grain) in the conv's own units."""
-    F = m.combine_groups
-    if F > 1:
-        return F * m.conv_groups_per_group, p.in_per_group, p.out_per_group
-    return m.conv_groups_per_group, m.in_chans_per_group, m.out_chans_per_group
-
-
-def _axis_sizes(n: int, grain: int, s: np.ndarray) -> np.ndarray:
-    """Largest part (in items) when n items in grains of ``grain`` are split s ways."""
-    return np.minimum(ceil_div(ceil_div(n, grain), s) * grain, n)
-
-
-def _window_extent(n_out_t: np.ndarray, k: int, stride: int, dil: int, size: int) -> np.ndarray:
-    """Input rows a block of n_out_t output rows needs (clipped to the input)."""
-    return np.minimum((n_out_t - 1) * stride + (k - 1) * dil + 1, size)
-
-
-def plan_conv(params: ConvParams, machine: MachineSpec, *, bias: bool = False,
-              method: str | None = None, expand_dims: str | None = None,
-              kernel_split: int | None = None,
-              available_memory_proportion: float | None = None) -> ConvPlan:
-    """Choose the fastest plan whose busiest tile fits ``machine``'s per-tile budget and
-    whose temporary memory fits ``available_memory_proportion`` of the tile.
-
-    Parameters
-    ----------
-    params : ConvParams
-    machine : MachineSpec
-    bias : bool
-        Whether the op adds a bias (one more element-wise pass and a small exchange).
-    method : str, optional
-        Restrict to one vertex method ("AMP", "SLIC", "VMAC", "HMAC"), e.g. to study it.
-    expand_dims : {None, "", "h", "hw"}
-        PopLibs' expandDims transform (:mod:`.expand`): None (default) plans the conv as it
-        is and with each expandDims candidate, transform cost included, and keeps the
-        cheapest; "" never expands; "h" / "hw" force that expansion.
-    kernel_split : int, optional
-        PopLibs' kernel split along the kernel rows: None (default) scores every useful
-        split (when ``KERNEL_SPLITS``, the module switch, is on) and keeps the fastest; 1
-        never splits; k > 1 forces k blocks of kernel rows (then no expandDims).
-    available_memory_proportion : float in (0, 1], optional
-        PopLibs' ``availableMemoryProportion`` option: the share of the tile's bytes the
-        conv's temporary memory may use (here every buffer of the plan but its output:
-        input windows, weights, partials, reduction and receive buffers). None means
-        PopLibs' default, :data:`AVAILABLE_MEMORY_PROPORTION` (0.6). As in PopLibs, when
-        no plan meets it the conv is planned again without it (PopLibs then minimises
-        memory; here the fastest plan that fits the tile budget is kept); the plan's
-        ``temp_bytes_bound`` says which happened (0: bound not met).
-
-    Raises
-    ------
-    TileMemoryError
-        If no candidate fits even with serial splits; the message gives the smallest
-        per-tile requirement found and the budget. Raised at once when the conv's tensors
-        alone exceed the whole chip.
-    ValueError
-        If ``method`` names no valid candidate for this conv, or no split of the conv
-        suits any candidate (e.g. a forced SLIC with stride_w > 2), or ``kernel_split``
-        is not an int in 1..kernel_h.
-    """
-    if kernel_split is not None:
-        if (isinstance(kernel_split, bool) or not isinstance(kernel_split, (int, np.integer))
-                or not 1 <= kernel_split <= params.kernel_h):
-            raise ValueError(f"kernel_split must be an int in 1..{params.kernel_h} (the kernel's "
-                             f"rows) or None, got {kernel_split!r}")
-        kernel_split = int(kernel_split)
-        if kernel_split > 1 and expand_dims is None:
-            expand_dims = ""
-        if kernel_split > 1 and expand_dims:
-            raise ValueError("a kernel split and expandDims cannot be forced together")
-    amp = available_memory_proportion
-    bound = temp_bytes_bound(machine, amp)
-    if expand_dims is None:
-        from .expand import choose_plan
-        try:
-            direct: ConvPlan | Exception = plan_conv(params, machine, bias=bias, method=method,
-                                                     expand_dims="", kernel_split=kernel_split,
-                                                     available_memory_proportion=amp)
-        except (ValueError, TileMemoryError) as err:
-            direct = err
-        return choose_plan(params, machine, direct, bias=bias, method=method,
-                           available_memory_proportion=amp)
-    if expand_dims:
-        from .expand import plan_expanded
-        return plan_expanded(params, machine, expand_dims, bias=bias, method=method,
-                             available_memory_proportion=amp)
-    try:
-        return _plan_direct(params, machine, bias, method, bound, kernel_split)
-    except TileMemoryError:
-        return _plan_relaxed(params, machine, bias, method, bound, kernel_split)
-
-
-def _plan_relaxed(p: ConvParams, machine: MachineSpec, bias: bool, method: str | None, bound: int,
-                  kernel_split: int | None) -> ConvPlan:
-    """No plan meets ``bound``: as PopLibs' ``minimizeMemory`` (lib/poplin/ConvPlan.cpp,
-    ``runPlanner``), plan the fastest within the bound doubled, again while it is below twice
-    the tile's bytes, then without a bound. The plan says the requested bound was not met
-    (``temp_bytes_bound`` 0)."""
-    step = bound
-    while step < 2 * machine.tile_bytes:
-        step *= 2
-        try:
-            return replace(_plan_direct(p, machine, bias, method, step, kernel_split), temp_bytes_bound=0)
-        except TileMemoryError:
-            continue
-    return _plan_direct(p, machine, bias, method, None, kernel_split)
-
-
-def vertex_candidates(p: ConvParams, machine: MachineSpec) -> list[VertexMethod]:
-    """The vertex candidates the planner scores for ``p`` (a new list): the methods'
-    candidates, then the direct-output ones last, so a tie keeps the requested partials
-    type. :func:`~.expand.expanded_lower_bound` bounds an expanded conv's rate with them."""
-    cands = candidate_methods(machine, p.dtype, p.partials, p.in_per_group, p.out_per_group,
-                              p.kernel_w, p.stride[1], n_groups=p.groups)
-    cands += direct_output_candidates(machine, p.dtype, p.partials, p.in_per_group,
-                                      p.kernel_h, p.kernel_w)
-    return cands
-
-
-def _plan_direct(p: ConvParams, machine: MachineSpec, bias: bool, method: str | None,
-                 temp_bound: int | None, kernel_split: int | None) -> ConvPlan:
-    """:func:`plan_conv` without expandDims, temporary bytes bounded by ``temp_bound``."""
-    _check_fits_chip(p, machine)
-    cands = vertex_candidates(p, machine)
-    if method is not None:
-        cands = [c for c in cands if c.method == method.upper()]
-        if not cands:
-            raise ValueError(f"no {method!r} vertex candidate for {p.describe()}")
-    fg = _field_grid(p, machine.n_tiles, kernel_split)
-    serials = _serial_candidates(p)
-    smallest: tuple[int, VertexMethod, int] | None = None
-    best: tuple[tuple, VertexMethod, _Scored] | None = None
-    n_scored = 0
-    for cand in cands:
-        # a method whose rate cannot beat the best plan even on a perfect split is skipped
-        if (best is not None and p.macs / (machine.n_tiles * cand.macs_per_cycle_bound(machine))
-                >= best[2].cycles):
-            continue
-        # a method can only replace a best plan without serial slices by beating its cycles
-        beat = best[2].cycles if best is not None and best[2].serial == 1 else None
-        res = _score_method(p, machine, cand, bias, serials, best[2].cycles if best else None, fg,
-                            beat=beat, temp_bound=temp_bound)
-        if res is None:
-            continue
-        n_scored += res.n_scored
-        if res.smallest is not None and (smallest is None or res.smallest[0] < smallest[0]):
-            smallest = (res.smallest[0], cand, res.smallest[1])
-        if res.best is not None:
-            # fewer serial slices first (PopLibs plans parallel splits before serial ones)
-            key = (res.best.serial > 1, res.best.cycles, res.best.nbytes)
-            if best is None or key < best[0]:
-                best = (key, cand, res.best)
-    if best is not None:
-        _, cand, b = best
-        return ConvPlan(params=p, machine=machine, method=cand, split=b.split, serial=b.serial,
-                        bias=bias, estimated_cycles=b.cycles, estimated_bytes_per_tile=b.nbytes,
-                        breakdown=b.breakdown, n_candidates=n_scored,
-                        temp_bytes_bound=temp_bound or 0)
-    if smallest is None:
-        # no candidate got as far as sizing a tile: every split was invalid for the methods
-        tried = sorted({c.method for c in cands})
-        hints = "; ".join(_NO_SPLIT_HINTS.get(m, m) for m in tried)
-        raise ValueError(f"no valid split of {p.describe()} over {machine.name}'s "
-                         f"{machine.n_tiles} tiles for {'/'.join(tried)}: {hints}")
-    need, cand, serial = smallest
-    raise TileMemoryError(
-        f"no plan for {p.describe()} fits {machine.name}'s tiles, even with serial splits: the "
-        f"smallest busiest-tile requirement found is {need} B "
-        f"({cand.label()}, {serial} serial slices) but the budget is "
-        f"{machine.tile_budget_bytes} B per tile ({machine.tile_bytes} B minus "
-        f"{machine.reserved_bytes_per_tile} B reserved)",
-        tile=-1, requested=int(need), used=0, budget=machine.tile_budget_bytes)
-
-
-#: why a vertex method can have no valid split at all (see _channel_axes, _split_vectors)
-_NO_SPLIT_HINTS = {
-    "SLIC": "SLIC needs stride_w <= 2 and no dilation",
-    "VMAC": "VMAC computes one output channel per group per tile, so it needs at least as "
-            "many tiles as output channels per group",
-    "AMP": "AMP needs the conv's channel grouping on the tiles",
-    "HMAC": "HMAC needs the conv's channel grouping on the tiles",
-}
-
-
-def writes_output_type(p: ConvParams, method: VertexMethod) -> bool:
-    """Whether ``method`` is a direct-output candidate: an AMP accumulating in the output
-    type although the conv asked for other partials (no reduction may follow it)."""
-    return (method.method == "AMP" and method.partials_dtype == p.dtype
-            and method.partials_dtype != p.partials)
-
-
-def _check_fits_chip(p: ConvParams, machine: MachineSpec) -> None:
-    """Reject at once a conv whose input, weights and output alone exceed the whole chip's
-    data budget: every element lives on some tile, so no split can fit it (and searching
-    splits of astronomically large layers would take long)."""
-    need = sum(p.nbytes().values())
-    per_tile = ceil_div(need, machine.n_tiles)
-    if per_tile > machine.tile_budget_bytes:
-        raise TileMemoryError(
-            f"no plan for {p.describe()} fits {machine.name}'s tiles: the smallest busiest-tile "
-            f"requirement found is {per_tile} B (its input, weights and output, {need} B, "
-            f"spread evenly over {machine.n_tiles} tiles) but the budget is "
-            f"{machine.tile_budget_bytes} B per tile ({machine.tile_bytes} B minus "
-            f"{machine.reserved_bytes_per_tile} B reserved)",
-            tile=-1, requested=int(per_tile), used=0, budget=machine.tile_budget_bytes)
-
-
-def _serial_candidates(p: ConvParams) -> np.ndarray:
-    """1 first; then serial output-channel splits doubling up to one channel per slice."""
-    most = max(1, p.out_per_group)
-    out = [1]
-    k = 2
-    while k <= most:
-        out.append(k)
-        k *= 2
-    if out[-1] != most:
-        out.append(most)
-    return np.array(out, dtype=np.int64)
-
-
-def _field_grid(p: ConvParams, T: int, kernel_split: int | None = None) -> dict[str, Any]:
-    """All (batch, rows, cols) split vectors using at most T tiles, with their busiest
-    block's sizes, and a memo of the split tables built on them (``_tables``, see
-    :func:`_split_vectors`). Shared by every vertex method of one conv (as is the forced
-    ``kernel_split``, see :func:`_kernel_axis`)."""
-    b_ax = _splits(p.batch, T)
-    h_ax = _splits(p.out_h, T)
-    w_ax = _splits(p.out_w, T)
-    bs, hs, ws = (a.ravel() for a in np.meshgrid(b_ax, h_ax, w_ax, indexing="ij"))
-    # Columns are split only when that needs no column halos (1-wide kernels: matmuls,
-    # 1x1 convs) or once every output row has its own block. Narrow rows pay the AMP
-    # per-row work-list overheads, and column halos are a copy per row and channel, so
-    # these splits rarely win and would make the copy tables (and host runs) large.
-    ok = (bs * hs * ws <= T) & ((ws == 1) | (p.kernel_w == 1) | (hs == h_ax.max()))
-    bs, hs, ws = bs[ok], hs[ok], ws[ok]
-    return {"_tables": {}, "kernel_split": kernel_split, "bs": bs, "hs": hs, "ws": ws, "n": bs * hs * ws,
-            "B_t": _axis_sizes(p.batch, 1, bs), "OR": _axis_sizes(p.out_h, 1, hs),
-            "OC": _axis_sizes(p.out_w, 1, ws)}
-
-
-def _kernel_axis(p: ConvParams, cand: VertexMethod, T: int, forced: int | None) -> np.ndarray:
-    """Kernel-row splits to score: ``forced`` when given; else every useful split of a
-    kernel with more than one row (none when ``KERNEL_SPLITS`` is off). A vertex that
-    writes the output type allows no reduction, so no kernel split."""
-    if writes_output_type(p, cand):
-        return np.array([1]) if not forced or forced == 1 else np.zeros(0, np.int64)
-    if forced is not None:
-        return np.array([forced])
-    if p.kernel_h > 1 and KERNEL_SPLITS:
-        return _splits(p.kernel_h, T)
-    return np.array([1])
-
-
-def _channel_axes(p: ConvParams, cand: VertexMethod, T: int, forced: int | None = None):
-    gg, ig, og = _method_grains(p, cand)
-    n_i = ceil_div(p.in_per_group, ig)
-    n_o = ceil_div(p.out_per_group, og)
-    # methods that process exactly one channel block per tile fix their channel splits
-    if cand.method == "SLIC":
-        if p.dilation != (1, 1) or p.stride[1] > 2:
-            return None
-        i_ax, o_ax = np.array([n_i]), np.array([n_o])
-    elif cand.method == "VMAC":
-        if p.out_per_group > T:
-            return None
-        i_ax, o_ax = _in_chan_splits(n_i, T), np.array([p.out_per_group])
-    elif writes_output_type(p, cand):
-        i_ax, o_ax = np.array([1]), _splits(n_o, T)   # no reduction may follow
-    else:
-        i_ax, o_ax = _in_chan_splits(n_i, T), _splits(n_o, T)
-    g_ax = _splits(ceil_div(p.groups, gg), T)
-    return g_ax, i_ax, o_ax, _kernel_axis(p, cand, T, forced)
-
-
-def _tried_depths(R: np.ndarray) -> np.ndarray:
-    """:func:`~.reduce.planner_tries_depth` per element (the staged reductions the
-    planner scores; a kernel split multiplies the in-chan split's depth)."""
-    uniq, inv = np.unique(R, return_inverse=True)
-    return np.array([planner_tries_depth(int(r)) for r in uniq], dtype=bool)[inv.reshape(-1)]
-
-
-def _frozen(a: np.ndarray) -> np.ndarray:
-    a.setflags(write=False)
-    return a
-
-
-@lru_cache(maxsize=1024)
-def _splits(n_grains: int, T: int) -> np.ndarray:
-    """:func:`split_candidates`, memoised (read-only): every method of a conv asks for the
-    same few axes. Cleared by :func:`clear_planner_caches`."""
-    return _frozen(split_candidates(n_grains, T))
-
-
-@lru_cache(maxsize=1024)
-def _in_chan_splits(n_grains: int, T: int) -> np.ndarray:
-    return _frozen(in_chan_splits(n_grains, T))
-
-
-def temp_bytes_bound(machine: MachineSpec, proportion: float | None) -> int:
-    """The per-tile bound on a plan's temporary bytes: ``proportion`` (None: PopLibs'
-    default :data:`AVAILABLE_MEMORY_PROPORTION`) of the tile's bytes, as PopLibs computes
-    it (of the whole tile, not of the budget left after the reserve).
-
-    Raises
-    ------
-    ValueError
-        Unless ``0 < proportion <= 1`` (PopLibs' 0, "plan for the least memory", is not
-        modelled)."""
-    if proportion is None:
-        proportion = AVAILABLE_MEMORY_PROPORTION
-    if (isinstance(proportion, bool) or not isinstance(proportion, (int, float, np.floating))
-            or not 0 < proportion <= 1):
-        raise ValueError(f"available_memory_proportion must be a number in (0, 1], got "
-                         f"{proportion!r}")
-    return int(machine.tile_bytes * float(proportion))
-
-
-def clear_planner_caches() -> None:
-    """Forget the planner's memoised split axes and vertex candidates (for cold timings;
-    plans do not change)."""
-    from .estimators.candidates import _candidate_methods, _method
-    _splits.cache_clear()
-    _in_chan_splits.cache_clear()
-    _candidate_methods.cache_clear()
-    _method.cache_clear()
-
-
-def in_chan_splits(n_grains: int, T: int) -> np.ndarray:
-    """In-channel splits the planner scores for ``n_grains`` in-channel grains on ``T``
-    tiles: every useful split below ``MAX_SINGLE_STAGE_DEPTH``; above it the splits whose
-    staged reduction PopLibs would run (:func:`~.reduce.planner_tries_depth`), thinned to a
-    geometric grid of ratio ``DEEP_SPLIT_RATIO`` (always keeping the deepest)."""
-    cands = split_candidates(n_grains, T)
-    small = cands[cands < MAX_SINGLE_STAGE_DEPTH]
-    deep = [int(r) for r in cands[cands >= MAX_SINGLE_STAGE_DEPTH] if planner_tries_depth(int(r))]
-    kept: list[int] = []
-    for r in deep:
-        if not kept or r >= kept[-1] * DEEP_SPLIT_RATIO:
-            kept.append(r)
-    if deep and kept[-1] != deep[-1]:
-        kept.append(deep[-1])
-    return np.concatenate([small, np.array(kept, dtype=np.int64)])
-
-
-class _Table(dict):
-    """Candidate split vectors as equal-length int64 columns (one row per candidate);
-    columns read as attributes, ``take`` keeps a subset of rows."""
-
-    __getattr__ = dict.__getitem__
-
-    def take(self, sel: np.ndarray) -> "_Table":
-        return _Table({k: v[sel] for k, v in self.items()})
-
-
-class _Scored(NamedTuple):
-    """The best split vector of one vertex method."""
-
-    cycles: int
-    nbytes: int
-    split: Split
-    serial: int
-    breakdown: dict
-
-
-class _MethodScore(NamedTuple):
-    """What scoring one vertex method found: how many split vectors it considered, the
-    best one that fits (or None), and the smallest busiest-tile requirement it saw as
-    ``(bytes, serial slices)`` (or None when it found no candidate at all)."""
-
-    n_scored: int
-    best: _Scored | None
-    smallest: tuple[int, int] | None
-
-
-def _score_method(p: ConvParams, machine: MachineSpec, cand: VertexMethod, bias: bool,
-                  serials: np.ndarray, bound: int | None,
-                  fg: dict[str, Any], beat: int | None = None,
-                  temp_bound: int | None = None) -> _MethodScore | None:
-    """Score every split vector of one vertex method, each with the fewest serial
-    out-chan slices (from ``serials``) that make its busiest tile fit.
-
-    Phases: enumerate the split vectors, prune by the compute lower bound, size the
-    busiest tile's buffers and choose the serial slices, then cost compute, exchange,
-    reduction and syncs, and pick the fastest (near ties broken towards simpler plans).
-    ``beat``: the cycles of the best plan so far when it has no serial slices; a pick
-    slower than it cannot win, so it need not be exact (see :func:`_costs`).
-    """
-    c = _split_vectors(p, machine, cand, fg)
-    if c is None:
-        return None
-    n_all = len(c.gs)
-    c = _lower_bound_prune(p, machine, cand, c, bound)
-    if c is None:
-        return _MethodScore(n_all, None, None)
-    c = _with_windows(p, c, writes_output_type(p, cand))
-    if PRUNE and beat is not None:
-        c = _beat_prune(p, machine, cand, c, bias, beat)
-        if c is None:
-            return _MethodScore(n_all, None, None)     # nothing here beats the best plan
-    og = _method_grains(p, cand)[2]
-    serial, smallest, sizes = _fewest_serial_slices(p, machine, og, c, serials, bias, temp_bound)
-    fits = serial > 0
-    if cand.method == "VMAC":
-        fits &= serial == 1
-    if not fits.any():
-        return _MethodScore(n_all, None, smallest)
-    fits = np.flatnonzero(fits)
-    c = c.take(fits)
-    c["serial"] = serial[fits]
-    c.update({k: v[fits] for k, v in sizes.items()})
-    try:
-        sel, costs = _costs(p, machine, cand, c, bias, beat)
-    except ValueError:
-        return None
-    c = c.take(sel)
-    j = _pick_near_tie(c, costs["total"])
-    gg, ig, og = _method_grains(p, cand)
-    split = Split(groups=int(c.gs[j]), in_chans=int(c.is_[j]), batch=int(c.bs[j]),
-                  rows=int(c.hs[j]), cols=int(c.ws[j]), out_chans=int(c.os_[j]),
-                  kernel_rows=int(c.kr[j]), group_grain=gg, in_grain=ig, out_grain=og)
-    k = int(c.serial[j])
-    breakdown = {"exchange": int(costs["ex_in"][j] + (k - 1) * costs["ex_w"][j]
-                                 + k * costs["red_x"][j]),
-                 "compute": int(k * costs["conv"][j]), "reduction": int(k * costs["red_c"][j]),
-                 "cast": int(k * costs["cast_c"][j]), "bias": int(k * costs["bias_c"][j]),
-                 "sync": int(costs["sync"][j])}
-    return _MethodScore(n_all, _Scored(int(costs["total"][j]), int(c.mem[j]), split, k,
-                                       breakdown), smallest)
-
-
-def _split_vectors(p: ConvParams, machine: MachineSpec, cand: VertexMethod,
-                   fg: dict[str, Any]) -> _Table | None:
-    """Every (channel split x field split) vector that fits the machine, with the busiest
-    tile's sizes (G_t, C_t, K_t, B_t, OR, OC)."""
-    T = machine.n_tiles
-    gg, ig, og = _method_grains(p, cand)
-    # methods with the same grains and axes share their table (the callers never modify a
-    # table in place: the first thing done with it is a take)
-    key = (cand.method if cand.method in ("SLIC", "VMAC") else "", writes_output_type(p, cand),
-           gg, ig, og)
-    memo = fg["_tables"]
-    if key not in memo:
-        memo[key] = _new_split_vectors(p, cand, fg, T, gg, ig, og)
-    return memo[key]
-
-
-def _new_split_vectors(p: ConvParams, cand: VertexMethod, fg: dict[str, Any], T: int,
-                       gg: int, ig: int, og: int) -> _Table | None:
-    axes = _channel_axes(p, cand, T, fg["kernel_split"])
-    if axes is None:
-        return None
-    cg, ci, co, ck = (a.ravel() for a in np.meshgrid(*axes, indexing="ij"))
-    cn = cg * ci * co * ck
-    keep_c = (cn <= T) & ((ck == 1) | _tried_depths(ci * ck))
-    cg, ci, co, ck, cn = cg[keep_c], ci[keep_c], co[keep_c], ck[keep_c], cn[keep_c]
-    if "_by_n" not in fg:
-        order = np.argsort(fg["n"], kind="stable")
-        fg["_by_n"] = (order, fg["n"][order])
-    pairs = _field_pairs(fg["_by_n"], cn, T)
-    if pairs is None:
-        return None
-    fi, chi = pairs
-    # the block sizes of the channel axes are computed per channel split and then
-    # gathered with it (the table has up to ~13k rows per channel split's few hundred)
-    c = _Table(gs=cg[chi], is_=ci[chi], os_=co[chi], kr=ck[chi], bs=fg["bs"][fi],
-               hs=fg["hs"][fi], ws=fg["ws"][fi], B_t=fg["B_t"][fi], OR=fg["OR"][fi],
-               OC=fg["OC"][fi], KH_t=_axis_sizes(p.kernel_h, 1, ck)[chi],
-               G_t=_axis_sizes(p.groups, gg, cg)[chi],
-               C_t=_axis_sizes(p.in_per_group, ig, ci)[chi],
-               K_t=_axis_sizes(p.out_per_group, og, co)[chi])
-    if cand.method == "VMAC" and c.K_t.max() > 1:
-        return None
-    return c
-
-
-def _field_pairs(by_n: tuple[np.ndarray, np.ndarray], cn: np.ndarray, T: int
-                 ) -> tuple[np.ndarray, np.ndarray] | None:
-    """The (field, channel) index pairs whose tiles ``n * cn`` fit the machine, in
-    row-major order (field first), without those leaving more than half of the most
-    tiles any pair uses idle (halving the busiest tile's work always beats them in
-    practice, and skipping them keeps planning in milliseconds). None if no pair fits.
-    Found per channel split by bisection over the sorted field sizes (``by_n``: the
-    stable order of the fields' tile counts ``n`` and ``n`` in it, shared by the methods
-    of a conv), not by forming every pair."""
-    if not cn.size:
-        return None
-    order, ns = by_n
-    hi = np.searchsorted(ns, T // cn, side="right")          # n * cn <= T below hi
-    has = np.flatnonzero(hi > 0)
-    if not has.size:
-        return None
-    u_max = int((ns[hi[has] - 1] * cn[has]).max())
-    lo = np.searchsorted(ns, u_max // (2 * cn), side="right")  # 2 * n * cn > u_max from lo
-    counts = np.maximum(hi - lo, 0)
-    chi, k = expand(counts)
-    fi = order[lo[chi] + k]
-    rank = np.argsort(fi * cn.size + chi)     # distinct keys: the (field, channel) order
-    return fi[rank], chi[rank]
-
-
-def _lower_bound_prune(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: _Table,
-                       bound: int | None) -> _Table | None:
-    """Keep the split vectors whose busiest tile's useful MACs, at the method's peak rate,
-    could beat ``bound`` (the best plan so far). Without a plan to beat yet, look near the
-    best lower bound first: the winner uses the machine well, and its cost then prunes
-    every other method's candidates."""
-    kk = c.KH_t * p.kernel_w
-    lb = (c.G_t * c.C_t * c.K_t * c.B_t * c.OR * c.OC * kk) / cand.macs_per_cycle_bound(machine)
-    if bound is not None:
-        # a reduction's first stage moves at least half of the tile's partials, at the
-        # exchange rate, and adds a superstep (sync) per stage: also a lower bound
-        outs = c.G_t * c.K_t * c.B_t * c.OR * c.OC
-        red = (outs * DTYPES[p.partials].itemsize / (2 * machine.exchange_bytes_per_cycle)
-               + machine.sync_cycles)
-        lb = lb + np.where(c.is_ * c.kr > 1, red, 0)
-    cut = bound if bound is not None else LB_SLACK * lb.min()
-    sel = np.flatnonzero(lb <= cut)
-    return c.take(sel) if sel.size else None
-
-
-def _with_windows(p: ConvParams, c: _Table, direct_output: bool) -> _Table:
-    """Add the input window (WR x WC, bytes), the weight-sharing group size M, the
-    reduction depth R and what finishes each slice (reduce or cast)."""
-    isz = DTYPES[p.dtype].itemsize
-    # every kernel block holds the whole kernel's window (see layout.geometry)
-    WR = _window_extent(c.OR, p.kernel_h, p.stride[0], p.dilation[0], p.in_h)
-    WC = _window_extent(c.OC, p.kernel_w, p.stride[1], p.dilation[1], p.in_w)
-    # a window also holds its block's core, which is longer than the taps need when the
-    # stride exceeds the kernel span
-    c["WR"] = np.maximum(WR, np.minimum(ceil_div(p.in_h, c.hs) + p.stride[0], p.in_h))
-    c["WC"] = np.maximum(WC, np.minimum(ceil_div(p.in_w, c.ws) + p.stride[1], p.in_w))
-    c["win_b"] = c.B_t * c.WR * c.G_t * c.C_t * c.WC * isz
-    # a later kernel block owns none of its window: it receives all of it
-    c["later_b"] = np.where(c.kr > 1, c.win_b, 0)
-    c["M"] = c.bs * c.hs * c.ws
-    c["R"] = c.is_ * c.kr
-    c["f1"], c["f2"], c["f3"] = _stage_depths(c.R)
-    c["reduce_needed"] = c.R > 1
-    c["cast_needed"] = (~c.reduce_needed) & (p.partials != p.dtype) & (not direct_output)
-    return c
-
-
-def _tile_bytes(p: ConvParams, og: int, c: _Table, serial: np.ndarray,
-                bias: bool) -> dict[str, np.ndarray]:
-    """The busiest tile's bytes (``mem``) with ``serial`` out-chan slices, and the slice
-    sizes: out-chans K_s, weight bytes w_b, outputs out_s and reduction chunk."""
-    isz, psz = DTYPES[p.dtype].itemsize, DTYPES[p.partials].itemsize
-    kk = c.KH_t * p.kernel_w
-    K_s = np.minimum(ceil_div(ceil_div(c.K_t, og), serial) * og, c.K_t)  # out-chans per slice
-    w_b = c.G_t * K_s * c.C_t * kk * isz                           # one slice of weights
-    w_store = np.where(serial > 1, ceil_div(serial, c.M) * w_b, 0)   # owned slices
-    out_s = c.B_t * c.G_t * K_s * c.OR * c.OC                      # outputs of one slice
-    chunk, recv, mid_b = _reduction_sizes(c, out_s, psz)
-    n_part_bufs = np.where(serial > 1, 2, 1)                       # double-buffered if serial
-    part_b = np.where(c.reduce_needed | c.cast_needed, n_part_bufs * out_s * psz, 0)
-    out_b = serial * np.where(c.reduce_needed, chunk, out_s) * isz
-    recv_b = np.where(c.reduce_needed, recv * psz, 0)
-    bias_b = c.G_t * c.K_t * isz if bias else 0
-    mem = sum(_aligned(x) for x in (c.win_b, w_b, w_store, part_b, out_b, recv_b, bias_b, mid_b))
-    return {"mem": mem, "K_s": K_s, "w_b": w_b, "out_s": out_s, "chunk": chunk,
-            "out_b": _aligned(out_b)}
-
-
-def _stage_depths(R: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per split vector, the depths of the (up to 3) reduction stages of :func:`~.reduce.
-    reduce_stages` (absent stages 1). Depths below ``MAX_SINGLE_STAGE_DEPTH`` are one stage;
-    deeper ones are looked up once per value."""
-    R = np.asarray(R, dtype=np.int64)
-    f = [R, np.ones_like(R), np.ones_like(R)]
-    deep = np.flatnonzero(R >= MAX_SINGLE_STAGE_DEPTH)
-    if deep.size:
-        uniq, inv = np.unique(R[deep], return_inverse=True)
-        table = np.ones((uniq.size, 3), dtype=np.int64)
-        for i, r in enumerate(uniq):
-            st = reduce_stages(int(r))
-            table[i, :len(st)] = st
-        f[0] = R.copy()
-        for k in range(3):
-            f[k][deep] = table[inv.reshape(-1), k]
-    return f[0], f[1], f[2]
-
-
-def _reduction_sizes(c: _Table, out_s: np.ndarray, psz: int) -> tuple[np.ndarray, ...]:
-    """Per split vector, the busiest tile's reduction buffers for ``out_s`` outputs reduced
-    in the stages ``c.f1, c.f2, c.f3``: the final chunk and the receive buffer (elements;
-    shared by the stages, the largest one's), and the aligned bytes of the intermediate
-    stages' sums."""
-    size = ceil_div(out_s, c.f1)
-    chunk, recv = size, (c.f1 - 1) * size
-    mid_b = np.zeros_like(size)
-    deep = np.flatnonzero(c.f2 > 1)
-    if deep.size:
-        s1 = size[deep]
-        s2 = ceil_div(s1, c.f2[deep])
-        s3 = ceil_div(s2, c.f3[deep])
-        recv[deep] = np.maximum(recv[deep], np.maximum((c.f2[deep] - 1) * s2, (c.f3[deep] - 1) * s3))
-        chunk = chunk.copy()
-        chunk[deep] = s3
-        mid_b[deep] = _aligned(s1 * psz) + np.where(c.f3[deep] > 1, _aligned(s2 * psz), 0)
-    return chunk, recv, mid_b
-
-
-def _fewest_serial_slices(p: ConvParams, machine: MachineSpec, og: int, c: _Table,
-                          serials: np.ndarray, bias: bool, temp_bound: int | None = None
-                          ) -> tuple[np.ndarray, tuple[int, int] | None, dict[str, np.ndarray]]:
-    """Per split vector, the fewest serial slices whose busiest tile fits the budget and
-    whose temporary bytes (all but the output) stay within ``temp_bound`` when given (0 if
-    none does; each tile needs a grain per slice), the smallest (bytes, slices) seen, and
-    the :func:`_tile_bytes` sizes of the slices chosen (0 where none fits). Each serial
-    count sizes only the vectors that no smaller count fitted."""
-    k_grains = ceil_div(c.K_t, og)
-    n = len(k_grains)
-    serial = np.zeros_like(c.K_t)
-    sizes: dict[str, np.ndarray] = {}
-    smallest = None
-    for k in serials:
-        todo = np.flatnonzero((serial == 0) & (k_grains >= k))
-        if not todo.size:
-            continue
-        sub = c if todo.size == n else _Table({col: c[col][todo] for col in _SIZING_COLUMNS})
-        t = _tile_bytes(p, og, sub, k, bias)
-        ok = t["mem"] <= machine.tile_budget_bytes
-        if temp_bound is not None:
-            ok &= t["mem"] - t["out_b"] <= temp_bound
-        rows = todo[ok]
-        serial[rows] = k
-        for name, v in t.items():
-            sizes.setdefault(name, np.zeros(n, dtype=np.int64))[rows] = v[ok]
-        cand_min = int(t["mem"].min())
-        if smallest is None or cand_min < smallest[0]:
-            smallest = (cand_min, int(k))
-        if (serial > 0).all():
-            break
-    return serial, smallest, sizes
-
-
-#: the columns :func:`_tile_bytes` reads
-_SIZING_COLUMNS = ("K_t", "G_t", "C_t", "M", "B_t", "OR", "OC", "win_b", "reduce_needed",
-                   "cast_needed", "f1", "f2", "f3", "KH_t")
-
-
-def _costs(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: _Table, bias: bool,
-           beat: int | None = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """Cycles of the split vectors that can be picked: the busiest tile's vertex per slice,
-    its exchanges (inputs + weights, later slices' weights, partials), reduction or cast,
-    bias, syncs. Returns the rows costed (indices into ``c``, ascending) and their costs.
-
-    Branch and bound, exact: the vertex, the input exchange and the syncs are costed for
-    every row; they bound its total from below (the other terms are >= 0). The rows of
-    least bound are costed in full first; a row whose bound exceeds their best total by
-    more than ``NEAR_TIE`` can be neither the fastest nor a near tie, so it is dropped.
-    Rows beyond ``beat`` (by the same margin) are dropped too: a pick slower than ``beat``
-    loses to the plan it would have to beat anyway.
-
-    Raises ValueError when the method cannot run some tile (caught by the caller)."""
-    if "conv_t" in c:
-        # _beat_prune costed the vertex with all K_t out-chans: the slice when serial is 1
-        conv = c.conv_t.copy()
-        more = np.flatnonzero(c.serial > 1)
-        if more.size:
-            conv[more] = _vertex_cycles(p, machine, cand, c.take(more), c.K_s[more])
-    else:
-        conv = _vertex_cycles(p, machine, cand, c, c.K_s)
-    in_eff = _input_receive(p, machine, c)
-    w_eff = np.where((c.M > 1) | (c.serial > 1), c.w_b, 0)
-    ex_in = exchange_cycles(in_eff + w_eff, machine, with_overhead=True)
-    sync = _syncs(c, bias, c.serial) * machine.sync_cycles
-    lower = ex_in + c.serial * conv + sync
-
-    def full(rows: np.ndarray) -> dict[str, np.ndarray]:
-        r = c.take(rows)
-        out = {"conv": conv[rows], "ex_in": ex_in[rows], "sync": sync[rows],
-               "ex_w": exchange_cycles(w_eff[rows], machine, with_overhead=True)}
-        out["red_x"], out["red_c"] = _reduction_cycles(p, machine, r)
-        out["cast_c"] = np.where(r.cast_needed,
-                                 cast_cycles_array(machine, r.out_s, p.partials, p.dtype), 0)
-        n_bias = np.where(r.reduce_needed, r.chunk, r.out_s)
-        out["bias_c"] = (elementwise_cycles_array(machine, n_bias, p.dtype) if bias
-                         else np.zeros_like(out["conv"]))
-        out["total"] = (lower[rows] + (r.serial - 1) * out["ex_w"]
-                        + r.serial * (out["red_x"] + out["red_c"] + out["cast_c"]
-                                      + out["bias_c"]))
-        return out
-
-    rows = np.arange(len(lower))
-    if PRUNE:
-        if beat is not None:
-            rows = np.flatnonzero(lower <= beat * (1 + NEAR_TIE))
-            if not rows.size:
-                # nothing here beats ``beat``: report the least bound's row (it loses anyway)
-                rows = np.array([int(np.argmin(lower))])
-        if rows.size > BNB_SEED:
-            seed = rows[np.argpartition(lower[rows], BNB_SEED - 1)[:BNB_SEED]]
-            cut = full(seed)["total"].min() * (1 + NEAR_TIE)
-            rows = rows[lower[rows] <= cut]     # keeps the seed's fastest row at least
-    return rows, full(rows)
-
-
-def _vertex_cycles(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: _Table,
-                   out_chans: np.ndarray) -> np.ndarray:
-    """The busiest tile's conv vertex cycles with ``out_chans`` output channels per group.
-
-    The busiest tile is taken to be the one with the largest block. The worker split
-    makes a vertex's cycles not monotone in its rows (SLIC: 5 x 28 outputs over 6 workers
-    cost more than 6 x 28), so for kernel-split rows the smaller row block is costed too
-    and the larger of the two kept: it decided between kernel splits and no split on the
-    default layers (the plans without a kernel split keep the largest-block figure)."""
-    vb, vh, vw = vertex_field(p, c.B_t, c.OR, c.OC)
-    cyc = conv_vertex_cycles_array(machine, cand, conv_groups=c.G_t, in_chans=c.C_t,
-                                   out_chans=out_chans, batch=vb, out_h=vh, out_w=vw,
-                                   kernel_h=c.KH_t, kernel_w=p.kernel_w, stride=p.stride)
-    uneven = np.flatnonzero((c.kr > 1) & (p.out_h % c.hs != 0))
-    if uneven.size:
-        r = c.take(uneven)
-        vb, vh, vw = vertex_field(p, r.B_t, np.maximum(p.out_h // r.hs, 1), r.OC)
-        k = out_chans[uneven] if np.ndim(out_chans) else out_chans
-        small = conv_vertex_cycles_array(machine, cand, conv_groups=r.G_t, in_chans=r.C_t,
-                                         out_chans=k, batch=vb, out_h=vh, out_w=vw,
-                                         kernel_h=r.KH_t, kernel_w=p.kernel_w, stride=p.stride)
-        cyc[uneven] = np.maximum(cyc[uneven], small)
-    return cyc
-
-
-def _input_receive(p: ConvParams, machine: MachineSpec, c: _Table) -> np.ndarray:
-    """Input bytes the busiest receiver's exchange moves (at its effective rate).
-
-    The tile owns 1/Os of its block's core (or nothing when only the first few of the Os
-    tiles own shares, layout.MAX_INPUT_OWNERS); the rest of its window arrives. As in
-    PopLibs (ExchangeEstimator.hpp), inputs arrive at the shared-bus 2x rate when the
-    out-channel split is even (counted here as half the bytes); weights never do."""
-    isz = DTYPES[p.dtype].itemsize
-    CR = np.minimum(ceil_div(p.in_h, c.hs), c.WR)
-    CC = np.minimum(ceil_div(p.in_w, c.ws), c.WC)
-    core_b = c.B_t * CR * c.G_t * c.C_t * CC * isz
-    in_recv = np.maximum(c.win_b - np.where(c.os_ <= MAX_INPUT_OWNERS, core_b // c.os_, 0),
-                         c.later_b)
-    bus = machine.tiles_per_exchange_bus
-    return np.where((bus > 1) & (c.os_ % bus == 0), in_recv // 2, in_recv)
-
-
-def _syncs(c: _Table, bias: bool, serial) -> np.ndarray:
-    """Supersteps: exchange-in, one per slice (conv; plus the previous slice's reduce/cast
-    and bias), one per intermediate reduction stage of each slice, and a final one for the
-    last slice's reduce/cast/bias."""
-    n_stages = (c.R > 1).astype(np.int64) + (c.f2 > 1) + (c.f3 > 1)
-    finishing = c.reduce_needed | c.cast_needed | bias
-    return 1 + serial * np.maximum(n_stages, 1) + finishing.astype(np.int64)
-
-
-def _beat_prune(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: _Table,
-                bias: bool, beat: int) -> _Table | None:
-    """Keep the split vectors that could beat ``beat`` (by up to NEAR_TIE) with any number
-    of serial slices, before their memory is sized; None if none can. Adds the vertex
-    cycles with the tile's K_t out-chans (``conv_t``).
-
-    With ``s`` slices of ``K_s`` out-chans (s * K_s >= K_t) a row costs at least: its
-    vertex with K_t out-chans (the vertex estimates are affine in the out-chan groups with
-    non-negative terms, so s slices cost at least one of K_t), the exchange of its inputs
-    and, when weights move at all, K_t's weights (the exchange costs are subadditive), and
-    one superstep per stage of one slice. Checked first with the compute lower bound in
-    place of the vertex, which is cheaper."""
-    cut = beat * (1 + NEAR_TIE)
-    kk = c.KH_t * p.kernel_w
-    w_b = c.G_t * c.K_t * c.C_t * kk * DTYPES[p.dtype].itemsize
-    w_eff = np.where((c.M > 1), w_b, 0)
-    fixed = (exchange_cycles(_input_receive(p, machine, c) + w_eff, machine, with_overhead=True)
-             + _syncs(c, bias, 1) * machine.sync_cycles)
-    macs = c.G_t * c.C_t * c.K_t * c.B_t * c.OR * c.OC * kk
-    keep = np.flatnonzero(fixed + macs / cand.macs_per_cycle_bound(machine) <= cut)
-    if not keep.size:
-        return None
-    c, fixed = c.take(keep), fixed[keep]
-    try:
-        conv = _vertex_cycles(p, machine, cand, c, c.K_t)
-    except ValueError:
-        return c     # _costs raises it again for the rows that fit
-    keep = np.flatnonzero(fixed + conv <= cut)
-    if not keep.size:
-        return None
-    c = c.take(keep)
-    c["conv_t"] = conv[keep]
-    return c
-
-
-def _reduction_cycles(p: ConvParams, machine: MachineSpec, c: _Table
-                      ) -> tuple[np.ndarray, np.ndarray]:
-    """Per split vector, one slice's reduction: exchange cycles (with a fixed overhead per
-    stage) and reduce-vertex cycles summed over the stages. Stage s's busiest tile
-    receives ``f_s - 1`` pieces of its range and sums ``f_s`` partials per output
-    (intermediate stages in the partials type)."""
-    psz = DTYPES[p.partials].itemsize
-    on = c.R > 1
-    size = ceil_div(c.out_s, c.f1)
-    red_x = np.where(on, exchange_cycles((c.f1 - 1) * size * psz, machine, with_overhead=True), 0)
-    red_c = np.where(on, reduce_cycles_array(machine, size, c.f1, p.partials, p.dtype), 0)
-    deep = np.flatnonzero(c.f2 > 1)
-    if deep.size:
-        # every stage of the multi-stage rows at once (stage 1 again: it now writes partials)
-        n, f3 = deep.size, c.f3[deep]
-        s1 = size[deep]
-        s2 = ceil_div(s1, c.f2[deep])
-        s3 = ceil_div(s2, f3)
-        sz = np.concatenate([s1, s2, s3])
-        f = np.concatenate([c.f1[deep], c.f2[deep], f3])
-        last = np.concatenate([np.zeros(n, bool), f3 == 1, f3 > 1])
-        cyc = np.zeros_like(sz)
-        for sel, out_dt in ((last, p.dtype), (~last, p.partials)):
-            if sel.any():
-                cyc[sel] = reduce_cycles_array(machine, sz[sel], f[sel], p.partials, out_dt)
-        x = exchange_cycles((f - 1) * sz * psz, machine, with_overhead=True)
-        # a stage of depth 1 (absent third stage) costs nothing: cyc = cast 0 is masked
-        cyc = np.where(f > 1, cyc, 0)
-        red_c[deep] = cyc[:n] + cyc[n:2 * n] + cyc[2 * n:]
-        red_x[deep] = x[:n] + x[n:2 * n] + x[2 * n:]
-    return red_x, red_c
-
-
-def _pick_near_tie(c: _Table, total: np.ndarray) -> int:
-    """Among plans within NEAR_TIE of the fastest, prefer no serial slices, then no column
-    split, then fewer cycles and bytes: the cycle model has no per-message exchange cost,
-    but column halos are one message per row and channel, so a near tie should not pay
-    for them."""
-    near = total <= total.min() * (1 + NEAR_TIE)
-    order = np.lexsort((c.mem, total, c.ws > 1, c.kr > 1, c.serial > 1))
-    return int(order[near[order]][0])
 
 
 @dataclass(frozen=True)
@@ -1100,12 +203,191 @@ class PlanCandidate:
                 f"{s.n_tiles} tiles{serial}, {self.estimated_bytes_per_tile:,} B/tile")
 
 
+
+
+def checked_kernel_split(params: ConvParams, kernel_split: Any) -> int | None:
+    """``kernel_split`` as an int (None stays None).
+
+    Raises
+    ------
+    ValueError
+        Unless it is None or an int in 1..kernel_h."""
+    if kernel_split is None:
+        return None
+    if (isinstance(kernel_split, bool) or not isinstance(kernel_split, (int, np.integer))
+            or not 1 <= kernel_split <= params.kernel_h):
+        raise ValueError(f"kernel_split must be an int in 1..{params.kernel_h} (the kernel's "
+                         f"rows) or None, got {kernel_split!r}")
+    return int(kernel_split)
+
+
+def plan_direct(params: ConvParams, machine: MachineSpec, *, bias: bool = False,
+                method: str | None = None, kernel_split: int | None = None,
+                available_memory_proportion: float | None = None) -> ConvPlan:
+    """The fastest plan of ``params`` without expandDims whose busiest tile fits
+    ``machine``'s per-tile budget and whose temporary memory fits
+    ``available_memory_proportion`` of the tile (parameters as
+    :func:`ipukern.conv.compile.plan_conv`'s); when no plan meets the proportion, the
+    fastest within a relaxed bound (:func:`_plan_relaxed`).
+
+    Raises
+    ------
+    TileMemoryError
+        If no candidate fits even with serial splits.
+    ValueError
+        If ``method`` names no valid candidate, no split suits any candidate, or
+        ``kernel_split`` or ``available_memory_proportion`` is out of range.
+    """
+    kernel_split = checked_kernel_split(params, kernel_split)
+    bound = temp_bytes_bound(machine, available_memory_proportion)
+    try:
+        return _plan_bounded(params, machine, bias, method, bound, kernel_split)
+    except TileMemoryError:
+        return _plan_relaxed(params, machine, bias, method, bound, kernel_split)
+
+
+def _plan_relaxed(p: ConvParams, machine: MachineSpec, bias: bool, method: str | None, bound: int,
+                  kernel_split: int | None) -> ConvPlan:
+    """No plan meets ``bound``: as PopLibs' ``minimizeMemory`` (lib/poplin/ConvPlan.cpp,
+    ``runPlanner``), plan the fastest within the bound doubled, again while it is below twice
+    the tile's bytes, then without a bound. The plan says the requested bound was not met
+    (``temp_bytes_bound`` 0)."""
+    step = bound
+    while step < 2 * machine.tile_bytes:
+        step *= 2
+        try:
+            return replace(_plan_bounded(p, machine, bias, method, step, kernel_split),
+                           temp_bytes_bound=0)
+        except TileMemoryError:
+            continue
+    return _plan_bounded(p, machine, bias, method, None, kernel_split)
+
+
+def _plan_bounded(p: ConvParams, machine: MachineSpec, bias: bool, method: str | None,
+                  temp_bound: int | None, kernel_split: int | None) -> ConvPlan:
+    """:func:`plan_direct` with temporary bytes bounded by ``temp_bound`` (None: only the
+    tile budget)."""
+    _check_fits_chip(p, machine)
+    found = search(p, machine, bias=bias, method=method, temp_bound=temp_bound,
+                   kernel_split=kernel_split)
+    if found.best is not None:
+        b = found.best
+        return ConvPlan(params=p, machine=machine, method=found.method, split=b.split,
+                        serial=b.serial, bias=bias, estimated_cycles=b.cycles,
+                        estimated_bytes_per_tile=b.nbytes, breakdown=b.breakdown,
+                        n_candidates=found.n_scored, temp_bytes_bound=temp_bound or 0)
+    if found.smallest is None:
+        # no candidate got as far as sizing a tile: every split was invalid for the methods
+        tried = sorted({c.method for c in found.tried})
+        hints = "; ".join(_NO_SPLIT_HINTS.get(m, m) for m in tried)
+        raise ValueError(f"no valid split of {p.describe()} over {machine.name}'s "
+                         f"{machine.n_tiles} tiles for {'/'.join(tried)}: {hints}")
+    need, cand, serial = found.smallest
+    raise TileMemoryError(
+        f"no plan for {p.describe()} fits {machine.name}'s tiles, even with serial splits: the "
+        f"smallest busiest-tile requirement found is {need} B "
+        f"({cand.label()}, {serial} serial slices) but the budget is "
+        f"{machine.tile_budget_bytes} B per tile ({machine.tile_bytes} B minus "
+        f"{machine.reserved_bytes_per_tile} B reserved)",
+        tile=-1, requested=int(need), used=0, budget=machine.tile_budget_bytes)
+
+
+#: why a vertex method can have no valid split at all (see search._channel_axes, search._split_vectors)
+_NO_SPLIT_HINTS = {
+    "SLIC": "SLIC needs stride_w <= 2 and no dilation",
+    "VMAC": "VMAC computes one output channel per group per tile, so it needs at least as "
+            "many tiles as output channels per group",
+    "AMP": "AMP needs the conv's channel grouping on the tiles",
+    "HMAC": "HMAC needs the conv's channel grouping on the tiles",
+}
+
+
+def _check_fits_chip(p: ConvParams, machine: MachineSpec) -> None:
+    """Reject at once a conv whose input, weights and output alone exceed the whole chip's
+    data budget: every element lives on some tile, so no split can fit it (and searching
+    splits of astronomically large layers would take long)."""
+    need = sum(p.nbytes().values())
+    per_tile = ceil_div(need, machine.n_tiles)
+    if per_tile > machine.tile_budget_bytes:
+        raise TileMemoryError(
+            f"no plan for {p.describe()} fits {machine.name}'s tiles: the smallest busiest-tile "
+            f"requirement found is {per_tile} B (its input, weights and output, {need} B, "
+            f"spread evenly over {machine.n_tiles} tiles) but the budget is "
+            f"{machine.tile_budget_bytes} B per tile ({machine.tile_bytes} B minus "
+            f"{machine.reserved_bytes_per_tile} B reserved)",
+            tile=-1, requested=int(per_tile), used=0, budget=machine.tile_budget_bytes)
+
+
+
+
+def temp_bytes_bound(machine: MachineSpec, proportion: float | None) -> int:
+    """The per-tile bound on a plan's temporary bytes: ``proportion`` (None: PopLibs'
+    default :data:`AVAILABLE_MEMORY_PROPORTION`) of the tile's bytes, as PopLibs computes
+    it (of the whole tile, not of the budget left after the reserve).
+
+    Raises
+    ------
+    ValueError
+        Unless ``0 < proportion <= 1`` (PopLibs' 0, "plan for the least memory", is not
+        modelled)."""
+    if proportion is None:
+        proportion = AVAILABLE_MEMORY_PROPORTION
+    if (isinstance(proportion, bool) or not isinstance(proportion, (int, float, np.floating))
+            or not 0 < proportion <= 1):
+        raise ValueError(f"available_memory_proportion must be a number in (0, 1], got "
+                         f"{proportion!r}")
+    return int(machine.tile_bytes * float(proportion))
+
+
+
+
+def plan_expanded(p: ConvParams, machine: MachineSpec, dims: str, *, bias: bool = False,
+                  method: str | None = None, available_memory_proportion: float | None = None
+                  ) -> ConvPlan:
+    """The plan of ``p`` with expandDims over ``dims``: the expanded conv's own direct plan
+    (without the transform) plus the transform's estimate for that split
+    (:func:`~.expand.transform_estimate`).
+
+    Raises
+    ------
+    ValueError, TileMemoryError
+        As :func:`plan_direct` for the expanded conv; ValueError also when the transform's
+        buffers do not fit beside the expanded conv's."""
+    inner = plan_direct(expanded_params(p, dims), machine, bias=bias, method=method,
+                        available_memory_proportion=available_memory_proportion)
+    t = transform_estimate(machine, p, dims, inner.split)
+    nbytes = inner.estimated_bytes_per_tile + t["bytes"]
+    if nbytes > machine.tile_budget_bytes:
+        raise ValueError(f"expandDims {dims} of {p.describe()}: the expanded conv and its "
+                         f"transform need {nbytes} B on the busiest tile, the budget is "
+                         f"{machine.tile_budget_bytes} B")
+    return replace(inner, params=p, expand_dims=dims,
+                   **with_transform(inner.estimated_cycles, nbytes, inner.breakdown, t))
+
+
+def expanded_candidates(p: ConvParams, machine: MachineSpec, *, bias: bool = False
+                        ) -> list[tuple[tuple, PlanCandidate]]:
+    """Each expandDims candidate's plan (:func:`plan_expanded`) as a ``(ranking key,
+    PlanCandidate)`` pair (see :func:`rank_candidates`)."""
+    out = []
+    for dims in expand_candidates(p):
+        try:
+            c = plan_expanded(p, machine, dims, bias=bias)
+        except (ValueError, TileMemoryError):
+            continue
+        out.append(((c.serial > 1, c.estimated_cycles, c.estimated_bytes_per_tile),
+                    PlanCandidate(c.method, True, c.estimated_cycles, c.estimated_bytes_per_tile,
+                                  c.split, c.serial, c.breakdown, dims)))
+    return out
+
+
 def rank_candidates(params: ConvParams, machine: MachineSpec, *, bias: bool = False,
                     k: int = 5, expand: bool = True) -> list[PlanCandidate]:
     """Score every vertex method without cross-method pruning; the best plan of each,
-    ranked as :func:`plan_conv` ranks them (no serial slices first, then cycles, then
-    bytes), then the methods that fit nowhere. The first entry is :func:`plan_conv`'s plan.
-    With ``expand``, a method's entry is its best plan with or without expandDims.
+    ranked as :func:`~ipukern.conv.compile.plan_conv` ranks them (no serial slices first,
+    then cycles, then bytes), then the methods that fit nowhere. The first entry is
+    ``plan_conv``'s plan. With ``expand``, a method's entry is its best plan with or
+    without expandDims.
 
     Raises
     ------
@@ -1115,14 +397,8 @@ def rank_candidates(params: ConvParams, machine: MachineSpec, *, bias: bool = Fa
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
         raise ValueError(f"k must be a positive int, got {k!r}")
     p = params
-    cands = vertex_candidates(p, machine)
-    fg = _field_grid(p, machine.n_tiles)
-    serials = _serial_candidates(p)
     fit, nofit = [], []
-    for cand in cands:
-        res = _score_method(p, machine, cand, bias, serials, None, fg)
-        if res is None:
-            continue
+    for cand, res in score_each_method(p, machine, bias=bias):
         if res.best is not None:
             b = res.best
             fit.append(((b.serial > 1, b.cycles, b.nbytes),
@@ -1133,7 +409,6 @@ def rank_candidates(params: ConvParams, machine: MachineSpec, *, bias: bool = Fa
                           PlanCandidate(cand, False, None, res.smallest[0], None,
                                         res.smallest[1])))
     if expand:
-        from .expand import expanded_candidates
         best = {c.method: (key, c) for key, c in fit}
         for key, c in expanded_candidates(p, machine, bias=bias):
             if c.method not in best or key < best[c.method][0]:

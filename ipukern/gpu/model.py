@@ -128,7 +128,7 @@ from numbers import Real
 from typing import Any
 
 from ..dtypes import canonical_dtype
-from ..conv.params import ConvParams
+from ..conv import ConvParams
 
 __all__ = [
     "GPUSpec", "A100_40GB", "A100_80GB", "V100", "H100", "TITAN_RTX", "GPU_PRESETS", "get_gpu",

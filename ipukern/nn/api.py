@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..conv.planner import temp_bytes_bound
+from ..conv import temp_bytes_bound
 from ..core.memory import TileMemoryError
 from ..dtypes import canonical_dtype, partials_dtype
 from ..machine import GC200, MachineSpec, get_machine
@@ -227,7 +227,7 @@ def estimate_network(net: Network, batch: int = 16, dtype: Any = "float16", part
         PopLibs' ``availableMemoryProportion`` for every conv and matmul pass: the share of
         a tile's bytes the op's temporary buffers may use when it is planned (None:
         PopLibs' default 0.6; Graphcore's ResNet-50 training configurations use e.g.
-        0.16). See :func:`ipukern.conv.planner.plan_conv`.
+        0.16). See :func:`ipukern.conv.plan_conv`.
 
     Returns
     -------

@@ -35,8 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..conv.params import ConvParams
-from ..conv.passes import backward_data_pass, weight_update_pass
+from ..conv import ConvParams, backward_data_pass, weight_update_pass
 from ..ops.matmul import _layout, _orient
 from ..ops.matmul_grad import _pass_shapes
 from .convops import pass_program

@@ -1,7 +1,7 @@
 """Convolutions and matmuls of a network: the conv planner's programs as network ops.
 
-Each conv or matmul of a network is planned by :func:`ipukern.conv.planner.plan_conv` and
-built by :func:`ipukern.conv.build.build_conv_program` exactly as :func:`ipukern.conv2d`
+Each conv or matmul of a network is planned by :func:`ipukern.conv.plan_conv` and
+built by :func:`ipukern.conv.build_conv_program` exactly as :func:`ipukern.conv2d`
 does; the op's wanted input layout is the planner's own (the conv input tensor inside the
 tiles' windows, NHCW order), so the producer's output is rearranged straight into it and
 the conv's first exchange adds the halos. Programs are cached per shape: layers of equal
@@ -21,11 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from ..conv.build import ConvProgram, bias_codelets, build_conv_program
-from ..conv.layout import MAX_INPUT_OWNERS
-from ..conv.params import ConvParams
-from ..conv.planner import plan_conv
-from ..conv.prefetch import BuiltPass, take, take_built
+from ..conv import MAX_INPUT_OWNERS, ConvParams, ConvProgram, bias_codelets, build_conv_program, plan_conv
+from ..conv.host import BuiltPass, take, take_built
 from ..core.engine import run_program
 from ..core.tensor import LazyTileMapping
 from ..dtypes import DTYPES
@@ -88,7 +85,7 @@ def pass_program(params: ConvParams, machine: MachineSpec, amp: float | None = N
     """The plan, superstep records and per-tile memory of a conv pass (no bias) that is
     only costed, such as a network's backward-data or weight-update conv: from this
     module's program cache, from a planning worker that built it
-    (:mod:`ipukern.conv.prefetch`), or planned and built now. The records and bytes are the
+    (:mod:`ipukern.conv.host.prefetch`), or planned and built now. The records and bytes are the
     same whichever built it.
 
     A pass built here is kept as its :class:`BuiltPass` only, as a worker's is, not as a

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ..conv.params import ConvParams, pair
+from ..conv import ConvParams, pair
 from .convops import conv_plan, matmul_plan
 from .ops import (
     OpPlan,

@@ -498,7 +498,7 @@ def _periodic_pieces(lay: Layout) -> tuple[int, np.ndarray] | None:
     layout keeps them when the period divides its stored rows (which it cuts at): a start
     ``r * row + j * period + x`` of stored row r lands at the same place in the logical
     row the permutation moves r to, and every logical row is some stored row."""
-    from ..conv.mapping import periodic_starts
+    from ..conv import periodic_starts
     per = periodic_starts(lay.mapping)
     if per is None or lay.perm is None:
         return per
@@ -535,7 +535,7 @@ def _periodic_differ(a: TileMapping, b: TileMapping) -> bool:
     """Whether what the mappings record proves their starts differ: two periodic sets
     whose union is larger than one of them, or a periodic set and a listed mapping with
     another number of intervals."""
-    from ..conv.mapping import periodic_starts
+    from ..conv import periodic_starts
     pa, pb = periodic_starts(a), periodic_starts(b)
     n = a.n_elems
     if (pa is None) != (pb is None):            # the listed one's count of starts decides

@@ -134,7 +134,7 @@ def param_memory(machine: MachineSpec, layout: Layout, channels: int, inner: int
     copy of the entries its elements use (a temporary). Copying the whole vectors to every
     tile and keeping them would hold a 26,560-channel ResNet-50's batch-norm parameters
     (or BERT's position table) once per tile."""
-    from ..conv.mapping import runs_per_tile
+    from ..conv import runs_per_tile
     nt = machine.n_tiles
     m = layout.mapping
     isz = layout.itemsize

@@ -1,6 +1,6 @@
 """The conv plans a network estimate will ask for, in the order it asks for them.
 
-A cold estimate hands this list to :func:`ipukern.conv.prefetch.plan_worker`, which plans
+A cold estimate hands this list to :func:`ipukern.conv.host.plan_worker`, which plans
 the passes on the second core ahead of the estimate. The list is only a hint: a pass it
 misses is planned by the estimate itself, one it lists needlessly costs the worker's time,
 never a different result. It mirrors what :class:`~ipukern.nn.compile.NetworkProgram`
@@ -14,7 +14,7 @@ import numpy as np
 from contextlib import nullcontext
 from typing import Any
 
-from ..conv.prefetch import PlanKey, plan_worker, spare_core, worker_enabled
+from ..conv.host import PlanKey, plan_worker, spare_core, worker_enabled
 from ..ops.matmul import _conv_params
 from .backward import conv_pass_params, matmul_pass_layout
 from .compile import bn_folds
@@ -100,7 +100,7 @@ def network_plan_keys(net: Network, batch: int, ctx: PlanContext, *, fold_bn: bo
 def prefetch_network_plans(net: Network, batch: int, ctx: PlanContext, *, fold_bn: bool,
                            backward: bool) -> Any:
     """A context in which a forked worker plans :func:`network_plan_keys` ahead of the
-    estimate (:func:`ipukern.conv.prefetch.plan_worker`), or a null context."""
+    estimate (:func:`ipukern.conv.host.plan_worker`), or a null context."""
     if not (worker_enabled() and spare_core()):
         return nullcontext()
     keys, costed = network_plan_keys(net, batch, ctx, fold_bn=fold_bn, backward=backward)

@@ -110,7 +110,7 @@ def _pair_keys(layout: Layout, C: int, inner: int, nt: int) -> np.ndarray:
     in one channel plane on one tile (one run per row of a plane, millions for a conv
     output split by columns): those repeats are dropped in one linear pass before the sort.
     """
-    from ..conv.mapping import channel_tile_pairs
+    from ..conv import channel_tile_pairs
     if layout.perm is None:
         known = channel_tile_pairs(layout.mapping, C, inner, nt)
         if known is not None:

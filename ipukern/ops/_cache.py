@@ -13,10 +13,8 @@ import numpy as np
 from .. import _settings
 from .._settings import DEFAULT_PLAN_CACHE_BYTES
 from .._checks import as_int
-from ..conv.build import ConvProgram, build_conv_program
-from ..conv.params import ConvParams
-from ..conv.planner import ConvPlan, clear_planner_caches, plan_conv
-from ..conv.prefetch import take
+from ..conv import ConvParams, ConvPlan, ConvProgram, build_conv_program, clear_planner_caches, plan_conv
+from ..conv.host import take
 from ..core.profile import Profile
 from ..dtypes import canonical_dtype
 from ..machine import MachineSpec

@@ -5,8 +5,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 
-from ..conv.params import ConvParams
-from ..conv.planner import ConvPlan
+from ..conv import ConvParams, ConvPlan
 from ..core.profile import Profile
 from ..dtypes import canonical_dtype
 from ..machine import GC200, MachineSpec, get_machine
@@ -86,7 +85,7 @@ def conv2d(input: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: 
     available_memory_proportion : float in (0, 1], optional
         PopLibs' ``availableMemoryProportion``: the share of each tile's bytes the op's
         temporary buffers may use when planning (None: PopLibs' default 0.6; see
-        :func:`ipukern.conv.planner.plan_conv`).
+        :func:`ipukern.conv.plan_conv`).
 
     Returns
     -------

@@ -12,8 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..conv.params import ConvParams
-from ..conv.passes import backward_data_pass, weight_update_pass
+from ..conv import ConvParams, backward_data_pass, weight_update_pass
 from ..core.profile import Profile
 from ..dtypes import canonical_dtype
 from ..machine import GC200, MachineSpec, get_machine

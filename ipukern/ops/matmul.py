@@ -25,8 +25,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..conv.params import ConvParams
-from ..conv.planner import ConvPlan
+from ..conv import ConvParams, ConvPlan
 from ..core.profile import Profile
 from ..dtypes import canonical_dtype
 from ..machine import GC200, MachineSpec, get_machine
@@ -196,7 +195,7 @@ def matmul(a: np.ndarray, b: np.ndarray, *, machine: MachineSpec | str = GC200,
     available_memory_proportion : float in (0, 1], optional
         PopLibs' ``availableMemoryProportion`` (the share of each tile's bytes the
         matmul's temporary buffers may use when planning; None: PopLibs' default 0.6; see
-        :func:`ipukern.conv.planner.plan_conv`).
+        :func:`ipukern.conv.plan_conv`).
 
     Returns
     -------

@@ -5,9 +5,8 @@ import numpy as np
 import pytest
 
 import ipukern as ik
-from ipukern.conv.build import build_conv_program
-from ipukern.conv.params import ConvParams
-from ipukern.conv.planner import AVAILABLE_MEMORY_PROPORTION, plan_conv, temp_bytes_bound
+from ipukern.conv import (AVAILABLE_MEMORY_PROPORTION, ConvParams, build_conv_program, plan_conv,
+                          temp_bytes_bound)
 
 from reference import conv2d_nchw
 

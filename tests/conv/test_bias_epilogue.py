@@ -14,7 +14,7 @@ import pytest
 
 import ipukern as ik
 from ipukern._kernels import _conv, _vertices
-from ipukern.conv.build import bias_codelets
+from ipukern.conv import bias_codelets
 from ipukern.conv.codelet import conv_scratch_floats
 from ipukern.core import fused
 from ipukern.ops._cache import cached_program
@@ -180,7 +180,7 @@ CONVS = [  # shape, weight shape, conv kwargs, dtype, machine
 
 
 def _program(shape, wshape, kw, dtype, machine):
-    from ipukern.conv.params import ConvParams
+    from ipukern.conv import ConvParams
     return cached_program(ConvParams.from_shapes(shape, wshape, dtype=dtype, partials="float", **kw),
                           machine, True, None)
 

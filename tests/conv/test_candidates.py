@@ -5,7 +5,7 @@ import pytest
 
 import ipukern as ik
 from ipukern.cli import main
-from ipukern.conv.planner import rank_candidates
+from ipukern.conv import rank_candidates
 
 
 @pytest.mark.parametrize("x, w, groups", [

@@ -3,11 +3,8 @@ shared-bus 2x rate is for inputs only, and only when the out-channel split is ev
 import numpy as np
 
 import ipukern as ik
-from ipukern.conv.build import build_conv_program
+from ipukern.conv import ConvParams, ConvPlan, Split, build_conv_program
 from ipukern.conv.estimators import candidate_methods
-from ipukern.conv.layout import Split
-from ipukern.conv.params import ConvParams
-from ipukern.conv.planner import ConvPlan
 
 M = ik.GC200.replace(exchange_bytes_per_cycle=4.0, exchange_overhead_cycles=100)
 

@@ -12,10 +12,7 @@ import pytest
 from hypothesis import assume, given, settings, strategies as st
 
 import ipukern as ik
-from ipukern.conv.build import build_conv_program
-from ipukern.conv.expand import expand_candidates, expanded_params
-from ipukern.conv.params import ConvParams
-from ipukern.conv.planner import plan_conv
+from ipukern.conv import ConvParams, build_conv_program, expand_candidates, expanded_params, plan_conv
 
 from reference import check_conv as check, conv2d_nchw, conv_operands
 
@@ -294,7 +291,8 @@ def test_zoo_layers_that_gain_run_expanded_and_exactly(x, w, stride):
 def test_expanded_lower_bound_bounds_the_expanded_plan(n, g, cig, cog, hw, k, s, dims, dtype, machine):
     """The bound choose_plan prunes expandDims candidates with is below their plan's cycles
     (so the pruned choice equals the exhaustive one: tests/conv/test_planner_prune.py)."""
-    from ipukern.conv.expand import expanded_lower_bound, plan_expanded
+    from ipukern.conv.expand import expanded_lower_bound
+    from ipukern.conv.planner import plan_expanded
     from ipukern.core.memory import TileMemoryError
     m = ik.GC200 if machine == "GC200" else ik.GC200.replace(n_tiles=64, name="GC200-64")
     p = ConvParams.from_shapes((n, cig * g, hw, hw), (cog * g, cig, k, k), stride=s, padding=k // 2,

@@ -10,11 +10,8 @@ import pytest
 from hypothesis import assume, given, settings, strategies as st
 
 import ipukern as ik
-from ipukern.conv import planner
-from ipukern.conv.build import build_conv_program
+from ipukern.conv import ConvParams, build_conv_program, plan_conv, search
 from ipukern.conv.estimators import TileConv, conv_vertex_cycles
-from ipukern.conv.params import ConvParams
-from ipukern.conv.planner import plan_conv
 
 from reference import check_conv as check, conv2d_nchw, conv_operands
 
@@ -144,7 +141,7 @@ def test_planner_picks_kernel_split_exactly_where_it_wins(x, w, s, pad, g, wins)
     forced = [plan_conv(p, M, expand_dims="", kernel_split=k) for k in range(2, p.kernel_h + 1)]
     best = min(forced, key=lambda q: q.estimated_cycles)
     assert (chosen.kernel_split > 1) == wins
-    assert (best.estimated_cycles < without.estimated_cycles * (1 - planner.NEAR_TIE)) == wins
+    assert (best.estimated_cycles < without.estimated_cycles * (1 - search.NEAR_TIE)) == wins
     assert chosen.estimated_cycles == min(without.estimated_cycles, best.estimated_cycles)
     if wins:
         prog = build_conv_program(chosen)
@@ -154,7 +151,7 @@ def test_planner_picks_kernel_split_exactly_where_it_wins(x, w, s, pad, g, wins)
 def test_switch_off_plans_without_kernel_splits(monkeypatch):
     p = ConvParams.from_shapes(*ZOO[0][:2], stride=1, padding=2, groups=1152, dtype="float16",
                                partials="float")
-    monkeypatch.setattr(planner, "KERNEL_SPLITS", False)
+    monkeypatch.setattr(search, "KERNEL_SPLITS", False)
     assert plan_conv(p, M).kernel_split == 1
 
 

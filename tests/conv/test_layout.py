@@ -7,9 +7,7 @@ from hypothesis import assume, given, strategies as st
 import ipukern as ik
 from ipukern.conv.estimators import candidate_methods
 from ipukern.conv.layout import Split, split_ranges
-from ipukern.conv.build import build_conv_program
-from ipukern.conv.params import ConvParams
-from ipukern.conv.planner import ConvPlan
+from ipukern.conv import ConvParams, ConvPlan, build_conv_program
 
 
 def make_plan(params, split, serial=1, bias=False, machine=ik.GC200):

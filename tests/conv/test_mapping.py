@@ -5,17 +5,13 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
-from ipukern.conv import build
-from ipukern.conv.build import build_conv_program
-from ipukern.conv.layout import Split
-from ipukern.conv.mapping import channel_tile_pairs, periodic_starts, runs_per_tile
+from ipukern.conv import (ConvParams, ConvPlan, Split, build, build_conv_program, channel_tile_pairs,
+                          periodic_starts, runs_per_tile)
 from ipukern.core.tensor import LazyTileMapping, TileMapping
 from ipukern.nn.layout import Layout, _count_segments, lazy_layout
 from ipukern.nn.ops import param_memory
 from ipukern.nn.tile_reduce import _pair_keys
 from ipukern.conv.estimators import candidate_methods
-from ipukern.conv.params import ConvParams
-from ipukern.conv.planner import ConvPlan
 from ipukern.machine import GC200
 
 

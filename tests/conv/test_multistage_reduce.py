@@ -13,13 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ipukern as ik
-import ipukern.conv.planner as planner_mod
+from ipukern.conv import ConvParams, ConvPlan, Split, build_conv_program, plan_conv, search
 from ipukern.ops.matmul import matmul_conv_params
-from ipukern.conv.build import build_conv_program
 from ipukern.conv.estimators import candidate_methods
-from ipukern.conv.layout import Split
-from ipukern.conv.params import ConvParams
-from ipukern.conv.planner import ConvPlan, plan_conv, split_candidates
+from ipukern.core.tensor import split_candidates
 from ipukern.conv.reduce import (planner_tries_depth, poplibs_reduce_plan, poplibs_stage_depths,
                                  reduce_stages, stage_range)
 
@@ -194,7 +191,7 @@ def test_deep_split_beats_the_old_cap_of_16(monkeypatch):
     shape_a, shape_b = (64, 65536), (65536, 64)
     ik.clear_plan_cache()
     new = ik.estimate_matmul(shape_a, shape_b, dtype="float16")
-    monkeypatch.setattr(planner_mod, "in_chan_splits", _cap16)
+    monkeypatch.setattr(search, "in_chan_splits", _cap16)
     ik.clear_plan_cache()
     old = ik.estimate_matmul(shape_a, shape_b, dtype="float16")
     ik.clear_plan_cache()
@@ -204,7 +201,7 @@ def test_deep_split_beats_the_old_cap_of_16(monkeypatch):
 
 def test_deep_split_search_is_bounded():
     # K = 2^31 in-chans: a few dozen in-chan splits, not one per tile
-    splits = planner_mod.in_chan_splits(2 ** 27, 1472)
+    splits = search.in_chan_splits(2 ** 27, 1472)
     assert splits.max() >= 1000 and len(splits) < 40
     assert all(s < 16 or planner_tries_depth(int(s)) for s in splits)
 

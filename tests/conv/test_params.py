@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import ipukern as ik
-from ipukern.conv.params import MAX_KERNEL_PARAM, ConvParams
+from ipukern.conv import MAX_KERNEL_PARAM, ConvParams
 
 
 @pytest.mark.parametrize("call, exc, match", [

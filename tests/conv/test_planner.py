@@ -2,9 +2,9 @@
 import pytest
 
 import ipukern as ik
-from ipukern.conv.params import ConvParams
+from ipukern.conv import ConvParams, plan_conv
 from ipukern.conv.estimators import candidate_methods
-from ipukern.conv.planner import plan_conv, split_candidates
+from ipukern.core.tensor import split_candidates
 
 
 def resnext(groups, dtype="float16", partials="float", n=8):

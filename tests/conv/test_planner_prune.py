@@ -1,6 +1,6 @@
 """The planner's pruning is exact: plans equal those of the exhaustive search.
 
-``planner.PRUNE = False`` costs every split vector of every scored method in full (no
+``search.PRUNE = False`` costs every split vector of every scored method in full (no
 branch and bound inside a method, no cutting against the best plan of earlier methods).
 Every field of the plan -- method, split, serial slices, estimated cycles and bytes,
 breakdown -- must be the same with and without it, on shapes that exercise each vertex
@@ -13,8 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import ipukern as ik
-from ipukern.conv import planner
-from ipukern.conv.params import ConvParams
+from ipukern.conv import ConvParams, plan_conv, search
 from ipukern.core.memory import TileMemoryError
 
 MACHINES = {
@@ -25,11 +24,11 @@ MACHINES = {
 }
 
 
-def _plan(p, machine, prune, monkeypatch, seed=planner.BNB_SEED, **kw):
-    monkeypatch.setattr(planner, "PRUNE", prune)
-    monkeypatch.setattr(planner, "BNB_SEED", seed)
+def _plan(p, machine, prune, monkeypatch, seed=search.BNB_SEED, **kw):
+    monkeypatch.setattr(search, "PRUNE", prune)
+    monkeypatch.setattr(search, "BNB_SEED", seed)
     try:
-        plan = planner.plan_conv(p, machine, **kw)
+        plan = plan_conv(p, machine, **kw)
     except (ValueError, TileMemoryError) as err:
         return type(err).__name__, str(err)
     return plan, plan.to_dict(), plan.describe()
@@ -38,7 +37,7 @@ def _plan(p, machine, prune, monkeypatch, seed=planner.BNB_SEED, **kw):
 def _same(p, machine, monkeypatch, **kw):
     want = _plan(p, machine, False, monkeypatch, **kw)
     # a seed of 1 split vector leaves the most to the bound
-    for seed in (planner.BNB_SEED, 1):
+    for seed in (search.BNB_SEED, 1):
         assert _plan(p, machine, True, monkeypatch, seed, **kw) == want
 
 
@@ -91,17 +90,17 @@ def test_bound_keeps_every_near_tie(monkeypatch, shape):
     fastest (those the tie-break may pick), with their exact costs, for any seed size."""
     x, w, stride, pad, groups, bias = shape
     p = ConvParams.from_shapes(x, w, stride=stride, padding=pad, groups=groups, dtype="float16")
-    full_costs = planner._costs
+    full_costs = search._costs
     calls = []
 
     def checked(p_, machine, cand, c, bias_, beat=None):
-        monkeypatch.setattr(planner, "PRUNE", False)
+        monkeypatch.setattr(search, "PRUNE", False)
         everything, want = full_costs(p_, machine, cand, c, bias_)
-        monkeypatch.setattr(planner, "PRUNE", True)
+        monkeypatch.setattr(search, "PRUNE", True)
         total = want["total"]
-        near = set(np.flatnonzero(total <= total.min() * (1 + planner.NEAR_TIE)).tolist())
+        near = set(np.flatnonzero(total <= total.min() * (1 + search.NEAR_TIE)).tolist())
         for seed in (1, 2, 16):
-            monkeypatch.setattr(planner, "BNB_SEED", seed)
+            monkeypatch.setattr(search, "BNB_SEED", seed)
             rows, got = full_costs(p_, machine, cand, c, bias_)
             assert near <= set(rows.tolist())
             for k, v in got.items():
@@ -109,6 +108,6 @@ def test_bound_keeps_every_near_tie(monkeypatch, shape):
         calls.append(len(everything))
         return everything, want
 
-    monkeypatch.setattr(planner, "_costs", checked)
-    planner.plan_conv(p, ik.GC200, bias=bias)
+    monkeypatch.setattr(search, "_costs", checked)
+    plan_conv(p, ik.GC200, bias=bias)
     assert calls

@@ -7,10 +7,8 @@ import numpy as np
 import pytest
 
 import ipukern as ik
-from ipukern.conv.build import build_conv_program
+from ipukern.conv import ConvParams, build_conv_program, plan_conv
 from ipukern.conv.codelet import ConvCodelet
-from ipukern.conv.params import ConvParams
-from ipukern.conv.planner import plan_conv
 from ipukern.core import fused
 from ipukern.core.program import ExchangeError, Program, Superstep
 
@@ -96,7 +94,7 @@ def test_partials_and_serial_slices_are_fused_where_valid():
     """An in-channel split (partials exchanged and reduced) with serial out-channel slices:
     the first exchange is fused with slice 0's conv; bits equal the two-pass run."""
     from tests.conv.test_multistage_reduce import SMALL as S128, _run_plan
-    from ipukern.conv.layout import Split
+    from ipukern.conv import Split
     p = ConvParams(batch=1, in_channels=8 * 25, out_channels=48, in_h=1, in_w=12, kernel_h=1,
                    kernel_w=1)
     plan, cp, run, y, ref, mag = _run_plan(p, Split(in_chans=25), serial=3, machine=S128)

@@ -7,10 +7,7 @@ import numpy as np
 import pytest
 
 import ipukern as ik
-from ipukern.conv.build import build_conv_program
-from ipukern.conv.layout import Split
-from ipukern.conv.params import ConvParams
-from ipukern.conv.planner import plan_conv
+from ipukern.conv import ConvParams, Split, build_conv_program, plan_conv
 from ipukern.core.fused_reduce import ReduceStep, fuse_reduce
 from ipukern.core.program import Program, Superstep
 from ipukern.core.vertices import sum_rows

@@ -209,9 +209,9 @@ def test_copy_kernel_every_short_size_and_alignment(rng):
 def test_trusted_exchange_equals_the_validated_one_and_public_entry_points_still_check():
     """``validate=False`` (ipukern's own builders) keeps every field and cost of the
     validated exchange; the public Device.exchange keeps validating."""
-    from ipukern.conv.build import build_conv_program
-    from ipukern.conv.params import ConvParams
-    from ipukern.conv.planner import plan_conv
+    from ipukern.conv import build_conv_program
+    from ipukern.conv import ConvParams
+    from ipukern.conv import plan_conv
 
     m = ik.GC200
     for p in (ConvParams.from_shapes((2, 16, 14, 14), (32, 16, 3, 3), padding=1),

@@ -4,10 +4,7 @@ import numpy as np
 
 import ipukern as ik
 from ipukern import nn
-from ipukern.conv.build import build_conv_program
-from ipukern.conv.layout import Split
-from ipukern.conv.params import ConvParams
-from ipukern.conv.planner import ConvPlan, plan_conv
+from ipukern.conv import ConvParams, ConvPlan, Split, build_conv_program, plan_conv
 from ipukern.ops._cache import execute
 
 from reference import conv2d_nchw

@@ -1,4 +1,4 @@
-"""The forked planning worker of cold estimates (ipukern.conv.prefetch): same results as a
+"""The forked planning worker of cold estimates (ipukern.conv.host.prefetch): same results as a
 serial estimate, every plan it sends equal to the caller's own, every pass it is told about
 one the estimate plans, and a worker that cannot plan a pass changes nothing."""
 import dataclasses
@@ -10,9 +10,8 @@ import pytest
 
 import ipukern as ik
 from ipukern import nn
-from ipukern.conv import prefetch
-from ipukern.conv.params import ConvParams
-from ipukern.conv.planner import plan_conv
+from ipukern.conv.host import prefetch
+from ipukern.conv import ConvParams, plan_conv
 from ipukern.nn import convops
 from ipukern.nn.layers import PlanContext
 from ipukern.nn.plan_keys import network_plan_keys

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import ipukern as ik
-from ipukern.conv.build import build_conv_program
+from ipukern.conv import build_conv_program
 from ipukern.ops._cache import DEFAULT_PLAN_CACHE_BYTES
 from reference import conv2d_nchw
 from threads import race

@@ -274,9 +274,9 @@ def test_direct_output_amp_is_chosen_where_it_wins(shape, w_shape, groups, monke
     prof = ik.estimate_conv2d(shape, w_shape, groups=groups, dtype="float16")
     assert "half->half" in prof.info["method"]
     assert not [s for s in prof.supersteps if s.name == "cast"]
-    import ipukern.conv.planner as planner
+    from ipukern.conv import search
     ik.clear_plan_cache()
-    monkeypatch.setattr(planner, "direct_output_candidates", lambda *a, **k: [])
+    monkeypatch.setattr(search, "direct_output_candidates", lambda *a, **k: [])
     without = ik.estimate_conv2d(shape, w_shape, groups=groups, dtype="float16")
     ik.clear_plan_cache()
     assert "half->float" in without.info["method"]

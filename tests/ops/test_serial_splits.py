@@ -11,9 +11,7 @@ import numpy as np
 import pytest
 
 import ipukern as ik
-from ipukern.conv.build import build_conv_program
-from ipukern.conv.params import ConvParams
-from ipukern.conv.planner import plan_conv
+from ipukern.conv import ConvParams, build_conv_program, plan_conv
 from reference import conv2d_nchw
 
 

@@ -39,11 +39,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .. import _settings
-from .._pool import worker_count
-from ..machine import MachineSpec
-from .params import ConvParams
-from .planner import ConvPlan, plan_conv
+from ... import _settings
+from ..._pool import worker_count
+from ...machine import MachineSpec
+from ..compile import build_conv_program, plan_conv
+from ..params import ConvParams
+from ..planner import ConvPlan
 
 __all__ = ["BuiltPass", "MIN_PLANS", "PlanKey", "plan_worker", "spare_core", "take",
            "take_built", "worker_enabled"]
@@ -185,7 +186,6 @@ def _serve(keys: Sequence[PlanKey], machine: MachineSpec, build: frozenset, clai
     global _IN_WORKER
     _IN_WORKER = True
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-    from .build import build_conv_program
     for i, key in enumerate(keys):
         if claimed[i]:
             continue
