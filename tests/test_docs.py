@@ -124,3 +124,13 @@ def test_fast_generated_tables_are_current(name):
     committed = (DOCS / "_generated" / f"{name}.txt").read_text(encoding="utf-8")
     assert gen.render(name) == committed, f"docs/_generated/{name}.txt is stale: " \
                                           f"python docs/generate.py {name}"
+
+
+def test_readme_is_a_front_door():
+    """The README stays a front page (at most 250 lines; the manual is docs/), and its test
+    command is the one ``.ci/run`` runs."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 250, "README.md over 250 lines: move the detail to docs/"
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    pytest_line = next(ln.strip() for ln in ci.splitlines() if ln.startswith("python -m pytest"))
+    assert f"&& {pytest_line}" in readme.split("\n```", 2)[1], pytest_line
