@@ -86,6 +86,13 @@ def collectives() -> str:
     return res.stdout
 
 
+def zoo() -> str:
+    """expandDims and kernel splits on the zoo's conv layers (bench/zoo_transforms.py)."""
+    res = subprocess.run([sys.executable, "bench/zoo_transforms.py", "8"], cwd=ROOT, env=_env(),
+                         capture_output=True, text=True, check=True)
+    return res.stdout
+
+
 def bench() -> str:
     """Host speed of the single-op benchmarks, same-run ratios (bench/report.py)."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -110,6 +117,7 @@ GENERATORS: dict[str, tuple[Callable[[], str], str, bool]] = {
     "validate": (validate, "ipukern validate --no-plot", False),
     "systems": (systems, "ipukern validate --systems", False),
     "inference": (inference, "ipukern validate --inference", False),
+    "zoo": (zoo, "python bench/zoo_transforms.py 8", False),
     "bench": (bench, "python -m pytest bench/test_bench_{conv,matmul,exchange,tilefn}.py "
                      "--benchmark-only --benchmark-json=run.json && python bench/report.py run.json",
               False),
