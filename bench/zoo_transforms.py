@@ -1,4 +1,4 @@
-"""The measurement behind README "expandDims and kernel splits on the zoo": what PopLibs'
+"""The measurement behind docs/modelling.rst ("expandDims, kernel splits and serial in-channel splits on the zoo"): what PopLibs'
 expandDims and kernel splits (both built) change on the zoo's conv layers.
 
 Run: ``python bench/zoo_transforms.py [batch]`` (a few minutes on one core), or
