@@ -134,3 +134,29 @@ def test_readme_is_a_front_door():
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     pytest_line = next(ln.strip() for ln in ci.splitlines() if ln.startswith("python -m pytest"))
     assert f"&& {pytest_line}" in readme.split("\n```", 2)[1], pytest_line
+
+
+def test_readme_ratio_table_is_the_generated_sweep():
+    """The README's IPU/GPU ratios are ``docs/_generated/scaling.txt`` (what ``ipukern scaling``
+    prints), rounded as written: a model change that moves them fails here."""
+    gen = (DOCS / "_generated" / "scaling.txt").read_text(encoding="utf-8").split("\n# ")
+
+    def ratios(block: str, batch: int) -> dict[str, float]:
+        out = {}
+        for ln in block.splitlines():
+            f = ln.split()
+            if len(f) > 3 and f[0] == "resnext50_c128" and f[1] == str(batch):
+                out[f[2].rstrip("*")] = float(f[-1].rstrip("x"))
+        return out
+    tables = {"batch 32": ratios(gen[0], 32), "batch 1": ratios(gen[0], 1),
+              "batch 32, datasheet": ratios(gen[1], 32),
+              "batch 32, hand-optimised": ratios(gen[2], 32)}
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    rows = [ln for ln in readme.splitlines() if ln.startswith("| batch ")]
+    assert len(rows) == 4, rows
+    for row in rows:
+        cells = [c.strip().strip("*").rstrip("×") for c in row.strip("|").split("|")]
+        key = next(k for k in sorted(tables, key=len, reverse=True) if cells[0].startswith(k))
+        for cpg, text in zip(("1", "4", "16", "128"), cells[1:]):
+            step = 10.0 ** -len(text.split(".")[1])
+            assert abs(float(text) - tables[key][cpg]) <= step / 2 + 1e-9, (row, cpg)
