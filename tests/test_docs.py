@@ -160,3 +160,36 @@ def test_readme_ratio_table_is_the_generated_sweep():
         for cpg, text in zip(("1", "4", "16", "128"), cells[1:]):
             step = 10.0 ** -len(text.split(".")[1])
             assert abs(float(text) - tables[key][cpg]) <= step / 2 + 1e-9, (row, cpg)
+
+
+def _close(text: str, value: float) -> bool:
+    """``text`` (e.g. "1.31", "56%") is ``value`` rounded to the digits it shows."""
+    text = text.rstrip("%")
+    digits = len(text.split(".")[1]) if "." in text else 0
+    return abs(float(text) - value) <= 10.0 ** -digits / 2 + 1e-9
+
+
+def test_readme_validation_figures_are_the_generated_reports():
+    """The README's validation figures round what ``docs/_generated`` holds (the output of
+    ``ipukern validate``, ``--systems`` and ``--inference``)."""
+    gen = {n: (DOCS / "_generated" / f"{n}.txt").read_text(encoding="utf-8")
+           for n in ("validate", "systems", "inference")}
+    mm = re.search(r"^matmul Bow \(PopSparse\)\s+\d+\s+\d+\s+([\d.]+)%\s+\S+\s+\S+\s+([\d.]+)%",
+                   gen["validate"], re.MULTILINE)
+    pl = re.search(r"^PopLibs estimator.*?\s([\d.]+)%\s+\S+\s+\S+\s+([\d.]+)%", gen["validate"],
+                   re.MULTILINE)
+    ipu = re.search(r"ipu_training: throughput ([\d.]+) \(8 TB/s exchange: ([\d.]+)\)",
+                    gen["systems"])
+    gpu = re.search(r"gpu_training: throughput ([\d.]+)", gen["systems"])
+    c600 = [float(re.search(rf"C600/{k}: ([\d.]+)", gen["inference"]).group(1))
+            for k in ("default", "datasheet")]
+    want = {"dense matmuls on Bow": [float(mm.group(1)), float(mm.group(2))],
+            "MLPerf Training v1.0/v1.1 and Bow": [float(ipu.group(1)), float(ipu.group(2))],
+            "MLPerf Training, DGX A100": [float(gpu.group(1))],
+            "PopRT and ByteMLPerf inference": c600,
+            "PopLibs' own AMP estimator": [float(pl.group(1)), float(pl.group(2))]}
+    readme = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    for start, values in want.items():
+        row = next(ln for ln in readme if ln.startswith(f"| {start}"))
+        cells = [c.strip() for c in row.strip("|").split("|")][2:2 + len(values)]
+        assert all(_close(c, v) for c, v in zip(cells, values)), (row, values)
