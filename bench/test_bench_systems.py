@@ -63,7 +63,7 @@ def test_estimate_training_resnet50_pod64(benchmark):
 
     def estimate():
         # allow_overflow: the one-chip per-tile memory model says micro-batch 20 does not fit a
-        # GC200 even with recomputation (README, Multi-IPU systems); the timing is the same
+        # GC200 even with recomputation (docs/systems.rst); the timing is the same
         return ik.estimate_training(net, "POD64", micro_batch=mb, gradient_accumulation=6,
                                     recompute=True, allow_overflow=True)
 

@@ -1,5 +1,6 @@
-"""The measurement behind README "expandDims and kernel splits on the zoo": what PopLibs'
-expandDims and kernel splits (both built) change on the zoo's conv layers.
+"""The measurement behind docs/modelling.rst (expandDims, kernel splits and serial splits on
+the zoo): what PopLibs' expandDims and kernel splits (both built) change on the zoo's conv
+layers.
 
 Run: ``python bench/zoo_transforms.py [batch]`` (a few minutes on one core), or
 ``python bench/zoo_transforms.py [batch] --kernel-splits`` for the kernel-split part only.

@@ -82,3 +82,114 @@ def test_sphinx_build_has_no_warnings(tmp_path):
     html = (tmp_path / "html" / "api.html").read_text(encoding="utf-8")
     for name in ("ipukern.conv2d", "ipukern.Profile", "ipukern.Graph", "ipukern.tile_function"):
         assert f'id="{name}"' in html, name
+
+
+def test_api_reference_covers_every_public_name():
+    """``docs/api.rst`` documents every name of ``ipukern.__all__`` (as ``ipukern.<name>``)."""
+    import ipukern
+
+    text = (DOCS / "api.rst").read_text(encoding="utf-8")
+    named = set(re.findall(r"\bipukern\.([A-Za-z_][A-Za-z0-9_]*)", text))
+    missing = [n for n in ipukern.__all__ if n not in named]
+    assert not missing, f"docs/api.rst lacks {missing}"
+
+
+def _generate_module():
+    spec = importlib.util.spec_from_file_location("_docs_generate", DOCS / "generate.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_generated_tables_name_their_commands():
+    """Every table the pages include from ``docs/_generated`` was written by
+    ``docs/generate.py``, whose first line names the command that produced it."""
+    gen = _generate_module()
+    for name, (_, command, _) in gen.GENERATORS.items():
+        path = DOCS / "_generated" / f"{name}.txt"
+        assert path.exists(), f"{path.relative_to(ROOT)} missing: python docs/generate.py {name}"
+        first = path.read_text(encoding="utf-8").splitlines()[0]
+        assert first == gen.HEADER.format(name=name, command=command).rstrip("\n"), first
+    included = set(re.findall(r"literalinclude:: _generated/(\w+)\.txt",
+                              "".join(p.read_text(encoding="utf-8") for p in DOCS.glob("*.rst"))))
+    assert included <= set(gen.GENERATORS), included - set(gen.GENERATORS)
+
+
+@pytest.mark.parametrize("name", ["scaling", "collectives"])
+def test_fast_generated_tables_are_current(name):
+    """The generators that run in seconds are re-run: the committed table is what the
+    command prints today (after a model change: ``python docs/generate.py``)."""
+    gen = _generate_module()
+    assert gen.GENERATORS[name][2], name
+    committed = (DOCS / "_generated" / f"{name}.txt").read_text(encoding="utf-8")
+    assert gen.render(name) == committed, f"docs/_generated/{name}.txt is stale: " \
+                                          f"python docs/generate.py {name}"
+
+
+def test_readme_is_a_front_door():
+    """The README stays a front page (at most 250 lines; the manual is docs/), and its test
+    command is the one ``.ci/run`` runs."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 250, "README.md over 250 lines: move the detail to docs/"
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    pytest_line = next(ln.strip() for ln in ci.splitlines() if ln.startswith("python -m pytest"))
+    assert f"&& {pytest_line}" in readme.split("\n```", 2)[1], pytest_line
+
+
+def test_readme_ratio_table_is_the_generated_sweep():
+    """The README's IPU/GPU ratios are ``docs/_generated/scaling.txt`` (what ``ipukern scaling``
+    prints), rounded as written: a model change that moves them fails here."""
+    gen = (DOCS / "_generated" / "scaling.txt").read_text(encoding="utf-8").split("\n# ")
+
+    def ratios(block: str, batch: int) -> dict[str, float]:
+        out = {}
+        for ln in block.splitlines():
+            f = ln.split()
+            if len(f) > 3 and f[0] == "resnext50_c128" and f[1] == str(batch):
+                out[f[2].rstrip("*")] = float(f[-1].rstrip("x"))
+        return out
+    tables = {"batch 32": ratios(gen[0], 32), "batch 1": ratios(gen[0], 1),
+              "batch 32, datasheet": ratios(gen[1], 32),
+              "batch 32, hand-optimised": ratios(gen[2], 32)}
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    rows = [ln for ln in readme.splitlines() if ln.startswith("| batch ")]
+    assert len(rows) == 4, rows
+    for row in rows:
+        cells = [c.strip().strip("*").rstrip("×") for c in row.strip("|").split("|")]
+        key = next(k for k in sorted(tables, key=len, reverse=True) if cells[0].startswith(k))
+        for cpg, text in zip(("1", "4", "16", "128"), cells[1:]):
+            step = 10.0 ** -len(text.split(".")[1])
+            assert abs(float(text) - tables[key][cpg]) <= step / 2 + 1e-9, (row, cpg)
+
+
+def _close(text: str, value: float) -> bool:
+    """``text`` (e.g. "1.31", "56%") is ``value`` rounded to the digits it shows."""
+    text = text.rstrip("%")
+    digits = len(text.split(".")[1]) if "." in text else 0
+    return abs(float(text) - value) <= 10.0 ** -digits / 2 + 1e-9
+
+
+def test_readme_validation_figures_are_the_generated_reports():
+    """The README's validation figures round what ``docs/_generated`` holds (the output of
+    ``ipukern validate``, ``--systems`` and ``--inference``)."""
+    gen = {n: (DOCS / "_generated" / f"{n}.txt").read_text(encoding="utf-8")
+           for n in ("validate", "systems", "inference")}
+    mm = re.search(r"^matmul Bow \(PopSparse\)\s+\d+\s+\d+\s+([\d.]+)%\s+\S+\s+\S+\s+([\d.]+)%",
+                   gen["validate"], re.MULTILINE)
+    pl = re.search(r"^PopLibs estimator.*?\s([\d.]+)%\s+\S+\s+\S+\s+([\d.]+)%", gen["validate"],
+                   re.MULTILINE)
+    ipu = re.search(r"ipu_training: throughput ([\d.]+) \(8 TB/s exchange: ([\d.]+)\)",
+                    gen["systems"])
+    gpu = re.search(r"gpu_training: throughput ([\d.]+)", gen["systems"])
+    c600 = [float(re.search(rf"C600/{k}: ([\d.]+)", gen["inference"]).group(1))
+            for k in ("default", "datasheet")]
+    want = {"dense matmuls on Bow": [float(mm.group(1)), float(mm.group(2))],
+            "MLPerf Training v1.0/v1.1 and Bow": [float(ipu.group(1)), float(ipu.group(2))],
+            "MLPerf Training, DGX A100": [float(gpu.group(1))],
+            "PopRT and ByteMLPerf inference": c600,
+            "PopLibs' own AMP estimator": [float(pl.group(1)), float(pl.group(2))]}
+    readme = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    for start, values in want.items():
+        row = next(ln for ln in readme if ln.startswith(f"| {start}"))
+        cells = [c.strip() for c in row.strip("|").split("|")][2:2 + len(values)]
+        assert all(_close(c, v) for c, v in zip(cells, values)), (row, values)

@@ -57,3 +57,10 @@ def test_describe_lists_every_setting(monkeypatch):
     text = _settings.describe()
     assert all(s.name in text for s in _settings.SETTINGS)
     assert re.search(r"IPUKERN_PLAN_WORKER\s+run\s+0 ", text)
+
+
+def test_the_front_door_and_the_manual_list_every_setting():
+    for doc in (ROOT / "README.md", ROOT / "docs" / "performance.rst"):
+        text = doc.read_text(encoding="utf-8")
+        missing = [s.name for s in _settings.SETTINGS if s.name not in text]
+        assert not missing, f"{doc.name} does not describe {missing}"

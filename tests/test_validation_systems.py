@@ -1,6 +1,6 @@
 """ipukern.validation.systems and ``ipukern validate --systems``: published training runs.
 
-The full table (ResNet-50 and BERT-Large at MLPerf scale) is generated for the README; CI runs
+The full table (ResNet-50 and BERT-Large at MLPerf scale) is generated for docs/validation.rst; CI runs
 the packaged rows that are cheap to model (the DGX A100 rows) and IPU rows rebuilt on a small
 network, through the same code path, with nothing mocked.
 """

@@ -38,6 +38,9 @@ def _positive(name: str, v: Any) -> int:
 class TrainingConfig:
     """How a training step is laid out on a system and what it computes.
 
+    Every option is described with :func:`~ipukern.estimate_training`. The record is
+    frozen and hashable; :meth:`replace` gives a changed, re-validated copy.
+
     Parameters
     ----------
     micro_batch : int, optional
@@ -62,9 +65,6 @@ class TrainingConfig:
     bn_replica_group : int
     allow_overflow : bool
     available_memory_proportion : float in (0, 1], optional
-
-    Every option is described with :func:`~ipukern.estimate_training`. The record is
-    frozen and hashable; :meth:`replace` gives a changed, re-validated copy.
     """
 
     micro_batch: int | None = None

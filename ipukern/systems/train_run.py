@@ -495,17 +495,17 @@ def run_training_step(net: Any, x: Any, labels: Any, params: dict[str, np.ndarra
         ``"<layer>.<param>" -> array`` (None: the network's own / ``init_params(0)``).
     system : System or preset name
     config : TrainingConfig, optional
-        The options below as one record (its ``dtype`` must be "float32"); keyword options
-        given as well replace its fields. Without it the defaults are ``optimizer="sgd"``,
+        The options (Other Parameters; the rest of :class:`~ipukern.systems.TrainingConfig`
+        as for :func:`~ipukern.estimate_training`) as one record, its ``dtype`` "float32";
+        keyword options given as well replace its fields. Without it the defaults are ``optimizer="sgd"``,
         ``partials="float"``, ``dtype="float32"``.
     state, step : as :func:`~ipukern.optimizer_step` (``state`` by parameter name).
     comm : mpi4py communicator, optional
         Run across MPI ranks (every rank calls with the same arguments; each computes the
         stages of the IPUs it holds). All ranks return the same bits.
 
-    Options (keywords, or fields of ``config``; the others of
-    :class:`~ipukern.systems.TrainingConfig` as for :func:`~ipukern.estimate_training`):
-
+    Other Parameters
+    ----------------
     replicas : int, optional
         Data-parallel replicas (default: as many as the system holds).
     ipus_per_replica : int

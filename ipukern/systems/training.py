@@ -341,13 +341,13 @@ def estimate_training(net: Any = None, system: System | str = "POD16", config: T
     net : ipukern.nn.Network, optional when ``costs`` is given
     system : System or preset name
     config : TrainingConfig, optional
-        The options below as one record (:class:`~ipukern.systems.TrainingConfig`); keyword
-        options given as well replace its fields.
+        The options (Other Parameters) as one record (:class:`~ipukern.systems.TrainingConfig`);
+        keyword options given as well replace its fields.
     costs : list of LayerCost, optional
         Per-layer costs of one micro-batch on one chip (default: from ``estimate_network``).
 
-    Options (keywords, or fields of ``config``):
-
+    Other Parameters
+    ----------------
     micro_batch : int
         Samples per replica per micro-batch.
     gradient_accumulation : int
