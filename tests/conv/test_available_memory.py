@@ -9,7 +9,7 @@ from ipukern.conv.build import build_conv_program
 from ipukern.conv.params import ConvParams
 from ipukern.conv.planner import AVAILABLE_MEMORY_PROPORTION, plan_conv, temp_bytes_bound
 
-from reference import conv2d_nchw
+from tests._support.reference import conv2d_nchw
 
 M = ik.GC200
 

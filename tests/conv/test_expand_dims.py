@@ -17,7 +17,7 @@ from ipukern.conv.expand import expand_candidates, expanded_params
 from ipukern.conv.params import ConvParams
 from ipukern.conv.planner import plan_conv
 
-from reference import check_conv as check, conv2d_nchw, conv_operands
+from tests._support.reference import check_conv as check, conv2d_nchw, conv_operands
 
 M = ik.GC200
 ONE_TILE = ik.GC200.replace(n_tiles=1, name="GC200-1")

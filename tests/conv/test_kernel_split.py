@@ -16,7 +16,7 @@ from ipukern.conv.estimators import TileConv, conv_vertex_cycles
 from ipukern.conv.params import ConvParams
 from ipukern.conv.planner import plan_conv
 
-from reference import check_conv as check, conv2d_nchw, conv_operands
+from tests._support.reference import check_conv as check, conv2d_nchw, conv_operands
 
 M = ik.GC200
 SMALL = ik.GC200.replace(n_tiles=96, name="GC200-96")

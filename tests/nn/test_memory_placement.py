@@ -10,7 +10,7 @@ from ipukern.conv.params import ConvParams
 from ipukern.conv.planner import ConvPlan, plan_conv
 from ipukern.ops._cache import execute
 
-from reference import conv2d_nchw
+from tests._support.reference import conv2d_nchw
 
 SMALL = ik.GC200.replace(n_tiles=64)
 

@@ -14,7 +14,7 @@ import ipukern as ik
 from ipukern.conv.build import build_conv_program
 from ipukern.conv.params import ConvParams
 from ipukern.conv.planner import plan_conv
-from reference import conv2d_nchw
+from tests._support.reference import conv2d_nchw
 
 
 def small(n_tiles: int, kib: int):
