@@ -139,12 +139,13 @@ def _local_names() -> set[str]:
 
 
 def import_violations() -> list[str]:
-    """Imports in tests/ of anything in tests/ but ``from tests._support.<module> import ...``,
-    and relative imports."""
+    """Imports in tests/ and bench/ of anything in tests/ but ``from tests._support.<module>
+    import ...``, of bench's test modules, and relative imports (bench's helpers, on its
+    pythonpath, import by their bare names)."""
     bench_helpers = {p.stem for p in _py_files(ROOT / "bench") if not p.stem.startswith("test_")}
     local = _local_names() - bench_helpers   # bench's helpers are bench's own (its pythonpath)
     bad = []
-    for path in _py_files(TESTS):
+    for path in _py_files(TESTS) + _py_files(ROOT / "bench"):
         for node in ast.walk(_parse(path)):
             if isinstance(node, ast.Import):
                 mods = [(a.name, f"import {a.name}") for a in node.names]

@@ -74,6 +74,7 @@ def test_stage_ranges_nest_and_partition(P, R):
     assert (prev_hi - prev_lo).max() - (prev_hi - prev_lo).min() <= len(stg)
 
 
+# --------------------------------------------------------------------------- executed trees
 @given(R=st.sampled_from([2, 5, 16, 18, 20, 24, 30, 32, 36, 45, 64, 125]),
        cols=st.integers(1, 2), out=st.integers(1, 24), width=st.integers(1, 40),
        half=st.booleans())
