@@ -2,7 +2,7 @@
 
 The NumPy conv is the fastest simple formulation (a strided window view contracted with
 the weights by one einsum/matmul per group in float32); it is a speed baseline, not the
-tests' reference (tests/reference.py is the slow, obvious one).
+tests' reference (tests/_support/reference.py is the slow, obvious one).
 """
 from __future__ import annotations
 

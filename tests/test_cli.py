@@ -173,10 +173,6 @@ def test_conv_execute(capsys):
 
 # ----------------------------------------------------------------------------- matmul
 def test_matmul(tmp_path, capsys):
-    if not hasattr(ipukern, "estimate_matmul"):
-        assert main(["matmul", "--shape", "64,64,64", "--no-progress"]) == 1
-        assert "needs ipukern.estimate_matmul" in capsys.readouterr().err
-        pytest.skip("ipukern.estimate_matmul (issue 4) is not merged: only the guard was checked")
     js = tmp_path / "m.json"
     assert main(["matmul", "--shape", "64,128,32", "--json", str(js), "--no-progress"]) == 0
     out = capsys.readouterr().out
@@ -185,8 +181,6 @@ def test_matmul(tmp_path, capsys):
 
 
 def test_matmul_execute(capsys):
-    if not hasattr(ipukern, "matmul"):
-        pytest.skip("ipukern.matmul (issue 4) is not merged")
     assert main(["matmul", "--shape", "32,32,32", "--execute", "--no-progress"]) == 0
     assert "executed on random data" in capsys.readouterr().out
 

@@ -1,7 +1,7 @@
 """Fuzz suite: the public API driven with hostile inputs, as a user would not.
 
 Hypothesis draws the inputs here; a worker process (spawned, so a segfault or abort cannot
-take the test runner down) calls the targets in ``fuzz_targets.py``. Each call must end in
+take the test runner down) calls the targets in ``tests/_support/fuzz_targets.py``. Each call must end in
 a result that matches an independent reference or in an allowed, clear error
 (ValueError, TypeError, TileMemoryError); a crash, a hang, another exception type or a
 wrong answer fails the test with the input that caused it (shrunk by hypothesis).
@@ -14,9 +14,6 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import sys
-import traceback
-from pathlib import Path
 
 import pytest
 
@@ -24,25 +21,9 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-HERE = Path(__file__).resolve().parent
+from tests._support.fuzz_worker import serve  # noqa: E402
+
 CALL_TIMEOUT = 120          # s; the first call compiles or loads the tile functions
-
-
-def _serve(conn, paths):
-    sys.path[:0] = paths
-    import fuzz_targets as ft
-    while True:
-        msg = conn.recv()
-        if msg is None:
-            return
-        name, args = msg
-        try:
-            getattr(ft, name)(*args)
-            conn.send(("ok", "", ""))
-        except ft.ALLOWED as err:
-            conn.send(("allowed", type(err).__name__, str(err)))
-        except BaseException as err:  # noqa: B036 - reported to the test process
-            conn.send(("bug", type(err).__name__, traceback.format_exc()))
 
 
 class Worker:
@@ -55,8 +36,7 @@ class Worker:
     def _start(self):
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
-        paths = [str(HERE), str(HERE.parent)]
-        self.proc = ctx.Process(target=_serve, args=(child, paths), daemon=True)
+        self.proc = ctx.Process(target=serve, args=(child,), daemon=True)
         self.proc.start()
         child.close()
 

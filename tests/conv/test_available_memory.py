@@ -8,7 +8,7 @@ import ipukern as ik
 from ipukern.conv import (AVAILABLE_MEMORY_PROPORTION, ConvParams, build_conv_program, plan_conv,
                           temp_bytes_bound)
 
-from reference import conv2d_nchw
+from tests._support.reference import conv2d_nchw
 
 M = ik.GC200
 

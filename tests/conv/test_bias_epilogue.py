@@ -19,11 +19,10 @@ from ipukern.conv.codelet import conv_scratch_floats
 from ipukern.core import fused
 from ipukern.ops._cache import cached_program
 
-from reference import conv2d_nchw
-from conv.test_codelet import Batch, random_dims, store_tail_dims
+from tests._support.reference import conv2d_nchw
+from tests._support.codelet import NP_DT, Batch, random_dims, store_tail_dims
 
 _SPECIAL = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 6.0, -6.0, 1e-45, -1e-45], np.float32)
-NP_DT = {0: np.float32, 1: np.float16}
 
 
 def _with_bias(rng, b: Batch, dt: int):

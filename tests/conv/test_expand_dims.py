@@ -14,7 +14,7 @@ from hypothesis import assume, given, settings, strategies as st
 import ipukern as ik
 from ipukern.conv import ConvParams, build_conv_program, expand_candidates, expanded_params, plan_conv
 
-from reference import check_conv as check, conv2d_nchw, conv_operands
+from tests._support.reference import check_conv as check, conv2d_nchw, conv_operands
 
 M = ik.GC200
 ONE_TILE = ik.GC200.replace(n_tiles=1, name="GC200-1")

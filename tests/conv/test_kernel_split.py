@@ -13,7 +13,7 @@ import ipukern as ik
 from ipukern.conv import ConvParams, build_conv_program, plan_conv, search
 from ipukern.conv.estimators import TileConv, conv_vertex_cycles
 
-from reference import check_conv as check, conv2d_nchw, conv_operands
+from tests._support.reference import check_conv as check, conv2d_nchw, conv_operands
 
 M = ik.GC200
 SMALL = ik.GC200.replace(n_tiles=96, name="GC200-96")

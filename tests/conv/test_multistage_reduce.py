@@ -20,6 +20,8 @@ from ipukern.core.tensor import split_candidates
 from ipukern.conv.reduce import (planner_tries_depth, poplibs_reduce_plan, poplibs_stage_depths,
                                  reduce_stages, stage_range)
 
+from tests._support.conv_runs import GC200_128, run_plan
+
 U = 2.0 ** -11
 
 
@@ -70,45 +72,18 @@ def test_stage_ranges_nest_and_partition(P, R):
 
 
 # --------------------------------------------------------------------------- executed trees
-SMALL = ik.GC200.replace(n_tiles=128, name="GC200-128")
-
-
-def _run_plan(p, split, serial=1, machine=SMALL, seed=0):
-    amp = next(c for c in candidate_methods(machine, p.dtype, p.partials, p.in_per_group,
-                                            p.out_per_group, p.kernel_w, p.stride[1])
-               if c.method == "AMP" and c.partials_dtype == p.partials)
-    split = Split(**{**split.__dict__, "in_grain": amp.in_chans_per_group,
-                     "out_grain": amp.out_chans_per_group})
-    plan = ConvPlan(params=p, machine=machine, method=amp, split=split, serial=serial,
-                    bias=False, estimated_cycles=0, estimated_bytes_per_tile=0)
-    cp = build_conv_program(plan)
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal(p.input_shape).astype(p.dtype)
-    w = rng.standard_normal(p.weight_shape).astype(p.dtype)
-    cp.write_inputs(x, w)
-    run = cp.device.run(cp.program, "execute")
-    est = cp.device.run(cp.program, "estimate")
-    assert est.total_cycles == run.total_cycles
-    y = cp.device.read(cp.y).astype(np.float64)
-    # float64 reference of the same values: a 1x1 conv over one row is a matmul
-    xs, ws = x.astype(np.float64), w.astype(np.float64)
-    ref = np.einsum("nchw,kc->nkhw", xs, ws[:, :, 0, 0])
-    mag = np.einsum("nchw,kc->nkhw", np.abs(xs), np.abs(ws[:, :, 0, 0]))
-    return plan, cp, run, y, ref, mag
-
-
 @given(R=st.sampled_from([2, 5, 16, 18, 20, 24, 30, 32, 36, 45, 64, 125]),
        cols=st.integers(1, 2), out=st.integers(1, 24), width=st.integers(1, 40),
        half=st.booleans())
 @settings(max_examples=20, deadline=None)
 def test_reduce_tree_equals_numpy(R, cols, out, width, half):
-    if R * cols > SMALL.n_tiles:
+    if R * cols > GC200_128.n_tiles:
         cols = 1
     dtype = "float16" if half else "float32"
     grain = 16 if half else 8
     p = ConvParams(batch=1, in_channels=grain * R + 3, out_channels=out, in_h=1, in_w=width,
                    kernel_h=1, kernel_w=1, dtype=dtype)
-    plan, cp, run, y, ref, mag = _run_plan(p, Split(in_chans=R, cols=min(cols, width)))
+    plan, cp, run, y, ref, mag = run_plan(p, Split(in_chans=R, cols=min(cols, width)))
     assert len(plan.reduction_stages) == len(reduce_stages(R))
     if half:
         assert np.all(np.abs(y - ref) <= U * np.abs(ref) + 1e-6 * mag + 1e-7)
@@ -123,7 +98,7 @@ def test_serial_slices_with_a_three_stage_reduction():
     # intermediate stages right after its conv superstep, the last stage with the next conv
     p = ConvParams(batch=1, in_channels=8 * 125, out_channels=48, in_h=1, in_w=12,
                    kernel_h=1, kernel_w=1)
-    plan, cp, run, y, ref, mag = _run_plan(p, Split(in_chans=125), serial=3)
+    plan, cp, run, y, ref, mag = run_plan(p, Split(in_chans=125), serial=3)
     assert plan.reduction_stages == (5, 5, 5)
     assert np.all(np.abs(y - ref) <= 1e-5 * mag + 1e-30)
     names = [s.name for s in cp.program.steps]
@@ -133,7 +108,7 @@ def test_serial_slices_with_a_three_stage_reduction():
 def test_half_partials_round_once_per_stage():
     p = ConvParams(batch=1, in_channels=16 * 64, out_channels=16, in_h=1, in_w=24, kernel_h=1,
                    kernel_w=1, dtype="float16", partials="half")
-    plan, cp, run, y, ref, mag = _run_plan(p, Split(in_chans=64))
+    plan, cp, run, y, ref, mag = run_plan(p, Split(in_chans=64))
     assert plan.reduction_stages == (8, 8)
     n = len(plan.reduction_stages)
     assert np.all(np.abs(y - ref) <= U * np.abs(ref) + ((n + 1) * U + 1e-6) * mag + 1e-7)
@@ -146,7 +121,7 @@ def test_stage_exchanges_by_hand():
     M = ik.GC200.replace(n_tiles=16, exchange_bytes_per_cycle=4.0, exchange_overhead_cycles=100)
     p = ConvParams(batch=1, in_channels=8 * 16, out_channels=8, in_h=1, in_w=1, kernel_h=1,
                    kernel_w=1)
-    plan, cp, run, y, ref, mag = _run_plan(p, Split(in_chans=16), machine=M)
+    plan, cp, run, y, ref, mag = run_plan(p, Split(in_chans=16), machine=M)
     steps = cp.program.steps
     assert [s.name for s in steps] == ["exchange inputs and weights", "conv", "reduce stage 1",
                                        "reduce"]
@@ -226,12 +201,12 @@ def _conv_ref(x, w, pad):
 def test_3x3_conv_with_halos_and_a_staged_reduction(R, rows, out_split):
     p = ConvParams(batch=2, in_channels=8 * R + 5, out_channels=32, in_h=7, in_w=6, kernel_h=3,
                    kernel_w=3, padding=1)
-    amp = next(c for c in candidate_methods(SMALL, p.dtype, p.partials, p.in_per_group,
+    amp = next(c for c in candidate_methods(GC200_128, p.dtype, p.partials, p.in_per_group,
                                             p.out_per_group, p.kernel_w, p.stride[1])
                if c.method == "AMP")
     split = Split(in_chans=R, rows=rows, out_chans=out_split, in_grain=amp.in_chans_per_group,
                   out_grain=amp.out_chans_per_group)
-    plan = ConvPlan(params=p, machine=SMALL, method=amp, split=split, serial=1, bias=True,
+    plan = ConvPlan(params=p, machine=GC200_128, method=amp, split=split, serial=1, bias=True,
                     estimated_cycles=0, estimated_bytes_per_tile=0)
     cp = build_conv_program(plan)
     rng = np.random.default_rng(R)
@@ -258,7 +233,7 @@ def test_outputs_are_exchanged_only_where_the_consumer_wants_them_elsewhere():
     M = ik.GC200.replace(n_tiles=16, exchange_bytes_per_cycle=4.0, exchange_overhead_cycles=100)
     p = ConvParams(batch=1, in_channels=8 * 16, out_channels=8, in_h=1, in_w=1, kernel_h=1,
                    kernel_w=1)
-    plan, cp, run, y, ref, mag = _run_plan(p, Split(in_chans=16), machine=M)
+    plan, cp, run, y, ref, mag = run_plan(p, Split(in_chans=16), machine=M)
     held = np.bincount(cp.y.mapping.tile, weights=cp.y.mapping.count, minlength=16)
     assert held.tolist() == [0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1]
     out = Layout(p.output_shape, "float32", cp.y.mapping, offsets=cp.y.offset)

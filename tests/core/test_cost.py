@@ -1,12 +1,12 @@
 """Cycle estimators of the built-in vertices and of exchanges (array forms equal the scalar
-ones; exchange loads equal tests/reference.py)."""
+ones; exchange loads equal tests/_support/reference.py)."""
 import numpy as np
 import pytest
 
 import ipukern as ik
 from ipukern.core import cost
 
-import reference
+from tests._support.reference import exchange_loads
 
 
 @pytest.mark.parametrize("machine", [ik.GC200, ik.GC2])
@@ -57,7 +57,7 @@ def test_exchange_loads_matches_reference(seed, tiles_per_bus):
     rng = np.random.default_rng(seed)
     st, so, dt, nb = _random_table(rng, 16, 300, 1 << 20)
     got = cost.exchange_loads(st, so, dt, nb, 16, tiles_per_bus)
-    want = reference.exchange_loads(st, so, dt, nb, 16, tiles_per_bus)
+    want = exchange_loads(st, so, dt, nb, 16, tiles_per_bus)
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
 
@@ -69,7 +69,7 @@ def test_exchange_loads_wide_fields_use_the_stacked_path():
     so = so + (1 << 40)
     nb = nb + (1 << 21)
     got = cost.exchange_loads(st, so, dt, nb, 8, 2)
-    want = reference.exchange_loads(st, so, dt, nb, 8, 2)
+    want = exchange_loads(st, so, dt, nb, 8, 2)
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
 

@@ -5,7 +5,7 @@ import pytest
 
 import ipukern as ik
 from ipukern.core.collectives import all_reduce
-from threads import race
+from tests._support.threads import race
 
 
 @pytest.fixture

@@ -7,85 +7,21 @@ import numpy as np
 import pytest
 
 import ipukern as ik
-from ipukern.conv import ConvParams, build_conv_program, plan_conv
+from ipukern.conv import ConvParams
 from ipukern.conv.codelet import ConvCodelet
 from ipukern.core import fused
-from ipukern.core.program import ExchangeError, Program, Superstep
+from ipukern.core.program import ExchangeError, Superstep
 
-SMALL = ik.GC200.replace(n_tiles=96, name="GC200-96")
-
-
-def unwritten(program: Program, shape: tuple) -> np.ndarray:
-    """Mask of the arena bytes fusion leaves unwritten: the receive buffers of the partials
-    exchanges a :class:`~ipukern.core.fused_reduce.ReduceStep` skips, and the windows and
-    weights a :class:`~ipukern.core.fused.FusedStep` receives into its shadow rows
-    (nothing else reads them)."""
-    mask = np.zeros(shape, bool)
-    for i in range(len(program.steps)):
-        f = program.fused_step(i)
-        if f is not None:
-            for t, o, n in zip(*f.unwritten):
-                mask[t, o:o + n] = True
-    return mask
+from tests._support.conv_runs import CONV_CASES, GC200_96, GC200_128, conv_program, run_plan, two_ways
+from tests._support.nets import small_residual_net, small_residual_torch
 
 
-def _two_ways(program: Program, data: np.ndarray, threads=(1, 2, 3)) -> list[np.ndarray]:
-    """The arena after the program run without fusion, then with fusion at each thread
-    count, every run from the same starting bytes; the bytes fusion leaves unwritten
-    (:func:`unwritten`) zeroed in every result. Shadow rows are poisoned before every run
-    (a vertex reading a byte no copy put there changes the result), and each fused
-    configuration runs twice (the second run finds the first one's shadow rows)."""
-    start = data.copy()
-    skip = unwritten(program, data.shape)
-    out = []
-    old_poison, fused.FusedStep.poison_shadow = fused.FusedStep.poison_shadow, True
-    try:
-        for flag, n in [(False, 1)] + [(True, n) for n in threads]:
-            for _ in range(2 if flag else 1):
-                data[...] = start
-                old, fused.FUSED_EXCHANGE = fused.FUSED_EXCHANGE, flag
-                try:
-                    program.execute(data, n)
-                finally:
-                    fused.FUSED_EXCHANGE = old
-                out.append(np.where(skip, 0, data))
-    finally:
-        fused.FusedStep.poison_shadow = old_poison
-    return out
-
-
-CASES = {
-    "plain 3x3 padded": dict(i=(2, 16, 9, 9), w=(24, 16, 3, 3), padding=1),
-    "grouped strided": dict(i=(2, 24, 11, 10), w=(36, 6, 3, 3), stride=2, padding=1, groups=4),
-    "depthwise": dict(i=(2, 32, 8, 8), w=(32, 1, 3, 3), padding=1, groups=32),
-    "dilated": dict(i=(1, 8, 12, 12), w=(16, 8, 3, 3), dilation=2, padding=2),
-    "1x1 strided": dict(i=(3, 40, 7, 7), w=(24, 40, 1, 1), stride=2),
-    "5x3 uneven stride": dict(i=(2, 12, 13, 9), w=(20, 12, 5, 3), stride=(2, 1), padding=(2, 1)),
-    "fp16 half partials": dict(i=(2, 32, 6, 6), w=(40, 32, 3, 3), padding=1, dtype="float16",
-                               partials="half"),
-    "fp16 float partials": dict(i=(2, 16, 7, 5), w=(16, 16, 1, 1), dtype="float16"),
-    "wide input (partials)": dict(i=(1, 2048, 3, 3), w=(64, 2048, 1, 1)),
-}
-
-
-def conv_program(case: str):
-    """The conv program of ``CASES[case]`` on SMALL with a bias, its inputs written."""
-    c = dict(CASES[case])
-    p = ConvParams.from_shapes(c.pop("i"), c.pop("w"), **c)
-    cp = build_conv_program(plan_conv(p, SMALL, bias=True))
-    rng = np.random.default_rng(len(case))
-    cp.write_inputs(rng.standard_normal(p.input_shape).astype(p.dtype),
-                    rng.standard_normal(p.weight_shape).astype(p.dtype),
-                    rng.standard_normal(p.out_channels).astype(p.dtype))
-    return cp
-
-
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", list(CONV_CASES))
 def test_fused_conv_program_leaves_the_same_arena(case):
     cp = conv_program(case)
     prog = cp.program
     assert any(prog.fused_step(i) is not None for i in range(len(prog.steps)))
-    base, *runs = _two_ways(prog, cp.device.arena.data)
+    base, *runs = two_ways(prog, cp.device.arena.data)
     for r in runs:
         assert np.array_equal(r, base)
 
@@ -93,15 +29,14 @@ def test_fused_conv_program_leaves_the_same_arena(case):
 def test_partials_and_serial_slices_are_fused_where_valid():
     """An in-channel split (partials exchanged and reduced) with serial out-channel slices:
     the first exchange is fused with slice 0's conv; bits equal the two-pass run."""
-    from tests.conv.test_multistage_reduce import SMALL as S128, _run_plan
     from ipukern.conv import Split
     p = ConvParams(batch=1, in_channels=8 * 25, out_channels=48, in_h=1, in_w=12, kernel_h=1,
                    kernel_w=1)
-    plan, cp, run, y, ref, mag = _run_plan(p, Split(in_chans=25), serial=3, machine=S128)
+    plan, cp, run, y, ref, mag = run_plan(p, Split(in_chans=25), serial=3, machine=GC200_128)
     assert np.all(np.abs(y - ref) <= 1e-5 * mag + 1e-30)
     prog = cp.program
     assert prog.fused_step(0) is not None
-    base, *runs = _two_ways(prog, cp.device.arena.data)
+    base, *runs = two_ways(prog, cp.device.arena.data)
     for r in runs:
         assert np.array_equal(r, base)
 
@@ -111,7 +46,7 @@ def _hazard_program(source_is_output: bool):
     window arrives from the other tile by the exchange before. With ``source_is_output`` the
     exchange also copies tile 0's conv *output* bytes (as they were before the compute set)
     to tile 1: fused tile by tile, tile 1's copy would run after tile 0's vertex wrote them."""
-    dev = ik.Device(SMALL)
+    dev = ik.Device(GC200_96)
     C, K, N = 4, 4, 8
     win = dev.alloc("win", C * N * 4, "inputs")
     wts = dev.alloc("w", C * K * 4, "weights")
@@ -150,7 +85,7 @@ def test_a_copy_reading_what_the_compute_set_writes_is_not_fused():
     assert not fused.reads_written(x.src_tile, x.src_offset, x.nbytes, np.array([0, 1]),
                                    out + 1000, np.full(2, 128))
     assert prog.fused_step(0) is None
-    base, *runs = _two_ways(prog, data)
+    base, *runs = two_ways(prog, data)
     for r in runs:
         assert np.array_equal(r, base)
     # the check matters: forced, the fused order gives other bytes (tile 1's spy copy
@@ -180,7 +115,7 @@ def test_reads_written_by_hand():
 def test_the_same_program_without_the_hazard_is_fused():
     prog, x, data = _hazard_program(False)
     assert prog.fused_step(0) is not None
-    base, *runs = _two_ways(prog, data)
+    base, *runs = two_ways(prog, data)
     for r in runs:
         assert np.array_equal(r, base)
 
@@ -206,7 +141,6 @@ def test_a_fused_run_still_checks_the_arena():
 
 
 def test_small_network_bits_with_and_without_fusion_at_1_2_3_threads(monkeypatch):
-    from tests.nn.test_copy_table import _torch_forward, small_residual_net
     net, params, x, small = small_residual_net(2)
     monkeypatch.setattr(fused, "FUSED_EXCHANGE", False)
     want = ik.run_network(net, x, params, machine=small)
@@ -222,5 +156,5 @@ def test_small_network_bits_with_and_without_fusion_at_1_2_3_threads(monkeypatch
     finally:
         ik.set_num_threads(old)
     torch = pytest.importorskip("torch")
-    ref = _torch_forward(torch, params, x)
+    ref = small_residual_torch(torch, params, x)
     assert np.abs(want.output - ref).max() <= 1e-4 * np.abs(ref).max()

@@ -6,14 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import ipukern as ik
 from ipukern.conv import ConvParams, Split, build_conv_program, plan_conv
 from ipukern.core.fused_reduce import ReduceStep, fuse_reduce
 from ipukern.core.program import Program, Superstep
 from ipukern.core.vertices import sum_rows
-from tests.core.test_fused_exchange import _two_ways
 
-SMALL = ik.GC200.replace(n_tiles=96, name="GC200-96")
+from tests._support.conv_runs import GC200_96, GC200_128, run_plan, two_ways
 
 CASES = {
     "fp32 1x1 wide": dict(i=(1, 512, 3, 3), w=(32, 512, 1, 1), split=Split(in_chans=8)),
@@ -28,11 +26,10 @@ CASES = {
 
 def _program(case: dict, serial: int = 1):
     """The conv program of ``case`` with its in-channel split, inputs written and run once."""
-    from tests.conv.test_multistage_reduce import _run_plan
     c = dict(case)
     split = c.pop("split")
     p = ConvParams.from_shapes(c.pop("i"), c.pop("w"), **c)
-    return _run_plan(p, split, serial=serial, machine=SMALL)[1]
+    return run_plan(p, split, serial=serial, machine=GC200_96)[1]
 
 
 def _reduce_steps(prog: Program) -> list[int]:
@@ -44,7 +41,7 @@ def test_fused_reduce_gives_the_same_bytes(case):
     cp = _program(CASES[case])
     prog = cp.program
     assert _reduce_steps(prog), "a single-stage partials reduction is fused"
-    base, *runs = _two_ways(prog, cp.device.arena.data)
+    base, *runs = two_ways(prog, cp.device.arena.data)
     for r in runs:
         assert np.array_equal(r, base)
 
@@ -54,7 +51,7 @@ def test_planned_convs_with_partials_are_fused_and_exact():
     seen = 0
     for i, w in [((2, 16, 9, 9), (24, 16, 3, 3)), ((1, 256, 6, 6), (64, 256, 1, 1))]:
         p = ConvParams.from_shapes(i, w, padding=(w[2] // 2, w[3] // 2))
-        cp = build_conv_program(plan_conv(p, SMALL, bias=True))
+        cp = build_conv_program(plan_conv(p, GC200_96, bias=True))
         rng = np.random.default_rng(1)
         cp.write_inputs(rng.standard_normal(p.input_shape).astype(p.dtype),
                         rng.standard_normal(p.weight_shape).astype(p.dtype),
@@ -62,7 +59,7 @@ def test_planned_convs_with_partials_are_fused_and_exact():
         if cp.plan.split.reduction > 1 and len(cp.buffers.stages) == 1:
             assert _reduce_steps(cp.program)
             seen += 1
-        base, *runs = _two_ways(cp.program, cp.device.arena.data)
+        base, *runs = two_ways(cp.program, cp.device.arena.data)
         for r in runs:
             assert np.array_equal(r, base)
     assert seen == 2
@@ -71,10 +68,9 @@ def test_planned_convs_with_partials_are_fused_and_exact():
 def test_multistage_reduction_is_not_fused():
     """Stages share one receive buffer: a later stage's exchange and sums touch it, so no
     stage is fused; the program still runs the same."""
-    from tests.conv.test_multistage_reduce import SMALL as S128, _run_plan
     p = ConvParams(batch=1, in_channels=8 * 25, out_channels=48, in_h=1, in_w=12, kernel_h=1,
                    kernel_w=1)
-    plan, cp, run, y, ref, mag = _run_plan(p, Split(in_chans=25), serial=1, machine=S128)
+    plan, cp, run, y, ref, mag = run_plan(p, Split(in_chans=25), serial=1, machine=GC200_128)
     assert len(cp.buffers.stages) > 1
     assert not _reduce_steps(cp.program)
     assert np.all(np.abs(y - ref) <= 1e-5 * mag + 1e-30)
@@ -84,7 +80,7 @@ def _hand_program(receive_only=True, reader=False, clobber=False):
     """Tile 0 sends 8 floats to tile 1's receive buffer (byte 64); tile 1 sums its own 8
     (byte 0) and the received ones into byte 128. ``reader``: a later step reads the
     receive buffer; ``clobber``: a second sum vertex on tile 0 overwrites the source."""
-    m = SMALL
+    m = GC200_96
     from ipukern.core.engine import Device
     dev = Device(m)
     dev.alloc("buf", np.full(m.n_tiles, 256, np.int64), "partials")
@@ -106,9 +102,9 @@ def _hand_program(receive_only=True, reader=False, clobber=False):
 def test_hand_built_pair_is_fused_only_when_valid():
     dev, prog = _hand_program()
     assert isinstance(fuse_reduce(prog.steps, 0), ReduceStep)
-    data = np.random.default_rng(3).standard_normal((SMALL.n_tiles, 64)).astype(np.float32)
+    data = np.random.default_rng(3).standard_normal((GC200_96.n_tiles, 64)).astype(np.float32)
     data = data.view(np.uint8).copy()
-    base, *runs = _two_ways(prog, data)
+    base, *runs = two_ways(prog, data)
     for r in runs:
         assert np.array_equal(r, base)
     # refused: not marked receive-only, a later reader, a vertex overwriting a source

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from isolated import run_isolated
+from tests._support.isolated import run_isolated
 
 pytest.importorskip("hypothesis")
 

@@ -15,7 +15,7 @@ import ipukern as ik
 from ipukern.core.program import ComputeSet, Exchange, ExchangeError, VertexBatch
 from ipukern.core.threads import MAX_THREADS, check_num_threads
 
-from isolated import run_isolated
+from tests._support.isolated import run_isolated
 
 # --------------------------------------------------------------------------- exchanges
 def test_exchange_beyond_allocated_memory_is_refused_at_run():

@@ -1,4 +1,4 @@
-"""Exchange tables: correctness against tests/reference.py, validation, costs."""
+"""Exchange tables: correctness against tests/_support/reference.py, validation, costs."""
 import numpy as np
 import pytest
 
@@ -7,7 +7,7 @@ from ipukern.core import cost
 from ipukern.core.engine import get_num_threads
 from ipukern.core.program import Exchange, ExchangeError
 
-from reference import exchange as ref_exchange
+from tests._support.reference import exchange as ref_exchange
 
 ROW = 200 * 1024          # arena row used by these tests (offsets stay below it)
 DST_AREA = 132 * 1024     # destinations live in [0, DST_AREA), sources above it

@@ -11,7 +11,8 @@ import pytest
 from ipukern._kernels import _conv, _fused
 from ipukern.core import fused
 from ipukern.core.shadow import overlapping, repeat_plan, shadow_plan
-from tests.core.test_fused_exchange import _two_ways, conv_program
+
+from tests._support.conv_runs import conv_program, two_ways
 
 
 def _cols(*rows):
@@ -105,7 +106,7 @@ def test_planned_convs_receive_into_shadow_rows(case):
     assert f is not None and f.shadow is not None
     t, o, n = f.unwritten
     assert n.sum() > 0
-    base, *runs = _two_ways(cp.program, cp.device.arena.data, threads=(2,))
+    base, *runs = two_ways(cp.program, cp.device.arena.data, threads=(2,))
     for r in runs:
         assert np.array_equal(r, base)
 

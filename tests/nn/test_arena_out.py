@@ -13,7 +13,7 @@ from ipukern.nn.api import _context
 from ipukern.nn.arena_out import ArenaOutput
 from ipukern.nn.compile import compile_network
 from ipukern.nn.layout import Rearrangement, Resident, linear_layout
-from tests.threads import race
+from tests._support.threads import race
 
 
 @contextlib.contextmanager

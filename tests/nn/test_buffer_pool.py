@@ -14,7 +14,8 @@ from ipukern.nn import compile as C
 from ipukern.nn.api import _context
 from ipukern.nn.compile import compile_network
 from ipukern.nn.layout import Resident, linear_layout
-from tests.nn.test_network import attention_net
+
+from tests._support.nets import attention_net
 
 
 @contextlib.contextmanager

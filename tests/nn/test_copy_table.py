@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 
 from ipukern.nn.layout import CopyTable, coalesce_runs, source_order
 
+from tests._support.nets import small_residual_net, small_residual_torch
+
 
 def _table(rng, n_rows, row, n):
     """Random copies with disjoint destinations; runs of consecutive pieces of one larger
@@ -101,24 +103,6 @@ def test_aliased_arrays_are_refused():
         CopyTable([0], [0], [1], [0], [4]).run(a, a)
 
 
-def small_residual_net(seed: int):
-    """A small residual CNN (strided, padded and 1x1 convs, padded max pooling, an add), its
-    parameters and a batch-3 input from ``seed``, and a 92-tile GC200 to run it on; its
-    reference is :func:`_torch_forward`."""
-    import ipukern as ik
-    from ipukern.nn import layers as L
-    net = ik.Network("paths")
-    h = net.add(L.Conv2d(3, 24, 3, stride=2, padding=1), net.input("x", (3, 20, 20)), name="stem")
-    h = net.add(L.MaxPool2d(3, stride=2, padding=1), h, name="pool")
-    h1 = net.add(L.Conv2d(24, 40, 1), h, name="pw")
-    h1 = net.add(L.ReLU(), h1, name="relu")
-    h1 = net.add(L.Conv2d(40, 24, 3, padding=1), h1, name="c3")
-    h = net.add(L.Add(), h, h1, name="res")
-    net.output(net.add(L.Conv2d(24, 36, 1, stride=2), h, name="down"))
-    x = np.random.default_rng(seed).standard_normal((3, 3, 20, 20)).astype(np.float32)
-    return net, net.init_params(seed=seed), x, ik.GC200.replace(n_tiles=92)
-
-
 def test_network_bits_do_not_depend_on_the_conv_kernel_path(monkeypatch):
     """A small network (1x1 convs, plain and strided, take the conv kernel's direct path
     in place, the padded 3x3 convs the direct path on a zero-padded window copy; coalesced
@@ -133,15 +117,7 @@ def test_network_bits_do_not_depend_on_the_conv_kernel_path(monkeypatch):
     assert np.array_equal(on.output.view(np.uint32), off.output.view(np.uint32))
     assert on.profile.total_cycles == off.profile.total_cycles
     torch = pytest.importorskip("torch")
-    want = _torch_forward(torch, params, x)
+    want = small_residual_torch(torch, params, x)
     assert np.abs(on.output - want).max() <= 1e-4 * np.abs(want).max()
 
 
-def _torch_forward(torch, p, x):
-    F = torch.nn.functional
-    t = {k: torch.from_numpy(np.asarray(v, np.float32)) for k, v in p.items()}
-    h = F.conv2d(torch.from_numpy(x), t["stem.weight"], t.get("stem.bias"), stride=2, padding=1)
-    h = F.max_pool2d(h, 3, 2, 1)
-    h1 = F.relu(F.conv2d(h, t["pw.weight"], t.get("pw.bias")))
-    h = h + F.conv2d(h1, t["c3.weight"], t.get("c3.bias"), padding=1)
-    return F.conv2d(h, t["down.weight"], t.get("down.bias"), stride=2).numpy()

@@ -7,7 +7,7 @@ from ipukern import nn
 from ipukern.conv import ConvParams, ConvPlan, Split, build_conv_program, plan_conv
 from ipukern.ops._cache import execute
 
-from reference import conv2d_nchw
+from tests._support.reference import conv2d_nchw
 
 SMALL = ik.GC200.replace(n_tiles=64)
 

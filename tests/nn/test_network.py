@@ -6,6 +6,8 @@ import pytest
 import ipukern as ik
 from ipukern import nn
 
+from tests._support.nets import attention_net
+
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
@@ -97,40 +99,6 @@ def test_activations_and_se_match_torch():
     s = torch.sigmoid(F.conv2d(s, T(p["fc2.weight"]), T(p["fc2.bias"])))
     ref = torch.tanh(F.gelu(h * s, approximate="tanh"))
     close(run.output, ref.numpy())
-
-
-def attention_net(B=2, Tn=8, D=16, H=4):
-    net = nn.Network("attn")
-    ids = net.input("ids", (Tn,), kind="int")
-    lab = net.input("labels", (), kind="int")
-    e = net.add(nn.Embedding(50, D), ids, name="emb")
-    e = net.add(nn.LayerNorm(D), e, name="ln")
-    dh = D // H
-    q = net.add(nn.Linear(D, D), e, name="q")
-    k = net.add(nn.Linear(D, D), e, name="k")
-    v = net.add(nn.Linear(D, D), e, name="v")
-    q = net.add(nn.Reshape((-1, Tn, H, dh)), q)
-    q = net.add(nn.Permute((0, 2, 1, 3)), q)
-    q = net.add(nn.Reshape((-1, Tn, dh)), q)
-    k = net.add(nn.Reshape((-1, Tn, H, dh)), k)
-    k = net.add(nn.Permute((0, 2, 3, 1)), k)
-    k = net.add(nn.Reshape((-1, dh, Tn)), k)
-    v = net.add(nn.Reshape((-1, Tn, H, dh)), v)
-    v = net.add(nn.Permute((0, 2, 1, 3)), v)
-    v = net.add(nn.Reshape((-1, Tn, dh)), v)
-    s = net.add(nn.MatMul(), q, k, name="scores")
-    s = net.add(nn.Softmax(scale=dh ** -0.5), s, name="softmax")
-    o = net.add(nn.MatMul(), s, v, name="context")
-    o = net.add(nn.Reshape((-1, H, Tn, dh)), o)
-    o = net.add(nn.Permute((0, 2, 1, 3)), o)
-    o = net.add(nn.Reshape((-1, Tn, D)), o)
-    o = net.add(nn.Linear(D, D), o, name="out")
-    o = net.add(nn.Add(), o, e, name="res")
-    c = net.add(nn.Reshape((-1, Tn * D)), o)
-    c = net.add(nn.Linear(Tn * D, 3), c, name="cls")
-    loss = net.add(nn.SoftmaxCrossEntropy(), c, lab, name="loss")
-    net.output(o, loss)
-    return net
 
 
 def test_attention_embedding_loss_match_torch():

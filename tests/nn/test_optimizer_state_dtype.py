@@ -10,7 +10,7 @@ from ipukern.core.cost import ELEMENTWISE_WORKER_OVERHEAD, SUPERVISOR_OVERHEAD
 from ipukern.nn.layers import PlanContext
 from ipukern.nn.training import training_schedule
 from ipukern.ops.optim import optimizer_vertex_cycles, state_dtypes, update_dtype
-from nets import tiny_cnn
+from tests._support.nets import tiny_cnn
 
 CTX = PlanContext(ik.GC200, "float16", "float16")
 

@@ -16,7 +16,7 @@ from ipukern.nn import convops
 from ipukern.nn.layers import PlanContext
 from ipukern.nn.plan_keys import network_plan_keys
 from ipukern.nn.zoo_bert import bert
-from tests.nets import tiny_cnn
+from tests._support.nets import tiny_cnn
 
 pytestmark = pytest.mark.skipif(not prefetch.worker_enabled(),
                                 reason="needs os.fork and two CPUs (the worker's preconditions)")

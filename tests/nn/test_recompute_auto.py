@@ -8,7 +8,7 @@ import ipukern as ik
 from ipukern.nn.checkpoints import auto_checkpoints, block_boundaries
 from ipukern.nn.compile import compile_network
 from ipukern.nn.layers import PlanContext
-from nets import tiny_cnn
+from tests._support.nets import tiny_cnn
 
 
 def test_block_boundaries_by_hand():

@@ -6,8 +6,8 @@ import pytest
 import ipukern as ik
 from ipukern.nn import train_step
 from ipukern.nn.training import training_schedule
-from nets import tiny_cnn
-from reference import lars_step
+from tests._support.nets import tiny_cnn
+from tests._support.reference import lars_step
 
 
 def small_net(c=8, hw=12, classes=5):

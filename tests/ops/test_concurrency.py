@@ -6,8 +6,8 @@ import pytest
 import ipukern as ik
 from ipukern.conv import build_conv_program
 from ipukern.ops._cache import DEFAULT_PLAN_CACHE_BYTES
-from reference import conv2d_nchw
-from threads import race
+from tests._support.reference import conv2d_nchw
+from tests._support.threads import race
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from hypothesis import given, settings, strategies as st
 import ipukern as ik
 from ipukern.core.engine import set_num_threads
 
-from reference import conv2d_nchw
+from tests._support.reference import conv2d_nchw
 
 U = 2.0 ** -11
 

@@ -6,7 +6,7 @@ import pytest
 import ipukern as ik
 from ipukern.core.cost import ELEMENTWISE_WORKER_OVERHEAD, SUPERVISOR_OVERHEAD
 from ipukern.ops.optim import optimizer_vertex_cycles
-from reference import lamb_step, lars_step
+from tests._support.reference import lamb_step, lars_step
 
 SHAPES = [(16, 8, 3, 3), (16,), (10, 16), (3,), (300, 7)]
 

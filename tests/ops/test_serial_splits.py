@@ -12,7 +12,7 @@ import pytest
 
 import ipukern as ik
 from ipukern.conv import ConvParams, build_conv_program, plan_conv
-from reference import conv2d_nchw
+from tests._support.reference import conv2d_nchw
 
 
 def small(n_tiles: int, kib: int):

@@ -1,8 +1,6 @@
 """Batch norm statistics over groups of replicas (``bn_replica_group``): executed steps
 equal one IPU computing batch norm over each group's concatenated batch, the group
 all-reduce's cost (executed == estimated, latency-dominated) and bad input."""
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,10 +9,8 @@ import ipukern as ik
 from ipukern.nn import train_step
 from ipukern.systems.bn_group import bn_all_reduce_cycles, replica_groups
 
-HERE = Path(__file__).parent
-sys.path.insert(0, str(HERE))
-from nets import data, tiny_cnn  # noqa: E402
-from train_check import CHIP, SYSTEM  # noqa: E402
+from tests._support.nets import data, tiny_cnn
+from tests._support.train_check import CHIP, SYSTEM
 
 SGD = ik.Optimizer("sgd", lr=0.1)
 

@@ -1,8 +1,6 @@
 """PopLibs' stable batch-norm statistics (``BatchNorm2d(stable=True)``, popnn ``stableAlgo``):
 numerics against float64 NumPy, cost structure, and the replica-group all-reduces executed
 (two of C values in the forward) == estimated, in one process and under MPI (train_check)."""
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,10 +13,8 @@ from ipukern.systems.bn_group import bn_all_reduce_cycles
 from ipukern.systems.train_run import with_loss
 from ipukern.systems.training import _costs_from_network
 
-HERE = Path(__file__).parent
-sys.path.insert(0, str(HERE))
-from nets import data, tiny_cnn  # noqa: E402
-from train_check import CHIP, SYSTEM  # noqa: E402
+from tests._support.nets import data, tiny_cnn
+from tests._support.train_check import CHIP, SYSTEM
 
 SGD = ik.Optimizer("sgd", lr=0.1)
 

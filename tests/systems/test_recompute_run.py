@@ -1,8 +1,6 @@
 """Recomputation in executed multi-IPU training steps (``run_training_step(recompute=)``):
 the dropped activations are computed again before the backward, the weights are bitwise
 those without recomputation, and the cycles are the estimate's."""
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,10 +11,8 @@ from ipukern.systems.recompute import stage_plan
 from ipukern.systems.train_run import with_loss
 from ipukern.systems.training import _costs_from_network
 
-HERE = Path(__file__).parent
-sys.path.insert(0, str(HERE))
-from nets import data, tiny_cnn  # noqa: E402
-from train_check import CHIP, SYSTEM  # noqa: E402
+from tests._support.nets import data, tiny_cnn
+from tests._support.train_check import CHIP, SYSTEM
 
 OPT = ik.Optimizer("sgd_momentum", lr=0.05)
 

@@ -1,8 +1,6 @@
 """Per-tile memory with liveness of pipeline stages (``ipukern.systems.stage_memory``): the
 one-chip model restricted to a stage, the stash of the micro-batches in flight, and the
 StageMemoryError naming the stage, IPU, tile, step, bytes and budget."""
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,10 +12,8 @@ from ipukern.systems.stage_memory import in_flight, stage_liveness
 from ipukern.systems.train_run import with_loss
 from ipukern.systems.stage_memory import TileMemory
 
-HERE = Path(__file__).parent
-sys.path.insert(0, str(HERE))
-from nets import data, tiny_cnn  # noqa: E402
-from train_check import CHIP  # noqa: E402
+from tests._support.nets import data, tiny_cnn
+from tests._support.train_check import CHIP
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,6 @@
 """Executed multi-IPU training steps (``ik.run_training_step``): data parallel equals one IPU
 with the whole batch, pipelined equals unpipelined, MPI equals one process, bad input."""
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,10 +8,9 @@ import pytest
 import ipukern as ik
 from ipukern.nn import train_step
 
-HERE = Path(__file__).parent
-sys.path.insert(0, str(HERE))
-from nets import data, tiny_cnn  # noqa: E402
-from train_check import CHIP, SYSTEM  # noqa: E402
+from tests._support.mpi import mpirun
+from tests._support.nets import data, tiny_cnn
+from tests._support.train_check import CHIP, SYSTEM, run as run_configs
 
 SGD = ik.Optimizer("sgd", lr=0.1)
 
@@ -130,15 +127,13 @@ def test_stage_that_does_not_fit_names_stage_ipu_and_bytes(net):
 
 @pytest.fixture(scope="module")
 def in_process():
-    import train_check
-    return json.loads(json.dumps(train_check.run()))
+    return json.loads(json.dumps(run_configs()))
 
 
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_mpi_runs_are_bitwise_identical_to_in_process(ranks, in_process):
     pytest.importorskip("mpi4py", reason="MPI tests need the mpi extra: pip install 'ipukern[mpi]'")
-    from test_mpi import mpirun
-    assert json.loads(mpirun(ranks, str(HERE / "train_check.py"), "--mpi")[-1]) == in_process
+    assert json.loads(mpirun(ranks, "-m", "tests._support.train_check", "--mpi")[-1]) == in_process
 
 
 CLI = ["train", "resnet8", "--system", "M2000", "--replicas", "2", "--micro-batch", "1",
@@ -154,7 +149,6 @@ def test_cli_execute_in_process_and_under_mpiexec(capsys):
     assert any(ln.split()[:2] == ["bn", "all-reduce"] and int(ln.split()[2].replace(",", "")) > 0
                for ln in here)
     pytest.importorskip("mpi4py", reason="MPI tests need the mpi extra: pip install 'ipukern[mpi]'")
-    from test_mpi import mpirun
     mpi = mpirun(2, "-m", "ipukern", *CLI)   # rank 0 alone prints: the same loss and cycles
     assert mpi[0].endswith("2 process(es)") and mpi[1:] == here[1:]
 

@@ -1,17 +1,14 @@
 """Multi-IPU training steps on a small CNN and a 4-IPU system of 16-tile chips, in one
 process or under ``mpiexec -n K``: prints (rank 0) a JSON line with a hash of the updated
-parameters and gradients, the loss and every cycle count. test_train_run.py compares runs."""
+parameters and gradients, the loss and every cycle count. tests/systems/test_train_run.py
+compares runs (``python -m tests._support.train_check [--mpi]`` from the tree's root)."""
 import hashlib
-import sys
-from pathlib import Path
 
 import numpy as np
 
 import ipukern as ik
-
-sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent.parent)]   # run as a script
-from mpi_check import main  # noqa: E402
-from nets import data, tiny_cnn  # noqa: E402
+from tests._support.mpi_check import main
+from tests._support.nets import data, tiny_cnn
 
 CHIP = ik.GC200.replace(n_tiles=16, name="GC200-16")
 SYSTEM = ik.System.pod(4, CHIP)

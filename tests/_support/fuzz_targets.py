@@ -1,4 +1,5 @@
-"""Targets of the fuzz suite (tests/test_fuzz.py), run inside a worker process.
+"""Targets of the fuzz suite (tests/test_fuzz.py), run inside its worker process
+(:mod:`tests._support.fuzz_worker`).
 
 Each target takes plain data (ints, floats, lists, strings) drawn by hypothesis in the
 test process, calls the public API as a hostile user would, and checks what it promises:
@@ -13,10 +14,15 @@ import io
 import numpy as np
 
 import ipukern as ik
-import reference
+from tests._support.reference import conv2d_nchw, exchange as ref_exchange
 
 #: errors a public entry point may raise on bad input; anything else is a bug
 ALLOWED = (ValueError, TypeError, ik.TileMemoryError)
+
+
+def call(name: str, args) -> None:
+    """Run the target called ``name`` on ``args`` (the worker's entry point)."""
+    globals()[name](*args)
 
 
 def _machine(n_tiles: int) -> ik.MachineSpec:
@@ -50,8 +56,8 @@ def exchange_table(n_tiles, alloc, rows, data_seed):
     xch = dev.exchange(*cols)
     data = dev.arena.data
     data[:] = np.random.default_rng(data_seed).integers(0, 256, data.shape, dtype=np.uint8)
-    want = reference.exchange(data.copy(), xch.src_tile, xch.src_offset, xch.dst_tile,
-                              xch.dst_offset, xch.nbytes)
+    want = ref_exchange(data.copy(), xch.src_tile, xch.src_offset, xch.dst_tile,
+                       xch.dst_offset, xch.nbytes)
     dev.run(dev.program([ik.Superstep("x", exchange=xch)]))
     assert np.array_equal(data, want), "exchange result differs from the reference copy loop"
     assert xch.cycles >= 0
@@ -176,7 +182,7 @@ def op_values(kind, shape_a, shape_b, order, seed):
         want = np.asarray(a, np.float64) @ np.asarray(b, np.float64)
     else:
         out = ik.conv2d(a, b, machine=m, padding=1).output
-        want = reference.conv2d_nchw(a.astype(np.float64), b.astype(np.float64), padding=1)
+        want = conv2d_nchw(a.astype(np.float64), b.astype(np.float64), padding=1)
     assert np.allclose(out, want, rtol=1e-4, atol=1e-4), "result differs from the reference"
 
 

@@ -1,5 +1,6 @@
 """Run collectives on 4 simulated IPUs, in one process or under ``mpiexec -n K``; print a
-JSON line (on rank 0) with a hash of every output and the cycles. test_mpi.py compares runs."""
+JSON line (on rank 0) with a hash of every output and the cycles. tests/systems/test_mpi.py
+compares runs (``python -m tests._support.mpi_check [--mpi]`` from the tree's root)."""
 import hashlib
 import json
 import sys
