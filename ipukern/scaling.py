@@ -11,7 +11,7 @@ One call answers the project's main question::
 Design
 ------
 * A :class:`ConvLayer` describes a layer *independently of its groups*: channels, spatial
-  size, kernel, stride. The sweep turns it into one :class:`~ipukern.params.ConvParams` per
+  size, kernel, stride. The sweep turns it into one :class:`~ipukern.conv.ConvParams` per
   channels-per-group value (``groups = channels // cpg``; the output channels stay fixed,
   so a cpg value also needs ``out_channels % groups == 0``).
 * Channels per group (cpg) is always the *input* channels per group, as in the GPU model and

@@ -265,7 +265,7 @@ DIRECT_PATH = True
 
 
 class ConvCodelet:
-    """A codelet (see :class:`ipukern.program.Codelet`) running conv vertices through the
+    """A codelet (see :class:`ipukern.core.program.Codelet`) running conv vertices through the
     compiled kernel.
 
     The batch's ``args`` hold ``"win"``, ``"w"``, ``"out"`` (int64 byte offsets, shape (V,))

@@ -1,6 +1,6 @@
 """Where a planned convolution's data lives on the tiles, and the copy tables that move it.
 
-Given a :class:`~ipukern.params.ConvParams` and its parallel split (batch, conv groups,
+Given a :class:`~ipukern.conv.ConvParams` and its parallel split (batch, conv groups,
 input channels, output rows, output columns, output channels), this module computes for
 every tile its sub-convolution and lays out its buffers:
 

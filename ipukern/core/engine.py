@@ -281,7 +281,7 @@ class Device:
     def exchange(self, src_tile: Any, src_offset: Any, dst_tile: Any, dst_offset: Any,
                  nbytes: Any, *, name: str = "exchange", shared_bus: Any = True,
                  validate: bool = True) -> Exchange:
-        """An :class:`~ipukern.program.Exchange` validated against this device's memory
+        """An :class:`~ipukern.core.program.Exchange` validated against this device's memory
         (``shared_bus``: which copies may use the shared-bus 2x rate; ``validate=False``
         only for tables ipukern's own builders derive from a plan; see Exchange)."""
         return Exchange(self.machine, src_tile, src_offset, dst_tile, dst_offset, nbytes,
@@ -289,7 +289,7 @@ class Device:
                         validate=validate)
 
     def compute_set(self, batches: Sequence[VertexBatch], *, name: str = "compute") -> ComputeSet:
-        """A :class:`~ipukern.program.ComputeSet` validated against this device's memory."""
+        """A :class:`~ipukern.core.program.ComputeSet` validated against this device's memory."""
         return ComputeSet(self.machine, batches, name=name, row_bytes=self.row_limit)
 
     def program(self, steps: Sequence[Superstep], *, label: str = "") -> Program:

@@ -6,7 +6,7 @@ Two pieces, deliberately separate:
   owns one: a bump allocator per tile with a budget, recording who allocated what, in
   which category. It never touches data, so estimate mode and planning use it freely.
 - :class:`Arena` is the data: one NumPy byte array of shape (n_tiles, row_bytes), owned by
-  one :class:`~ipukern.engine.Device` and created on its first execute. Touching the pages
+  one :class:`~ipukern.core.engine.Device` and created on its first execute. Touching the pages
   once and reusing them across runs avoids paying ~4 us of page faults per 4 KiB per run.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Built-in vertex set: element-wise ops, fill, scale, on-tile copy, partial sums.
 
-Each builder returns a :class:`~ipukern.program.VertexBatch` (one vertex per tile that holds
-data) with cycle estimates from :mod:`ipukern.cost`; the compiled kernels live in
+Each builder returns a :class:`~ipukern.core.program.VertexBatch` (one vertex per tile that holds
+data) with cycle estimates from :mod:`ipukern.core.cost`; the compiled kernels live in
 ``ipukern/_kernels/_vertices.pyx``. They exercise the engine end to end and serve the
 reductions of the conv/matmul programs.
 """

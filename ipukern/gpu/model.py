@@ -699,7 +699,7 @@ def estimate_conv(params: ConvParams, gpu: "GPUSpec | str" = A100_40GB, *,
 
     Examples
     --------
-    >>> from ipukern.params import ConvParams
+    >>> from ipukern.conv import ConvParams
     >>> p = ConvParams(batch=32, in_channels=256, out_channels=256, in_h=28, in_w=28,
     ...                kernel_h=3, kernel_w=3, padding=1, groups=32, dtype="float16")
     >>> est = estimate_conv(p, "A100_40GB")

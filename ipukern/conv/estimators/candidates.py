@@ -143,7 +143,7 @@ def _candidate_methods(machine: MachineSpec, in_dtype: str, partials_dtype: str,
                        n_groups: int) -> tuple[VertexMethod, ...]:
     """:func:`candidate_methods`, memoised (every plan of a layer shape, its expandDims
     variants and its training passes ask again). Cleared by
-    :func:`~ipukern.conv.planner.clear_planner_caches`."""
+    :func:`~ipukern.conv.clear_planner_caches`."""
     dt, pt = canonical_dtype(in_dtype), canonical_dtype(partials_dtype)
     if dt == _FLOAT and pt == _HALF:
         raise ValueError("float32 inputs accumulate in float32; half partials are invalid")
