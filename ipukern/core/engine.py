@@ -20,7 +20,8 @@ from .memory import Arena, TileMemory, TileMemoryError
 from .profile import Profile
 from .program import ComputeSet, Exchange, Program, Superstep, VertexBatch, balanced_bounds
 from .tensor import TileMapping, TileTensor
-from .threads import get_num_threads, set_num_threads
+from .host import run as host_run
+from .host.threads import get_num_threads, set_num_threads
 
 __all__ = ["Device", "run_program", "set_num_threads", "get_num_threads"]
 
@@ -352,7 +353,7 @@ def run_program(program: Program, mode: str = "execute", *, device: Device | Non
         arena = device.arena
         n_threads = get_num_threads()
         with arena.lock:
-            program.execute(arena.data, n_threads)
+            host_run.execute(program, arena.data, n_threads)
     return Profile(program.machine, list(program.records), flops=flops, peak_flops=peak_flops,
                    label=program.label, memory_source=program.memory, info=dict(info or {}))
 

@@ -12,6 +12,9 @@
   plus the memory it was planned with.
 
 Costs are fixed at build time, so ``estimate`` and ``execute`` report identical cycles.
+This module is the model; how the host runs a program fast lives in :mod:`ipukern.core.host`
+(which imports this module, never the other way round, apart from the host thread-count check
+in :mod:`ipukern.core.host.threads`, a leaf).
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ from . import cost
 from ..machine import MachineSpec
 from .memory import TileMemory
 from .profile import SuperstepRecord, tile_activity
-from .threads import check_num_threads
+from .host.threads import check_num_threads
 
 __all__ = ["balanced_bounds", "check_arena", "ExchangeError", "Exchange", "Codelet", "VertexBatch",
            "ComputeSet", "Superstep", "Program", "ArgViews"]
@@ -161,7 +164,7 @@ class Exchange:
     #: bytes, never read by the host) that only vertices read: where the program-wide checks
     #: show no other step touches them, the host may then hand the bytes to the next
     #: superstep's vertices without writing them into the arena (a conv's partials:
-    #: :mod:`ipukern.core.fused_reduce`; its windows and weights: :mod:`ipukern.core.shadow`)
+    #: :mod:`ipukern.core.host.fused_reduce`; its windows and weights: :mod:`ipukern.core.host.shadow`)
     receive_only = False
 
     def __init__(self, machine: MachineSpec, src_tile: Any, src_offset: Any, dst_tile: Any,
@@ -521,7 +524,13 @@ class Superstep:
 
 
 class Program:
-    """A list of supersteps and the tile memory they were planned in."""
+    """A list of supersteps and the tile memory they were planned in.
+
+    A program is data: its steps were validated and costed when built, so its
+    :attr:`records` are known without running it. The engine runs it
+    (:func:`ipukern.run_program`, :meth:`ipukern.Device.run`) through the host executor
+    (:func:`ipukern.core.host.run.execute`).
+    """
 
     def __init__(self, machine: MachineSpec, steps: Sequence[Superstep], memory: TileMemory, *,
                  label: str = ""):
@@ -530,8 +539,9 @@ class Program:
         self.memory = memory
         self.label = label
         self._records: list[SuperstepRecord] | None = None
-        # step index -> (exchange, next compute set, FusedStep or None), built on first run
-        self._fused: dict[int, tuple[list, Any]] = {}
+        #: the host executor's per-program state (:mod:`ipukern.core.host.run`: the fused
+        #: steps it chose); never read by the model, and no part of the program's meaning
+        self.host_cache: dict[str, Any] = {}
 
     @property
     def records(self) -> list[SuperstepRecord]:
@@ -539,45 +549,6 @@ class Program:
         if self._records is None:
             self._records = [s.record(i, self.machine) for i, s in enumerate(self.steps)]
         return self._records
-
-    def fused_step(self, i: int) -> Any:
-        """The :class:`~ipukern.core.fused.FusedStep` (or, for a receive-only partials
-        exchange, :class:`~ipukern.core.fused_reduce.ReduceStep`) running step ``i``'s
-        exchange together with step ``i + 1``'s compute set, or None (checked once per
-        pair, then cached). The checks look at every step (what else reads the bytes an
-        exchange receives), so the cache holds while no step is replaced."""
-        if i + 1 >= len(self.steps):
-            return None
-        parts = [p for s in self.steps for p in (s.exchange, s.compute)]
-        got = self._fused.get(i)
-        if got is None or len(got[0]) != len(parts) or any(a is not b for a, b in zip(got[0], parts)):
-            from .fused import fuse
-            from .fused_reduce import fuse_reduce
-            x, c = self.steps[i].exchange, self.steps[i + 1].compute
-            got = self._fused[i] = (parts, fuse(x, c, self.steps, i) or fuse_reduce(self.steps, i))
-        return got[1]
-
-    def execute(self, data: np.ndarray, n_threads: int) -> None:
-        """Run the supersteps in order (compute, sync, exchange) on the arena ``data``.
-
-        An exchange followed by a conv compute set runs together with it, tile by tile, when
-        that gives the same bytes (:mod:`ipukern.core.fused`; off with
-        ``IPUKERN_FUSED_EXCHANGE=0``). Only host speed differs.
-        """
-        from . import fused
-        done = False    # the compute set of this step already ran with the previous exchange
-        for i, step in enumerate(self.steps):
-            if step.compute is not None and not done:
-                step.compute.run(data, n_threads)
-            done = False
-            if step.exchange is None:
-                continue
-            f = self.fused_step(i) if fused.fused_enabled() else None
-            if f is None:
-                step.exchange.run(data, n_threads)
-            else:
-                f.run(data, n_threads)
-                done = True
 
     @property
     def row_bytes(self) -> int:

@@ -1,5 +1,5 @@
 """An exchange run tile by tile together with the conv compute set after it
-(ipukern.core.fused) leaves exactly the arena the two phases leave when run one after the
+(ipukern.core.host.fused) leaves exactly the arena the two phases leave when run one after the
 other, for any thread count; a pair where that would not hold is not fused."""
 from __future__ import annotations
 
@@ -11,20 +11,21 @@ from ipukern.conv.build import build_conv_program
 from ipukern.conv.codelet import ConvCodelet
 from ipukern.conv.params import ConvParams
 from ipukern.conv.planner import plan_conv
-from ipukern.core import fused
+from ipukern.core.host import fused
 from ipukern.core.program import ExchangeError, Program, Superstep
+from ipukern.core.host import run as host_run
 
 SMALL = ik.GC200.replace(n_tiles=96, name="GC200-96")
 
 
 def unwritten(program: Program, shape: tuple) -> np.ndarray:
     """Mask of the arena bytes fusion leaves unwritten: the receive buffers of the partials
-    exchanges a :class:`~ipukern.core.fused_reduce.ReduceStep` skips, and the windows and
-    weights a :class:`~ipukern.core.fused.FusedStep` receives into its shadow rows
+    exchanges a :class:`~ipukern.core.host.fused_reduce.ReduceStep` skips, and the windows and
+    weights a :class:`~ipukern.core.host.fused.FusedStep` receives into its shadow rows
     (nothing else reads them)."""
     mask = np.zeros(shape, bool)
     for i in range(len(program.steps)):
-        f = program.fused_step(i)
+        f = host_run.fused_step(program, i)
         if f is not None:
             for t, o, n in zip(*f.unwritten):
                 mask[t, o:o + n] = True
@@ -47,7 +48,7 @@ def _two_ways(program: Program, data: np.ndarray, threads=(1, 2, 3)) -> list[np.
                 data[...] = start
                 old, fused.FUSED_EXCHANGE = fused.FUSED_EXCHANGE, flag
                 try:
-                    program.execute(data, n)
+                    host_run.execute(program, data, n)
                 finally:
                     fused.FUSED_EXCHANGE = old
                 out.append(np.where(skip, 0, data))
@@ -86,7 +87,7 @@ def conv_program(case: str):
 def test_fused_conv_program_leaves_the_same_arena(case):
     cp = conv_program(case)
     prog = cp.program
-    assert any(prog.fused_step(i) is not None for i in range(len(prog.steps)))
+    assert any(host_run.fused_step(prog, i) is not None for i in range(len(prog.steps)))
     base, *runs = _two_ways(prog, cp.device.arena.data)
     for r in runs:
         assert np.array_equal(r, base)
@@ -102,7 +103,7 @@ def test_partials_and_serial_slices_are_fused_where_valid():
     plan, cp, run, y, ref, mag = _run_plan(p, Split(in_chans=25), serial=3, machine=S128)
     assert np.all(np.abs(y - ref) <= 1e-5 * mag + 1e-30)
     prog = cp.program
-    assert prog.fused_step(0) is not None
+    assert host_run.fused_step(prog, 0) is not None
     base, *runs = _two_ways(prog, cp.device.arena.data)
     for r in runs:
         assert np.array_equal(r, base)
@@ -151,7 +152,7 @@ def test_a_copy_reading_what_the_compute_set_writes_is_not_fused():
                                np.full(2, 128))
     assert not fused.reads_written(x.src_tile, x.src_offset, x.nbytes, np.array([0, 1]),
                                    out + 1000, np.full(2, 128))
-    assert prog.fused_step(0) is None
+    assert host_run.fused_step(prog, 0) is None
     base, *runs = _two_ways(prog, data)
     for r in runs:
         assert np.array_equal(r, base)
@@ -181,7 +182,7 @@ def test_reads_written_by_hand():
 
 def test_the_same_program_without_the_hazard_is_fused():
     prog, x, data = _hazard_program(False)
-    assert prog.fused_step(0) is not None
+    assert host_run.fused_step(prog, 0) is not None
     base, *runs = _two_ways(prog, data)
     for r in runs:
         assert np.array_equal(r, base)
@@ -189,22 +190,22 @@ def test_the_same_program_without_the_hazard_is_fused():
 
 def test_fusion_skips_pairs_it_cannot_run_and_follows_edited_steps():
     prog, x, data = _hazard_program(False)
-    step = prog.fused_step(0)
-    assert prog.fused_step(0) is step            # cached
-    assert prog.fused_step(1) is None            # no step after the last
+    step = host_run.fused_step(prog, 0)
+    assert host_run.fused_step(prog, 0) is step            # cached
+    assert host_run.fused_step(prog, 1) is None            # no step after the last
     prog.steps[1] = Superstep("nothing")         # a program edited after its first run
-    assert prog.fused_step(0) is None
+    assert host_run.fused_step(prog, 0) is None
     assert fused.fuse(None, None) is None
 
 
 def test_a_fused_run_still_checks_the_arena():
     prog, x, data = _hazard_program(False)
     with pytest.raises(ExchangeError, match="arena"):
-        prog.execute(data[:, :16].copy(), 1)
+        host_run.execute(prog, data[:, :16].copy(), 1)
     with pytest.raises(ExchangeError, match="uint8"):
-        prog.fused_step(0).run(data.view(np.int16), 1)
+        host_run.fused_step(prog, 0).run(data.view(np.int16), 1)
     with pytest.raises(ValueError, match="threads"):
-        prog.execute(data, 0)
+        host_run.execute(prog, data, 0)
 
 
 def test_small_network_bits_with_and_without_fusion_at_1_2_3_threads(monkeypatch):

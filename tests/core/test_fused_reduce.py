@@ -1,4 +1,4 @@
-"""A conv's partials exchange fused with its reduction (ipukern.core.fused_reduce): the
+"""A conv's partials exchange fused with its reduction (ipukern.core.host.fused_reduce): the
 reduce vertices read the partials where they were computed; every output byte is the one
 the two phases give, for any thread count; pairs where that would not hold are refused."""
 from __future__ import annotations
@@ -11,9 +11,10 @@ from ipukern.conv.build import build_conv_program
 from ipukern.conv.layout import Split
 from ipukern.conv.params import ConvParams
 from ipukern.conv.planner import plan_conv
-from ipukern.core.fused_reduce import ReduceStep, fuse_reduce
+from ipukern.core.host.fused_reduce import ReduceStep, fuse_reduce
 from ipukern.core.program import Program, Superstep
 from ipukern.core.vertices import sum_rows
+from ipukern.core.host import run as host_run
 from tests.core.test_fused_exchange import _two_ways
 
 SMALL = ik.GC200.replace(n_tiles=96, name="GC200-96")
@@ -39,7 +40,7 @@ def _program(case: dict, serial: int = 1):
 
 
 def _reduce_steps(prog: Program) -> list[int]:
-    return [i for i in range(len(prog.steps)) if isinstance(prog.fused_step(i), ReduceStep)]
+    return [i for i in range(len(prog.steps)) if isinstance(host_run.fused_step(prog, i), ReduceStep)]
 
 
 @pytest.mark.parametrize("case", list(CASES))
