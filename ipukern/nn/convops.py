@@ -31,7 +31,8 @@ from ..core.tensor import LazyTileMapping
 from ..dtypes import DTYPES
 from ..machine import MachineSpec
 from .arena_out import ArenaOutput, flush, lock_arenas, rearrange_into
-from .layout import CopyTable, Layout, Resident, lazy_layout
+from ..core.copies import CopyTable
+from .layout import Layout, Resident, lazy_layout
 from .ops import OpPlan, affine_plan, fold_weight
 
 __all__ = ["clear_program_cache", "conv_plan", "conv_program", "matmul_params", "matmul_plan",

@@ -616,8 +616,8 @@ def gather_plan(machine: MachineSpec, ids_shape: Sequence[int], vocab: int, dim:
         src_off = tpos[i] + (flat * dim - tstart[i]) * isz
         o0, _, ot, oo = out.pieces()     # one piece per output row (grain = dim)
         j = np.searchsorted(o0, np.arange(flat.size) * dim, side="right") - 1
-        from .layout import _copy
-        _copy(res.data, tab.data, table.mapping.tile[i], src_off, ot[j],
+        from ..core.copies import copy_runs
+        copy_runs(res.data, tab.data, table.mapping.tile[i], src_off, ot[j],
               oo[j] + (np.arange(flat.size) * dim - o0[j]) * isz, np.full(flat.size, dim * isz))
         return res
 
