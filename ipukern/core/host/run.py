@@ -46,7 +46,7 @@ def execute(program: Program, data: np.ndarray, n_threads: int) -> None:
     """
     if not isinstance(program, Program):
         raise TypeError(f"expected a Program, got {type(program).__name__}")
-    fuse_on = fused.fused_enabled()
+    fuse_on = None  # read at the first exchange (a program without one never asks)
     done = False    # the compute set of this step already ran with the previous exchange
     for i, step in enumerate(program.steps):
         if step.compute is not None and not done:
@@ -54,6 +54,8 @@ def execute(program: Program, data: np.ndarray, n_threads: int) -> None:
         done = False
         if step.exchange is None:
             continue
+        if fuse_on is None:
+            fuse_on = fused.fused_enabled()
         f = fused_step(program, i) if fuse_on else None
         if f is None:
             step.exchange.run(data, n_threads)
