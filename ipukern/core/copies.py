@@ -257,6 +257,7 @@ class CopyTable:
         self.host_order = host_order
         self.piece_bytes = piece_bytes
         self._cols: tuple[np.ndarray, ...] | None = None
+        self._work = 0
         self._bounds: dict[int, np.ndarray] = {}
         # (dst, src) array shapes the kernel has range-checked every copy against: the
         # table is fixed, so later runs between arrays of those shapes skip the pass
@@ -324,14 +325,16 @@ class CopyTable:
                     np.ascontiguousarray(cols[4], np.int64))
             if self.piece_bytes:
                 cols = split_pieces(cols, self.piece_bytes)
+            # host work in byte-equivalents (a run costs about what copying 32 bytes does)
+            self._work = int(cols[4].sum()) + 32 * int(cols[4].size)
             self._cols = cols
         return cols
 
     @property
     def work(self) -> int:
         """Host work in byte-equivalents (a run costs about what copying 32 bytes does)."""
-        nb = self.kernel_columns[4]
-        return int(nb.sum()) + 32 * int(nb.size)
+        self.kernel_columns  # noqa: B018 - made with the kernel columns
+        return self._work
 
     def thread_bounds(self, n_threads: int) -> np.ndarray:
         """Copy index ranges giving each thread an equal share of bytes (cached)."""
@@ -368,7 +371,7 @@ class CopyTable:
             raise ValueError("a copy table's source and destination must be distinct arrays")
         if n_threads is None:
             # a small table is not worth waking threads for (a busy host may not run them soon)
-            n_threads = get_num_threads() if self.work >= PARALLEL_MIN_WORK else 1
+            n_threads = get_num_threads() if self._work >= PARALLEL_MIN_WORK else 1
         else:
             n_threads = check_num_threads(n_threads)
         key = (dst.shape, src.shape) if check is None else None
