@@ -8,7 +8,7 @@ import pytest
 
 import ipukern as ik
 from ipukern import _settings
-from ipukern.core import fused
+from ipukern.core.host import fused
 
 ROOT = Path(__file__).resolve().parents[1]
 

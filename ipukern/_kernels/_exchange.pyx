@@ -10,14 +10,7 @@ from cython.parallel cimport parallel, threadid
 from libc.stdint cimport int32_t, int64_t
 from libc.string cimport memcpy
 
-from ipukern._kernels.ipk cimport ipk_has_openmp, ipk_max_threads
-
-
-cdef extern from "ipk_copy.h" nogil:
-    void ipk_copy_table(unsigned char* dbase, int64_t dst_stride, const unsigned char* sbase,
-                        int64_t src_stride, const int32_t* src_row, const int64_t* src_off,
-                        const int32_t* dst_row, const int64_t* dst_off, const int64_t* nbytes,
-                        int64_t lo, int64_t hi, int stream) noexcept
+from ipukern._kernels.ipk cimport ipk_copy_table, ipk_has_openmp, ipk_max_threads
 
 
 def max_threads():

@@ -5,7 +5,7 @@ first does the copies ``[copy_lo[w], copy_lo[w+1])`` of the exchange table (all 
 write tile t, in the table's destination order, regular stores) and then runs the conv
 vertices ``[vert_lo[w], vert_lo[w+1])`` (all on tile t, in compute-set order) while tile
 t's window and weights are still in the cache. The simulated program is unchanged: the
-caller (``ipukern.core.fused``) only builds this call when it gives the same bytes as the
+caller (``ipukern.core.host.fused``) only builds this call when it gives the same bytes as the
 exchange followed by the compute set, i.e. no copy reads bytes the compute set writes
 (and, as for any exchange, no copy writes bytes another copy reads). Each vertex runs start
 to finish on one thread and each copy is independent, so results do not depend on the
@@ -26,14 +26,7 @@ from ipukern._kernels.ipk cimport (
     IPK_CONV_DIRECT, IPK_CONV_EALIGN, IPK_CONV_EDIMS, IPK_CONV_EPARAM, IPK_CONV_ETHREADS, IPK_CONV_ETILE,
     IPK_CONV_ERANGE, IPK_CONV_MAX_K, IPK_CONV_OK, IPK_F16, IPK_F32, ipk_conv_best_isa, ipk_conv_check,
     ipk_conv_one, ipk_conv_pick, ipk_conv_vertex_fn, ipk_epi_check, ipk_geom, ipk_geom_init,
-    ipk_team_size)
-
-
-cdef extern from "ipk_copy.h" nogil:
-    void ipk_copy_table(unsigned char* dbase, int64_t dst_stride, const unsigned char* sbase,
-                        int64_t src_stride, const int32_t* src_row, const int64_t* src_off,
-                        const int32_t* dst_row, const int64_t* dst_off, const int64_t* nbytes,
-                        int64_t lo, int64_t hi, int stream) noexcept
+    ipk_copy_table, ipk_team_size)
 
 
 cdef bint _bad_ranges(const int64_t[::1] lo, int64_t n) noexcept nogil:
@@ -157,14 +150,14 @@ def exchange_conv(unsigned char[:, ::1] data,      # IN/OUT: arena, row t = tile
     of ``conv_tiles``, its ``act`` per batch.
 
     ``shadow`` and the ``sh_*`` and ``vflags`` columns (all or none): receive into a
-    thread's shadow row instead of the tile's (:mod:`ipukern.core.fused`). Item w then also
+    thread's shadow row instead of the tile's (:mod:`ipukern.core.host.fused`). Item w then also
     copies ``[sh_lo[w], sh_lo[w+1])`` from the arena (any row) into the shadow row of the
     thread running it, after its copies into the tile; vertex v reads its window (bit 0 of
     ``vflags[v]``) or weights (bit 1) from there. Each shadow row must be at least a tile
     row long, 64-byte aligned like the arena's rows (status IPK_CONV_EALIGN otherwise).
 
     ``sh_mid`` and ``repeat_stride`` > 0: item w's shadow copies ``[sh_mid[w], sh_lo[w+1])``
-    repeat bytes item w - repeat_stride copied (``ipukern.core.shadow.repeat_plan``); a
+    repeat bytes item w - repeat_stride copied (``ipukern.core.host.shadow.repeat_plan``); a
     thread whose previous item was that one skips them (its shadow row holds them)."""
     cdef Py_ssize_t W = copy_lo.shape[0] - 1, V = tiles.shape[0], n = nbytes.shape[0]
     cdef Py_ssize_t w, v, nxt

@@ -12,7 +12,8 @@ from libc.math cimport INFINITY
 from libc.stdint cimport int32_t, int64_t, uint16_t, uint32_t
 from libc.string cimport memcpy, memset
 
-from ipukern._kernels.ipk cimport IPK_F16, IPK_F32, ipk_dt_size, ipk_f2h, ipk_h2f
+from ipukern._kernels.ipk cimport (IPK_F16, IPK_F32, ipk_copy_run, ipk_dt_size, ipk_f2h,
+                                   ipk_gather_even4, ipk_h2f)
 
 cdef extern from *:
     """
@@ -23,10 +24,6 @@ cdef extern from *:
     #endif
     """
     void ipk_pf_write(const void* p) noexcept nogil
-
-cdef extern from "ipk_copy.h" nogil:
-    void ipk_copy_run(unsigned char* d, const unsigned char* s, int64_t n) noexcept
-    void ipk_gather_even4(unsigned char* d, const unsigned char* s, int64_t n) noexcept
 
 cdef unsigned char _ZEROS[64]   # static storage: zero-initialised
 cdef enum:
@@ -324,7 +321,7 @@ cdef int _check_bias_epilogue(str fn, const int32_t[::1] tiles, const int64_t[::
 
 # ---------------------------------------------------------------- fused partials exchange + reduce
 # ``sum_rows_from`` is ``sum_rows`` with a source row per source vector (source k: n[v]
-# elements at byte src_off[k] of tile src_row[k]). ipukern.core.fused_reduce points the
+# elements at byte src_off[k] of tile src_row[k]). ipukern.core.host.fused_reduce points the
 # sources a partials exchange would have copied into a receive buffer at the bytes that
 # exchange copies, so the exchange need not run. The arithmetic is sum_rows' own, term for
 # term, so the outputs are the same bits.

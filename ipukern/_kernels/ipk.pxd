@@ -12,6 +12,15 @@ cdef extern from "ipk_half.h" nogil:
     float ipk_h2f(uint16_t h) noexcept
     uint16_t ipk_f2h(float f) noexcept
 
+cdef extern from "ipk_copy.h" nogil:
+    # one copy table's rows [lo, hi) (ipukern.core.copies.CopyTable runs them)
+    void ipk_copy_table(unsigned char* dbase, int64_t dst_stride, const unsigned char* sbase,
+                        int64_t src_stride, const int32_t* src_row, const int64_t* src_off,
+                        const int32_t* dst_row, const int64_t* dst_off, const int64_t* nbytes,
+                        int64_t lo, int64_t hi, int stream) noexcept
+    void ipk_copy_run(unsigned char* d, const unsigned char* s, int64_t n) noexcept
+    void ipk_gather_even4(unsigned char* d, const unsigned char* s, int64_t n) noexcept
+
 cdef extern from "ipk_omp.h" nogil:
     int ipk_max_threads() noexcept
     int ipk_has_openmp() noexcept

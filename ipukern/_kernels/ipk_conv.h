@@ -437,7 +437,7 @@ static inline ipk_conv_vertex_fn ipk_conv_pick(int isa)
  *
  * ``vflags`` (NULL: none) and ``shadow``: bit 0 of vflags[v] set = v's window, bit 1 = its
  * weights were received into ``shadow``, this thread's stand-in for the tile's row (same
- * offsets, same alignment modulo 64; see ipukern.core.fused), so the vertex reads them
+ * offsets, same alignment modulo 64; see ipukern.core.host.fused), so the vertex reads them
  * there; its output (and bias) stay in the tile's row. The vertex functions address every
  * operand as one base plus an offset, so the operands left in the tile get their offset
  * from the shadow row. */

@@ -22,7 +22,8 @@ import numpy as np
 
 from ..core.cost import elementwise_cycles_array
 from ..core.engine import Device, get_num_threads
-from ..core.program import ArgViews, Program, Superstep, VertexBatch, balanced_bounds
+from ..core.copies import CopyTable, balanced_bounds
+from ..core.program import ArgViews, Program, Superstep, VertexBatch
 from ..core.tensor import LazyTileMapping, TileMapping, TileTensor, expand
 from ..core.vertices import sum_rows
 from ..dtypes import DTYPE_CODE, DTYPES
@@ -31,7 +32,7 @@ from .buffers import ConvBuffers, allocate_buffers
 from .codelet import ConvCodelet
 from .homes import kernel_block_runs, spread_weight_copies, spread_weight_runs
 from .estimators import TileConv, vertex_field
-from .layout import (MAX_INPUT_OWNERS, CopyTable, StridedCopies, TileGeometry, geometry,
+from .layout import (MAX_INPUT_OWNERS, StridedCopies, TileGeometry, geometry,
                      owned_input_intervals, window_copies)
 from .mapping import (ColumnSplitMapping, column_split_input, column_split_output, input_summary,
                       output_summary, record_summary)

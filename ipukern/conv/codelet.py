@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.fused import FusedVertices
+from ..core.host.fused import FusedVertices
 from ..core.vertices import bias_epilogue
 from ..dtypes import DTYPE_CODE, DTYPES
 from .params import MAX_KERNEL_PARAM
@@ -301,8 +301,9 @@ class ConvCodelet:
         return s
 
     def fused_vertices(self, batch) -> FusedVertices:
-        """What :mod:`ipukern.core.fused` needs to run ``batch`` right after an exchange, in
-        the same compiled call (:class:`~ipukern.core.fused.FusedVertices`). ``others``: the
+        """The :class:`~ipukern.core.host.fused.FusableCodelet` hook: what
+        :mod:`ipukern.core.host.fused` needs to run ``batch`` right after an exchange, in the
+        same compiled call (:class:`~ipukern.core.host.fused.FusedVertices`). ``others``: the
         batch's regions past its window and weights (the conv builder lists those two
         first: output, then the bias its epilogue reads); all of them if it does not."""
         a = batch.args

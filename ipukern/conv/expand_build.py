@@ -28,7 +28,8 @@ from ..core.program import Superstep, VertexBatch
 from ..core.tensor import expand, split_bounds
 from .build import ConvProgram, build_direct_program, conv_program
 from .expand import box_row_step, source_boxes, transform_copy_cycles
-from .layout import CopyTable, StridedCopies, owned_input_segments
+from ..core.copies import CopyTable
+from .layout import StridedCopies, owned_input_segments
 
 __all__ = ["build_expanded_program"]
 

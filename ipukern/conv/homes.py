@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..core.tensor import expand
-from .layout import CopyTable
+from ..core.copies import CopyTable
 
 __all__ = ["MIN_HOME_BYTES", "home_pieces", "kernel_block_runs", "spread_weight_copies",
            "spread_weight_runs"]

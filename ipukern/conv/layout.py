@@ -33,10 +33,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..core.copies import CopyTable
 from ..core.tensor import expand, split_bounds
 from .params import ConvParams
 
-__all__ = ["Split", "split_ranges", "TileGeometry", "geometry", "CopyTable", "window_copies",
+__all__ = ["Split", "split_ranges", "TileGeometry", "geometry", "window_copies",
            "owned_input_intervals", "owned_input_segments", "OwnedSegments", "merge_intervals",
            "StridedCopies"]
 
@@ -264,28 +265,6 @@ def geometry(params: ConvParams, split: Split, max_owners: int = MAX_INPUT_OWNER
         wr0=wr0, wr1=wr1, wc0=wc0[wi], wc1=wc1[wi],
         cr0=cr0, cr1=cr1, cc0=cc0[wi], cc1=cc1[wi], kr0=kr0[ki], kr1=kr1[ki],
         max_owners=max_owners)
-
-
-@dataclass
-class CopyTable:
-    """Columns of an exchange copy table (byte offsets within tiles)."""
-
-    src_tile: np.ndarray
-    src_off: np.ndarray
-    dst_tile: np.ndarray
-    dst_off: np.ndarray
-    nbytes: np.ndarray
-
-    @staticmethod
-    def concat(tables: list["CopyTable"]) -> "CopyTable":
-        tables = [t for t in tables if t.nbytes.size]
-        if not tables:
-            z = np.zeros(0, dtype=np.int64)
-            return CopyTable(z, z, z, z, z)
-        return CopyTable(*(np.concatenate([getattr(t, f) for t in tables])
-                           for f in ("src_tile", "src_off", "dst_tile", "dst_off", "nbytes")))
-
-
 
 
 def input_owners(geo: TileGeometry) -> int:

@@ -18,9 +18,11 @@ from ..dtypes import DTYPES, canonical_dtype
 from ..machine import GC200, MachineSpec, get_machine
 from .memory import Arena, TileMemory, TileMemoryError
 from .profile import Profile
-from .program import ComputeSet, Exchange, Program, Superstep, VertexBatch, balanced_bounds
+from .copies import CopyTable, copy_runs
+from .program import ComputeSet, Exchange, Program, Superstep, VertexBatch
 from .tensor import TileMapping, TileTensor
-from .threads import get_num_threads, set_num_threads
+from .host import run as host_run
+from .host.threads import get_num_threads, set_num_threads
 
 __all__ = ["Device", "run_program", "set_num_threads", "get_num_threads"]
 
@@ -180,16 +182,16 @@ class Device:
         """
         hb = _host_bytes(host, writeable=False)
         args = self._check_runs(hb.shape[1], host_offset, tile, offset, nbytes)
-        self._copy(self.arena.data, hb, np.zeros(args[0].size, np.int32), args[0], args[1],
-                   args[2], args[3])
+        copy_runs(self.arena.data, hb, np.zeros(args[0].size, np.int32), args[0], args[1],
+                  args[2], args[3])
 
     def read_runs(self, host: np.ndarray, host_offset: Any, tile: Any, offset: Any,
                   nbytes: Any) -> None:
         """Copy byte runs from tile memory into ``host`` (the reverse of :meth:`write_runs`)."""
         hb = _host_bytes(host, writeable=True)
         args = self._check_runs(hb.shape[1], host_offset, tile, offset, nbytes)
-        self._copy(hb, self.arena.data, args[1], args[2], np.zeros(args[0].size, np.int32),
-                   args[0], args[3])
+        copy_runs(hb, self.arena.data, args[1], args[2], np.zeros(args[0].size, np.int32),
+                  args[0], args[3])
 
     def _check_runs(self, host_bytes: int, host_offset: Any, tile: Any, offset: Any,
                     nbytes: Any) -> tuple[np.ndarray, ...]:
@@ -225,9 +227,7 @@ class Device:
                 raise TypeError(f"tensor {tensor.name!r} is {tensor.dtype}; cannot place {arr.dtype} data")
             arr = arr.astype(want)
         host = np.ascontiguousarray(arr).reshape(1, -1).view(np.uint8)
-        zeros, host_off, nbytes, bounds = _host_runs(tensor)
-        _copy_runs(self.arena.data, host, zeros, host_off, tensor.mapping.tile, tensor.offset,
-                   nbytes, bounds)
+        _host_tables(tensor)[0].run(self.arena.data, host, get_num_threads(), check=True)
 
     def write_scaled(self, tensor: TileTensor, values: Any, scale: Any) -> None:
         """Place float32 ``values`` scaled per index of their first axis onto a float32
@@ -255,22 +255,8 @@ class Device:
         self.check_tensor(tensor)
         out = np.empty(tensor.shape, dtype=DTYPES[tensor.dtype])
         host = out.reshape(1, -1).view(np.uint8)
-        zeros, host_off, nbytes, bounds = _host_runs(tensor)
-        _copy_runs(host, self.arena.data, tensor.mapping.tile, tensor.offset, zeros, host_off,
-                   nbytes, bounds)
+        _host_tables(tensor)[1].run(host, self.arena.data, get_num_threads(), check=True)
         return out
-
-    @staticmethod
-    def _copy(dst, src, src_row, src_off, dst_row, dst_off, nbytes) -> None:
-        from .._kernels import _exchange
-        if nbytes.size == 0:
-            return
-        _exchange.copy_runs(dst, src, np.ascontiguousarray(src_row, np.int32),
-                            np.ascontiguousarray(src_off, np.int64),
-                            np.ascontiguousarray(dst_row, np.int32),
-                            np.ascontiguousarray(dst_off, np.int64),
-                            np.ascontiguousarray(nbytes, np.int64),
-                            balanced_bounds(nbytes, get_num_threads()))
 
     # ------------------------------------------------------------------ programs
     @property
@@ -301,25 +287,20 @@ class Device:
         return run_program(program, mode=mode, device=self, **profile_kw)
 
 
-def _host_runs(tensor: TileTensor) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The copy table between a tensor's host array and its tiles (host row 0, byte
-    offsets, byte counts, per-thread bounds), kept on the tensor: a network's run writes
-    107 weight tensors, each table rebuilt per write before (up to 12,288 runs each)."""
-    n_threads = get_num_threads()
+def _host_tables(tensor: TileTensor) -> tuple[CopyTable, CopyTable]:
+    """The copy tables from a tensor's host array (one row) to its tiles and back, kept on
+    the tensor: a network's run writes 107 weight tensors, each table rebuilt per write
+    before (up to 12,288 runs each). The tensor's mapping lies inside the arena and its
+    intervals inside the host array; the kernel range-checks them anyway (cheap, and safe)."""
     m, off = tensor.mapping, tensor.offset
-    hit = tensor.__dict__.get("_host_runs")
-    if hit is None or hit[0] is not m or hit[1] is not off or hit[2] != n_threads:
-        nbytes = m.count * tensor.itemsize
-        hit = (m, off, n_threads, np.zeros(m.tile.size, np.int32), m.start * tensor.itemsize,
-               nbytes, balanced_bounds(nbytes, n_threads))
-        tensor.__dict__["_host_runs"] = hit
-    return hit[3:]
-
-
-def _copy_runs(dst, src, src_row, src_off, dst_row, dst_off, nbytes, bounds) -> None:
-    from .._kernels import _exchange
-    if nbytes.size:
-        _exchange.copy_runs(dst, src, src_row, src_off, dst_row, dst_off, nbytes, bounds)
+    hit = tensor.__dict__.get("_host_tables")
+    if hit is None or hit[0] is not m or hit[1] is not off:
+        zeros = np.zeros(m.tile.size, np.int32)
+        host_off, nbytes = m.start * tensor.itemsize, m.count * tensor.itemsize
+        hit = (m, off, CopyTable(zeros, host_off, m.tile, off, nbytes, host_order="given"),
+               CopyTable(m.tile, off, zeros, host_off, nbytes, host_order="given"))
+        tensor.__dict__["_host_tables"] = hit
+    return hit[2], hit[3]
 
 
 def _host_bytes(host: np.ndarray, *, writeable: bool) -> np.ndarray:
@@ -352,7 +333,7 @@ def run_program(program: Program, mode: str = "execute", *, device: Device | Non
         arena = device.arena
         n_threads = get_num_threads()
         with arena.lock:
-            program.execute(arena.data, n_threads)
+            host_run.execute(program, arena.data, n_threads)
     return Profile(program.machine, list(program.records), flops=flops, peak_flops=peak_flops,
                    label=program.label, memory_source=program.memory, info=dict(info or {}))
 

@@ -12,6 +12,9 @@
   plus the memory it was planned with.
 
 Costs are fixed at build time, so ``estimate`` and ``execute`` report identical cycles.
+This module is the model; how the host runs a program fast lives in :mod:`ipukern.core.host`
+(which imports this module, never the other way round, apart from the host thread-count check
+in :mod:`ipukern.core.host.threads`, a leaf).
 """
 from __future__ import annotations
 
@@ -25,9 +28,10 @@ from . import cost
 from ..machine import MachineSpec
 from .memory import TileMemory
 from .profile import SuperstepRecord, tile_activity
-from .threads import check_num_threads
+from .copies import CopyTable, as_int_array, check_exchange_table, destination_order, outside
+from .host.threads import check_num_threads
 
-__all__ = ["balanced_bounds", "check_arena", "ExchangeError", "Exchange", "Codelet", "VertexBatch",
+__all__ = ["check_arena", "ExchangeError", "Exchange", "Codelet", "VertexBatch",
            "ComputeSet", "Superstep", "Program", "ArgViews"]
 
 # large copies are split into pieces of this size on the host so threads share the work
@@ -38,42 +42,8 @@ _HOST_PIECE_BYTES = 1 << 18
 _STREAM_BYTES = 32 << 20
 
 
-def balanced_bounds(nbytes: np.ndarray, n_threads: int) -> np.ndarray:
-    """Split copy indices into ``n_threads`` ranges of about equal byte counts."""
-    n_threads = max(1, min(n_threads, nbytes.size))
-    if nbytes.size < 64 or int(nbytes.sum()) < (1 << 16):
-        n_threads = 1  # starting threads would cost more than the copies
-    cum = np.cumsum(nbytes)
-    targets = cum[-1] * np.arange(1, n_threads) / n_threads if cum.size else []
-    inner = np.searchsorted(cum, targets, side="left") + 1
-    return np.concatenate([[0], inner, [nbytes.size]]).astype(np.int64)
-
-
 class ExchangeError(ValueError):
     """An exchange table the fabric could not execute (bad range, overlapping writes)."""
-
-
-def _as_int_array(name: str, values: Any, dtype: type, error: type = ValueError) -> np.ndarray:
-    """``values`` as a 1-D contiguous array of ``dtype``; never a silent wrap-around."""
-    arr = np.asarray(values)
-    if arr.ndim != 1:
-        raise error(f"{name} must be one-dimensional, got shape {arr.shape}")
-    if not arr.size:
-        return np.zeros(0, dtype=dtype)
-    if not np.issubdtype(arr.dtype, np.integer) or arr.dtype == np.bool_:
-        raise error(f"{name} must hold integers, got dtype {arr.dtype}")
-    info = np.iinfo(dtype)
-    lo, hi = arr.min(), arr.max()
-    if lo < info.min or hi > info.max:   # numpy compares mixed signed/unsigned exactly
-        bad = lo if lo < info.min else hi
-        raise error(f"{name} holds {int(bad)}, outside the {np.dtype(dtype).name} range")
-    return np.ascontiguousarray(arr, dtype=dtype)
-
-
-def _outside(off: np.ndarray, nb: np.ndarray, row: int) -> np.ndarray:
-    """Where ``[off, off + nb)`` is not inside ``[0, row)``, for ``nb >= 0``. Written without
-    ``off + nb``, which wraps around int64 for huge offsets."""
-    return (off < 0) | (nb > row) | (off > row - nb)
 
 
 def check_arena(data: Any, rows_needed: int, row_needed: int, what: str,
@@ -98,33 +68,6 @@ def check_arena(data: Any, rows_needed: int, row_needed: int, what: str,
         raise error(f"{what}: touches tile bytes up to {row_needed} but the arena rows hold "
                     f"{data.shape[1]} B (the host holds only memory allocated on the device); "
                     "allocate the buffers on the device before running")
-
-
-def _first_overlap(tile: np.ndarray, start: np.ndarray, end: np.ndarray, row: int) -> int:
-    """Index (in sorted order) of an interval overlapping an earlier one on its tile, or -1."""
-    if tile.size < 2:
-        return -1
-    key_end = tile * row + end
-    running_end = np.maximum.accumulate(key_end)
-    clash = (tile[1:] * row + start[1:]) < running_end[:-1]
-    return int(np.argmax(clash)) + 1 if clash.any() else -1
-
-
-def _destination_order(dt: np.ndarray, do: np.ndarray, nb: np.ndarray,
-                       row: int) -> np.ndarray | None:
-    """The order :meth:`Exchange._validate` returns (copies of positive size by destination
-    tile, then offset), for a table known to be valid; None when the copies of positive size
-    are in that order already (half the copies of a ResNet-50 training estimate are, in a
-    few large tables: reordering them would only copy them)."""
-    keep = nb > 0
-    if not keep.any():
-        return np.zeros(0, np.int64)
-    if not keep.all():
-        dt, do = dt[keep], do[keep]
-    key = dt * row + do
-    if (key[1:] >= key[:-1]).all():     # a stable sort would keep this order
-        return None
-    return np.argsort(key, kind="stable")
 
 
 class Exchange:
@@ -161,7 +104,7 @@ class Exchange:
     #: bytes, never read by the host) that only vertices read: where the program-wide checks
     #: show no other step touches them, the host may then hand the bytes to the next
     #: superstep's vertices without writing them into the arena (a conv's partials:
-    #: :mod:`ipukern.core.fused_reduce`; its windows and weights: :mod:`ipukern.core.shadow`)
+    #: :mod:`ipukern.core.host.fused_reduce`; its windows and weights: :mod:`ipukern.core.host.shadow`)
     receive_only = False
 
     def __init__(self, machine: MachineSpec, src_tile: Any, src_offset: Any, dst_tile: Any,
@@ -171,7 +114,7 @@ class Exchange:
         self.name = name
         row = machine.tile_bytes if row_bytes is None else int(row_bytes)
         if validate or _settings.check_built_programs():
-            st, so, dt, do, nb = (_as_int_array(label, v, np.int64, ExchangeError) for label, v in (
+            st, so, dt, do, nb = (as_int_array(label, v, np.int64, ExchangeError) for label, v in (
                 ("src_tile", src_tile), ("src_offset", src_offset), ("dst_tile", dst_tile),
                 ("dst_offset", dst_offset), ("nbytes", nbytes)))
             if not (st.size == so.size == dt.size == do.size == nb.size):
@@ -179,11 +122,12 @@ class Exchange:
                                     f"({st.size}, {so.size}, {dt.size}, {do.size}, {nb.size})")
             # destination order of the copies of positive size (locality of writes on the
             # host), found by the validation
-            order = self._validate(st, so, dt, do, nb, row)
+            order = check_exchange_table(st, so, dt, do, nb, machine.n_tiles, row, name,
+                                         ExchangeError)
         else:
             st, so, dt, do, nb = (np.ascontiguousarray(v, np.int64).reshape(-1) for v in (
                 src_tile, src_offset, dst_tile, dst_offset, nbytes))
-            order = _destination_order(dt, do, nb, row)
+            order = destination_order(dt, do, nb, row)
         n = nb.size
         try:
             bus = np.broadcast_to(np.asarray(shared_bus, dtype=bool), (n,))
@@ -209,60 +153,10 @@ class Exchange:
         self.row_needed = int(max((so + nb).max(), (do + nb).max())) if nb.size else 0
         self.rows_needed = int(max(st.max(), dt.max())) + 1 if nb.size else 0
         self._cost()
-        self._host_plan: tuple[np.ndarray, ...] | None = None
-        self._bounds: dict[int, np.ndarray] = {}
-
-    # ------------------------------------------------------------------ validation
-    def _validate(self, st, so, dt, do, nb, row) -> np.ndarray:
-        """Check the table; return the destination order (by tile, then offset) of its
-        copies of positive size. The bounds are checked first, so ``tile * row + offset``
-        orders them (one stable sort, not a two-key lexsort)."""
-        nt = self.machine.n_tiles
-        name = self.name
-        if (nb < 0).any():
-            i = int(np.argmax(nb < 0))
-            raise ExchangeError(f"{name}: copy {i} has negative size {int(nb[i])}")
-        for label, tiles in (("source", st), ("destination", dt)):
-            bad = (tiles < 0) | (tiles >= nt)
-            if bad.any():
-                i = int(np.argmax(bad))
-                raise ExchangeError(f"{name}: copy {i} has {label} tile {int(tiles[i])}, "
-                                    f"outside 0..{nt - 1}")
-        for label, off in (("source", so), ("destination", do)):
-            bad = _outside(off, nb, row)
-            if bad.any():
-                i = int(np.argmax(bad))
-                raise ExchangeError(f"{name}: copy {i} {label} bytes [{int(off[i])}, "
-                                    f"{int(off[i]) + int(nb[i])}) fall outside the tile's {row} B")
-        keep = nb > 0
-        if not keep.any():
-            return np.zeros(0, np.int64)
-        if not keep.all():
-            st, so, dt, do, nb = st[keep], so[keep], dt[keep], do[keep], nb[keep]
-        idx_all = np.flatnonzero(keep)
-        # two copies writing the same bytes: the fabric has no defined winner
-        d_start = dt * row + do
-        o = np.argsort(d_start, kind="stable")
-        j = _first_overlap(dt[o], do[o], do[o] + nb[o], row)
-        if j >= 0:
-            a, b = idx_all[o[j - 1]], idx_all[o[j]]
-            raise ExchangeError(f"{name}: overlapping writes on tile {int(dt[o[j]])}: copy {b} "
-                                f"writes [{int(do[o[j]])}, {int(do[o[j]] + nb[o[j]])}) which another "
-                                f"copy (e.g. {a}) also writes")
-        # a destination overlapping a source: result would depend on the copy order
-        s_key = st * row + so
-        so_sorted = np.argsort(s_key, kind="stable")
-        s_key_start = s_key[so_sorted]
-        s_run_end = np.maximum.accumulate(s_key_start + nb[so_sorted])
-        d_end = d_start + nb
-        pos = np.searchsorted(s_key_start, d_end, side="left") - 1
-        hit = (pos >= 0) & (s_run_end[np.maximum(pos, 0)] > d_start)
-        if hit.any():
-            i = int(np.argmax(hit))
-            raise ExchangeError(f"{name}: copy {idx_all[i]} writes tile {int(dt[i])} bytes "
-                                f"[{int(do[i])}, {int(do[i] + nb[i])}) that this exchange also "
-                                f"reads; split it into two exchanges")
-        return o
+        # the host's copy table: the validated copies in destination order, big ones in
+        # pieces so threads share the work evenly (the simulated table is unchanged)
+        self.table = CopyTable(self.src_tile, self.src_offset, self.dst_tile, self.dst_offset,
+                               self.nbytes, host_order="given", piece_bytes=_HOST_PIECE_BYTES)
 
     # ------------------------------------------------------------------ cost
     def _cost(self) -> None:
@@ -301,28 +195,12 @@ class Exchange:
 
     # ------------------------------------------------------------------ execution
     def _pieces(self) -> tuple[np.ndarray, ...]:
-        if self._host_plan is None:
-            nb = self.nbytes
-            n_pieces = np.maximum(1, -(-nb // _HOST_PIECE_BYTES))
-            if (n_pieces == 1).all():
-                self._host_plan = (self.src_tile, self.src_offset, self.dst_tile,
-                                   self.dst_offset, nb)
-            else:
-                rep = np.repeat(np.arange(nb.size), n_pieces)
-                first = np.repeat(np.cumsum(n_pieces) - n_pieces, n_pieces)
-                k = np.arange(rep.size) - first
-                start = k * _HOST_PIECE_BYTES
-                size = np.minimum(nb[rep] - start, _HOST_PIECE_BYTES)
-                self._host_plan = (self.src_tile[rep], self.src_offset[rep] + start,
-                                   self.dst_tile[rep], self.dst_offset[rep] + start, size)
-        return self._host_plan
+        """The copies as the host runs them (:attr:`CopyTable.kernel_columns`)."""
+        return self.table.kernel_columns
 
     def thread_bounds(self, n_threads: int) -> np.ndarray:
         """Copy index ranges giving each thread an equal share of bytes (cached)."""
-        b = self._bounds.get(n_threads)
-        if b is None:
-            b = self._bounds[n_threads] = balanced_bounds(self._pieces()[4], n_threads)
-        return b
+        return self.table.thread_bounds(n_threads)
 
     def run(self, data: np.ndarray, n_threads: int) -> None:
         """Execute the copies on the arena bytes ``data`` (n_tiles, row_bytes).
@@ -338,12 +216,10 @@ class Exchange:
         n_threads = check_num_threads(n_threads)
         if self.nbytes.size == 0:
             return
-        from .._kernels import _exchange
-        st, so, dt, do, nb = self._pieces()
         # check=False: the table was validated when built and its extent against data above;
         # a table writing more than a last-level cache holds streams its long runs
-        _exchange.copy_runs(data, data, st, so, dt, do, nb, self.thread_bounds(n_threads), False,
-                            self.total_bytes >= _STREAM_BYTES)
+        self.table.run(data, data, n_threads, check=False,
+                       stream=self.total_bytes >= _STREAM_BYTES)
 
 
 class ArgViews(NamedTuple):
@@ -406,8 +282,8 @@ class VertexBatch:
     user_estimate: bool = False
 
     def __post_init__(self) -> None:
-        self.tiles = _as_int_array(f"{self.codelet.name}: tiles", self.tiles, np.int32)
-        self.cycles = _as_int_array(f"{self.codelet.name}: cycles", np.ravel(self.cycles), np.int64)
+        self.tiles = as_int_array(f"{self.codelet.name}: tiles", self.tiles, np.int32)
+        self.cycles = as_int_array(f"{self.codelet.name}: cycles", np.ravel(self.cycles), np.int64)
         self.row_needed = 0
         if self.cycles.shape != self.tiles.shape:
             raise ValueError(f"{self.codelet.name}: {self.tiles.size} vertices but "
@@ -423,12 +299,12 @@ class VertexBatch:
         name, n = self.codelet.name, self.tiles.size
         ends = [0]
         for k, (off, nb) in enumerate(self.regions):
-            off = _as_int_array(f"{name}: region {k} offsets", np.ravel(off), np.int64)
-            nb = _as_int_array(f"{name}: region {k} sizes", np.ravel(nb), np.int64)
+            off = as_int_array(f"{name}: region {k} offsets", np.ravel(off), np.int64)
+            nb = as_int_array(f"{name}: region {k} sizes", np.ravel(nb), np.int64)
             if off.size != n or nb.size != n:
                 raise ValueError(f"{name}: region {k} has {off.size} offsets and {nb.size} sizes "
                                  f"for {n} vertices")
-            bad = (nb < 0) | _outside(off, np.maximum(nb, 0), row_bytes)
+            bad = (nb < 0) | outside(off, np.maximum(nb, 0), row_bytes)
             if bad.any():
                 i = int(np.argmax(bad))
                 raise ValueError(f"{name}: vertex {i} on tile {int(self.tiles[i])} "
@@ -521,7 +397,13 @@ class Superstep:
 
 
 class Program:
-    """A list of supersteps and the tile memory they were planned in."""
+    """A list of supersteps and the tile memory they were planned in.
+
+    A program is data: its steps were validated and costed when built, so its
+    :attr:`records` are known without running it. The engine runs it
+    (:func:`ipukern.run_program`, :meth:`ipukern.Device.run`) through the host executor
+    (:func:`ipukern.core.host.run.execute`).
+    """
 
     def __init__(self, machine: MachineSpec, steps: Sequence[Superstep], memory: TileMemory, *,
                  label: str = ""):
@@ -530,8 +412,9 @@ class Program:
         self.memory = memory
         self.label = label
         self._records: list[SuperstepRecord] | None = None
-        # step index -> (exchange, next compute set, FusedStep or None), built on first run
-        self._fused: dict[int, tuple[list, Any]] = {}
+        #: the host executor's per-program state (:mod:`ipukern.core.host.run`: the fused
+        #: steps it chose); never read by the model, and no part of the program's meaning
+        self.host_cache: dict[str, Any] = {}
 
     @property
     def records(self) -> list[SuperstepRecord]:
@@ -539,45 +422,6 @@ class Program:
         if self._records is None:
             self._records = [s.record(i, self.machine) for i, s in enumerate(self.steps)]
         return self._records
-
-    def fused_step(self, i: int) -> Any:
-        """The :class:`~ipukern.core.fused.FusedStep` (or, for a receive-only partials
-        exchange, :class:`~ipukern.core.fused_reduce.ReduceStep`) running step ``i``'s
-        exchange together with step ``i + 1``'s compute set, or None (checked once per
-        pair, then cached). The checks look at every step (what else reads the bytes an
-        exchange receives), so the cache holds while no step is replaced."""
-        if i + 1 >= len(self.steps):
-            return None
-        parts = [p for s in self.steps for p in (s.exchange, s.compute)]
-        got = self._fused.get(i)
-        if got is None or len(got[0]) != len(parts) or any(a is not b for a, b in zip(got[0], parts)):
-            from .fused import fuse
-            from .fused_reduce import fuse_reduce
-            x, c = self.steps[i].exchange, self.steps[i + 1].compute
-            got = self._fused[i] = (parts, fuse(x, c, self.steps, i) or fuse_reduce(self.steps, i))
-        return got[1]
-
-    def execute(self, data: np.ndarray, n_threads: int) -> None:
-        """Run the supersteps in order (compute, sync, exchange) on the arena ``data``.
-
-        An exchange followed by a conv compute set runs together with it, tile by tile, when
-        that gives the same bytes (:mod:`ipukern.core.fused`; off with
-        ``IPUKERN_FUSED_EXCHANGE=0``). Only host speed differs.
-        """
-        from . import fused
-        done = False    # the compute set of this step already ran with the previous exchange
-        for i, step in enumerate(self.steps):
-            if step.compute is not None and not done:
-                step.compute.run(data, n_threads)
-            done = False
-            if step.exchange is None:
-                continue
-            f = self.fused_step(i) if fused.fused_enabled() else None
-            if f is None:
-                step.exchange.run(data, n_threads)
-            else:
-                f.run(data, n_threads)
-                done = True
 
     @property
     def row_bytes(self) -> int:

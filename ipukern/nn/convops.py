@@ -28,7 +28,8 @@ from ..core.tensor import LazyTileMapping
 from ..dtypes import DTYPES
 from ..machine import MachineSpec
 from .arena_out import ArenaOutput, flush, lock_arenas, rearrange_into
-from .layout import CopyTable, Layout, Resident, lazy_layout
+from ..core.copies import CopyTable
+from .layout import Layout, Resident, lazy_layout
 from .ops import OpPlan, affine_plan, fold_weight
 
 __all__ = ["clear_program_cache", "conv_plan", "conv_program", "matmul_params", "matmul_plan",
@@ -205,7 +206,7 @@ def _transposed(w: np.ndarray) -> np.ndarray:
     if w.ndim != 2 or w.dtype.itemsize != 4:
         return np.ascontiguousarray(w.T)
     from .._kernels import _vertices
-    from ..core.threads import get_num_threads
+    from ..core.host.threads import get_num_threads
     out = np.empty(w.shape[::-1], w.dtype)
     _vertices.transpose32(np.ascontiguousarray(w).view(np.uint32), out.view(np.uint32),
                           get_num_threads())

@@ -399,7 +399,7 @@ def _loss(step, ctx):
 
 
 def _embedding(step, ctx):
-    from .layout import _copy
+    from ..core.copies import copy_runs
     m, nt, dt = ctx.machine, ctx.machine.n_tiles, ctx.dtype
     V, D = step.layer.num_embeddings, step.layer.dim
     out = step.plan.output
@@ -424,7 +424,7 @@ def _embedding(step, ctx):
         slot = np.empty(R, np.int64)
         slot[order] = np.arange(R) - np.searchsorted(own[order], own[order])
         recv = np.zeros((nt, max(1, int(np.bincount(own, minlength=nt).max())) * D), np.float32)
-        _copy(recv.view(np.uint8), g.data, ot[j], oo[j] + (np.arange(R) * D - o0[j]) * 4, own,
+        copy_runs(recv.view(np.uint8), g.data, ot[j], oo[j] + (np.arange(R) * D - o0[j]) * 4, own,
               slot * D * 4, np.full(R, D * 4, np.int64))
         tab = Resident(table, nt)
         col = (tpos[i] // 4 + ids * D - tstart[i])[:, None] + np.arange(D)

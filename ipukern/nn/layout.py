@@ -22,15 +22,14 @@ from functools import cached_property
 import numpy as np
 
 from ..core import cost
-from ..core.engine import get_num_threads
 from ..core.profile import SuperstepRecord
-from ..core.program import balanced_bounds
+from ..core.copies import CopyTable, copy_runs
 from ..core.tensor import TileMapping
 from ..dtypes import DTYPES
 from ..machine import MachineSpec
 from .buffers import take_buffer
 
-__all__ = ["CopyTable", "Layout", "Rearrangement", "Resident", "copy_table", "lazy_layout", "linear_layout",
+__all__ = ["Layout", "Rearrangement", "Resident", "copy_table", "lazy_layout", "linear_layout",
            "rearrangement_loads", "rows_layout"]
 
 
@@ -251,8 +250,8 @@ class Resident:
         host = np.ascontiguousarray(x, dtype=DTYPES[layout.dtype]).reshape(1, -1).view(np.uint8)
         m = layout.mapping
         isz = layout.itemsize
-        _copy(r.data, host, np.zeros(m.tile.size, np.int64), m.start * isz, m.tile,
-              layout.packed_offsets, m.count * isz)
+        copy_runs(r.data, host, np.zeros(m.tile.size, np.int64), m.start * isz, m.tile,
+                  layout.packed_offsets, m.count * isz)
         return r
 
     def to_host(self) -> np.ndarray:
@@ -263,131 +262,11 @@ class Resident:
         host = out.reshape(1, -1).view(np.uint8)
         m = lay.mapping
         isz = lay.itemsize
-        _copy(host, self.data, m.tile, lay.packed_offsets, np.zeros(m.tile.size, np.int64),
-              m.start * isz, m.count * isz)
+        copy_runs(host, self.data, m.tile, lay.packed_offsets, np.zeros(m.tile.size, np.int64),
+                  m.start * isz, m.count * isz)
         if lay.perm is not None:
             out = np.ascontiguousarray(out.transpose(np.argsort(lay.perm)))
         return out
-
-
-def _copy(dst, src, src_row, src_off, dst_row, dst_off, nbytes) -> None:
-    from .._kernels import _exchange
-    nbytes = np.ascontiguousarray(nbytes, np.int64)
-    if nbytes.size == 0:
-        return
-    _exchange.copy_runs(dst, src, np.ascontiguousarray(src_row, np.int32),
-                        np.ascontiguousarray(src_off, np.int64),
-                        np.ascontiguousarray(dst_row, np.int32),
-                        np.ascontiguousarray(dst_off, np.int64), nbytes,
-                        balanced_bounds(nbytes, get_num_threads()))
-
-
-def coalesce_runs(src_row, src_off, dst_row, dst_off, nbytes) -> tuple[np.ndarray, ...]:
-    """The same copies with runs contiguous in both source and destination merged into one.
-
-    A table's copies write disjoint bytes of an array other than the one they read, so
-    their order does not change the result; they are put in destination order when that
-    lets more runs merge (reading a conv's output: hundreds of thousands of runs of a few
-    elements become about one per tile). Host execution only: the simulated copies and
-    their cycles are counted from the layouts, not from this table.
-    """
-    cols = [np.asarray(c) for c in (src_row, src_off, dst_row, dst_off, nbytes)]
-    if cols[4].size < 2:
-        return tuple(cols)
-
-    def joins(sr, so, dr, do, nb):
-        return ((sr[1:] == sr[:-1]) & (dr[1:] == dr[:-1]) & (so[:-1] + nb[:-1] == so[1:])
-                & (do[:-1] + nb[:-1] == do[1:]))
-
-    join = joins(*cols)
-    if 2 * int(join.sum()) < join.size:
-        span = int(cols[3].max()) + 1
-        if int(cols[2].max()) < np.iinfo(np.int64).max // max(span, 1):
-            order = np.argsort(cols[2].astype(np.int64) * span + cols[3], kind="stable")
-            moved = [c[order] for c in cols]
-            j2 = joins(*moved)
-            if int(j2.sum()) > int(join.sum()) + join.size // 10:
-                cols, join = moved, j2
-    if not join.any():
-        return tuple(cols)
-    start = np.flatnonzero(np.concatenate([[True], ~join]))
-    return (cols[0][start], cols[1][start], cols[2][start], cols[3][start],
-            np.add.reduceat(cols[4], start))
-
-
-def source_order(src_row, src_off, dst_row, dst_off, nbytes) -> tuple[np.ndarray, ...]:
-    """The same copies ordered by where they read (source row, then offset).
-
-    The order of a table's copies does not change its result (they write disjoint bytes of
-    an array other than the one they read). Read in source order, each source row is
-    walked forwards by one thread while the writes scatter; in logical-element order (as
-    :func:`copy_table` builds them) consecutive copies of a few bytes each jump between
-    rows of the arena on both sides. ResNet-50 batch 8 forward, its 110 rearrangement
-    tables (18 M copies, 9-32 B on average): one thread 0.136 -> 0.099 s, two threads
-    0.074 -> 0.059 s (destination order: 0.116 / 0.067 s).
-    """
-    cols = [np.asarray(c) for c in (src_row, src_off, dst_row, dst_off, nbytes)]
-    if cols[4].size < 2:
-        return tuple(cols)
-    span = int(cols[1].max()) + 1
-    if int(cols[0].max()) >= np.iinfo(np.int64).max // max(span, 1):
-        return tuple(cols)   # pragma: no cover - no arena has rows and offsets this large
-    key = cols[0].astype(np.int64) * span + cols[1]
-    if (key[1:] >= key[:-1]).all():
-        return tuple(cols)
-    order = np.argsort(key, kind="stable")
-    return tuple(c[order] for c in cols)
-
-
-#: tables of less work (:attr:`CopyTable.work`) run on the calling thread
-_PARALLEL_MIN_WORK = 1 << 18
-
-
-class CopyTable:
-    """A fixed table of row-to-row copies between two distinct arrays, converted once to
-    the copy kernel's column types (and coalesced, :func:`coalesce_runs`); the per-thread
-    byte ranges are cached per thread count. Tables run every time a network executes
-    (rearrangements, reading a conv's output), so nothing is recomputed per run."""
-
-    def __init__(self, src_row, src_off, dst_row, dst_off, nbytes):
-        src_row, src_off, dst_row, dst_off, nbytes = source_order(*coalesce_runs(
-            src_row, src_off, dst_row, dst_off, nbytes))
-        self.cols = (np.ascontiguousarray(src_row, np.int32), np.ascontiguousarray(src_off, np.int64),
-                     np.ascontiguousarray(dst_row, np.int32), np.ascontiguousarray(dst_off, np.int64),
-                     np.ascontiguousarray(nbytes, np.int64))
-        self._bounds: dict[int, np.ndarray] = {}
-        # (dst, src) array shapes the kernel has range-checked every copy against: the
-        # table is fixed, so later runs between arrays of those shapes skip the pass
-        # (ResNet-50: 18 M copies per forward, ~2% of a one-thread run)
-        self._checked: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
-        # host work in byte-equivalents (a run costs about what copying 32 bytes does)
-        self.work = int(self.cols[4].sum()) + 32 * int(self.cols[4].size)
-
-    def run(self, dst: np.ndarray, src: np.ndarray) -> None:
-        """Copy (every copy is range-checked by the kernel before any byte moves).
-
-        Raises
-        ------
-        ValueError
-            If ``dst`` and ``src`` may share memory (the copies were reordered and merged
-            on the premise that they do not).
-        """
-        from .._kernels import _exchange
-        nb = self.cols[4]
-        if nb.size == 0:
-            return
-        if np.may_share_memory(dst, src):
-            raise ValueError("a copy table's source and destination must be distinct arrays")
-        # a small table is not worth waking threads for (a busy host may not run them soon)
-        n = get_num_threads() if self.work >= _PARALLEL_MIN_WORK else 1
-        b = self._bounds.get(n)
-        if b is None:
-            b = self._bounds[n] = balanced_bounds(nb, n)
-        key = (dst.shape, src.shape)
-        check = key not in self._checked
-        _exchange.copy_runs(dst, src, *self.cols[:4], nb, b, check)
-        if check:   # reached only when every copy was inside both arrays
-            self._checked.add(key)
 
 
 # --------------------------------------------------------------------------- rearrangement

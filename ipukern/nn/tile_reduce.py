@@ -31,7 +31,8 @@ from ..core.profile import SuperstepRecord
 from ..core.tensor import split_bounds
 from ..machine import MachineSpec
 from . import cycles
-from .layout import Layout, _copy
+from ..core.copies import copy_runs
+from .layout import Layout
 
 __all__ = ["ChannelReduce", "channel_reduce", "clear_reduce_cache"]
 
@@ -256,7 +257,7 @@ class ChannelReduce:
         src = np.zeros((nt, max(1, self.slots[0] * q)), np.float32)
         src[self.pair_tile[:, None], self.pair_rank[:, None] * q + np.arange(q)] = part
         dst = np.zeros((nt, max(1, self.slots[1] * q)), np.float32)
-        _copy(dst.view(np.uint8), src.view(np.uint8), *self.gather)
+        copy_runs(dst.view(np.uint8), src.view(np.uint8), *self.gather)
         got = dst[self.owner[:, None], self.pair_slot[:, None] * q + np.arange(q)]
         out = np.zeros((self.channels, q), np.float64)
         for j in range(q):
@@ -272,7 +273,7 @@ class ChannelReduce:
         own = np.zeros((nt, max(1, self.slots[2] * b)), np.float32)
         own[self.owner_of_ch[:, None], self.ch_slot[:, None] * b + np.arange(b)] = vals
         dst = np.zeros((nt, max(1, self.slots[0] * b) + b), np.float32)
-        _copy(dst.view(np.uint8), own.view(np.uint8), *self.bcast)
+        copy_runs(dst.view(np.uint8), own.view(np.uint8), *self.bcast)
         elem = self._elements()
         rank = np.append(self.pair_rank, self.slots[0])[elem]       # padding reads the spare slot
         rows = np.arange(nt)[:, None]

@@ -34,7 +34,8 @@ import numpy as np
 
 from ..core.engine import Device, get_num_threads
 from ..core.profile import Profile, SuperstepRecord
-from ..core.program import Exchange, ExchangeError, Superstep, balanced_bounds
+from ..core.copies import CopyTable
+from ..core.program import Exchange, ExchangeError, Superstep
 from ..core.tensor import TileMapping, TileTensor
 from .spec import System, SystemConfigError, get_system
 
@@ -104,7 +105,10 @@ class LinkExchange:
         self.segments = [(int(self.src_ipu[a]), int(self.dst_ipu[a]), int(a), int(b))
                          for a, b in zip(cut, np.r_[cut[1:], pair.size])]
         self._cost(flat)
-        self._bounds: dict[tuple[int, int], np.ndarray] = {}
+        #: one host copy table per segment (between two IPUs' arenas), in the fixed order
+        self.tables = [CopyTable(self.src_tile[a:b], self.src_offset[a:b], self.dst_tile[a:b],
+                                 self.dst_offset[a:b], self.nbytes[a:b], host_order="given")
+                       for _, _, a, b in self.segments]
 
     def _cost(self, flat: Exchange) -> None:
         system, chip = self.system, self.system.chip
@@ -148,15 +152,6 @@ class LinkExchange:
     @property
     def total_bytes(self) -> int:
         return int(self.nbytes.sum())
-
-    def segment_bounds(self, k: int, n_threads: int) -> np.ndarray:
-        """Thread split of segment ``k``'s copies (cached)."""
-        b = self._bounds.get((k, n_threads))
-        if b is None:
-            _, _, a, e = self.segments[k]
-            b = self._bounds[(k, n_threads)] = balanced_bounds(self.nbytes[a:e], n_threads)
-        return b
-
 
 @dataclass
 class SystemSuperstep:
@@ -353,15 +348,9 @@ class SystemDevice:
 
     def _run_links(self, lx: LinkExchange, n_threads: int) -> None:
         if self.comm is None:
-            for k, (s, d, a, b) in enumerate(lx.segments):
-                _copy(self.devices[d].arena.data, self.devices[s].arena.data, lx, a, b,
-                      lx.segment_bounds(k, n_threads))
+            for (s, d, _, _), tab in zip(lx.segments, lx.tables):
+                tab.run(self.devices[d].arena.data, self.devices[s].arena.data, n_threads,
+                        check=True)
             return
         from .mpi import run_link_exchange
         run_link_exchange(self, lx, n_threads)
-
-
-def _copy(dst: np.ndarray, src: np.ndarray, lx: LinkExchange, a: int, b: int, bounds: np.ndarray) -> None:
-    from .._kernels import _exchange
-    _exchange.copy_runs(dst, src, lx.src_tile[a:b], lx.src_offset[a:b], lx.dst_tile[a:b],
-                        lx.dst_offset[a:b], lx.nbytes[a:b], bounds)

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..core.copies import CopyTable
+
 if TYPE_CHECKING:
     from .bsp import LinkExchange, SystemDevice
 
@@ -28,8 +30,9 @@ def comm_world() -> Any:
     return MPI.COMM_WORLD
 
 
-def _buffers(lx: LinkExchange, dev: SystemDevice) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-    """Per remote segment: (staging bytes, zero rows) — cached on the exchange per device."""
+def _buffers(lx: LinkExchange, dev: SystemDevice) -> dict[int, tuple[np.ndarray, CopyTable, CopyTable]]:
+    """Per remote segment: (staging bytes, the table packing the segment's source bytes into
+    them, the table unpacking them into the destinations), cached on the exchange per device."""
     cache = lx.__dict__.setdefault("_mpi_buffers", {})
     key = id(dev)
     if key not in cache:
@@ -37,37 +40,37 @@ def _buffers(lx: LinkExchange, dev: SystemDevice) -> dict[int, tuple[np.ndarray,
         for k, (s, d, a, b) in enumerate(lx.segments):
             if dev.is_local(s) != dev.is_local(d):
                 nb = lx.nbytes[a:b]
+                rows = np.zeros(b - a, dtype=np.int32)
+                pos = (np.cumsum(nb) - nb).astype(np.int64)
                 bufs[k] = (np.empty((1, max(1, int(nb.sum()))), dtype=np.uint8),
-                           np.zeros(b - a, dtype=np.int32),
-                           (np.cumsum(nb) - nb).astype(np.int64))
+                           CopyTable(lx.src_tile[a:b], lx.src_offset[a:b], rows, pos, nb,
+                                     host_order="given"),
+                           CopyTable(rows, pos, lx.dst_tile[a:b], lx.dst_offset[a:b], nb,
+                                     host_order="given"))
         cache[key] = bufs
     return cache[key]
 
 
 def run_link_exchange(dev: SystemDevice, lx: LinkExchange, n_threads: int) -> None:
     """Execute ``lx`` on this rank: local segments copy directly, remote ones are messages."""
-    from .._kernels import _exchange
-    from .bsp import _copy
     comm = dev.comm
     bufs = _buffers(lx, dev)
     recvs, sends = [], []
     for k, (s, d, _a, _b) in enumerate(lx.segments):
         if dev.is_local(d) and not dev.is_local(s):
             recvs.append((k, comm.Irecv(bufs[k][0], source=int(dev.owner[s]), tag=k)))
-    for k, (s, d, a, b) in enumerate(lx.segments):
+    for k, (s, d, _a, _b) in enumerate(lx.segments):
         if dev.is_local(s) and not dev.is_local(d):
-            buf, rows, pos = bufs[k]
-            _exchange.copy_runs(buf, dev.devices[s].arena.data, lx.src_tile[a:b], lx.src_offset[a:b],
-                                rows, pos, lx.nbytes[a:b], lx.segment_bounds(k, n_threads))
+            buf, pack, _ = bufs[k]
+            pack.run(buf, dev.devices[s].arena.data, n_threads, check=True)
             sends.append(comm.Isend(buf, dest=int(dev.owner[d]), tag=k))
         elif dev.is_local(s) and dev.is_local(d):
-            _copy(dev.devices[d].arena.data, dev.devices[s].arena.data, lx, a, b,
-                  lx.segment_bounds(k, n_threads))
+            lx.tables[k].run(dev.devices[d].arena.data, dev.devices[s].arena.data, n_threads,
+                             check=True)
     for k, req in recvs:
         req.Wait()
-        s, d, a, b = lx.segments[k]
-        buf, rows, pos = bufs[k]
-        _exchange.copy_runs(dev.devices[d].arena.data, buf, rows, pos, lx.dst_tile[a:b],
-                            lx.dst_offset[a:b], lx.nbytes[a:b], lx.segment_bounds(k, n_threads))
+        d = lx.segments[k][1]
+        buf, _, unpack = bufs[k]
+        unpack.run(dev.devices[d].arena.data, buf, n_threads, check=True)
     for req in sends:
         req.Wait()

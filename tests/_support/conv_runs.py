@@ -11,7 +11,8 @@ from ipukern.conv.estimators import candidate_methods
 from ipukern.conv.layout import Split
 from ipukern.conv.params import ConvParams
 from ipukern.conv import ConvPlan, plan_conv
-from ipukern.core import fused
+from ipukern.core.host import fused
+from ipukern.core.host import run as host_run
 from ipukern.core.program import Program
 
 GC200_96 = ik.GC200.replace(n_tiles=96, name="GC200-96")
@@ -74,12 +75,12 @@ def run_plan(p, split, serial=1, machine=GC200_128, seed=0):
 
 def unwritten(program: Program, shape: tuple) -> np.ndarray:
     """Mask of the arena bytes fusion leaves unwritten: the receive buffers of the partials
-    exchanges a :class:`~ipukern.core.fused_reduce.ReduceStep` skips, and the windows and
-    weights a :class:`~ipukern.core.fused.FusedStep` receives into its shadow rows
+    exchanges a :class:`~ipukern.core.host.fused_reduce.ReduceStep` skips, and the windows and
+    weights a :class:`~ipukern.core.host.fused.FusedStep` receives into its shadow rows
     (nothing else reads them)."""
     mask = np.zeros(shape, bool)
     for i in range(len(program.steps)):
-        f = program.fused_step(i)
+        f = host_run.fused_step(program, i)
         if f is not None:
             for t, o, n in zip(*f.unwritten):
                 mask[t, o:o + n] = True
@@ -102,7 +103,7 @@ def two_ways(program: Program, data: np.ndarray, threads=(1, 2, 3)) -> list[np.n
                 data[...] = start
                 old, fused.FUSED_EXCHANGE = fused.FUSED_EXCHANGE, flag
                 try:
-                    program.execute(data, n)
+                    host_run.execute(program, data, n)
                 finally:
                     fused.FUSED_EXCHANGE = old
                 out.append(np.where(skip, 0, data))

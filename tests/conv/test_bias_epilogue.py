@@ -16,7 +16,7 @@ import ipukern as ik
 from ipukern._kernels import _conv, _vertices
 from ipukern.conv import bias_codelets
 from ipukern.conv.codelet import conv_scratch_floats
-from ipukern.core import fused
+from ipukern.core.host import fused
 from ipukern.ops._cache import cached_program
 
 from tests._support.reference import conv2d_nchw

@@ -1,4 +1,4 @@
-"""A conv's partials exchange fused with its reduction (ipukern.core.fused_reduce): the
+"""A conv's partials exchange fused with its reduction (ipukern.core.host.fused_reduce): the
 reduce vertices read the partials where they were computed; every output byte is the one
 the two phases give, for any thread count; pairs where that would not hold are refused."""
 from __future__ import annotations
@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from ipukern.conv import ConvParams, Split, build_conv_program, plan_conv
-from ipukern.core.fused_reduce import ReduceStep, fuse_reduce
+from ipukern.core.host.fused_reduce import ReduceStep, fuse_reduce
+from ipukern.core.host import run as host_run
 from ipukern.core.program import Program, Superstep
 from ipukern.core.vertices import sum_rows
 
@@ -33,7 +34,7 @@ def _program(case: dict, serial: int = 1):
 
 
 def _reduce_steps(prog: Program) -> list[int]:
-    return [i for i in range(len(prog.steps)) if isinstance(prog.fused_step(i), ReduceStep)]
+    return [i for i in range(len(prog.steps)) if isinstance(host_run.fused_step(prog, i), ReduceStep)]
 
 
 @pytest.mark.parametrize("case", list(CASES))

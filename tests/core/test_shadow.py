@@ -1,5 +1,5 @@
 """Receiving a fused conv step's windows and weights into host shadow rows
-(ipukern.core.shadow): which bytes qualify, what is copied around them, which copies a
+(ipukern.core.host.shadow): which bytes qualify, what is copied around them, which copies a
 thread may skip, and the kernel's checks of the shadow arguments. That the arena and the
 outputs stay the same bits is tested with the fused exchange (test_fused_exchange.py,
 shadow rows poisoned)."""
@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from ipukern._kernels import _conv, _fused
-from ipukern.core import fused
-from ipukern.core.shadow import overlapping, repeat_plan, shadow_plan
+from ipukern.core.host import fused
+from ipukern.core.host import run as host_run
+from ipukern.core.host.shadow import overlapping, repeat_plan, shadow_plan
 
 from tests._support.conv_runs import conv_program, two_ways
 
@@ -94,7 +95,7 @@ def test_repeated_copies_by_hand():
 
 def _fused_step(prog):
     """The program's first FusedStep (an expandDims program starts with its own exchange)."""
-    return next(f for f in (prog.fused_step(i) for i in range(len(prog.steps)))
+    return next(f for f in (host_run.fused_step(prog, i) for i in range(len(prog.steps)))
                 if isinstance(f, fused.FusedStep))
 
 
@@ -195,7 +196,7 @@ def _unfused_then_fused(prog, data: np.ndarray) -> list[np.ndarray]:
         data[...] = start
         old, fused.FUSED_EXCHANGE = fused.FUSED_EXCHANGE, flag
         try:
-            prog.execute(data, 2)
+            host_run.execute(prog, data, 2)
         finally:
             fused.FUSED_EXCHANGE = old
         runs.append(data.copy())
@@ -232,9 +233,9 @@ def test_an_arena_of_odd_rows_receives_into_the_arena():
     assert f.shadow is not None and f._plain is not None and f._plain.shadow is None
     # equal but for the partials receive buffer a ReduceStep leaves unwritten; the window
     # and weight receive buffers included
-    from ipukern.core.fused_reduce import ReduceStep
+    from ipukern.core.host.fused_reduce import ReduceStep
     for i in range(len(prog.steps)):
-        r = prog.fused_step(i)
+        r = host_run.fused_step(prog, i)
         if isinstance(r, ReduceStep):
             for t, o, n in zip(*r.unwritten):
                 runs[0][t, o:o + n] = runs[1][t, o:o + n] = 0
@@ -244,7 +245,7 @@ def test_an_arena_of_odd_rows_receives_into_the_arena():
 def test_fuse_refuses_steps_that_do_not_hold_the_pair():
     cp = conv_program("plain 3x3 padded")
     prog = cp.program
-    i = next(k for k in range(len(prog.steps)) if isinstance(prog.fused_step(k), fused.FusedStep))
+    i = next(k for k in range(len(prog.steps)) if isinstance(host_run.fused_step(prog, k), fused.FusedStep))
     x, c = prog.steps[i].exchange, prog.steps[i + 1].compute
     assert fused.fuse(x, c, prog.steps, i) is not None
     for bad in (i + 1, -1, len(prog.steps), "0", None):

@@ -1,4 +1,4 @@
-"""Copy tables run on the host as coalesced runs (:func:`ipukern.nn.layout.coalesce_runs`):
+"""Copy tables run on the host as coalesced runs (:func:`ipukern.core.copies.coalesce_runs`):
 merged and reordered, they must write exactly the bytes the original copies write, in
 every order the copies could come in (random tables of disjoint destination runs, some
 contiguous in both arrays, some not)."""
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ipukern.nn.layout import CopyTable, coalesce_runs, source_order
+from ipukern.core.copies import CopyTable, coalesce_runs, source_order
 
 from tests._support.nets import small_residual_net, small_residual_torch
 
@@ -53,7 +53,7 @@ def test_coalesced_table_writes_the_same_bytes(seed, n_rows, row, n):
     merged = coalesce_runs(*cols)
     assert merged[4].sum() == cols[4].sum() and merged[4].size <= cols[4].size
     # the table reads in source order: the same copies, permuted
-    tab = CopyTable(*cols).cols
+    tab = CopyTable(*cols).kernel_columns
     key = tab[0].astype(np.int64) * (row + 1) + tab[1]
     assert (np.diff(key) >= 0).all()
     assert sorted(zip(*(c.tolist() for c in tab))) == sorted(zip(*(c.tolist() for c in merged)))

@@ -1,13 +1,14 @@
 """An exchange and the compute set after it, executed tile by tile on the host.
 
 In BSP order superstep k's exchange completes before superstep k+1's compute set starts.
-Executed literally, a conv program's first exchange writes every tile's input window and
-weights (ResNet-50: 7 GB per forward, far more than the host's caches), and the conv
-vertices then read them all back from DRAM. When the compute set after an exchange is made
-of conv vertices (codelets providing ``fused_vertices``, see
-:class:`ipukern.conv.codelet.ConvCodelet`), :class:`FusedStep` runs both in one compiled
-call (``ipukern._kernels._fused``): for each tile, the copies into that tile, then that
-tile's vertices while its bytes are still in the cache.
+Executed literally, a program whose exchange writes every tile's input window and weights
+(ResNet-50: 7 GB per forward, far more than the host's caches) has its vertices read them
+all back from DRAM. When every batch of the compute set after an exchange comes from a
+codelet implementing the :class:`FusableCodelet` hook (``fused_vertices(batch)``, which
+describes its windowed vertices to the compiled kernel; the conv wing's codelet does),
+:class:`FusedStep` runs both in one compiled call (``ipukern._kernels._fused``): for each
+tile, the copies into that tile, then that tile's vertices while its bytes are still in the
+cache. Nothing here knows which codelet it runs: the hook is the whole interface.
 
 This changes how the host executes the program, never the program: copies, vertices,
 cycles, bytes and memory are the same, and so is every byte of the arena afterwards,
@@ -19,34 +20,36 @@ after the other as before.
 
 Where the exchange is receive-only and nothing else in the program touches the bytes it
 receives, the window and weight copies land in a host thread's *shadow row* instead of the
-tile's row (:mod:`ipukern.core.shadow`); the arena then keeps the receive buffers' old bytes,
-and a thread skips the copies its previous tile already made into its row (the tiles of an
-out-channel group receive the same window).
+tile's row (:mod:`ipukern.core.host.shadow`); the arena then keeps the receive buffers' old
+bytes, and a thread skips the copies its previous tile already made into its row (the tiles
+of an output-channel group receive the same window).
 
-``IPUKERN_FUSED_EXCHANGE=0`` in the environment (read at import; :data:`FUSED_EXCHANGE`)
+``IPUKERN_FUSED_EXCHANGE=0`` in the environment (read at each run; :data:`FUSED_EXCHANGE`)
 turns fusion off, for A/B measurements.
 """
 from __future__ import annotations
 
 import threading
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
-from .. import _settings
-from .program import ComputeSet, Exchange, ExchangeError, check_arena
+from ... import _settings
+from ..program import ComputeSet, Exchange, ExchangeError, check_arena
 from .shadow import ShadowPlan, other_regions, overlapping, repeat_plan, shadow_plan
 from .threads import check_num_threads
 
-__all__ = ["FUSED_EXCHANGE", "FusedStep", "FusedVertices", "fuse", "reads_written"]
+__all__ = ["FUSED_EXCHANGE", "FusableCodelet", "FusedStep", "FusedVertices", "fuse", "fused_enabled",
+           "reads_written"]
 
-#: run an exchange together with the conv compute set after it when that is valid: True or
+#: run an exchange together with the compute set after it when that is valid: True or
 #: False forces it (tests do); None follows ``IPUKERN_FUSED_EXCHANGE``, read at each run
 FUSED_EXCHANGE: bool | None = None
 
 
 def fused_enabled() -> bool:
-    """Whether :meth:`Program.execute` fuses eligible steps (:data:`FUSED_EXCHANGE`)."""
+    """Whether the host executor (:func:`ipukern.core.host.run.execute`) fuses eligible
+    steps (:data:`FUSED_EXCHANGE`)."""
     return _settings.fused_exchange() if FUSED_EXCHANGE is None else FUSED_EXCHANGE
 
 #: each Python thread's shadow rows (FusedStep._shadow_rows_for)
@@ -61,14 +64,16 @@ def reads_written(read_tile: np.ndarray, read_off: np.ndarray, read_nb: np.ndarr
 
 
 class FusedVertices(NamedTuple):
-    """What a codelet's ``fused_vertices(batch)`` gives :class:`FusedStep` to run ``batch``
-    in the fused call (:meth:`ipukern.conv.codelet.ConvCodelet.fused_vertices`)."""
+    """What a :class:`FusableCodelet`'s ``fused_vertices(batch)`` gives :class:`FusedStep`
+    to run ``batch`` in the fused call: per vertex, a window and weights it reads and an
+    output it writes, on its own tile, with the dims and parameters the compiled kernel
+    takes (``ipukern._kernels._fused``)."""
 
     tiles: np.ndarray          # (V,) tile of each vertex
     win: np.ndarray            # (V,) byte offsets of the window, weights and output
     w: np.ndarray
     out: np.ndarray
-    dims: np.ndarray           # (V, 10) as conv_tiles
+    dims: np.ndarray           # (V, 10) the kernel's vertex dims
     params: tuple              # (kh, kw, sh, sw, dh, dw, in_dt, out_dt)
     scratch_floats: int
     out_nbytes: np.ndarray     # (V,) bytes each vertex writes at ``out`` (all it writes)
@@ -78,8 +83,31 @@ class FusedVertices(NamedTuple):
     others: list               # [(offsets, nbytes)]: every other region the vertices touch
 
 
+@runtime_checkable
+class FusableCodelet(Protocol):
+    """The hook through which a codelet's vertices join the exchange before them.
+
+    A :class:`~ipukern.core.program.Codelet` that also provides these two methods may run
+    in a :class:`FusedStep` (:func:`fuse` checks ``hasattr(codelet, "fused_vertices")`` for
+    every batch). The codelet's wing implements it (``ipukern.conv.codelet.ConvCodelet``);
+    core only calls it.
+    """
+
+    name: str
+
+    def fused_vertices(self, batch: Any) -> FusedVertices:
+        """``batch``'s vertices as the fused kernel takes them (regions included, so the
+        program-wide checks see everything the vertices touch)."""
+        ...
+
+    def direct_path(self) -> bool:
+        """Which of the kernel's paths to take (read at every run; the same bits either way)."""
+        ...
+
+
 class FusedStep:
-    """``exchange`` followed by the conv compute set ``compute``, one compiled call per run.
+    """``exchange`` followed by the compute set ``compute`` of :class:`FusableCodelet`
+    batches, one compiled call per run.
 
     Built by :func:`fuse`, which has checked that the fused order gives the same bytes.
     """
@@ -91,7 +119,7 @@ class FusedStep:
     def __init__(self, exchange: Exchange, compute: ComputeSet, vertices: list[FusedVertices],
                  fixed: list | None = None):
         """``fixed``: the regions whose bytes must stay in the arena besides the compute
-        set's own (:func:`~ipukern.core.shadow.other_regions`); None: no shadow receive."""
+        set's own (:func:`~ipukern.core.host.shadow.other_regions`); None: no shadow receive."""
         self.exchange, self.compute = exchange, compute
         self.codelets = [b.codelet for b in compute.batches if b.tiles.size]
         tiles = np.concatenate([v.tiles for v in vertices]).astype(np.int32)
@@ -211,7 +239,7 @@ class FusedStep:
         if scratch is None:
             scratch = self._scratch[n_threads] = np.zeros((n_threads, self.scratch_floats),
                                                           np.float32)
-        from .._kernels import _fused
+        from ..._kernels import _fused
         bias = ()
         on = np.array([bp is not None and bp.fused for bp in self.bias_passes])
         if self.bias is not None and on.any():   # each bias pass's activation, as set for this run
@@ -226,9 +254,9 @@ class FusedStep:
                                   self.bparams, scratch, n_threads,
                                   all(cd.direct_path() for cd in self.codelets), *bias, **shadow)
         if st != 0:
-            raise ValueError(f"{c.name}: the fused exchange+conv kernel refused the step "
+            raise ValueError(f"{c.name}: the fused exchange+vertices kernel refused the step "
                              f"(status {st}); run with IPUKERN_FUSED_EXCHANGE=0 to see which "
-                             "vertex the conv kernel rejects")
+                             "vertex its codelet rejects")
 
 
 def fuse(exchange: Exchange | None, compute: ComputeSet | None, steps: Any = None,
@@ -240,7 +268,7 @@ def fuse(exchange: Exchange | None, compute: ComputeSet | None, steps: Any = Non
 
     With the program's ``steps`` (``exchange`` is step ``i``'s, ``compute`` step
     ``i + 1``'s), a receive-only exchange may receive into the shadow row
-    (:mod:`ipukern.core.shadow`)."""
+    (:mod:`ipukern.core.host.shadow`)."""
     if steps is not None and not (isinstance(i, (int, np.integer)) and 0 <= i < len(steps) - 1
                                   and steps[i].exchange is exchange
                                   and steps[i + 1].compute is compute):

@@ -1,8 +1,8 @@
-"""Receiving a fused conv step's windows and weights into a host thread's shadow row.
+"""Receiving a fused step's windows and weights into a host thread's shadow row.
 
 A conv program's first exchange writes every tile's input window and weights (ResNet-50,
 batch 8: 7.3 GB per forward) and the conv vertices after it read them once. Even fused
-(:mod:`ipukern.core.fused`: a tile's copies, then its vertices, while the bytes are in the
+(:mod:`ipukern.core.host.fused`: a tile's copies, then its vertices, while the bytes are in the
 cache) every received byte is written into the arena, a distinct place per tile, so the
 host writes them all back to DRAM (about 0.27 s per ResNet-50 forward on the 2-core test
 host, a floor no copy loop gets under). When nothing but those vertices ever reads the
@@ -25,7 +25,7 @@ where nothing can tell:
   from its first step) touches the bytes of a shadowed copy.
 
 Everything else is received into the arena as before. The same conditions as the partials
-fusion (:mod:`ipukern.core.fused_reduce`), which leaves its receive buffers unwritten.
+fusion (:mod:`ipukern.core.host.fused_reduce`), which leaves its receive buffers unwritten.
 """
 from __future__ import annotations
 
@@ -131,7 +131,7 @@ def shadow_plan(copies: Sequence[np.ndarray], tiles: np.ndarray, win: np.ndarray
     """The shadow receive of a fused step, or None where no interval qualifies.
 
     ``copies``: the exchange's pieces ``(src_tile, src_off, dst_tile, dst_off, nbytes)``;
-    ``tiles``, ``win``, ``w`` (and their sizes): the compute set's conv vertices; ``own``:
+    ``tiles``, ``win``, ``w`` (and their sizes): the compute set's fusable vertices; ``own``:
     the compute set's outputs and biases (no shadowed interval may overlap them);
     ``others``: :func:`other_regions` (no shadowed piece may overlap them; the tile's own
     bytes copied around the pieces stay in the arena, so other steps may use those). The

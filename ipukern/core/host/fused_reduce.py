@@ -25,7 +25,7 @@ nothing can see it:
 - the reduce batches come first in the compute set (the others then run after them, as
   before).
 
-``IPUKERN_FUSED_EXCHANGE=0`` (:data:`ipukern.core.fused.FUSED_EXCHANGE`) turns this off too.
+``IPUKERN_FUSED_EXCHANGE=0`` (:data:`ipukern.core.host.fused.FUSED_EXCHANGE`) turns this off too.
 """
 from __future__ import annotations
 
@@ -35,9 +35,9 @@ import numpy as np
 
 from .fused import reads_written
 from .shadow import batch_regions, other_regions
-from .program import ComputeSet, Exchange, ExchangeError, check_arena
+from ..program import ComputeSet, Exchange, ExchangeError, check_arena
 from .threads import check_num_threads
-from .vertices import bias_epilogue_kwargs
+from ..vertices import bias_epilogue_kwargs
 
 __all__ = ["ReduceStep", "fuse_reduce"]
 
@@ -69,7 +69,7 @@ class ReduceStep:
         check_arena(data, x.rows_needed, x.row_needed, x.name, ExchangeError)
         check_arena(data, c.rows_needed, c.row_needed, c.name)
         n_threads = check_num_threads(n_threads)
-        from .._kernels import _vertices
+        from ..._kernels import _vertices
         for b, src_row, src_off in self.sums:
             a = b.args
             in_dt, out_dt = b.codelet.consts
@@ -118,7 +118,7 @@ def _redirect(b: Any, x: Exchange, row: int, used: np.ndarray):
 
 
 def _f32_code() -> int:
-    from ..dtypes import DTYPE_CODE
+    from ...dtypes import DTYPE_CODE
     return DTYPE_CODE["float32"]
 
 
