@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .host.threads import check_num_threads, get_num_threads
+from .threads import check_num_threads, get_num_threads
 
 __all__ = ["CopyTable", "balanced_bounds", "check_exchange_table", "coalesce_runs", "copy_runs",
            "destination_order", "source_order"]

@@ -22,7 +22,7 @@ from .copies import CopyTable, copy_runs
 from .program import ComputeSet, Exchange, Program, Superstep, VertexBatch
 from .tensor import TileMapping, TileTensor
 from .host import run as host_run
-from .host.threads import get_num_threads, set_num_threads
+from .threads import get_num_threads, set_num_threads
 
 __all__ = ["Device", "run_program", "set_num_threads", "get_num_threads"]
 

@@ -13,8 +13,7 @@
 
 Costs are fixed at build time, so ``estimate`` and ``execute`` report identical cycles.
 This module is the model; how the host runs a program fast lives in :mod:`ipukern.core.host`
-(which imports this module, never the other way round, apart from the host thread-count check
-in :mod:`ipukern.core.host.threads`, a leaf).
+(which imports this module, never the other way round).
 """
 from __future__ import annotations
 
@@ -29,7 +28,7 @@ from ..machine import MachineSpec
 from .memory import TileMemory
 from .profile import SuperstepRecord, tile_activity
 from .copies import CopyTable, as_int_array, check_exchange_table, destination_order, outside
-from .host.threads import check_num_threads
+from .threads import check_num_threads
 
 __all__ = ["check_arena", "ExchangeError", "Exchange", "Codelet", "VertexBatch",
            "ComputeSet", "Superstep", "Program", "ArgViews"]

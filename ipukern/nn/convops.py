@@ -206,7 +206,7 @@ def _transposed(w: np.ndarray) -> np.ndarray:
     if w.ndim != 2 or w.dtype.itemsize != 4:
         return np.ascontiguousarray(w.T)
     from .._kernels import _vertices
-    from ..core.host.threads import get_num_threads
+    from ..core.threads import get_num_threads
     out = np.empty(w.shape[::-1], w.dtype)
     _vertices.transpose32(np.ascontiguousarray(w).view(np.uint32), out.view(np.uint32),
                           get_num_threads())

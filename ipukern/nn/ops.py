@@ -234,7 +234,7 @@ def _add_act_f32(a: np.ndarray, b: np.ndarray | None, dst: np.ndarray, act: str 
                                       for o in ops):
         return False
     from .._kernels import _vertices
-    from ..core.host.threads import get_num_threads
+    from ..core.threads import get_num_threads
     _vertices.add_act(a, b, dst, _KERNEL_ACTS[act], get_num_threads())
     return True
 
@@ -261,7 +261,7 @@ def fold_weight(w: np.ndarray, s: np.ndarray) -> np.ndarray:
     out = np.empty(w.shape, np.float32)
     if w.dtype == np.float32 and w.ndim >= 1 and w.size and s.shape == w.shape[:1]:
         from .._kernels import _vertices
-        from ..core.host.threads import get_num_threads
+        from ..core.threads import get_num_threads
         k = w.shape[0]
         _vertices.fold_scale(np.ascontiguousarray(w).reshape(k, -1), np.ascontiguousarray(s),
                              out.reshape(k, -1), get_num_threads())
@@ -424,7 +424,7 @@ def _max_pool(v: np.ndarray, kh: int, kw: int, sh: int, sw: int, ph: int, pw: in
     planes each tile holds (default all); the others (a tile's padding) are zeros. ``out``:
     a C-contiguous float32 (nt, planes*Ho*Wo) array to write (a resident's view), returned."""
     from .._kernels import _vertices
-    from ..core.host.threads import get_num_threads
+    from ..core.threads import get_num_threads
     nt, npl, H, W = v.shape
     if used is None:
         used = np.full(nt, npl, np.int64)

@@ -13,7 +13,7 @@ import pytest
 
 import ipukern as ik
 from ipukern.core.program import ComputeSet, Exchange, ExchangeError, VertexBatch
-from ipukern.core.host.threads import MAX_THREADS, check_num_threads
+from ipukern.core.threads import MAX_THREADS, check_num_threads
 
 from tests._support.isolated import run_isolated
 
@@ -175,12 +175,12 @@ def test_thread_count_is_bounded_everywhere():
     assert check_num_threads(np.int64(2)) == 2
     assert MAX_THREADS == min(256, 4 * (os.cpu_count() or 1))
     out = run_isolated("""
-        from ipukern.core.host.threads import MAX_THREADS
+        from ipukern.core.threads import MAX_THREADS
         expect(lambda: ik.get_num_threads(), ValueError, "IPUKERN_NUM_THREADS")
     """, env={"IPUKERN_NUM_THREADS": "2000"})
     assert "REJECTED" in out
     out = run_isolated("""
-        from ipukern.core.host.threads import MAX_THREADS
+        from ipukern.core.threads import MAX_THREADS
         assert ik.get_num_threads() == MAX_THREADS, ik.get_num_threads()
         x = np.random.default_rng(0).standard_normal((1, 8, 6, 6)).astype(np.float32)
         ik.conv2d(x, np.ones((8, 8, 3, 3), np.float32), padding=1)

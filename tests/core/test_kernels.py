@@ -1,6 +1,7 @@
 """Constants the compiled kernels and the Python layer must agree on (declared once per side)."""
 import numpy as np
 
+from ipukern.conv.params import MAX_KERNEL_PARAM
 from ipukern._kernels import _conv, _vertices
 from ipukern.conv import codelet
 from ipukern.core.vertices import DTYPE_CODE
@@ -16,7 +17,7 @@ def test_dtype_codes_agree_with_the_c_enum():
 
 
 def test_conv_limits_agree():
-    assert codelet._MAX_PARAM == _conv.MAX_PARAM == 64
+    assert codelet.MAX_KERNEL_PARAM is MAX_KERNEL_PARAM == _conv.MAX_PARAM == 64
 
 
 def test_status_codes_are_distinct():

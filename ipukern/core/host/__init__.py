@@ -8,10 +8,11 @@ does; this sub-package only decides how the host moves the bytes:
 - :mod:`.fused`: an exchange and the compute set after it in one compiled call, through the
   :class:`~ipukern.core.host.fused.FusableCodelet` hook a codelet's wing implements;
 - :mod:`.fused_reduce`: a receive-only partials exchange folded into its reduction;
-- :mod:`.shadow`: receive-only windows and weights landing in a host thread's shadow row;
-- :mod:`.threads`: the host thread count (a leaf the model's ``run`` methods validate with).
+- :mod:`.shadow`: receive-only windows and weights landing in a host thread's shadow row.
+
+The host thread count (:mod:`ipukern.core.threads`) stays beside the model: the model's
+``run`` methods validate it, and a sub-package the model imports would close a circle.
 
 Only the engine imports :mod:`.run`; the model never imports :mod:`.run`, :mod:`.fused`,
-:mod:`.fused_reduce` or :mod:`.shadow`. This file imports nothing, so importing
-:mod:`.threads` loads no executor.
+:mod:`.fused_reduce` or :mod:`.shadow`.
 """

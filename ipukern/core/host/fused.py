@@ -37,7 +37,7 @@ import numpy as np
 from ... import _settings
 from ..program import ComputeSet, Exchange, ExchangeError, check_arena
 from .shadow import ShadowPlan, other_regions, overlapping, repeat_plan, shadow_plan
-from .threads import check_num_threads
+from ..threads import check_num_threads
 
 __all__ = ["FUSED_EXCHANGE", "FusableCodelet", "FusedStep", "FusedVertices", "fuse", "fused_enabled",
            "reads_written"]

@@ -36,7 +36,7 @@ import numpy as np
 from .fused import reads_written
 from .shadow import batch_regions, other_regions
 from ..program import ComputeSet, Exchange, ExchangeError, check_arena
-from .threads import check_num_threads
+from ..threads import check_num_threads
 from ..vertices import bias_epilogue_kwargs
 
 __all__ = ["ReduceStep", "fuse_reduce"]

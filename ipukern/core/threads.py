@@ -10,7 +10,7 @@ from __future__ import annotations
 import numbers
 import os
 
-from ... import _settings
+from .. import _settings
 
 __all__ = ["MAX_THREADS", "check_num_threads", "set_num_threads", "get_num_threads"]
 
@@ -55,6 +55,6 @@ def get_num_threads() -> int:
     value = _settings.num_threads()
     if value is not None:
         return check_num_threads(value, "IPUKERN_NUM_THREADS")
-    from ..._kernels import _exchange
+    from .._kernels import _exchange
     # OMP_NUM_THREADS may ask for more than is safe: clamp rather than fail
     return max(1, min(_exchange.max_threads(), MAX_THREADS))
