@@ -8,17 +8,14 @@ network twice costs a dictionary lookup.
 """
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from .. import _memo
 from ..core.profile import SuperstepRecord
-from .buffers import pooled
+from .buffers import POOL, pooled
 from .layers import BatchNorm2d, Conv2d, PlanContext
 from .layout import Layout, Rearrangement, Resident, linear_layout
 from .network import Network
@@ -26,61 +23,29 @@ from .ops import OpPlan, fold_weight
 
 __all__ = ["NetworkProgram", "Step", "clear_network_caches", "compile_network", "trial_caches"]
 
-_LOCK = threading.RLock()
-_PLANS: dict[tuple, OpPlan] = {}
-_REARR: dict[tuple, tuple] = {}
-_INPUT_LAYOUTS: dict[tuple, Layout] = {}
-_PROGRAMS: OrderedDict[tuple, NetworkProgram] = OrderedDict()
+#: op plans by layer signature, context, shapes and (layout-sensitive layers) input layouts
+_PLANS = _memo.register(_memo.LruCache("nn.op_plans", maxsize=8192), per_batch=True)
+#: rearrangements by (source, destination) layout objects (entries hold both layouts)
+_REARR = _memo.register(_memo.LruCache("nn.rearrangements", maxsize=8192), per_batch=True)
+_INPUT_LAYOUTS = _memo.register(_memo.LruCache("nn.input_layouts", maxsize=256), per_batch=True)
 PROGRAM_CACHE_SIZE = 16
+_PROGRAMS = _memo.register(_memo.LruCache("nn.programs", maxsize=PROGRAM_CACHE_SIZE), per_batch=True)
+#: the residents' reusable host buffers
+_memo.on_clear(POOL.clear, name="nn.host_buffers")
 #: ops whose output shares its input's buffer (their outputs never give a buffer away)
 _VIEW_METHODS = ("view", "rearrange")
 
 
 def clear_network_caches() -> None:
-    """Forget cached op plans, rearrangements, compiled networks, training schedules,
-    cross-tile reduction plans, conv programs and the residents' reusable host buffers."""
-    from .buffers import POOL
-    from .convops import clear_program_cache
-    from .tile_reduce import clear_reduce_cache
-    from .training import clear_schedule_cache
-    clear_schedule_cache()
-    clear_reduce_cache()
-    with _LOCK:
-        _PLANS.clear()
-        _REARR.clear()
-        _INPUT_LAYOUTS.clear()
-        _PROGRAMS.clear()
-    clear_program_cache()
-    POOL.clear()
+    """Forget every cache (:func:`ipukern._memo.clear_all`, the same as
+    :func:`ipukern.clear_plan_cache`): op plans, rearrangements, compiled networks,
+    training schedules, cross-tile reduction plans, conv programs and the residents'
+    reusable host buffers."""
+    _memo.clear_all()
 
 
-def _batch_caches() -> list[tuple[Any, dict]]:
-    """(lock, cache) of every network cache whose entries belong to one batch size."""
-    from . import convops, tile_reduce, training
-    return [(_LOCK, _PLANS), (_LOCK, _REARR), (_LOCK, _INPUT_LAYOUTS), (_LOCK, _PROGRAMS),
-            (convops._LOCK, convops._PROGRAMS), (convops._LOCK, convops._PASSES),
-            (tile_reduce._LOCK, tile_reduce._CACHE), (training._LOCK, training._SCHEDULES)]
-
-
-@contextmanager
-def trial_caches() -> Iterator[None]:
-    """Leave the network caches as they were: what is compiled inside is dropped on exit.
-
-    The max-batch search compiles the network at batches it tries once; kept, each trial's
-    plans and index tables piled up (MobileNetV2's search peaked at 6.5 GB of host memory,
-    1.8 GB when every trial's entries are dropped)."""
-    caches = _batch_caches()
-    before = []
-    for lock, cache in caches:
-        with lock:
-            before.append(set(cache))
-    try:
-        yield
-    finally:
-        for (lock, cache), keys in zip(caches, before):
-            with lock:
-                for k in [k for k in cache if k not in keys]:
-                    del cache[k]
+#: what is compiled inside is dropped on exit (:func:`ipukern._memo.trial`)
+trial_caches = _memo.trial
 
 
 @dataclass
@@ -164,35 +129,31 @@ def _local(net_params: dict[str, Any], layer: str, index: dict[str, list[str]] |
 def _plan(layer, ctx: PlanContext, layouts, shapes, extra: tuple = ()) -> OpPlan:
     lkey = tuple(id(lay) for lay in layouts) if layer.layout_sensitive else ()
     key = (layer.key(), ctx, tuple(shapes), lkey, extra)
-    with _LOCK:
-        plan = _PLANS.get(key)
-    if plan is None:
+    # an entry holds the layouts its key names by id, so a hit is of the same objects
+    held = tuple(layouts) if lkey else ()
+    hit = _PLANS.get(key)
+    if hit is None or any(a is not b for a, b in zip(hit[0], held)):
         if extra:
             plan = layer.forward(ctx, layouts, shapes, bias=True)
         else:
             plan = layer.forward(ctx, layouts, shapes)
-        with _LOCK:
-            plan = _PLANS.setdefault(key, plan)
-    return plan
+        hit = _PLANS.setdefault(key, (held, plan))
+    return hit[1]
 
 
 def _rearrangement(machine, src: Layout, dst: Layout, name: str) -> Rearrangement:
     key = (id(src), id(dst))
-    with _LOCK:
-        hit = _REARR.get(key)
-    if hit is None:
-        hit = (src, dst, Rearrangement(machine, src, dst, name=name))
-        with _LOCK:
-            hit = _REARR.setdefault(key, hit)
+    hit = _REARR.get(key)
+    if hit is None or hit[0] is not src or hit[1] is not dst:
+        hit = _REARR.put(key, (src, dst, Rearrangement(machine, src, dst, name=name)))
     return hit[2]
 
 
 def _input_layout(shape, dtype, machine) -> Layout:
     key = (tuple(shape), dtype, machine)
-    with _LOCK:
-        lay = _INPUT_LAYOUTS.get(key)
-        if lay is None:
-            lay = _INPUT_LAYOUTS[key] = linear_layout(shape, dtype, machine.n_tiles)
+    lay = _INPUT_LAYOUTS.get(key)
+    if lay is None:
+        lay = _INPUT_LAYOUTS.setdefault(key, linear_layout(shape, dtype, machine.n_tiles))
     return lay
 
 
@@ -457,16 +418,10 @@ class NetworkProgram:
 def compile_network(net: Network, batch: int, ctx: PlanContext, *, fold_bn: bool = True) -> NetworkProgram:
     """The compiled program (cached by network version, batch, context and folding)."""
     key = (id(net), net._version, batch, ctx, fold_bn)
-    with _LOCK:
-        prog = _PROGRAMS.get(key)
-        if prog is not None and prog.net is net:
-            _PROGRAMS.move_to_end(key)
-            return prog
+    prog = _PROGRAMS.get(key)
+    if prog is not None and prog.net is net:
+        return prog
     from .plan_keys import prefetch_network_plans
     with prefetch_network_plans(net, batch, ctx, fold_bn=fold_bn, backward=False):
         prog = NetworkProgram(net, batch, ctx, fold_bn)
-    with _LOCK:
-        _PROGRAMS[key] = prog
-        while len(_PROGRAMS) > PROGRAM_CACHE_SIZE:
-            _PROGRAMS.popitem(last=False)
-    return prog
+    return _PROGRAMS.put(key, prog)

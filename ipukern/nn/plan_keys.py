@@ -18,7 +18,7 @@ from ..conv.prefetch import PlanKey, plan_worker, spare_core, worker_enabled
 from ..ops.matmul import _conv_params
 from .backward import conv_pass_params, matmul_pass_layout
 from .compile import bn_folds
-from .convops import _PASSES, _PROGRAMS, matmul_params
+from .convops import built_keys, matmul_params
 from .layers import Conv2d, Linear, MatMul, PlanContext
 from .network import Network
 
@@ -90,7 +90,7 @@ def network_plan_keys(net: Network, batch: int, ctx: PlanContext, *, fold_bn: bo
         back.append(b)
         if isinstance(node.layer, Conv2d):
             costed += b
-    built = {(k[0], k[1], k[2], k[4]) for k in list(_PROGRAMS) + list(_PASSES)}
+    built = built_keys()
     keys = dict.fromkeys(fwd + [k for b in reversed(back) for k in b])    # first use, once
     keys = [k for k in keys if k not in built]
     forward = set(fwd)      # a forward conv of the same shape is built by the estimate anyway
