@@ -38,6 +38,7 @@ from .layers import (Activation, Add, AddParam, AvgPool2d, BatchNorm2d, Conv2d, 
                      GlobalAvgPool, GELU, Layer, LayerNorm, Linear, MatMul, MaxPool2d, Permute,
                      PlanContext, ReLU, ReLU6, Reshape, ScaleChannels, Sigmoid, SiLU, Softmax,
                      SoftmaxCrossEntropy, Tanh)
+from .layers import plan_context
 from .layout import Layout, Rearrangement, Resident
 from .network import Network
 from .ops import OpPlan
@@ -49,7 +50,8 @@ __all__ = [  # noqa: RUF022 - grouped: framework, then the layer set
     "Network", "NetworkProfile", "NetworkRun", "NetworkProgram", "estimate_network", "run_network",
     "compile_network", "clear_network_caches", "OpPlan", "Layout", "Rearrangement", "Resident",
     "UnsupportedTorchNode", "from_torch", "models", "layers", "TrainStepRun", "train_step",
-    "Layer", "PlanContext", "Conv2d", "BatchNorm2d", "Activation", "ReLU", "ReLU6", "SiLU", "GELU",
+    "plan_context", "Layer", "PlanContext", "Conv2d", "BatchNorm2d", "Activation", "ReLU", "ReLU6",
+    "SiLU", "GELU",
     "Sigmoid", "Tanh", "Add", "AddParam", "MaxPool2d", "AvgPool2d", "GlobalAvgPool", "Reshape",
     "Flatten", "Permute", "Linear", "MatMul", "LayerNorm", "Softmax", "ScaleChannels", "Embedding",
     "SoftmaxCrossEntropy",

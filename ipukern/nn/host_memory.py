@@ -58,7 +58,7 @@ def _reset_peak() -> int | None:
 
 
 class HostMemoryGuard:
-    """``spare(batch)`` for :func:`~ipukern.nn.api.search_max_batch`, run trial by trial in
+    """``spare(batch)`` for :func:`~ipukern.nn.max_batch.search_max_batch`, run trial by trial in
     scoped caches, refusing a batch whose compile would not fit the host's memory.
 
     The prediction is linear in the batch through the origin with the largest bytes per
@@ -84,7 +84,7 @@ class HostMemoryGuard:
                 f"max-batch search stopped before batch {batch}: compiling it needs about "
                 f"{need / 2**30:.1f} GiB of host memory and {avail / 2**30:.1f} GiB is available "
                 f"(largest batch found to fit so far: {self.largest_fit}); search a bounded range "
-                "with ipukern.nn.api.search_max_batch(..., limit=N) or use a larger host")
+                "with ipukern.nn.max_batch.search_max_batch(..., limit=N) or use a larger host")
         before = _reset_peak()
         with trial_caches():
             left = self._spare(batch)

@@ -403,8 +403,8 @@ def _fits(net, batch, ctx, recompute, opt, state_location, sdt=()) -> bool:
 def _max_batch(net, ctx, recompute, opt, state_location, start: int, sdt=()) -> int:
     """Largest batch whose training step fits (0 if batch 1 does not): from the estimated
     batch (its schedule is cached), guided by the bytes left, with the real planner and
-    liveness (:func:`ipukern.nn.api.search_max_batch`)."""
-    from .api import search_max_batch
+    liveness (:func:`ipukern.nn.max_batch.search_max_batch`)."""
+    from .max_batch import search_max_batch
     from .host_memory import HostMemoryGuard
     return search_max_batch(None, start, spare=HostMemoryGuard(
         lambda b: _spare(net, b, ctx, recompute, opt, state_location, sdt)))

@@ -208,10 +208,10 @@ class TileMemory:
 
     def __init__(self, net, mb, chip, dtype, partials, checkpoints, recompute, m, state_bytes,
                  shard, n_stages, amp=None):
-        from ..nn.api import _context
+        from ..nn.layers import plan_context
         from ..nn.compile import compile_network
         from ..nn.training import _checkpoint_nodes, _segments, training_schedule
-        ctx = _context(dtype, partials, chip, amp)
+        ctx = plan_context(dtype, partials, chip, amp)
         self.rows = training_schedule(net, mb, ctx, recompute=checkpoints, optimizer=None)[0]
         self.prog = compile_network(net, mb, ctx, fold_bn=False)
         self.seg = _segments(self.prog, checkpoints)
@@ -254,9 +254,9 @@ def tile_memory(net, mb, chip, dtype, partials, checkpoints, recompute, m, state
                 n_stages, amp=None) -> TileMemory:
     """A :class:`TileMemory`, shared by calls with the same arguments while the network's
     one-chip training schedule is the same cached object (``clear_network_caches`` drops it)."""
-    from ..nn.api import _context
+    from ..nn.layers import plan_context
     from ..nn.training import training_schedule
-    rows = training_schedule(net, mb, _context(dtype, partials, chip, amp), recompute=checkpoints,
+    rows = training_schedule(net, mb, plan_context(dtype, partials, chip, amp), recompute=checkpoints,
                              optimizer=None)[0]
     key = (id(rows), recompute, m, state_bytes, shard, n_stages)
     hit = _CACHE.get(key)
