@@ -8,11 +8,12 @@ import numpy as np
 
 from ..core.memory import TileMemoryError
 from ..machine import GC200, MachineSpec
-from .compile import NetworkProgram, compile_network
+from .compile import compile_network
 from .max_batch import max_batch
 from .layers import plan_context
 from .network import Network
 from .profile import NetworkProfile
+from .program import NetworkProgram
 
 __all__ = ["NetworkRun", "estimate_network", "network_profile", "run_network"]
 

@@ -28,7 +28,7 @@ from ..core.program import balanced_bounds
 from ..core.tensor import TileMapping
 from ..dtypes import DTYPES
 from ..machine import MachineSpec
-from .buffers import take_buffer
+from .host.buffers import take_buffer
 
 __all__ = ["CopyTable", "Layout", "Rearrangement", "Resident", "copy_table", "lazy_layout", "linear_layout",
            "rearrangement_loads", "rows_layout"]

@@ -118,5 +118,5 @@ def max_batch(net: Network, ctx: PlanContext, fold_bn: bool = True, start: int =
     """Largest batch whose program fits the tiles (0 if batch 1 does not), found by
     doubling then bisection with the real planner and liveness, guided by the bytes left
     (:func:`search_max_batch`)."""
-    from .host_memory import HostMemoryGuard
+    from .host.host_memory import HostMemoryGuard
     return search_max_batch(None, start, spare=HostMemoryGuard(lambda b: _spare(net, b, ctx, fold_bn)))

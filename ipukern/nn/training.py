@@ -43,7 +43,7 @@ from .grad_ops import accumulate_flags
 from .compile import compile_network
 from .layers import PlanContext
 from .network import Network
-from .plan_keys import prefetch_network_plans
+from .host.plan_keys import prefetch_network_plans
 from .profile import NetworkProfile
 
 __all__ = ["estimate_training", "training_schedule"]
@@ -405,6 +405,6 @@ def _max_batch(net, ctx, recompute, opt, state_location, start: int, sdt=()) -> 
     batch (its schedule is cached), guided by the bytes left, with the real planner and
     liveness (:func:`ipukern.nn.max_batch.search_max_batch`)."""
     from .max_batch import search_max_batch
-    from .host_memory import HostMemoryGuard
+    from .host.host_memory import HostMemoryGuard
     return search_max_batch(None, start, spare=HostMemoryGuard(
         lambda b: _spare(net, b, ctx, recompute, opt, state_location, sdt)))

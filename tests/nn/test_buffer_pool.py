@@ -1,4 +1,4 @@
-"""Execute mode's reuse of residents' host buffers (:mod:`ipukern.nn.buffers`): a buffer is
+"""Execute mode's reuse of residents' host buffers (:mod:`ipukern.nn.host.buffers`): a buffer is
 handed out again only when nothing references it, with its padding zeroed; whole networks
 give the bits of fresh zeroed buffers at every thread count, across consecutive runs with
 different inputs, with reused buffers poisoned (so an element a producer leaves
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import ipukern as ik
-from ipukern.nn import buffers as B
-from ipukern.nn import compile as C
+from ipukern.nn.host import buffers as B
+from ipukern.nn import program as C
 from ipukern.nn import plan_context
 from ipukern.nn.compile import compile_network
 from ipukern.nn.layout import Resident, linear_layout

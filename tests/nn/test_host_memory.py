@@ -9,11 +9,11 @@ import pytest
 
 import ipukern as ik
 from ipukern import nn
-from ipukern.nn import host_memory
+from ipukern.nn.host import host_memory
 from ipukern.nn import max_batch
 from ipukern.nn.max_batch import search_max_batch
 from ipukern.nn.compile import _PROGRAMS, compile_network, trial_caches
-from ipukern.nn.host_memory import HostMemoryGuard
+from ipukern.nn.host.host_memory import HostMemoryGuard
 from ipukern.nn.layers import PlanContext
 
 LINUX = sys.platform.startswith("linux")

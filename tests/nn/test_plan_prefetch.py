@@ -15,7 +15,7 @@ from ipukern.conv.params import ConvParams
 from ipukern.conv.planner import plan_conv
 from ipukern.nn import convops
 from ipukern.nn.layers import PlanContext
-from ipukern.nn.plan_keys import network_plan_keys
+from ipukern.nn.host.plan_keys import network_plan_keys
 from ipukern.nn.zoo_bert import bert
 from tests.nets import tiny_cnn
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .layout import CopyTable, Layout, Rearrangement, Resident
+from ..layout import CopyTable, Layout, Rearrangement, Resident
 
 __all__ = ["ArenaOutput", "flush", "lock_arenas", "rearrange_into"]
 
@@ -128,7 +128,7 @@ def rearrange_into(rearr: Rearrangement, src: Resident, dst_data: np.ndarray) ->
             m = y.mapping
             tab = CopyTable(m.tile, y.offset, m.tile, rearr.dst.byte_offsets, m.count * y.itemsize)
         else:
-            from .layout import copy_table
+            from ..layout import copy_table
             tab = CopyTable(*copy_table(lay, rearr.dst))
         hit = cache[id(prog)] = (prog, tab)
     hit[1].run(dst_data, prog.device.arena.data)

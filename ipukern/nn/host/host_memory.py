@@ -3,7 +3,7 @@
 The search compiles the whole network at every batch it tries, and a compile's host memory
 grows with the batch (index tables of the activations' layouts and exchanges). Unguarded,
 EfficientNet-B0's search climbed past batch 256 and a 23 GB host killed it. Each trial now
-runs in :func:`~ipukern.nn.compile.trial_caches` (its cache entries dropped after it), its
+runs in :func:`~ipukern._memo.trial` (its cache entries dropped after it), its
 peak host bytes are measured, and a trial whose predicted bytes exceed what the host has
 available is refused with a :class:`MemoryError` that names the batch, the bytes and the
 largest batch found to fit, instead of the search being killed.
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .compile import trial_caches
+from ..._memo import trial as trial_caches
 
 __all__ = ["HostMemoryGuard", "available_bytes"]
 

@@ -3,7 +3,7 @@
 A cold estimate hands this list to :func:`ipukern.conv.prefetch.plan_worker`, which plans
 the passes on the second core ahead of the estimate. The list is only a hint: a pass it
 misses is planned by the estimate itself, one it lists needlessly costs the worker's time,
-never a different result. It mirrors what :class:`~ipukern.nn.compile.NetworkProgram`
+never a different result. It mirrors what :class:`~ipukern.nn.program.NetworkProgram`
 (forward, node order) and :func:`~ipukern.nn.backward.backward_rows` (reverse node order:
 backward-data, then weight update) plan, through the same helpers.
 """
@@ -14,13 +14,13 @@ import numpy as np
 from contextlib import nullcontext
 from typing import Any
 
-from ..conv.prefetch import PlanKey, plan_worker, spare_core, worker_enabled
-from ..ops.matmul import _conv_params
-from .backward import conv_pass_params, matmul_pass_layout
-from .compile import bn_folds
-from .convops import built_keys, matmul_params
-from .layers import Conv2d, Linear, MatMul, PlanContext
-from .network import Network
+from ...conv.prefetch import PlanKey, plan_worker, spare_core, worker_enabled
+from ...ops.matmul import _conv_params
+from ..backward import conv_pass_params, matmul_pass_layout
+from ..program import bn_folds
+from ..convops import built_keys, matmul_params
+from ..layers import Conv2d, Linear, MatMul, PlanContext
+from ..network import Network
 
 __all__ = ["network_plan_keys", "prefetch_network_plans"]
 
