@@ -59,6 +59,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from . import _memo
+
 __all__ = ["AUTO_MARGIN", "check_executor", "pays", "process_pool", "run_points", "worker_count"]
 
 #: a pool is used by ``"auto"`` when the serial time it saves, estimated from the points
@@ -75,7 +77,8 @@ STARTUP_LATER_S = 0.3
 FIRST_POINT_TRUSTED_S = 1.0
 _PRELOAD = ["ipukern", "ipukern.scaling", "ipukern.sweeps"]
 _STATE = {"server": False}
-_GUARD_CACHE: dict[tuple[str, float], list[tuple[int, int]]] = {}
+#: the ``__main__`` guard lines of scripts, by (path, mtime)
+_GUARD_CACHE = _memo.register(_memo.LruCache("pool.main_guards", maxsize=64))
 
 
 def check_executor(executor: Any) -> None:
@@ -350,12 +353,13 @@ def _guard_lines(path: str) -> list[tuple[int, int]]:
     """Line ranges of the top-level ``if __name__ == "__main__":`` blocks of a script."""
     try:
         key = (path, os.stat(path).st_mtime)
-        if key not in _GUARD_CACHE:
+        hit = _GUARD_CACHE.get(key)
+        if hit is None:
             with open(path, "rb") as f:
                 tree = ast.parse(f.read(), path)
-            _GUARD_CACHE[key] = [(n.lineno, n.end_lineno or n.lineno) for n in tree.body
-                                 if isinstance(n, ast.If) and _is_main_test(n.test)]
-        return _GUARD_CACHE[key]
+            hit = _GUARD_CACHE.put(key, [(n.lineno, n.end_lineno or n.lineno) for n in tree.body
+                                         if isinstance(n, ast.If) and _is_main_test(n.test)])
+        return hit
     except (OSError, SyntaxError, ValueError):
         return []
 

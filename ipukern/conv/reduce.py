@@ -27,6 +27,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from .. import _memo
+
 __all__ = ["poplibs_reduce_plan", "poplibs_stage_depths", "reduce_stages",
            "planner_tries_depth", "stage_range", "stage_size_max", "MULTI_STAGE_DEPTHS"]
 
@@ -142,3 +144,7 @@ def stage_size_max(P, stages: tuple[int, ...], s: int):
     for f in stages[:s]:
         out = -(-out // f)
     return out
+
+
+for _fn in (poplibs_reduce_plan, poplibs_stage_depths, reduce_stages, planner_tries_depth):
+    _memo.register_lru(f"conv.reduce.{_fn.__name__}", _fn)

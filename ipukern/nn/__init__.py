@@ -20,7 +20,7 @@ Each pass of each layer is an :class:`~ipukern.nn.ops.OpPlan`: ``op``, ``pass_``
   forward-only build raises NotImplementedError. Conv and matmul backward passes are
   planned as their own convs with :func:`ipukern.nn.convops.conv_program` (cached by
   ConvParams) and wrapped like :func:`~ipukern.nn.convops.conv_plan` does.
-- :class:`~ipukern.nn.compile.NetworkProgram` exposes ``steps`` (forward Steps in program
+- :class:`~ipukern.nn.program.NetworkProgram` exposes ``steps`` (forward Steps in program
   order, each with ``plan``, ``srcs``, ``rearrs``, ``in_shapes``, ``out_shape``),
   ``layouts`` (every tensor's Layout) and ``liveness()``; a training program appends the
   backward steps and extends the liveness with stashed activations and optimizer state.
@@ -33,15 +33,17 @@ Each pass of each layer is an :class:`~ipukern.nn.ops.OpPlan`: ``op``, ``pass_``
 """
 from . import layers, models
 from .api import NetworkRun, estimate_network, run_network
-from .compile import NetworkProgram, clear_network_caches, compile_network
+from .compile import clear_network_caches, compile_network
 from .layers import (Activation, Add, AddParam, AvgPool2d, BatchNorm2d, Conv2d, Embedding, Flatten,
                      GlobalAvgPool, GELU, Layer, LayerNorm, Linear, MatMul, MaxPool2d, Permute,
                      PlanContext, ReLU, ReLU6, Reshape, ScaleChannels, Sigmoid, SiLU, Softmax,
                      SoftmaxCrossEntropy, Tanh)
+from .layers import plan_context
 from .layout import Layout, Rearrangement, Resident
 from .network import Network
 from .ops import OpPlan
 from .profile import NetworkProfile
+from .program import NetworkProgram
 from .torch_import import UnsupportedTorchNode, from_torch
 from .train_exec import TrainStepRun, train_step
 
@@ -49,7 +51,8 @@ __all__ = [  # noqa: RUF022 - grouped: framework, then the layer set
     "Network", "NetworkProfile", "NetworkRun", "NetworkProgram", "estimate_network", "run_network",
     "compile_network", "clear_network_caches", "OpPlan", "Layout", "Rearrangement", "Resident",
     "UnsupportedTorchNode", "from_torch", "models", "layers", "TrainStepRun", "train_step",
-    "Layer", "PlanContext", "Conv2d", "BatchNorm2d", "Activation", "ReLU", "ReLU6", "SiLU", "GELU",
+    "plan_context", "Layer", "PlanContext", "Conv2d", "BatchNorm2d", "Activation", "ReLU", "ReLU6",
+    "SiLU", "GELU",
     "Sigmoid", "Tanh", "Add", "AddParam", "MaxPool2d", "AvgPool2d", "GlobalAvgPool", "Reshape",
     "Flatten", "Permute", "Linear", "MatMul", "LayerNorm", "Softmax", "ScaleChannels", "Embedding",
     "SoftmaxCrossEntropy",

@@ -1,27 +1,21 @@
 """estimate_network / run_network: the public entry points for whole networks."""
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..conv import temp_bytes_bound
 from ..core.memory import TileMemoryError
-from ..dtypes import canonical_dtype, partials_dtype
-from ..machine import GC200, MachineSpec, get_machine
-from .compile import NetworkProgram, compile_network
-from .layers import PlanContext
+from ..machine import GC200, MachineSpec
+from .compile import compile_network
+from .max_batch import max_batch
+from .layers import plan_context
 from .network import Network
 from .profile import NetworkProfile
+from .program import NetworkProgram
 
 __all__ = ["NetworkRun", "estimate_network", "network_profile", "run_network"]
-
-#: the max-batch search stops here (reported as this value when even it fits)
-MAX_BATCH_SEARCH = 4096
-
 
 @dataclass
 class NetworkRun:
@@ -32,18 +26,6 @@ class NetworkRun:
     output: np.ndarray
     outputs: dict[str, np.ndarray]
     profile: NetworkProfile
-
-
-def _context(dtype: Any, partials: Any, machine: MachineSpec | str,
-             amp: float | None = None) -> PlanContext:
-    dt = canonical_dtype(dtype)
-    if partials in ("half", "float16", "fp16") and dt == "float32":
-        partials = "float"
-    m = get_machine(machine)
-    if amp is not None:
-        temp_bytes_bound(m, amp)          # a clear error for a bad proportion
-        amp = float(amp)
-    return PlanContext(m, dt, partials_dtype(partials, dt), amp)
 
 
 def _check_batch(batch: Any) -> int:
@@ -58,105 +40,6 @@ def _check_net(net: Any) -> Network:
     if not net.outputs:
         raise ValueError(f"network {net.name!r} has no outputs; call net.output(...)")
     return net
-
-
-def _spare(net: Network, batch: int, ctx: PlanContext, fold_bn: bool) -> float:
-    """Bytes left on the fullest tile at ``batch`` (negative: over budget; -inf: a layer
-    fits no plan)."""
-    try:
-        prog = compile_network(net, batch, ctx, fold_bn=fold_bn)
-    except TileMemoryError:      # a layer fits no plan; a host MemoryError is not an answer
-        return -math.inf
-    live, _ = prog.liveness()
-    m = ctx.machine
-    return m.tile_bytes - m.reserved_bytes_per_tile - int(live.max())
-
-
-def _fits(net: Network, batch: int, ctx: PlanContext, fold_bn: bool) -> bool:
-    return _spare(net, batch, ctx, fold_bn) >= 0
-
-
-def search_max_batch(fits: Callable[[int], bool] | None, start: int = 1,
-                     limit: int = MAX_BATCH_SEARCH, *,
-                     spare: Callable[[int], float] | None = None) -> int:
-    """Largest batch in [1, limit] for which ``fits`` holds (0 if batch 1 does not), for a
-    ``fits`` monotone in the batch: doubling (or halving) from ``start``, then bisection,
-    so about 2 log2(answer / start) evaluations. Starting at the batch just estimated
-    costs nothing there (its program is cached).
-
-    ``spare`` (instead of ``fits``): the bytes left at batch b, ``fits(b)`` being
-    ``spare(b) >= 0``. While growing, the next batch tried is the larger of the double and
-    the batch where the line through the last two fitting batches' spare bytes reaches 0
-    (capped at ``limit``; once, a zero short of the double, or the batch above when the
-    zero is the batch itself): a network with bytes to spare gets there in a few evaluations
-    (the tiny CNN of tests/nn/test_optimizer_state_dtype.py, fitting up to ``limit`` from
-    batch 4: 4 instead of 11, each planning the whole network at a new batch); an
-    overshoot only widens the bisection's bracket (at most about 2 log2(limit)
-    evaluations in all). Exact whenever ``fits`` is monotone.
-    """
-    if (fits is None) == (spare is None) or not callable(fits if spare is None else spare):
-        raise TypeError("search_max_batch needs exactly one of fits (batch -> bool) and "
-                        "spare (batch -> bytes left), a callable")
-    for name, v in (("start", start), ("limit", limit)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-            raise TypeError(f"search_max_batch: {name} must be an int, got {v!r}")
-    if limit < 1:
-        raise ValueError(f"search_max_batch: limit must be at least 1, got {limit}")
-    start, limit = int(start), int(limit)
-    got: dict[int, float] = {}
-
-    def ok(b: int) -> bool:
-        if spare is None:
-            return bool(fits(b))
-        got[b] = float(spare(b))
-        if math.isnan(got[b]):
-            raise ValueError(f"search_max_batch: spare({b}) is NaN")
-        return got[b] >= 0
-
-    b = min(max(1, start), limit)
-    if ok(b):
-        lo, hi, prev, near = b, None, None, True
-        while hi is None and lo < limit:
-            b = 2 * lo
-            if prev is not None:                 # only with spare: the line's zero
-                drop = (got[prev] - got[lo]) / (lo - prev)
-                z = limit if drop <= 0 else lo + int(got[lo] / drop)
-                if z >= b:
-                    b = z
-                elif near:                       # once: the zero is near (or at lo)
-                    b, near = max(z, lo + 1), False
-            b = min(b, limit)
-            if ok(b):
-                prev, lo = (lo if spare is not None else None), b
-            else:
-                hi = b
-        if hi is None:
-            return lo
-    else:
-        lo, hi = 0, b
-        while lo == 0 and hi > 1:
-            b = hi // 2
-            if ok(b):
-                lo = b
-            else:
-                hi = b
-        if lo == 0:
-            return 0
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if ok(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
-def max_batch(net: Network, ctx: PlanContext, fold_bn: bool = True, start: int = 1) -> int:
-    """Largest batch whose program fits the tiles (0 if batch 1 does not), found by
-    doubling then bisection with the real planner and liveness, guided by the bytes left
-    (:func:`search_max_batch`)."""
-    from .host_memory import HostMemoryGuard
-    return search_max_batch(None, start, spare=HostMemoryGuard(lambda b: _spare(net, b, ctx, fold_bn)))
 
 
 def network_profile(prog: NetworkProgram, *, allow_overflow: bool = False,
@@ -235,15 +118,11 @@ def estimate_network(net: Network, batch: int = 16, dtype: Any = "float16", part
     """
     net = _check_net(net)
     batch = _check_batch(batch)
-    ctx = _context(dtype, partials, machine, available_memory_proportion)
+    ctx = plan_context(dtype, partials, machine, available_memory_proportion)
     if training:
         training_kw["optimizer_state_dtype"] = optimizer_state_dtype
-        try:
-            from . import training as _training
-        except ImportError:
-            raise NotImplementedError("training=True needs ipukern.nn.training (the training "
-                                      "passes), which is not available in this build") from None
-        return _training.estimate_training(net, batch, ctx, recompute=recompute, optimizer=optimizer,
+        from .training import estimate_training
+        return estimate_training(net, batch, ctx, recompute=recompute, optimizer=optimizer,
                                            allow_overflow=allow_overflow, **training_kw)
     if recompute is not None:
         raise ValueError("recompute= applies to training=True only")
@@ -310,7 +189,7 @@ def run_network(net: Network, x: Any, params: dict[str, Any] | None = None, *,
     if params is None:
         params = net.params if net.params is not None else net.init_params(seed=0)
     net.check_params(params)
-    ctx = _context(dtype, partials, machine, available_memory_proportion)
+    ctx = plan_context(dtype, partials, machine, available_memory_proportion)
     prog = compile_network(net, batch, ctx, fold_bn=fold_bn)
     prof = network_profile(prog, allow_overflow=allow_overflow)
     outs = prog.execute(arrays, params)

@@ -89,7 +89,7 @@ def auto_checkpoints(prog) -> list[str]:
 def network_checkpoints(net, batch: int, machine, dtype, partials, amp=None) -> list[str]:
     """:func:`auto_checkpoints` of ``net``'s training program (``fold_bn=False``, the one
     :func:`ipukern.estimate_training`'s per-layer costs come from)."""
-    from .api import _context
+    from .layers import plan_context
     from .compile import compile_network
-    ctx = _context(dtype, partials, machine, amp)
+    ctx = plan_context(dtype, partials, machine, amp)
     return auto_checkpoints(compile_network(net, batch, ctx, fold_bn=False))

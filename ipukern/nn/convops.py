@@ -14,40 +14,44 @@ program), the program runs, and the output is kept as a :class:`Resident` in its
 """
 from __future__ import annotations
 
-import threading
 from contextlib import ExitStack
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from .. import _memo
 from ..conv import MAX_INPUT_OWNERS, ConvParams, ConvProgram, bias_codelets, build_conv_program, plan_conv
 from ..conv.host import BuiltPass, take, take_built
 from ..core.engine import run_program
 from ..core.tensor import LazyTileMapping
 from ..dtypes import DTYPES
 from ..machine import MachineSpec
-from .arena_out import ArenaOutput, flush, lock_arenas, rearrange_into
 from ..core.copies import CopyTable
+from .host.arena_out import ArenaOutput, flush, lock_arenas, rearrange_into
 from .layout import Layout, Resident, lazy_layout
 from .ops import OpPlan, affine_plan, fold_weight
 
-__all__ = ["clear_program_cache", "conv_plan", "conv_program", "matmul_params", "matmul_plan",
+__all__ = ["built_keys", "conv_plan", "conv_program", "matmul_params", "matmul_plan",
            "pass_program"]
 
-_PROGRAMS: dict[tuple, ConvProgram] = {}
+#: conv programs kept, by (params, machine, bias, resident input, amp): layers of equal
+#: shape share one. A compiled network's steps hold their own programs, so a bound here only
+#: limits the sharing (an estimate of ResNet-50 training builds about 150).
+PROGRAM_CACHE_SIZE = 1024
+_PROGRAMS = _memo.register(_memo.LruCache("nn.conv_programs", maxsize=PROGRAM_CACHE_SIZE),
+                           per_batch=True)
 #: activations a conv's bias pass can apply in execute mode (add_bias's ``act`` codes)
 _FUSED_ACTS = {"relu": 1, "relu6": 2}
 #: passes only costed (never executed from here), as a planning worker built them
-_PASSES: dict[tuple, BuiltPass] = {}
-_LOCK = threading.Lock()
+_PASSES = _memo.register(_memo.LruCache("nn.conv_passes", maxsize=PROGRAM_CACHE_SIZE),
+                         per_batch=True)
 
 
-def clear_program_cache() -> None:
-    """Forget every cached network conv/matmul program."""
-    with _LOCK:
-        _PROGRAMS.clear()
-        _PASSES.clear()
+def built_keys() -> set[tuple]:
+    """The (params, machine, bias, amp) of every conv pass whose program or costed pass is
+    cached (a planning worker need not plan them)."""
+    return {(k[0], k[1], k[2], k[4]) for k in _PROGRAMS.keys() + _PASSES.keys()}
 
 
 def conv_program(params: ConvParams, machine: MachineSpec, bias: bool, *,
@@ -64,12 +68,9 @@ def conv_program(params: ConvParams, machine: MachineSpec, bias: bool, *,
     shares one plan, so the few owners of each block would hold all those layers' weights.
     """
     key = (params, machine, bias, resident_input, amp)
-    with _LOCK:
-        prog = _PROGRAMS.get(key)
+    prog = _PROGRAMS.get(key)
     if prog is None:
-        prog = _build(params, machine, bias, resident_input, amp)
-        with _LOCK:
-            prog = _PROGRAMS.setdefault(key, prog)
+        prog = _PROGRAMS.setdefault(key, _build(params, machine, bias, resident_input, amp))
     return prog
 
 
@@ -94,16 +95,14 @@ def pass_program(params: ConvParams, machine: MachineSpec, amp: float | None = N
     training estimate at batch 16) would otherwise stay alive in the program cache, so
     later builds grew the heap into fresh pages (page faults) instead of reusing them."""
     key = (params, machine, False, False, amp)
-    with _LOCK:
-        prog = _PROGRAMS.get(key)
-        built = _PASSES.get(key) if prog is None else None
+    prog = _PROGRAMS.get(key)
+    built = _PASSES.get(key) if prog is None else None
     if prog is None and built is None:
         built = take_built(params, machine, amp)
         if built is None:
             p = _build(params, machine, False, False, amp)
             built = BuiltPass(p.plan, tuple(p.program.records), p.device.memory.used)
-        with _LOCK:
-            built = _PASSES.setdefault(key, built)
+        built = _PASSES.setdefault(key, built)
     if built is not None:
         return built
     return BuiltPass(prog.plan, tuple(prog.program.records), prog.device.memory.used)
@@ -165,8 +164,8 @@ def conv_plan(machine: MachineSpec, in_shape: Sequence[int], weight_shape: Seque
     def run(srcs, rearrs, prm, act=None, keep=False):
         """``act`` ("relu"/"relu6", when ``info["fuses"]`` lists it): the network's next
         activation applied by the bias pass (host fusion: same bits, same program).
-        ``keep``: return the output as an :class:`~ipukern.nn.arena_out.ArenaOutput` left
-        in the program's arena for the next conv to read (see :mod:`ipukern.nn.arena_out`)."""
+        ``keep``: return the output as an :class:`~ipukern.nn.host.arena_out.ArenaOutput` left
+        in the program's arena for the next conv to read (see :mod:`ipukern.nn.host.arena_out`)."""
         if act is not None and not (fusable and act in _FUSED_ACTS):
             raise ValueError(f"conv2d: cannot fuse activation {act!r} (float32 with bias: "
                              f"{sorted(_FUSED_ACTS)})")

@@ -178,7 +178,7 @@ def deliver_rows(step, k: int, ctx, accumulate: bool, *, rearrange: bool = True)
     """Rows that bring input k's gradient (``env.tmp[(node, k)]``, in the wanted layout, or
     in the producer's layout when ``rearrange`` is False) to the producer, adding it to a
     gradient already there."""
-    from .compile import _rearrangement
+    from .program import _rearrangement
     m, nt = ctx.machine, ctx.machine.n_tiles
     r = step.rearrs[k]
     src_lay, key, src = r.src, (step.node, k), step.srcs[k]

@@ -20,7 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from ..conv import ConvParams, pair
+from ..conv import ConvParams, pair, temp_bytes_bound
+from ..dtypes import canonical_dtype, partials_dtype
+from ..machine import get_machine
 from .convops import conv_plan, matmul_plan
 from .ops import (
     OpPlan,
@@ -38,6 +40,7 @@ from .ops import (
 )
 
 __all__ = [
+    "plan_context",
     "GELU",
     "Activation",
     "Add",
@@ -79,6 +82,21 @@ class PlanContext:
     @property
     def n_tiles(self) -> int:
         return self.machine.n_tiles
+
+
+def plan_context(dtype: Any, partials: Any, machine: Any, amp: float | None = None) -> PlanContext:
+    """The :class:`PlanContext` of the public entry points' arguments: ``dtype`` and
+    ``partials`` by any accepted spelling (float32 networks accumulate in float),
+    ``machine`` a MachineSpec or preset name, ``amp`` the planner's
+    ``available_memory_proportion`` (validated; None: PopLibs' default)."""
+    dt = canonical_dtype(dtype)
+    if partials in ("half", "float16", "fp16") and dt == "float32":
+        partials = "float"
+    m = get_machine(machine)
+    if amp is not None:
+        temp_bytes_bound(m, amp)          # a clear error for a bad proportion
+        amp = float(amp)
+    return PlanContext(m, dt, partials_dtype(partials, dt), amp)
 
 
 class Layer:

@@ -27,7 +27,7 @@ from ..core.copies import CopyTable, copy_runs
 from ..core.tensor import TileMapping
 from ..dtypes import DTYPES
 from ..machine import MachineSpec
-from .buffers import take_buffer
+from .host.buffers import take_buffer
 
 __all__ = ["Layout", "Rearrangement", "Resident", "copy_table", "lazy_layout", "linear_layout",
            "rearrangement_loads", "rows_layout"]

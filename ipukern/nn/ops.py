@@ -72,7 +72,7 @@ class OpPlan:
     inplace : bool
         Element-wise in the first input's layout: the output may overwrite the first input's
         buffer when that input dies at this op (the network decides, see
-        :class:`~ipukern.nn.compile.NetworkProgram`; then ``run(..., inplace=True)``).
+        :class:`~ipukern.nn.program.NetworkProgram`; then ``run(..., inplace=True)``).
     run : callable
         ``run(srcs, rearrangements, params, inplace=False) -> Resident``: executes the op.
         ``srcs`` are the producers' residents (or host arrays), ``rearrangements`` move each

@@ -22,10 +22,9 @@ channels.
 """
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 
+from .. import _memo
 from ..core import cost
 from ..core.profile import SuperstepRecord
 from ..core.tensor import split_bounds
@@ -34,16 +33,11 @@ from . import cycles
 from ..core.copies import copy_runs
 from .layout import Layout
 
-__all__ = ["ChannelReduce", "channel_reduce", "clear_reduce_cache"]
+__all__ = ["ChannelReduce", "channel_reduce"]
 
-_CACHE: dict[tuple, tuple] = {}
-_LOCK = threading.Lock()
-
-
-def clear_reduce_cache() -> None:
-    """Forget the cached reduction plans (part of ``clear_network_caches``)."""
-    with _LOCK:
-        _CACHE.clear()
+#: reduction plans and layouts' (tile, channel) pairs, by layout object and options
+#: (entries hold their layout: a key's ``id`` stays its layout's)
+_CACHE = _memo.register(_memo.LruCache("nn.tile_reduce", maxsize=4096), per_batch=True)
 
 
 def channel_reduce(machine: MachineSpec, layout: Layout, channels: int, inner: int, *, quantities: int,
@@ -53,13 +47,11 @@ def channel_reduce(machine: MachineSpec, layout: Layout, channels: int, inner: i
     key = (id(layout), machine, channels, inner, quantities, broadcast, pre_ops, post_ops, rsqrt, name)
     # NOTE: ``name`` is a kind of reduction ("batch-norm statistics"), not a layer name, so
     # layers of equal layout share one object (and the estimate of a deep net stays fast)
-    with _LOCK:
-        hit = _CACHE.get(key)
+    hit = _CACHE.get(key)
     if hit is None or hit[0] is not layout:
         cr = ChannelReduce(machine, layout, channels, inner, quantities=quantities, broadcast=broadcast,
                            pre_ops=pre_ops, post_ops=post_ops, rsqrt=rsqrt, name=name)
-        with _LOCK:
-            _CACHE[key] = hit = (layout, cr)
+        hit = _CACHE.put(key, (layout, cr))
     return hit[1]
 
 
@@ -136,8 +128,7 @@ def _pair_keys(layout: Layout, C: int, inner: int, nt: int) -> np.ndarray:
 def _pairs(machine: MachineSpec, layout: Layout, C: int, inner: int) -> dict:
     """The (tile, channel) pairs of a layout, their owners and buffer slots (cached)."""
     key = ("pairs", id(layout), machine, C, inner)
-    with _LOCK:
-        hit = _CACHE.get(key)
+    hit = _CACHE.get(key)
     if hit is not None and hit[0] is layout:
         return hit[1]
     nt = machine.n_tiles
@@ -156,8 +147,7 @@ def _pairs(machine: MachineSpec, layout: Layout, C: int, inner: int) -> dict:
     st = {"keys": keys, "ch": ch, "tile": ptile, "rank": rank, "owner": owner, "slot": slot,
           "ch_slot": np.arange(C) - cb[:-1][owner_of_ch], "owner_of_ch": owner_of_ch,
           "per_tile": np.bincount(ptile, minlength=nt), "used": used}
-    with _LOCK:
-        _CACHE[key] = (layout, st)
+    _CACHE.put(key, (layout, st))
     return st
 
 

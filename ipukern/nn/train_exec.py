@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from ..ops.optim import get_optimizer, optimizer_step
-from .api import _check_net, _context
+from .api import _check_net
+from .layers import plan_context
 from .backward import backward_rows
 from .compile import compile_network
 from .grad_ops import EXECUTABLE, GradEnv, accumulate_flags, bn_stats_row
@@ -151,7 +152,7 @@ def training_program(net, batch: int, machine: Any = "GC200", partials: Any = "f
     if len(data) != 1 or lab not in net.inputs:
         raise ValueError(f"train_step needs one data input and one labels input, network "
                          f"{net.name!r} has inputs {net.inputs}")
-    ctx = _context("float32", partials, machine)
+    ctx = plan_context("float32", partials, machine)
     prog = compile_network(net, batch, ctx, fold_bn=False)
     for s in prog.steps:
         if s.op not in SUPPORTED:

@@ -30,13 +30,12 @@ recomputed. An activation used outside its own segment stays stashed.
 from __future__ import annotations
 
 import math
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from .. import _memo
 from ..core.memory import TileMemoryError
 from ..ops.optim import estimate_optimizer_step, get_optimizer, state_bytes_per_param, state_dtypes
 from .backward import PassRow, backward_reads, backward_rows, bn_stats_row
@@ -44,7 +43,7 @@ from .grad_ops import accumulate_flags
 from .compile import compile_network
 from .layers import PlanContext
 from .network import Network
-from .plan_keys import prefetch_network_plans
+from .host.plan_keys import prefetch_network_plans
 from .profile import NetworkProfile
 
 __all__ = ["estimate_training", "training_schedule"]
@@ -52,18 +51,10 @@ __all__ = ["estimate_training", "training_schedule"]
 #: training schedules kept (LRU), by network version, batch, context and options: the
 #: max-batch search and repeated estimates reuse them
 SCHEDULE_CACHE_SIZE = 16
-_SCHEDULES: OrderedDict[tuple, tuple] = OrderedDict()
-_LOCK = threading.Lock()
-
-
-_OPTIMIZER: dict[tuple, Any] = {}
-
-
-def clear_schedule_cache() -> None:
-    """Forget the cached training schedules (part of ``clear_network_caches``)."""
-    with _LOCK:
-        _SCHEDULES.clear()
-        _OPTIMIZER.clear()
+_SCHEDULES = _memo.register(_memo.LruCache("nn.training_schedules", maxsize=SCHEDULE_CACHE_SIZE),
+                            per_batch=True)
+#: optimizer step profiles (they do not depend on the batch)
+_OPTIMIZER = _memo.register(_memo.LruCache("nn.optimizer_steps", maxsize=256))
 
 
 def _optimizer_profile(shapes: tuple, opt, dtype: str, machine, state_location: str,
@@ -71,13 +62,11 @@ def _optimizer_profile(shapes: tuple, opt, dtype: str, machine, state_location: 
     """The optimizer step's profile; it does not depend on the batch, so the max-batch
     search and other batches reuse it."""
     key = (shapes, opt, dtype, machine, state_location, state_dtype)
-    with _LOCK:
-        hit = _OPTIMIZER.get(key)
+    hit = _OPTIMIZER.get(key)
     if hit is None:
         hit = estimate_optimizer_step(list(shapes), optimizer=opt, dtype=dtype, machine=machine,
                                       state_location=state_location, state_dtype=state_dtype)
-        with _LOCK:
-            hit = _OPTIMIZER.setdefault(key, hit)
+        hit = _OPTIMIZER.setdefault(key, hit)
     return hit
 
 
@@ -156,20 +145,15 @@ def _cached(net, batch, ctx, recompute, opt, state_location, sdt: tuple = ()) ->
     slots' types, :func:`ipukern.ops.optim.state_dtypes`)."""
     rkey = tuple(recompute) if isinstance(recompute, (list, tuple)) else (recompute,)
     key = (id(net), net._version, batch, ctx, rkey, opt, state_location, sdt)
-    with _LOCK:
-        hit = _SCHEDULES.get(key)
-        if hit is not None and hit[0] is net:
-            _SCHEDULES.move_to_end(key)
-            return hit[1], hit[2]
+    hit = _SCHEDULES.get(key)
+    if hit is not None and hit[0] is net:
+        return hit[1], hit[2]
     with prefetch_network_plans(net, batch, ctx, fold_bn=False, backward=True):
         *res, parts = _schedule(net, batch, ctx, recompute, opt, state_location, sdt)
     res = tuple(res)
     for a in (res[1], res[2]):
         a.flags.writeable = False
-    with _LOCK:
-        _SCHEDULES[key] = (net, res, parts)
-        while len(_SCHEDULES) > SCHEDULE_CACHE_SIZE:
-            _SCHEDULES.popitem(last=False)
+    _SCHEDULES.put(key, (net, res, parts))
     return res, parts
 
 
@@ -419,8 +403,8 @@ def _fits(net, batch, ctx, recompute, opt, state_location, sdt=()) -> bool:
 def _max_batch(net, ctx, recompute, opt, state_location, start: int, sdt=()) -> int:
     """Largest batch whose training step fits (0 if batch 1 does not): from the estimated
     batch (its schedule is cached), guided by the bytes left, with the real planner and
-    liveness (:func:`ipukern.nn.api.search_max_batch`)."""
-    from .api import search_max_batch
-    from .host_memory import HostMemoryGuard
+    liveness (:func:`ipukern.nn.max_batch.search_max_batch`)."""
+    from .max_batch import search_max_batch
+    from .host.host_memory import HostMemoryGuard
     return search_max_batch(None, start, spare=HostMemoryGuard(
         lambda b: _spare(net, b, ctx, recompute, opt, state_location, sdt)))

@@ -4,13 +4,11 @@ Private to :mod:`ipukern.ops`; :mod:`.conv` and :mod:`.matmul` import these name
 """
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from typing import Any
 
 import numpy as np
 
-from .. import _settings
+from .. import _memo, _settings
 from .._settings import DEFAULT_PLAN_CACHE_BYTES
 from .._checks import as_int
 from ..conv import ConvParams, ConvPlan, ConvProgram, build_conv_program, clear_planner_caches, plan_conv
@@ -28,27 +26,30 @@ __all__ = ["PLAN_CACHE_SIZE", "DEFAULT_PLAN_CACHE_BYTES", "clear_plan_cache", "s
 PLAN_CACHE_SIZE = 8
 #: plans alone (small records) kept for re-use, e.g. both orientations of a matmul
 PLAN_ONLY_CACHE_SIZE = 256
-_CACHE: "OrderedDict[tuple, ConvProgram]" = OrderedDict()
-_PLANS: "OrderedDict[tuple, ConvPlan | Exception]" = OrderedDict()
-_CACHE_LOCK = threading.Lock()
-
 
 #: None: follow ``IPUKERN_PLAN_CACHE_BYTES`` (read at use) until set_plan_cache_limit sets it
-_LIMITS: dict[str, int | None] = {"entries": PLAN_CACHE_SIZE, "bytes": None}
+_BYTES: list[int | None] = [None]
 
 
 def _max_bytes() -> int:
-    b = _LIMITS["bytes"]
+    b = _BYTES[0]
     return _settings.plan_cache_bytes() if b is None else b
 
 
+_PROGRAMS = _memo.register(_memo.LruCache("ops.conv_programs", maxsize=PLAN_CACHE_SIZE,
+                                          max_bytes=_max_bytes,
+                                          sizeof=lambda p: p.device.arena_bytes))
+_PLANS = _memo.register(_memo.LruCache("ops.conv_plans", maxsize=PLAN_ONLY_CACHE_SIZE))
+#: the conv planner's memoised split axes and vertex candidates
+_memo.on_clear(clear_planner_caches, name="conv.planner")
+
+
 def clear_plan_cache() -> None:
-    """Forget every cached plan and program (and the host memory their arenas hold), and
-    the planner's memoised split axes."""
-    with _CACHE_LOCK:
-        _CACHE.clear()
-        _PLANS.clear()
-    clear_planner_caches()
+    """Forget every cached plan and program (and the host memory their arenas hold):
+    every cache in :mod:`ipukern._memo`'s registry, the networks' compiled programs and
+    conv programs, training schedules and the planner's memoised split axes included
+    (the same as :func:`ipukern.nn.clear_network_caches`)."""
+    _memo.clear_all()
 
 
 def cached_plan(params: ConvParams, machine: MachineSpec, bias: bool,
@@ -56,10 +57,7 @@ def cached_plan(params: ConvParams, machine: MachineSpec, bias: bool,
     """``plan_conv`` through a small LRU cache (a planning error is cached and re-raised);
     ``amp``: its ``available_memory_proportion``."""
     key = (params, machine, bias, method, amp)
-    with _CACHE_LOCK:
-        hit = _PLANS.get(key)
-        if hit is not None:
-            _PLANS.move_to_end(key)
+    hit = _PLANS.get(key)
     if hit is None:
         try:
             hit = take(params, machine, bias, amp) if method is None else None
@@ -68,10 +66,7 @@ def cached_plan(params: ConvParams, machine: MachineSpec, bias: bool,
                                 available_memory_proportion=amp)
         except (ValueError, MemoryError) as e:
             hit = e
-        with _CACHE_LOCK:
-            hit = _PLANS.setdefault(key, hit)
-            while len(_PLANS) > PLAN_ONLY_CACHE_SIZE:
-                _PLANS.popitem(last=False)
+        hit = _PLANS.setdefault(key, hit)
     if isinstance(hit, Exception):
         raise hit
     return hit
@@ -91,29 +86,18 @@ def set_plan_cache_limit(max_bytes: int | None = None, *, max_entries: int | Non
         Programs kept (default 8), whether executed or only estimated.
     """
     if max_bytes is not None:
-        _LIMITS["bytes"] = as_int(max_bytes, "max_bytes", minimum=0)
+        _BYTES[0] = as_int(max_bytes, "max_bytes", minimum=0)
     if max_entries is not None:
-        _LIMITS["entries"] = as_int(max_entries, "max_entries", minimum=0)
-    with _CACHE_LOCK:
-        _trim_locked()
+        _PROGRAMS.set_limits(maxsize=as_int(max_entries, "max_entries", minimum=0))
+    _PROGRAMS.trim()
 
 
-def plan_cache_info() -> dict[str, int]:
-    """Entries and arena bytes the plan cache holds now, and its limits."""
-    with _CACHE_LOCK:
-        return {"entries": len(_CACHE),
-                "arena_bytes": sum(p.device.arena_bytes for p in _CACHE.values()),
-                "max_entries": _LIMITS["entries"], "max_bytes": _max_bytes()}
-
-
-def _trim_locked() -> None:
-    """Drop least recently used programs beyond the limits (caller holds the lock)."""
-    while len(_CACHE) > _LIMITS["entries"]:
-        _CACHE.popitem(last=False)
-    total = sum(p.device.arena_bytes for p in _CACHE.values())
-    while _CACHE and total > _max_bytes():
-        _, old = _CACHE.popitem(last=False)
-        total -= old.device.arena_bytes
+def plan_cache_info() -> dict[str, Any]:
+    """Entries and arena bytes the plan cache holds now, and its limits; ``"caches"``:
+    every registered cache's entries, bytes and limits (:func:`ipukern._memo.info`)."""
+    max_entries, max_bytes = _PROGRAMS.limits()
+    return {"entries": len(_PROGRAMS), "arena_bytes": _PROGRAMS.nbytes(),
+            "max_entries": max_entries, "max_bytes": max_bytes, "caches": _memo.info()}
 
 
 def cached_program(params: ConvParams, machine: MachineSpec, bias: bool, method: str | None,
@@ -121,19 +105,13 @@ def cached_program(params: ConvParams, machine: MachineSpec, bias: bool, method:
     """The planned and built program for a conv, from the cache or built now (LRU);
     ``amp``: the planner's ``available_memory_proportion``."""
     key = (params, machine, bias, method, vertex, amp)
-    with _CACHE_LOCK:
-        prog = _CACHE.get(key)
-        if prog is not None:
-            _CACHE.move_to_end(key)
-            return prog
+    prog = _PROGRAMS.get(key)
+    if prog is not None:
+        return prog
     plan = cached_plan(params, machine, bias, method, amp)
     prog = build_conv_program(plan, vertex=vertex)
-    with _CACHE_LOCK:
-        # another thread may have built the same program meanwhile: keep the first one
-        prog = _CACHE.setdefault(key, prog)
-        _CACHE.move_to_end(key)
-        _trim_locked()
-    return prog
+    # another thread may have built the same program meanwhile: keep the first one
+    return _PROGRAMS.setdefault(key, prog)
 
 
 def profile_kw(prog: ConvProgram, op: str = "conv2d") -> dict[str, Any]:
@@ -173,6 +151,5 @@ def execute(prog: ConvProgram, x: np.ndarray, w: np.ndarray, bias: np.ndarray | 
         prog.write_inputs(x, w, bias)
         profile = dev.run(prog.program, "execute", **kw)
         out = dev.read(prog.y)
-    with _CACHE_LOCK:
-        _trim_locked()                            # the program's arena exists now
+    _PROGRAMS.trim()                              # the program's arena exists now
     return out, profile

@@ -27,9 +27,9 @@ forward instead of one of 2 C.
 """
 from __future__ import annotations
 
-import threading
 from typing import Any
 
+from .. import _memo
 from ..core.tensor import TileMapping
 from .bsp import SystemDevice, SystemTensor
 from .collectives import all_reduce, concurrent
@@ -38,8 +38,8 @@ from .spec import SystemConfigError
 __all__ = ["bn_all_reduce_cycles", "check_bn_group", "forward_syncs", "layer_cycles", "replica_groups",
            "stats_program", "stats_tensor"]
 
-_CACHE: dict[tuple, int] = {}
-_LOCK = threading.Lock()
+#: costed group all-reduces, by system and shape (ints)
+_CACHE = _memo.register(_memo.LruCache("systems.bn_all_reduce", maxsize=4096))
 
 
 def check_bn_group(group: Any, replicas: int) -> int:
@@ -105,14 +105,12 @@ def bn_all_reduce_cycles(system: Any, replicas: int, ipus_per_replica: int, grou
     if group <= 1:
         return 0
     key = (system, replicas, ipus_per_replica, group, stage, channels, per_channel)
-    with _LOCK:
-        hit = _CACHE.get(key)
+    hit = _CACHE.get(key)
     if hit is None:
         dev = SystemDevice(system, replicas * ipus_per_replica)
         t = stats_tensor(dev, "bn", channels, [k * ipus_per_replica + stage for k in range(replicas)],
                          per_channel)
         prog = stats_program(dev, t, replicas, ipus_per_replica, group, stage, "bn")
         hit = dev.run(prog, "estimate").total_cycles
-        with _LOCK:
-            _CACHE[key] = hit
+        _CACHE.put(key, hit)
     return hit

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _memo
 from ..core.cost import reduce_cycles
 from ..core.program import Superstep
 from ..dtypes import DTYPES, canonical_dtype
@@ -383,7 +384,8 @@ def _ring_bandwidth(system: System, ring: list[int]) -> tuple[float, float]:
     return bw, lat
 
 
-_ROUTES: dict[tuple, tuple] = {}
+#: ring routes by (system, rings, directions)
+_ROUTES = _memo.register(_memo.LruCache("systems.ring_routes", maxsize=1024))
 
 
 def _ring_routes(system: System, rings: tuple[tuple[int, ...], ...], n_dirs: int) -> tuple:
@@ -412,8 +414,8 @@ def _ring_routes(system: System, rings: tuple[tuple[int, ...], ...], n_dirs: int
         bw = np.array([system.link(u, v).bytes_per_second for u, v in hop_ix], dtype=np.float64)
         flat = np.concatenate([np.asarray(r, np.int64) for r in routes])
         starts = np.cumsum([0] + [len(r) for r in routes[:-1]])
-        hit = _ROUTES[key] = (np.array(counts, np.float64).reshape(len(counts), len(rings)), bw, flat,
-                              starts, np.array(lats))
+        hit = _ROUTES.put(key, (np.array(counts, np.float64).reshape(len(counts), len(rings)), bw, flat,
+                                       starts, np.array(lats)))
     return hit
 
 

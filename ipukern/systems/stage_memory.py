@@ -34,20 +34,16 @@ exactly the one-chip liveness (tested).
 """
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-
 import numpy as np
 
+from .. import _memo
 from ..nn.backward import backward_reads
 from ..nn.training import read_until, tile_breakdown
 
 __all__ = ["TileMemory", "in_flight", "stage_liveness", "tile_memory"]
 
 #: TileMemory objects kept (LRU): repeated estimates of one configuration reuse their stages
-_CACHE_SIZE = 16
-_CACHE: OrderedDict = OrderedDict()
-_LOCK = threading.Lock()
+_CACHE = _memo.register(_memo.LruCache("systems.tile_memory", maxsize=16))
 
 
 def in_flight(stage: int, n_stages: int) -> int:
@@ -212,10 +208,10 @@ class TileMemory:
 
     def __init__(self, net, mb, chip, dtype, partials, checkpoints, recompute, m, state_bytes,
                  shard, n_stages, amp=None):
-        from ..nn.api import _context
+        from ..nn.layers import plan_context
         from ..nn.compile import compile_network
         from ..nn.training import _checkpoint_nodes, _segments, training_schedule
-        ctx = _context(dtype, partials, chip, amp)
+        ctx = plan_context(dtype, partials, chip, amp)
         self.rows = training_schedule(net, mb, ctx, recompute=checkpoints, optimizer=None)[0]
         self.prog = compile_network(net, mb, ctx, fold_bn=False)
         self.seg = _segments(self.prog, checkpoints)
@@ -258,20 +254,14 @@ def tile_memory(net, mb, chip, dtype, partials, checkpoints, recompute, m, state
                 n_stages, amp=None) -> TileMemory:
     """A :class:`TileMemory`, shared by calls with the same arguments while the network's
     one-chip training schedule is the same cached object (``clear_network_caches`` drops it)."""
-    from ..nn.api import _context
+    from ..nn.layers import plan_context
     from ..nn.training import training_schedule
-    rows = training_schedule(net, mb, _context(dtype, partials, chip, amp), recompute=checkpoints,
+    rows = training_schedule(net, mb, plan_context(dtype, partials, chip, amp), recompute=checkpoints,
                              optimizer=None)[0]
     key = (id(rows), recompute, m, state_bytes, shard, n_stages)
-    with _LOCK:
-        hit = _CACHE.get(key)
-        if hit is not None and hit.rows is rows:
-            _CACHE.move_to_end(key)
-            return hit
+    hit = _CACHE.get(key)
+    if hit is not None and hit.rows is rows:
+        return hit
     tm = TileMemory(net, mb, chip, dtype, partials, checkpoints, recompute, m, state_bytes, shard, n_stages,
                     amp)
-    with _LOCK:
-        _CACHE[key] = tm
-        while len(_CACHE) > _CACHE_SIZE:
-            _CACHE.popitem(last=False)
-    return tm
+    return _CACHE.put(key, tm)

@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _memo
 from ..core.tensor import TileMapping
 from ..nn.train_exec import PassState, backward_iter, forward_iter, training_program
 from ..ops.optim import get_optimizer, optimizer_step
@@ -62,6 +63,7 @@ __all__ = ["TrainingRun", "run_training_step", "with_loss"]
 
 _STATS = ("running_mean", "running_var")
 _WITH_LOSS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_memo.on_clear(_WITH_LOSS.clear, name="systems.with_loss", info=lambda: {"entries": len(_WITH_LOSS)})
 
 
 def with_loss(net: Any, labels: str = "labels") -> Any:

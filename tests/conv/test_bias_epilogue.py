@@ -293,12 +293,12 @@ def test_network_with_fused_bias_equals_separate_passes(model):
     """Whole networks (BN folded into conv biases, ReLU/ReLU6 fused into the bias pass): the
     same output bits with the bias passes done by the conv and reduction vertices and as
     their own passes."""
-    from ipukern.nn.api import _context
+    from ipukern.nn import plan_context
     from ipukern.nn.compile import compile_network
     net = ik.models.MODELS[model](image_size=32)
     params = net.init_params(seed=0)
     x = np.random.default_rng(3).standard_normal((2, 3, 32, 32)).astype(np.float32)
-    prog = compile_network(net, 2, _context("float32", "float", ik.GC200))
+    prog = compile_network(net, 2, plan_context("float32", "float", ik.GC200))
     feeds = {net.inputs[0]: x}
     got = prog.execute(feeds, params)[net.outputs[0]]
     passes = [c for s in prog.steps if s.plan is not None and "program" in s.plan.info

@@ -1,5 +1,5 @@
 """Conv outputs read by the next conv straight from their program's arena
-(:mod:`ipukern.nn.arena_out`): the same bits as copying every output out first, at every
+(:mod:`ipukern.nn.host.arena_out`): the same bits as copying every output out first, at every
 thread count, when every conv keeps its output (so programs run again before their kept
 outputs are read and must copy them out first), and from several threads at once."""
 import contextlib
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import ipukern as ik
-from ipukern.nn import compile as C
-from ipukern.nn.api import _context
-from ipukern.nn.arena_out import ArenaOutput
+from ipukern.nn import program as C
+from ipukern.nn import plan_context
+from ipukern.nn.host.arena_out import ArenaOutput
 from ipukern.nn.compile import compile_network
 from ipukern.nn.layout import Rearrangement, Resident, linear_layout
 from tests._support.threads import race
@@ -49,7 +49,7 @@ def _keep_all(prog):
 def _setup(model, size=32, batch=2, seed=4):
     net = ik.models.MODELS[model](image_size=size)
     params = net.init_params(seed=0)
-    prog = compile_network(net, batch, _context("float32", "float", ik.GC200))
+    prog = compile_network(net, batch, plan_context("float32", "float", ik.GC200))
     x = np.random.default_rng(seed).standard_normal((batch, 3, size, size)).astype(np.float32)
     return net, params, prog, {net.inputs[0]: x}
 

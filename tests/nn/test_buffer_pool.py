@@ -1,4 +1,4 @@
-"""Execute mode's reuse of residents' host buffers (:mod:`ipukern.nn.buffers`): a buffer is
+"""Execute mode's reuse of residents' host buffers (:mod:`ipukern.nn.host.buffers`): a buffer is
 handed out again only when nothing references it, with its padding zeroed; whole networks
 give the bits of fresh zeroed buffers at every thread count, across consecutive runs with
 different inputs, with reused buffers poisoned (so an element a producer leaves
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import ipukern as ik
-from ipukern.nn import buffers as B
-from ipukern.nn import compile as C
-from ipukern.nn.api import _context
+from ipukern.nn.host import buffers as B
+from ipukern.nn import program as C
+from ipukern.nn import plan_context
 from ipukern.nn.compile import compile_network
 from ipukern.nn.layout import Resident, linear_layout
 
@@ -54,7 +54,7 @@ def _check_network(prog, feeds_list, params):
 def test_zoo_network_pooled_equals_fresh(model):
     net = ik.models.MODELS[model](image_size=32)
     params = net.init_params(seed=0)
-    prog = compile_network(net, 2, _context("float32", "float", ik.GC200))
+    prog = compile_network(net, 2, plan_context("float32", "float", ik.GC200))
     rng = np.random.default_rng(7)
     feeds = [{net.inputs[0]: rng.standard_normal((2, 3, 32, 32)).astype(np.float32) * s}
              for s in (1.0, 100.0)]
@@ -64,7 +64,7 @@ def test_zoo_network_pooled_equals_fresh(model):
 def test_attention_network_pooled_equals_fresh():
     net = attention_net()
     params = net.init_params(seed=5)
-    prog = compile_network(net, 2, _context("float32", "float", ik.GC200))
+    prog = compile_network(net, 2, plan_context("float32", "float", ik.GC200))
     rng = np.random.default_rng(8)
     feeds = [{"ids": rng.integers(0, 50, (2, 8)), "labels": rng.integers(0, 3, 2)} for _ in range(2)]
     _check_network(prog, feeds, params)

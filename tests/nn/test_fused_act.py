@@ -9,7 +9,7 @@ import pytest
 import ipukern as ik
 from ipukern._kernels import _vertices
 from ipukern.dtypes import DTYPE_CODE
-from ipukern.nn.api import _context
+from ipukern.nn import plan_context
 from ipukern.nn.compile import compile_network
 
 _SPECIAL = [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 6.0, 6.0000005, 5.9999995, -1e-45, 1e-45, 7, -3]
@@ -47,7 +47,7 @@ def test_fused_network_equals_unfused(model):
     net = ik.models.MODELS[model](image_size=32)
     params = net.init_params(seed=0)
     x = np.random.default_rng(3).standard_normal((2, 3, 32, 32)).astype(np.float32)
-    prog = compile_network(net, 2, _context("float32", "float", ik.GC200))
+    prog = compile_network(net, 2, plan_context("float32", "float", ik.GC200))
     fused = [s for s in prog.steps if s.fused]
     assert fused and all(s.plan.op in ("relu", "relu6") for s in fused)
     if model == "resnet50":     # the ReLU after each residual add is applied by the add

@@ -12,7 +12,7 @@ import pytest
 
 import ipukern as ik
 from ipukern.nn import layers as L
-from ipukern.nn.api import _context
+from ipukern.nn import plan_context
 from ipukern.nn.backward import backward_rows
 from ipukern.nn.compile import compile_network
 from ipukern.nn.layout import Resident
@@ -42,7 +42,7 @@ def run_op(layer, inputs: dict, params: dict | None = None, machine=SMALL, seed=
     params = {f"op.{k}": np.asarray(v, np.float32) for k, v in (params or {}).items()}
     feeds = {k: np.asarray(v, np.float32 if not np.issubdtype(np.asarray(v).dtype, np.integer) else np.int64)
              for k, v in inputs.items()}
-    ctx = _context("float32", "float", machine)
+    ctx = plan_context("float32", "float", machine)
     prog = compile_network(net, batch, ctx, fold_bn=False)
     lab = "labels" if "labels" in feeds else "_no_labels"
     st = PassState(prog, params, "x", lab, feeds.get(lab, np.zeros(0, np.int64)), machine, "float")

@@ -185,12 +185,12 @@ def test_weights_scaled_as_placed_equal_folded_on_host(dtype):
     (Step.params(defer_fold=True), info["scales_weight"]) give the outputs of weights
     folded on the host first, bit for bit (float16: the host fold then the cast, as before)."""
     import ipukern as ik
-    from ipukern.nn.api import _context
+    from ipukern.nn import plan_context
     from ipukern.nn.compile import compile_network
     net = ik.models.resnet50(image_size=32)
     params = net.init_params(seed=0)
     x = np.random.default_rng(3).standard_normal((2, 3, 32, 32)).astype(np.float32)
-    prog = compile_network(net, 2, _context(dtype, "float", ik.GC200))
+    prog = compile_network(net, 2, plan_context(dtype, "float", ik.GC200))
     deferred = [s for s in prog.steps if s.folded_bn is not None and s.plan.info.get("scales_weight")]
     assert len(deferred) == 53
     feeds = {net.inputs[0]: x.astype(dtype)}

@@ -9,11 +9,11 @@ import pytest
 
 import ipukern as ik
 from ipukern import nn
-from ipukern.nn import host_memory
-from ipukern.nn import api
-from ipukern.nn.api import search_max_batch
+from ipukern.nn.host import host_memory
+from ipukern.nn import max_batch
+from ipukern.nn.max_batch import search_max_batch
 from ipukern.nn.compile import _PROGRAMS, compile_network, trial_caches
-from ipukern.nn.host_memory import HostMemoryGuard
+from ipukern.nn.host.host_memory import HostMemoryGuard
 from ipukern.nn.layers import PlanContext
 
 LINUX = sys.platform.startswith("linux")
@@ -81,7 +81,7 @@ def test_network_max_batch_runs_guarded(monkeypatch):
     mb = prof.memory["max_batch"]
     assert seen and mb >= 2
     ctx = PlanContext(ik.GC200, "float16", "float16")
-    assert mb == search_max_batch(None, 2, spare=lambda b: api._spare(_net(), b, ctx, True))
+    assert mb == search_max_batch(None, 2, spare=lambda b: max_batch._spare(_net(), b, ctx, True))
 
 
 def test_guard_needs_callables():

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import ipukern as ik
 from ipukern import nn
-from ipukern.nn.api import search_max_batch
+from ipukern.nn.max_batch import search_max_batch
 from ipukern.nn.layers import PlanContext
 from ipukern.nn.training import _fits, training_schedule
 
@@ -72,8 +72,8 @@ def test_training_schedule_is_cached_until_the_network_changes():
 def test_a_host_memory_error_is_not_taken_for_a_batch_that_does_not_fit(monkeypatch):
     # the search asks "does batch b fit the tiles?": a layer with no plan that fits
     # (TileMemoryError) says no; the host running out of memory is no answer and propagates
-    from ipukern.nn import api, training
-    ctx = api._context("float32", "float", ik.GC200)
+    from ipukern.nn import max_batch as api, training
+    ctx = nn.plan_context("float32", "float", ik.GC200)
     net = ik.Network("one")
     net.output(net.add(ik.nn.ReLU(), net.input("x", (8,)), name="a"))
 

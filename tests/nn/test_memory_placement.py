@@ -27,7 +27,7 @@ def test_many_layer_weights_spread_over_the_tiles():
     # from 0, so homing each block on its group's first tile stacked all 12 layers'
     # weights on the same few tiles. Homed by use, a tile holds about total / tiles.
     net = deep_cnn()
-    prog = nn.compile_network(net, 4, nn.api._context("float16", "half", SMALL))
+    prog = nn.compile_network(net, 4, nn.plan_context("float16", "half", SMALL))
     _, w = prog.liveness()
     total = 12 * 32 * 32 * 9 * 2
     assert int(w.sum()) == total
@@ -84,7 +84,7 @@ def test_input_copied_and_dying_is_freed_before_the_compute_phase():
     r = m.reserved_bytes_per_tile
     # step a: x + a; step pool: max(a + copy, copy + output) = max(64 + 128, 128 + 32)
     assert [int(v) - r for v in prof.step_peak_bytes] == [128, 192]
-    prog = nn.compile_network(net, 1, nn.api._context("float32", "float", m))
+    prog = nn.compile_network(net, 1, nn.plan_context("float32", "float", m))
     live, _ = prog.liveness()
     assert list(live[1, [0, nt // 2 - 1, nt // 2, nt - 1]]) == [192, 192, 64, 64]
     # the same layer with a read later (a skip): a stays live through the compute phase
@@ -114,7 +114,7 @@ def test_per_channel_parameters_live_linearly_and_are_copied_only_where_used():
     m = ik.GC200
     nt = m.n_tiles
     net = _position_add(nt)
-    prog = nn.compile_network(net, 1, nn.api._context("float32", "float", m))
+    prog = nn.compile_network(net, 1, nn.plan_context("float32", "float", m))
     live, w = prog.liveness()
     assert int(w.sum()) == nt * 8 * 4
     assert list(w[[0, nt // 4 - 1, nt // 4, nt - 1]]) == [128, 128, 0, 0]
@@ -132,7 +132,7 @@ def test_resnet_batch_norm_parameters_do_not_pile_up_in_training():
         y = bn.add(nn.BatchNorm2d(32), y, name=f"bn{i}")
         y = bn.add(nn.ReLU(), y, name=f"relu{i}")
     bn.output(y)
-    prog = nn.compile_network(bn, 4, nn.api._context("float16", "half", SMALL), fold_bn=False)
+    prog = nn.compile_network(bn, 4, nn.plan_context("float16", "half", SMALL), fold_bn=False)
     _, w = prog.liveness()
     conv_w = 6 * 32 * 32 * 9 * 2
     bn_w = 6 * 2 * 32 * 2
@@ -158,7 +158,7 @@ def test_linear_weights_spread_over_every_tile_of_their_plan():
     # tile exactly layers x (rows share) x (block width) x 2 B, computed here by hand.
     L, T, F = 8, 64, 256
     net = deep_mlp(L, T, F)
-    ctx = nn.api._context("float16", "half", SMALL)
+    ctx = nn.plan_context("float16", "half", SMALL)
     prog = nn.compile_network(net, 2, ctx)
     _, w = prog.liveness()
     assert int(w.sum()) == L * F * F * 2

@@ -183,7 +183,7 @@ def test_inplace_elementwise_lowers_peak_by_its_output_and_runs_in_place():
     e = net.add(nn.Tanh(), d, name="e")          # d is a network output: not overwritten
     net.output(e)
     net.output(d)
-    prog = nn.compile_network(net, 1, nn.api._context("float32", "float", ik.GC200))
+    prog = nn.compile_network(net, 1, nn.plan_context("float32", "float", ik.GC200))
     assert [s.inplace for s in prog.steps] == [False, False, True, True, False]
     prof = nn.estimate_network(net, batch=1, dtype="float32", partials="float")
     r = ik.GC200.reserved_bytes_per_tile

@@ -99,7 +99,7 @@ def test_max_pool_step_writes_its_resident(shape):
     buffer: every element and the zero padding of tiles holding fewer planes rewritten)
     and gives the padded computation's bits."""
     import ipukern as ik
-    from ipukern.nn.buffers import BufferPool, pooled
+    from ipukern.nn.host.buffers import BufferPool, pooled
     from ipukern.nn.layout import Rearrangement, Resident, linear_layout
     from ipukern.nn.ops import pool_plan
     nt = ik.GC200.n_tiles

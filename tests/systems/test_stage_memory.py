@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import ipukern as ik
-from ipukern.nn.api import _context
+from ipukern.nn import plan_context
 from ipukern.nn.training import training_schedule
 from ipukern.systems.stage_memory import in_flight, stage_liveness
 from ipukern.systems.train_run import with_loss
@@ -33,7 +33,7 @@ def _live(tm, steps, k=1):
 @pytest.mark.parametrize("checkpoints", [None, ["relu1"]])
 def test_whole_network_as_one_stage_is_the_one_chip_liveness(net, checkpoints):
     tm = _tiles(net, checkpoints=checkpoints, stages=1)
-    _, live, *_ = training_schedule(net, 4, _context("float32", "float", CHIP), recompute=checkpoints,
+    _, live, *_ = training_schedule(net, 4, plan_context("float32", "float", CHIP), recompute=checkpoints,
                                     optimizer=None)
     got = _live(tm, list(range(len(tm.prog.steps))))
     assert np.array_equal(got["live"], live)

@@ -14,6 +14,7 @@ from typing import Any, Mapping, NamedTuple
 
 import numpy as np
 
+from ... import _memo
 from ...core.cost import ZERO_WORKER_OVERHEAD, ceil_div
 from ...dtypes import canonical_dtype
 from ...machine import MachineSpec
@@ -288,3 +289,6 @@ def zeroing_cycles(machine: MachineSpec, n_elems_per_group: int, n_groups: int,
     _positive_int("n_elems_per_group", n_elems_per_group)
     _positive_int("n_groups", n_groups)
     return _zero_cycles(machine, n_elems_per_group, n_groups, canonical_dtype(dtype))
+
+
+_memo.register_lru("conv.estimators.distinct_pieces", _distinct_pieces_int)

@@ -3,7 +3,7 @@
 A cold estimate hands this list to :func:`ipukern.conv.host.plan_worker`, which plans
 the passes on the second core ahead of the estimate. The list is only a hint: a pass it
 misses is planned by the estimate itself, one it lists needlessly costs the worker's time,
-never a different result. It mirrors what :class:`~ipukern.nn.compile.NetworkProgram`
+never a different result. It mirrors what :class:`~ipukern.nn.program.NetworkProgram`
 (forward, node order) and :func:`~ipukern.nn.backward.backward_rows` (reverse node order:
 backward-data, then weight update) plan, through the same helpers.
 """
@@ -14,13 +14,13 @@ import numpy as np
 from contextlib import nullcontext
 from typing import Any
 
-from ..conv.host import PlanKey, plan_worker, spare_core, worker_enabled
-from ..ops.matmul import _conv_params
-from .backward import conv_pass_params, matmul_pass_layout
-from .compile import bn_folds
-from .convops import _PASSES, _PROGRAMS, matmul_params
-from .layers import Conv2d, Linear, MatMul, PlanContext
-from .network import Network
+from ...conv.host import PlanKey, plan_worker, spare_core, worker_enabled
+from ...ops.matmul import _conv_params
+from ..backward import conv_pass_params, matmul_pass_layout
+from ..program import bn_folds
+from ..convops import built_keys, matmul_params
+from ..layers import Conv2d, Linear, MatMul, PlanContext
+from ..network import Network
 
 __all__ = ["network_plan_keys", "prefetch_network_plans"]
 
@@ -90,7 +90,7 @@ def network_plan_keys(net: Network, batch: int, ctx: PlanContext, *, fold_bn: bo
         back.append(b)
         if isinstance(node.layer, Conv2d):
             costed += b
-    built = {(k[0], k[1], k[2], k[4]) for k in list(_PROGRAMS) + list(_PASSES)}
+    built = built_keys()
     keys = dict.fromkeys(fwd + [k for b in reversed(back) for k in b])    # first use, once
     keys = [k for k in keys if k not in built]
     forward = set(fwd)      # a forward conv of the same shape is built by the estimate anyway

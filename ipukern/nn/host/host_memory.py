@@ -3,7 +3,7 @@
 The search compiles the whole network at every batch it tries, and a compile's host memory
 grows with the batch (index tables of the activations' layouts and exchanges). Unguarded,
 EfficientNet-B0's search climbed past batch 256 and a 23 GB host killed it. Each trial now
-runs in :func:`~ipukern.nn.compile.trial_caches` (its cache entries dropped after it), its
+runs in :func:`~ipukern._memo.trial` (its cache entries dropped after it), its
 peak host bytes are measured, and a trial whose predicted bytes exceed what the host has
 available is refused with a :class:`MemoryError` that names the batch, the bytes and the
 largest batch found to fit, instead of the search being killed.
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .compile import trial_caches
+from ..._memo import trial as trial_caches
 
 __all__ = ["HostMemoryGuard", "available_bytes"]
 
@@ -58,7 +58,7 @@ def _reset_peak() -> int | None:
 
 
 class HostMemoryGuard:
-    """``spare(batch)`` for :func:`~ipukern.nn.api.search_max_batch`, run trial by trial in
+    """``spare(batch)`` for :func:`~ipukern.nn.max_batch.search_max_batch`, run trial by trial in
     scoped caches, refusing a batch whose compile would not fit the host's memory.
 
     The prediction is linear in the batch through the origin with the largest bytes per
@@ -84,7 +84,7 @@ class HostMemoryGuard:
                 f"max-batch search stopped before batch {batch}: compiling it needs about "
                 f"{need / 2**30:.1f} GiB of host memory and {avail / 2**30:.1f} GiB is available "
                 f"(largest batch found to fit so far: {self.largest_fit}); search a bounded range "
-                "with ipukern.nn.api.search_max_batch(..., limit=N) or use a larger host")
+                "with ipukern.nn.max_batch.search_max_batch(..., limit=N) or use a larger host")
         before = _reset_peak()
         with trial_caches():
             left = self._spare(batch)

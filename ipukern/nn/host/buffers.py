@@ -4,7 +4,7 @@ Execute mode keeps every activation as a :class:`~ipukern.nn.layout.Resident`: a
 (n_tiles, slot) byte array. A fresh ``np.zeros`` of tens of megabytes per tensor costs the
 host a page fault and a zeroed page for every page it then writes: for a conv's output
 that doubled the time of reading it out of the program's arena. While a network executes
-(:meth:`ipukern.nn.compile.NetworkProgram.execute`) its residents take their buffers from
+(:meth:`ipukern.nn.program.NetworkProgram.execute`) its residents take their buffers from
 a :class:`BufferPool` instead: a buffer nothing references any more (no resident, no
 view) is handed out again with its *padding* (each tile's bytes past its own elements)
 zeroed, exactly as a fresh buffer; the bytes of the elements are stale, and every producer
@@ -118,7 +118,7 @@ def _zero_padding(buf: np.ndarray, layout, n_tiles: int) -> None:
     key = ("_pad_table", n_tiles, buf.shape[1])
     tab = layout.__dict__.get(key)
     if tab is None:
-        from ..core.copies import CopyTable
+        from ...core.copies import CopyTable
         used = layout.elems_per_tile(n_tiles) * layout.itemsize
         pad = buf.shape[1] - used
         t = np.flatnonzero(pad > 0)

@@ -1,0 +1,10 @@
+"""Host-speed machinery of the networks wing, which a reader of the model can skip.
+
+None of it changes a cycle, a byte of the model or a result bit; it only makes the host
+run faster or use less memory:
+
+- :mod:`.arena_out`: a conv's output left in its program's arena for the next conv;
+- :mod:`.buffers`: the residents' reusable host buffers (:data:`~.buffers.POOL`);
+- :mod:`.host_memory`: the max-batch search's host-memory guard (scoped caches per trial);
+- :mod:`.plan_keys`: the conv plans an estimate will ask for, for the planning worker.
+"""
