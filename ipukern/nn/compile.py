@@ -6,7 +6,7 @@ cache (:mod:`ipukern._memo`).
 from __future__ import annotations
 
 from .. import _memo
-from .host.plan_keys import prefetch_network_plans
+from .plan_keys import prefetch_network_plans
 from .layers import PlanContext
 from .network import Network
 from .program import NetworkProgram

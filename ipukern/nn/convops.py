@@ -28,7 +28,7 @@ from ..core.tensor import LazyTileMapping
 from ..dtypes import DTYPES
 from ..machine import MachineSpec
 from ..core.copies import CopyTable
-from .host.arena_out import ArenaOutput, flush, lock_arenas, rearrange_into
+from .arena_out import ArenaOutput, flush, lock_arenas, rearrange_into
 from .layout import Layout, Resident, lazy_layout
 from .ops import OpPlan, affine_plan, fold_weight
 
@@ -164,8 +164,8 @@ def conv_plan(machine: MachineSpec, in_shape: Sequence[int], weight_shape: Seque
     def run(srcs, rearrs, prm, act=None, keep=False):
         """``act`` ("relu"/"relu6", when ``info["fuses"]`` lists it): the network's next
         activation applied by the bias pass (host fusion: same bits, same program).
-        ``keep``: return the output as an :class:`~ipukern.nn.host.arena_out.ArenaOutput` left
-        in the program's arena for the next conv to read (see :mod:`ipukern.nn.host.arena_out`)."""
+        ``keep``: return the output as an :class:`~ipukern.nn.arena_out.ArenaOutput` left
+        in the program's arena for the next conv to read (see :mod:`ipukern.nn.arena_out`)."""
         if act is not None and not (fusable and act in _FUSED_ACTS):
             raise ValueError(f"conv2d: cannot fuse activation {act!r} (float32 with bias: "
                              f"{sorted(_FUSED_ACTS)})")

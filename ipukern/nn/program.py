@@ -54,7 +54,7 @@ class Step:
     #: execute mode: this activation was applied by its producer (see fused_act)
     fused: bool = False
     #: execute mode: this conv leaves its output in its program's arena for the next conv
-    #: (:mod:`ipukern.nn.host.arena_out`)
+    #: (:mod:`ipukern.nn.arena_out`)
     keep: bool = False
 
     @property
@@ -244,7 +244,7 @@ class NetworkProgram:
     def _mark_kept(self) -> None:
         """Execute mode: a conv whose output (after a fused activation, if any) is read by
         one conv or matmul alone, with no run of the same program in between, leaves it in
-        its arena for that reader's rearrangement (:mod:`ipukern.nn.host.arena_out`): one host
+        its arena for that reader's rearrangement (:mod:`ipukern.nn.arena_out`): one host
         copy fewer. Only a hint: whatever reads the output gets the same bytes either way."""
         uses: dict[str, list[int]] = {}
         for i, s in enumerate(self.steps):

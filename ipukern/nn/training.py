@@ -43,7 +43,7 @@ from .grad_ops import accumulate_flags
 from .compile import compile_network
 from .layers import PlanContext
 from .network import Network
-from .host.plan_keys import prefetch_network_plans
+from .plan_keys import prefetch_network_plans
 from .profile import NetworkProfile
 
 __all__ = ["estimate_training", "training_schedule"]

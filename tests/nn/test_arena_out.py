@@ -1,5 +1,5 @@
 """Conv outputs read by the next conv straight from their program's arena
-(:mod:`ipukern.nn.host.arena_out`): the same bits as copying every output out first, at every
+(:mod:`ipukern.nn.arena_out`): the same bits as copying every output out first, at every
 thread count, when every conv keeps its output (so programs run again before their kept
 outputs are read and must copy them out first), and from several threads at once."""
 import contextlib
@@ -10,7 +10,7 @@ import pytest
 import ipukern as ik
 from ipukern.nn import program as C
 from ipukern.nn import plan_context
-from ipukern.nn.host.arena_out import ArenaOutput
+from ipukern.nn.arena_out import ArenaOutput
 from ipukern.nn.compile import compile_network
 from ipukern.nn.layout import Rearrangement, Resident, linear_layout
 from tests._support.threads import race

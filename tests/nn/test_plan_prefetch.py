@@ -14,7 +14,7 @@ from ipukern.conv.host import prefetch
 from ipukern.conv import ConvParams, plan_conv
 from ipukern.nn import convops
 from ipukern.nn.layers import PlanContext
-from ipukern.nn.host.plan_keys import network_plan_keys
+from ipukern.nn.plan_keys import network_plan_keys
 from ipukern.nn.zoo_bert import bert
 from tests._support.nets import tiny_cnn
 

@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from ...core.copies import CopyTable
-from ..layout import Layout, Rearrangement, Resident
+from ..core.copies import CopyTable
+from .layout import Layout, Rearrangement, Resident
 
 __all__ = ["ArenaOutput", "flush", "lock_arenas", "rearrange_into"]
 

@@ -14,13 +14,13 @@ import numpy as np
 from contextlib import nullcontext
 from typing import Any
 
-from ...conv.host import PlanKey, plan_worker, spare_core, worker_enabled
-from ...ops.matmul import _conv_params
-from ..backward import conv_pass_params, matmul_pass_layout
-from ..program import bn_folds
-from ..convops import built_keys, matmul_params
-from ..layers import Conv2d, Linear, MatMul, PlanContext
-from ..network import Network
+from ..conv.host import PlanKey, plan_worker, spare_core, worker_enabled
+from ..ops.matmul import _conv_params
+from .backward import conv_pass_params, matmul_pass_layout
+from .program import bn_folds
+from .convops import built_keys, matmul_params
+from .layers import Conv2d, Linear, MatMul, PlanContext
+from .network import Network
 
 __all__ = ["network_plan_keys", "prefetch_network_plans"]
 
