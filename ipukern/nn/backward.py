@@ -36,8 +36,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..conv import ConvParams, backward_data_pass, weight_update_pass
-from ..ops.matmul import _layout, _orient
-from ..ops.matmul_grad import _pass_shapes
+from ..ops.matmul import matmul_conv, matmul_convs
+from ..ops.matmul_grad import matmul_pass_shapes
 from .convops import pass_program
 from .grad_ops import (EXECUTABLE, FROM_OUTPUT, PassRow, bn_stats_row, deliver_rows, flush_rows,
                        vector_grad_rows)
@@ -105,10 +105,10 @@ def conv_pass_params(layer, in_shape, ctx) -> tuple[ConvParams, ConvParams, Conv
     return fwd, backward_data_pass(fwd).params, weight_update_pass(fwd).params
 
 
-def matmul_pass_layout(shape_a, shape_b, which: str):
-    """The product a matmul's gradient pass runs (``which``: "a" for the input gradient
-    of ``a``, "b" for that of ``b``), before choosing its orientation."""
-    return _layout(*_pass_shapes(shape_a, shape_b, which))
+def matmul_pass_convs(shape_a, shape_b, which: str, ctx) -> list:
+    """Both orientations of the product a matmul's gradient pass runs (``which``: "a" for
+    the input gradient of ``a``, "b" for that of ``b``)."""
+    return matmul_convs(*matmul_pass_shapes(shape_a, shape_b, which), ctx.dtype, ctx.partials)
 
 
 def _matmul_rows(name, op, shape_a, shape_b, ctx, *, grad_a: bool, grad_b_pass: str | None, runs=None):
@@ -118,8 +118,8 @@ def _matmul_rows(name, op, shape_a, shape_b, ctx, *, grad_a: bool, grad_b_pass: 
         if not wanted:
             continue
         # the orientation ipukern.matmul would run (C = A B or C^T = B^T A^T)
-        p, _ = _orient(matmul_pass_layout(shape_a, shape_b, which), ctx.dtype, ctx.partials,
-                       ctx.machine, None, ctx.amp)
+        p, _ = matmul_conv(*matmul_pass_shapes(shape_a, shape_b, which), ctx.dtype, ctx.partials,
+                           machine=ctx.machine, amp=ctx.amp)
         rows.append(_conv_row(f"{name}.{'grad_a' if which == 'a' else 'grad_b'}", op, pass_, p,
                               ctx.machine, fl, None if runs is None else runs[which], ctx.amp))
     return rows

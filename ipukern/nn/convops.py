@@ -23,6 +23,7 @@ import numpy as np
 from .. import _memo
 from ..conv import MAX_INPUT_OWNERS, ConvParams, ConvProgram, bias_codelets, build_conv_program, plan_conv
 from ..conv.host import BuiltPass, take, take_built
+from ..ops.matmul import matmul_conv_params
 from ..core.engine import run_program
 from ..core.tensor import LazyTileMapping
 from ..dtypes import DTYPES
@@ -214,14 +215,9 @@ def _transposed(w: np.ndarray) -> np.ndarray:
 
 def matmul_params(a_shape: Sequence[int], b_shape: Sequence[int], dtype: str,
                   partials: str) -> ConvParams:
-    """The 1x1 grouped conv :func:`matmul_plan` plans for ``a @ b``."""
-    a3 = tuple(a_shape) if len(a_shape) == 3 else (1,) + tuple(a_shape)
-    b3 = tuple(b_shape) if len(b_shape) == 3 else (1,) + tuple(b_shape)
-    G, M, K = a3
-    if b3[0] != G or b3[1] != K:
-        raise ValueError(f"matmul shapes {tuple(a_shape)} @ {tuple(b_shape)} do not match")
-    return ConvParams(batch=1, in_channels=G * K, out_channels=G * M, in_h=1, in_w=b3[2],
-                      kernel_h=1, kernel_w=1, groups=G, dtype=dtype, partials=partials)
+    """The 1x1 grouped conv :func:`matmul_plan` plans for ``a @ b``: the direct orientation
+    (``a`` as the weights) of the one matmul-as-conv rule, :func:`~ipukern.ops.matmul.matmul_conv`."""
+    return matmul_conv_params(a_shape, b_shape, dtype, partials)
 
 
 def matmul_plan(machine: MachineSpec, a_shape: Sequence[int], b_shape: Sequence[int], *,

@@ -15,8 +15,7 @@ from contextlib import nullcontext
 from typing import Any
 
 from ..conv.host import PlanKey, plan_worker, spare_core, worker_enabled
-from ..ops.matmul import _conv_params
-from .backward import conv_pass_params, matmul_pass_layout
+from .backward import conv_pass_params, matmul_pass_convs
 from .program import bn_folds
 from .convops import built_keys, matmul_params
 from .layers import Conv2d, Linear, MatMul, PlanContext
@@ -27,12 +26,8 @@ __all__ = ["network_plan_keys", "prefetch_network_plans"]
 
 def _matmul_pass_keys(shape_a, shape_b, which: str, ctx: PlanContext) -> list[PlanKey]:
     """Both orientations of a matmul gradient pass (its orientation is chosen by planning
-    both, :func:`ipukern.ops.matmul._orient`)."""
-    lay = matmul_pass_layout(shape_a, shape_b, which)
-    out = [_conv_params(lay, ctx.dtype, ctx.partials, False)]
-    if lay.M != lay.N:
-        out.append(_conv_params(lay, ctx.dtype, ctx.partials, True))
-    return [(p, ctx.machine, False, ctx.amp) for p in out]
+    both, :func:`ipukern.ops.matmul.matmul_conv`)."""
+    return [(p, ctx.machine, False, ctx.amp) for p in matmul_pass_convs(shape_a, shape_b, which, ctx)]
 
 
 def _layer_keys(layer, in_shapes, ctx: PlanContext, bias: bool, backward: bool,

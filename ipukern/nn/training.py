@@ -46,7 +46,7 @@ from .network import Network
 from .plan_keys import prefetch_network_plans
 from .profile import NetworkProfile
 
-__all__ = ["estimate_training", "training_schedule"]
+__all__ = ["checkpoint_segments", "estimate_training", "training_schedule"]
 
 #: training schedules kept (LRU), by network version, batch, context and options: the
 #: max-batch search and repeated estimates reuse them
@@ -326,6 +326,13 @@ def _checkpoint_nodes(prog, recompute) -> set[str]:
         if any(n in s.layers for n in names):
             out.add(s.node)
     return out
+
+
+def checkpoint_segments(prog, recompute) -> tuple[list[int] | None, set[str]]:
+    """The recomputation segments of a training program: the segment index of each forward
+    step (None without recomputation) and the nodes of the checkpoint layers (the seam the
+    multi-IPU stage model and executor use)."""
+    return _segments(prog, recompute), _checkpoint_nodes(prog, recompute)
 
 
 def estimate_training(net: Network, batch: int, ctx: PlanContext, *, recompute: Any = None,

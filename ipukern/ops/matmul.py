@@ -33,7 +33,7 @@ from .._checks import as_shape
 from ._cache import as_array, cached_plan, cached_program, execute, profile_kw
 from ._torch import like_input, shape_and_dtype, to_numpy
 
-__all__ = ["MatmulRun", "matmul", "estimate_matmul", "matmul_conv_params"]
+__all__ = ["MatmulRun", "matmul", "estimate_matmul", "matmul_conv", "matmul_convs", "matmul_conv_params"]
 
 
 @dataclass
@@ -110,8 +110,29 @@ def _layout(shape_a: Sequence[int], shape_b: Sequence[int]) -> _Layout:
 
 def matmul_conv_params(shape_a: Sequence[int], shape_b: Sequence[int], dtype: Any,
                        partials: Any = "float") -> ConvParams:
-    """The 1x1 grouped conv that computes ``a @ b`` for these shapes."""
+    """The 1x1 grouped conv that computes ``a @ b`` for these shapes (direct orientation)."""
     return _conv_params(_layout(shape_a, shape_b), dtype, partials, False)
+
+
+def matmul_convs(shape_a: Sequence[int], shape_b: Sequence[int], dtype: Any,
+                 partials: Any = "float") -> list[ConvParams]:
+    """The orientations :func:`matmul_conv` chooses between: ``C = A B`` (A as weights)
+    and, when M != N, ``C^T = B^T A^T`` (B^T as weights)."""
+    lay = _layout(shape_a, shape_b)
+    out = [_conv_params(lay, dtype, partials, False)]
+    if lay.M != lay.N:
+        out.append(_conv_params(lay, dtype, partials, True))
+    return out
+
+
+def matmul_conv(shape_a: Sequence[int], shape_b: Sequence[int], dtype: Any, partials: Any = "float",
+                *, machine: MachineSpec, method: str | None = None,
+                amp: float | None = None) -> tuple[ConvParams, bool]:
+    """The one matmul-as-conv rule: the 1x1 grouped conv that runs ``a @ b`` on ``machine``
+    and whether it is the transposed orientation (the planner's cheaper of
+    :func:`matmul_convs`; the same choice whatever the vertex). :func:`matmul`, the
+    gradient passes and a network's backward all use it."""
+    return _orient(_layout(shape_a, shape_b), dtype, partials, machine, method, amp)
 
 
 #: the two ways to map C = A @ B onto a conv: A as the weights (field = N), or, transposed,

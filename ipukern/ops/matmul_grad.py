@@ -21,6 +21,7 @@ from ._cache import as_array
 from .matmul import MatmulRun, _layout, estimate_matmul, matmul
 
 __all__ = [
+    "matmul_pass_shapes",
     "estimate_matmul_backward_data",
     "estimate_matmul_backward_weight",
     "matmul_backward_data",
@@ -144,7 +145,7 @@ def matmul_backward_weight(grad_output: np.ndarray, a: np.ndarray, b_shape: Sequ
     return _run(lhs, rhs, target, "matmul_backward_weight", "wu", machine, partials, method)
 
 
-def _pass_shapes(shape_a, shape_b, which: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def matmul_pass_shapes(shape_a, shape_b, which: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """The (lhs, rhs) shapes of the pass product, exactly as the execute path builds them."""
     batch, kept, reduced, _ = _grad_plan(shape_a, shape_b, which)
     sa, sb = tuple(shape_a), tuple(shape_b)
@@ -163,7 +164,7 @@ def estimate_matmul_backward_data(shape_a: Sequence[int], shape_b: Sequence[int]
                                   dtype: Any = "float16", machine: MachineSpec | str = GC200,
                                   partials: Any = "float", method: str | None = None) -> Profile:
     """The cycles :func:`matmul_backward_data` reports for ``A @ B`` of these shapes."""
-    la, lb = _pass_shapes(shape_a, shape_b, "a")
+    la, lb = matmul_pass_shapes(shape_a, shape_b, "a")
     prof = estimate_matmul(la, lb, dtype=dtype, machine=machine, partials=partials, method=method)
     return _relabel(prof, "matmul_backward_data", "bwd")
 
@@ -172,6 +173,6 @@ def estimate_matmul_backward_weight(shape_a: Sequence[int], shape_b: Sequence[in
                                     dtype: Any = "float16", machine: MachineSpec | str = GC200,
                                     partials: Any = "float", method: str | None = None) -> Profile:
     """The cycles :func:`matmul_backward_weight` reports for ``A @ B`` of these shapes."""
-    la, lb = _pass_shapes(shape_a, shape_b, "b")
+    la, lb = matmul_pass_shapes(shape_a, shape_b, "b")
     prof = estimate_matmul(la, lb, dtype=dtype, machine=machine, partials=partials, method=method)
     return _relabel(prof, "matmul_backward_weight", "wu")

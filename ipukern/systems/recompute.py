@@ -55,9 +55,8 @@ def stage_plan(prog: Any, steps: list, recompute: Any, keep: set[str]) -> StageP
         return StagePlan([(list(steps), True)], {st.node for st in steps} - keep)
     if not recompute:
         return StagePlan([(list(steps), False)], set())
-    from ..nn.training import _checkpoint_nodes, _segments
-    seg = _segments(prog, recompute)
-    ckpt = _checkpoint_nodes(prog, recompute)
+    from ..nn.training import checkpoint_segments
+    seg, ckpt = checkpoint_segments(prog, recompute)
     index = {st.node: i for i, st in enumerate(prog.steps)}
     consumers: dict[str, list[int]] = {}
     for i, st in enumerate(prog.steps):

@@ -210,12 +210,11 @@ class TileMemory:
                  shard, n_stages, amp=None):
         from ..nn.layers import plan_context
         from ..nn.compile import compile_network
-        from ..nn.training import _checkpoint_nodes, _segments, training_schedule
+        from ..nn.training import checkpoint_segments, training_schedule
         ctx = plan_context(dtype, partials, chip, amp)
         self.rows = training_schedule(net, mb, ctx, recompute=checkpoints, optimizer=None)[0]
         self.prog = compile_network(net, mb, ctx, fold_bn=False)
-        self.seg = _segments(self.prog, checkpoints)
-        self.ckpt = _checkpoint_nodes(self.prog, checkpoints)
+        self.seg, self.ckpt = checkpoint_segments(self.prog, checkpoints)
         layer_at = {n: k for k, (n, _) in enumerate(net.layers)}
         self.step_layer = [layer_at[st.node] for st in self.prog.steps]
         self.chip, self.outputs = chip, list(net.outputs)

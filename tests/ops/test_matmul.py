@@ -132,3 +132,18 @@ def test_transposed_orientation_matches_numpy_and_its_estimate(sa, sb, dtype):
     run = check(sa, sb, dtype)
     assert run.profile.info["orientation"] == "(B^T A^T)^T"
     assert ik.estimate_matmul(sa, sb, dtype=dtype).total_cycles == run.profile.total_cycles
+
+
+@pytest.mark.parametrize("sa, sb", [((64, 512), (512, 8)), ((8, 512), (512, 64)), ((4, 32, 16), (4, 16, 96)),
+                                    ((128, 64), (64, 128))])
+def test_one_matmul_as_conv_rule(sa, sb):
+    """ik.estimate_matmul runs the orientation matmul_conv picks, among matmul_convs'; a
+    network's forward plans the direct one (matmul_conv_params)."""
+    from ipukern.nn.convops import matmul_params
+    from ipukern.ops.matmul import matmul_conv, matmul_conv_params, matmul_convs
+    p, transposed = matmul_conv(sa, sb, "float16", "float", machine=ik.GC200)
+    convs = matmul_convs(sa, sb, "float16", "float")
+    assert p == convs[int(transposed)] and len(convs) == (1 if sa[-2] == sb[-1] else 2)
+    prof = ik.estimate_matmul(sa, sb, dtype="float16")
+    assert prof.info["orientation"] == ("(B^T A^T)^T" if transposed else "A@B")
+    assert matmul_params(sa, sb, "float16", "float") == matmul_conv_params(sa, sb, "float16") == convs[0]
