@@ -140,7 +140,7 @@ def _layer_seconds(layer: Any, in_shapes: list, out_shape: tuple, dt: str, gpu: 
     """(forward seconds, why) of one layer on one GPU."""
     op = getattr(layer, "op", "")
     if op == "conv2d":
-        p = dataclasses.replace(layer._params(tuple(in_shapes[0])), dtype=dt)
+        p = dataclasses.replace(layer.conv_params(tuple(in_shapes[0])), dtype=dt)
         e = estimate_conv(p, gpu, efficiency=curve)
         return e.seconds, f"{e.bound}-bound conv"
     if op == "linear":

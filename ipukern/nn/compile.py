@@ -31,7 +31,7 @@ trial_caches = _memo.trial
 
 def compile_network(net: Network, batch: int, ctx: PlanContext, *, fold_bn: bool = True) -> NetworkProgram:
     """The compiled program (cached by network version, batch, context and folding)."""
-    key = (id(net), net._version, batch, ctx, fold_bn)
+    key = (id(net), net.version, batch, ctx, fold_bn)
     prog = _PROGRAMS.get(key)
     if prog is not None and prog.net is net:
         return prog

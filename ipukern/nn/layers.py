@@ -181,7 +181,8 @@ class Conv2d(Layer):
     def weight_shape(self) -> tuple:
         return (self.out_channels, self.in_channels // self.groups) + self.kernel_size
 
-    def _params(self, shape, ctx=None) -> ConvParams:
+    def conv_params(self, shape, ctx=None) -> ConvParams:
+        """The :class:`~ipukern.conv.ConvParams` of this layer on an input of ``shape`` (N, C, H, W)."""
         _check_rank(self, shape, 4, "N, C, H, W")
         if shape[1] != self.in_channels:
             raise ValueError(f"{self.describe()} expects {self.in_channels} input channels, got "
@@ -191,7 +192,7 @@ class Conv2d(Layer):
                                       groups=self.groups)
 
     def out_shape(self, shapes):
-        return self._params(tuple(shapes[0])).output_shape
+        return self.conv_params(tuple(shapes[0])).output_shape
 
     def param_shapes(self, shapes):
         ps = {"weight": self.weight_shape()}

@@ -52,6 +52,13 @@ class Network:
         self._shape1: dict[str, tuple[int, ...]] = {}
 
     # ------------------------------------------------------------------ building
+
+    @property
+    def version(self) -> int:
+        """Changes whenever an input, a layer or an output is added: caches keyed by a network
+        (plans, schedules, derived networks) check it."""
+        return self._version
+
     def _new_name(self, name: str | None, op: str) -> str:
         if name is None:
             k = self._count.get(op, 0)

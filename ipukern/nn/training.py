@@ -144,7 +144,7 @@ def _cached(net, batch, ctx, recompute, opt, state_location, sdt: tuple = ()) ->
     """The cached ``(schedule, intervals)`` of :func:`training_schedule` (``sdt``: the state
     slots' types, :func:`ipukern.ops.optim.state_dtypes`)."""
     rkey = tuple(recompute) if isinstance(recompute, (list, tuple)) else (recompute,)
-    key = (id(net), net._version, batch, ctx, rkey, opt, state_location, sdt)
+    key = (id(net), net.version, batch, ctx, rkey, opt, state_location, sdt)
     hit = _SCHEDULES.get(key)
     if hit is not None and hit[0] is net:
         return hit[1], hit[2]

@@ -79,7 +79,7 @@ def with_loss(net: Any, labels: str = "labels") -> Any:
     if getattr(out, "op", None) == "softmax_cross_entropy":
         return net
     hit = _WITH_LOSS.get(net)
-    if hit is not None and hit[0] == net._version:
+    if hit is not None and hit[0] == net.version:
         return hit[1]
     if len(net.outputs) != 1:
         raise ValueError(f"network {net.name!r} has outputs {net.outputs}; a loss needs exactly one (logits)")
@@ -92,7 +92,7 @@ def with_loss(net: Any, labels: str = "labels") -> Any:
     lab = new.input(labels, (), kind="int")
     new.output(new.add(L.SoftmaxCrossEntropy(), net.outputs[0], lab, name="loss"))
     new.params = net.params
-    _WITH_LOSS[net] = (net._version, new)
+    _WITH_LOSS[net] = (net.version, new)
     return new
 
 
