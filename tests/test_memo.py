@@ -82,7 +82,7 @@ def test_register_clear_all_info_and_trial():
 
 
 def test_clear_plan_cache_clears_a_networks_conv_programs():
-    from tests.nets import tiny_cnn
+    from tests._support.nets import tiny_cnn
     net = tiny_cnn(bn=True)
     ik.estimate_network(net, batch=2, allow_overflow=True)
     assert len(convops._PROGRAMS) > 0

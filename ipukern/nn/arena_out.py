@@ -129,7 +129,7 @@ def rearrange_into(rearr: Rearrangement, src: Resident, dst_data: np.ndarray) ->
             m = y.mapping
             tab = CopyTable(m.tile, y.offset, m.tile, rearr.dst.byte_offsets, m.count * y.itemsize)
         else:
-            from ..layout import copy_table
+            from .layout import copy_table
             tab = CopyTable(*copy_table(lay, rearr.dst))
         hit = cache[id(prog)] = (prog, tab)
     hit[1].run(dst_data, prog.device.arena.data)

@@ -39,7 +39,7 @@ def test_max_pool_kernel_bitwise_equals_padded(seed, H, W, kh, kw, sh, sw, speci
         v[(pick >= 0.2) & (pick < 0.3)] = 0.0
         v[(pick >= 0.3) & (pick < 0.35)] = -np.inf
         v[pick >= 0.95] = np.inf
-    from ipukern.core.host import threads as th
+    from ipukern.core import threads as th
     prev = th._NUM_THREADS
     th.set_num_threads(threads)
     try:
