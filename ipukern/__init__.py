@@ -4,13 +4,13 @@ Runs grouped convolutions and matmuls tile by tile in Bulk-Synchronous-Parallel 
 returns exact results and a cycle profile of what the real chip would take.
 """
 from .dtypes import canonical_dtype
-from .core.engine import Device, get_num_threads, run_program, set_num_threads
+from .core import Device, get_num_threads, run_program, set_num_threads
 from .graph import Graph, GraphTensor, choose_grid, grid_mapping
 from .machine import BOW, GC2, GC200, PRESETS, MachineSpec, get_machine
-from .core.memory import MemoryReport, TileMemory, TileMemoryError
+from .core import MemoryReport, TileMemory, TileMemoryError
 from .ops.conv import (ConvRun, clear_plan_cache, conv2d, estimate_conv2d, plan_cache_info, plan_conv2d,
                        set_plan_cache_limit)
-from .ops.matmul import MatmulRun, estimate_matmul, matmul
+from .ops import MatmulRun, estimate_matmul, matmul
 from .ops.conv_grad import (conv2d_backward_data, conv2d_backward_weight,
                             estimate_conv2d_backward_data, estimate_conv2d_backward_weight)
 from .ops.optim import (Optimizer, OptimizerRun, estimate_optimizer_step, get_optimizer,
@@ -18,9 +18,9 @@ from .ops.optim import (Optimizer, OptimizerRun, estimate_optimizer_step, get_op
 from .ops.matmul_grad import (estimate_matmul_backward_data, estimate_matmul_backward_weight,
                               matmul_backward_data, matmul_backward_weight)
 from .conv import ConvParams
-from .core.profile import Profile, SuperstepRecord
-from .core.program import ComputeSet, Exchange, ExchangeError, Program, Superstep, VertexBatch
-from .core.tensor import TileMapping, TileTensor
+from .core import Profile, SuperstepRecord
+from .core import ComputeSet, Exchange, ExchangeError, Program, Superstep, VertexBatch
+from .core import TileMapping, TileTensor
 from .systems import (BOW_2000, BOW_POD16, BOW_POD64, IPU_M2000, IPU_POD16, IPU_POD64, CollectiveCost,
                       Link, LinkExchange, System, SystemConfigError, SystemDevice, SystemProgram,
                       SystemSuperstep, SystemTensor, all_gather, all_reduce, broadcast,

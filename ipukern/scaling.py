@@ -73,7 +73,7 @@ from ._pool import run_points
 from .dtypes import canonical_dtype, partials_dtype
 from .gpu import A100_40GB, GPUSpec, estimate_conv, get_efficiency_curve, get_gpu
 from .machine import GC200, MachineSpec, get_machine, with_exchange_bandwidth
-from .ops.conv import estimate_conv2d
+from .ops import estimate_conv2d
 from .conv import ConvParams
 
 __all__ = [

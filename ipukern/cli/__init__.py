@@ -36,7 +36,7 @@ import os
 import sys
 from typing import NoReturn, Sequence
 
-from ..core.memory import TileMemoryError
+from ..core import TileMemoryError
 from . import diff, info, layer, network, scaling, train, validate
 from ._common import Progress
 

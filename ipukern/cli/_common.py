@@ -131,7 +131,7 @@ def state_dtype_arg(text: str) -> Any:
 
 def add_optimizer(p: argparse.ArgumentParser) -> None:
     """The ``--optimizer`` option of ``ipukern train``, ``compare`` and ``network``."""
-    from ..ops.optim import OPTIMIZERS
+    from ..ops import OPTIMIZERS
     p.add_argument("--optimizer", default="sgd_momentum", choices=list(OPTIMIZERS),
                    help="training optimizer: " + ", ".join(OPTIMIZERS) + " (default sgd_momentum; "
                         "lars skips 1-D tensors: biases and norm scales/shifts)")

@@ -80,7 +80,7 @@ def _cmd_conv(args: argparse.Namespace) -> int:
 def _cmd_matmul(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from ..ops.matmul import estimate_matmul, matmul
+    from ..ops import estimate_matmul, matmul
 
     m, k, n = args.shape
     if min(m, k, n) < 1:

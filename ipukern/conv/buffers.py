@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.engine import Device
+from ..core import Device
 from ..dtypes import DTYPES
 from .layout import TileGeometry
 from .planner import ConvPlan

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..core.cost import elementwise_cycles_array
-from ..core.engine import Device, get_num_threads
+from ..core import Device, get_num_threads
 from ..core.copies import CopyTable, balanced_bounds
 from ..core.program import ArgViews, Program, Superstep, VertexBatch
 from ..core.tensor import LazyTileMapping, TileMapping, TileTensor, expand

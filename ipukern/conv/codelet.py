@@ -231,7 +231,7 @@ def conv_tiles_checked(data, tiles, win_off, w_off, out_off, dims, kh, kw, sh=1,
                     {"window": (arrs["win_off"], wb), "weights": (arrs["w_off"], kb)},
                     {"output": (arrs["out_off"], ob)})
     if n_threads is None:
-        from ..core.engine import get_num_threads
+        from ..core import get_num_threads
         n_threads = get_num_threads()
     n_threads = int(n_threads)
     if n_threads < 1:

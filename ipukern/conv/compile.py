@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from ..core.engine import Device
-from ..core.memory import TileMemoryError
+from ..core import Device
+from ..core import TileMemoryError
 from ..machine import MachineSpec
 from . import search
 from .build import ConvProgram, build_direct_program

@@ -51,7 +51,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.cost import exchange_cycles
-from ..core.tensor import split_bounds
+from ..core import split_bounds
 from ..machine import MachineSpec
 from .layout import geometry, owned_input_segments
 from .params import ConvParams, expanded_params

@@ -23,12 +23,12 @@ import dataclasses
 
 import numpy as np
 
-from ..core.engine import Device
-from ..core.program import Superstep, VertexBatch
-from ..core.tensor import expand, split_bounds
+from ..core import Device
+from ..core import Superstep, VertexBatch
+from ..core import expand, split_bounds
 from .build import ConvProgram, build_direct_program, conv_program
 from .expand import box_row_step, source_boxes, transform_copy_cycles
-from ..core.copies import CopyTable
+from ..core import CopyTable
 from .layout import StridedCopies, owned_input_segments
 
 __all__ = ["build_expanded_program"]

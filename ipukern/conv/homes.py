@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from ..core.tensor import expand
-from ..core.copies import CopyTable
+from ..core import expand
+from ..core import CopyTable
 
 __all__ = ["MIN_HOME_BYTES", "home_pieces", "kernel_block_runs", "spread_weight_copies",
            "spread_weight_runs"]

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..core.copies import CopyTable
-from ..core.tensor import expand, split_bounds
+from ..core import CopyTable
+from ..core import expand, split_bounds
 from .params import ConvParams
 
 __all__ = ["Split", "split_ranges", "TileGeometry", "geometry", "window_copies",

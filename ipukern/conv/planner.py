@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..core.cost import ceil_div
-from ..core.memory import TileMemoryError
+from ..core import TileMemoryError
 from ..machine import MachineSpec
 from .estimators import VertexMethod
 from .expand import transform_estimate, with_transform

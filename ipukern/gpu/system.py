@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from ..dtypes import DTYPES, canonical_dtype
-from ..ops.optim import OPTIMIZER_WORDS
+from ..ops import OPTIMIZER_WORDS
 from ..systems.training import training_samples
 from .model import A100_40GB, GPUSpec, estimate_conv, estimate_matmul, get_efficiency_curve, get_gpu
 

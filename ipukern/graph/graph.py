@@ -49,13 +49,13 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..dtypes import DTYPES, canonical_dtype
-from ..core.engine import Device
+from ..core import Device
 from ..machine import GC200, MachineSpec
-from ..core.memory import TileMemoryError
-from ..core.profile import Profile
+from ..core import TileMemoryError
+from ..core import Profile
 from ..core.collectives import all_reduce
 from ..core.program import ArgViews, ComputeSet, Exchange, Program, Superstep, VertexBatch
-from ..core.tensor import TileMapping, TileTensor
+from ..core import TileMapping, TileTensor
 from .grid import GridGeometry, choose_grid, grid_mapping, split_bounds
 from .tensor import GraphTensor
 from .tilefn import TileFunction, TileFunctionError

@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..core.tensor import TileMapping, expand, split_bounds
+from ..core import TileMapping, expand, split_bounds
 
 __all__ = ["split_bounds", "choose_grid", "grid_mapping", "GridGeometry"]
 

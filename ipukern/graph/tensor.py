@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..core.tensor import TileTensor
+from ..core import TileTensor
 from ..dtypes import DTYPES
 from .grid import GridGeometry
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.memory import TileMemoryError
+from ..core import TileMemoryError
 from ..machine import GC200, MachineSpec
 from .compile import compile_network
 from .max_batch import max_batch

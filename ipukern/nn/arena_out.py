@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.copies import CopyTable
+from ..core import CopyTable
 from .layout import Layout, Rearrangement, Resident
 
 __all__ = ["ArenaOutput", "flush", "lock_arenas", "rearrange_into"]

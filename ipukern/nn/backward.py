@@ -134,7 +134,7 @@ def _host(env, node: str, shape=None) -> np.ndarray:
 def _conv_runs(step, ctx):
     """Execute the conv passes (planned convs of their own, :mod:`ipukern.ops.conv_grad`):
     operands leave the tiles and the results return to them through the host."""
-    from ..ops.conv_grad import conv2d_backward_data, conv2d_backward_weight
+    from ..ops import conv2d_backward_data, conv2d_backward_weight
     from .layout import Resident
     L, node, nt = step.layer, step.node, ctx.machine.n_tiles
     hp = {"stride": L.stride, "padding": L.padding, "dilation": L.dilation, "groups": L.groups}
@@ -154,7 +154,7 @@ def _conv_runs(step, ctx):
 
 
 def _matmul_runs(step, ctx, linear: bool):
-    from ..ops.matmul_grad import matmul_backward_data, matmul_backward_weight
+    from ..ops import matmul_backward_data, matmul_backward_weight
     from .layout import Resident
     L, node, nt = step.layer, step.node, ctx.machine.n_tiles
     s0 = step.in_shapes[0]

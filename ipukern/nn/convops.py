@@ -23,12 +23,12 @@ import numpy as np
 from .. import _memo
 from ..conv import MAX_INPUT_OWNERS, ConvParams, ConvProgram, bias_codelets, build_conv_program, plan_conv
 from ..conv.host import BuiltPass, take, take_built
-from ..ops.matmul import matmul_conv_params
-from ..core.engine import run_program
+from ..ops import matmul_conv_params
+from ..core import run_program
 from ..core.tensor import LazyTileMapping
 from ..dtypes import DTYPES
 from ..machine import MachineSpec
-from ..core.copies import CopyTable
+from ..core import CopyTable
 from .arena_out import ArenaOutput, flush, lock_arenas, rearrange_into
 from .layout import Layout, Resident, lazy_layout
 from .ops import OpPlan, affine_plan, fold_weight
@@ -206,7 +206,7 @@ def _transposed(w: np.ndarray) -> np.ndarray:
     if w.ndim != 2 or w.dtype.itemsize != 4:
         return np.ascontiguousarray(w.T)
     from .._kernels import _vertices
-    from ..core.threads import get_num_threads
+    from ..core import get_num_threads
     out = np.empty(w.shape[::-1], w.dtype)
     _vertices.transpose32(np.ascontiguousarray(w).view(np.uint32), out.view(np.uint32),
                           get_num_threads())

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ..core.profile import SuperstepRecord
+from ..core import SuperstepRecord
 from . import cycles
 from .grad_cycles import nonlinearity_grad_cycles, pool_grad_cycles
 from .layout import Layout, Resident, linear_layout
@@ -399,7 +399,7 @@ def _loss(step, ctx):
 
 
 def _embedding(step, ctx):
-    from ..core.copies import copy_runs
+    from ..core import copy_runs
     m, nt, dt = ctx.machine, ctx.machine.n_tiles, ctx.dtype
     V, D = step.layer.num_embeddings, step.layer.dim
     out = step.plan.output

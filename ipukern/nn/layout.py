@@ -22,9 +22,9 @@ from functools import cached_property
 import numpy as np
 
 from ..core import cost
-from ..core.profile import SuperstepRecord
-from ..core.copies import CopyTable, copy_runs
-from ..core.tensor import TileMapping
+from ..core import SuperstepRecord
+from ..core import CopyTable, copy_runs
+from ..core import TileMapping
 from ..dtypes import DTYPES
 from ..machine import MachineSpec
 from .host.buffers import take_buffer

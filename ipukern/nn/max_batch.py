@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..core.memory import TileMemoryError
+from ..core import TileMemoryError
 from .compile import compile_network
 from .layers import PlanContext
 from .network import Network

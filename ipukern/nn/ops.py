@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..core import cost
-from ..core.profile import SuperstepRecord
+from ..core import SuperstepRecord
 from ..dtypes import DTYPES
 from ..machine import MachineSpec
 from . import cycles
@@ -234,7 +234,7 @@ def _add_act_f32(a: np.ndarray, b: np.ndarray | None, dst: np.ndarray, act: str 
                                       for o in ops):
         return False
     from .._kernels import _vertices
-    from ..core.threads import get_num_threads
+    from ..core import get_num_threads
     _vertices.add_act(a, b, dst, _KERNEL_ACTS[act], get_num_threads())
     return True
 
@@ -261,7 +261,7 @@ def fold_weight(w: np.ndarray, s: np.ndarray) -> np.ndarray:
     out = np.empty(w.shape, np.float32)
     if w.dtype == np.float32 and w.ndim >= 1 and w.size and s.shape == w.shape[:1]:
         from .._kernels import _vertices
-        from ..core.threads import get_num_threads
+        from ..core import get_num_threads
         k = w.shape[0]
         _vertices.fold_scale(np.ascontiguousarray(w).reshape(k, -1), np.ascontiguousarray(s),
                              out.reshape(k, -1), get_num_threads())
@@ -424,7 +424,7 @@ def _max_pool(v: np.ndarray, kh: int, kw: int, sh: int, sw: int, ph: int, pw: in
     planes each tile holds (default all); the others (a tile's padding) are zeros. ``out``:
     a C-contiguous float32 (nt, planes*Ho*Wo) array to write (a resident's view), returned."""
     from .._kernels import _vertices
-    from ..core.threads import get_num_threads
+    from ..core import get_num_threads
     nt, npl, H, W = v.shape
     if used is None:
         used = np.full(nt, npl, np.int64)
@@ -518,7 +518,7 @@ def channel_scale_plan(machine: MachineSpec, shape: Sequence[int], dtype: str) -
 
 
 def _linear_rows(n_rows: int, row: int, used: int):
-    from ..core.tensor import TileMapping
+    from ..core import TileMapping
     return TileMapping.linear(n_rows * row, used, grain=row)
 
 
@@ -617,7 +617,7 @@ def gather_plan(machine: MachineSpec, ids_shape: Sequence[int], vocab: int, dim:
         src_off = tpos[i] + (flat * dim - tstart[i]) * isz
         o0, _, ot, oo = out.pieces()     # one piece per output row (grain = dim)
         j = np.searchsorted(o0, np.arange(flat.size) * dim, side="right") - 1
-        from ..core.copies import copy_runs
+        from ..core import copy_runs
         copy_runs(res.data, tab.data, table.mapping.tile[i], src_off, ot[j],
               oo[j] + (np.arange(flat.size) * dim - o0[j]) * isz, np.full(flat.size, dim * isz))
         return res

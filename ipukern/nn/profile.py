@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.profile import SuperstepRecord
+from ..core import SuperstepRecord
 
 __all__ = ["CATEGORY", "NetworkProfile"]
 

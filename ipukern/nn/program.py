@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from .. import _memo
-from ..core.profile import SuperstepRecord
+from ..core import SuperstepRecord
 from .host.buffers import POOL, pooled
 from .layers import BatchNorm2d, Conv2d, PlanContext
 from .layout import Layout, Rearrangement, Resident, linear_layout

@@ -26,11 +26,11 @@ import numpy as np
 
 from .. import _memo
 from ..core import cost
-from ..core.profile import SuperstepRecord
-from ..core.tensor import split_bounds
+from ..core import SuperstepRecord
+from ..core import split_bounds
 from ..machine import MachineSpec
 from . import cycles
-from ..core.copies import copy_runs
+from ..core import copy_runs
 from .layout import Layout
 
 __all__ = ["ChannelReduce", "channel_reduce"]

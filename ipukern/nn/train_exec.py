@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..ops.optim import get_optimizer, optimizer_step
+from ..ops import get_optimizer, optimizer_step
 from .api import _check_net
 from .layers import plan_context
 from .backward import backward_rows

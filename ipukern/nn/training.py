@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from .. import _memo
-from ..core.memory import TileMemoryError
+from ..core import TileMemoryError
 from ..ops.optim import estimate_optimizer_step, get_optimizer, state_bytes_per_param, state_dtypes
 from .backward import PassRow, backward_reads, backward_rows, bn_stats_row
 from .grad_ops import accumulate_flags

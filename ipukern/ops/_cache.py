@@ -13,7 +13,7 @@ from .._settings import DEFAULT_PLAN_CACHE_BYTES
 from .._checks import as_int
 from ..conv import ConvParams, ConvPlan, ConvProgram, build_conv_program, clear_planner_caches, plan_conv
 from ..conv.host import take
-from ..core.profile import Profile
+from ..core import Profile
 from ..dtypes import canonical_dtype
 from ..machine import MachineSpec
 

@@ -6,7 +6,7 @@ from typing import Any, Sequence
 
 
 from ..conv import ConvParams, ConvPlan
-from ..core.profile import Profile
+from ..core import Profile
 from ..dtypes import canonical_dtype
 from ..machine import GC200, MachineSpec, get_machine
 from ._cache import (as_array, cached_program, clear_plan_cache, execute, plan_cache_info, profile_kw,

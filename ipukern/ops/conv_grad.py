@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..conv import ConvParams, backward_data_pass, weight_update_pass
-from ..core.profile import Profile
+from ..core import Profile
 from ..dtypes import canonical_dtype
 from ..machine import GC200, MachineSpec, get_machine
 from ._cache import as_array, cached_program, execute, profile_kw

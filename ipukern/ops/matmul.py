@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..conv import ConvParams, ConvPlan
-from ..core.profile import Profile
+from ..core import Profile
 from ..dtypes import canonical_dtype
 from ..machine import GC200, MachineSpec, get_machine
 from .._checks import as_shape

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.profile import Profile
+from ..core import Profile
 from ..dtypes import canonical_dtype
 from ..machine import GC200, MachineSpec
 from ._cache import as_array

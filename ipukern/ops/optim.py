@@ -60,10 +60,10 @@ from typing import Any
 import numpy as np
 
 from ..core.cost import ELEMENTWISE_WORKER_OVERHEAD, SUPERVISOR_OVERHEAD, ceil_div
-from ..core.engine import Device
-from ..core.profile import Profile
-from ..core.program import Superstep, VertexBatch
-from ..core.tensor import TileMapping
+from ..core import Device
+from ..core import Profile
+from ..core import Superstep, VertexBatch
+from ..core import TileMapping
 from ..dtypes import canonical_dtype
 from ..machine import GC200, MachineSpec, get_machine
 

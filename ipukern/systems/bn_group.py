@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import _memo
-from ..core.tensor import TileMapping
+from ..core import TileMapping
 from .bsp import SystemDevice, SystemTensor
 from .collectives import all_reduce, concurrent
 from .spec import SystemConfigError

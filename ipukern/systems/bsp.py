@@ -32,11 +32,11 @@ from typing import Any
 
 import numpy as np
 
-from ..core.engine import Device, get_num_threads
-from ..core.profile import Profile, SuperstepRecord
-from ..core.copies import CopyTable
-from ..core.program import Exchange, ExchangeError, Superstep
-from ..core.tensor import TileMapping, TileTensor
+from ..core import Device, get_num_threads
+from ..core import Profile, SuperstepRecord
+from ..core import CopyTable
+from ..core import Exchange, ExchangeError, Superstep
+from ..core import TileMapping, TileTensor
 from .spec import System, SystemConfigError, get_system
 
 __all__ = ["LinkExchange", "SystemDevice", "SystemProgram", "SystemSuperstep", "SystemTensor"]

@@ -31,7 +31,7 @@ import numpy as np
 
 from .. import _memo
 from ..core.cost import reduce_cycles
-from ..core.program import Superstep
+from ..core import Superstep
 from ..dtypes import DTYPES, canonical_dtype
 from ..core.vertices import sum_rows
 from .bsp import SystemDevice, SystemSuperstep, SystemTensor

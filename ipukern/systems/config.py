@@ -15,7 +15,7 @@ from typing import Any
 
 from .._checks import as_int
 from ..dtypes import canonical_dtype
-from ..ops.optim import OPTIMIZERS, Optimizer, state_dtypes
+from ..ops import OPTIMIZERS, Optimizer, state_dtypes
 
 __all__ = ["TrainingConfig", "GCL_REPLICA_SIZES"]
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..core.copies import CopyTable
+from ..core import CopyTable
 
 if TYPE_CHECKING:
     from .bsp import LinkExchange, SystemDevice

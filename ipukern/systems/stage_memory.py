@@ -208,8 +208,8 @@ class TileMemory:
 
     def __init__(self, net, mb, chip, dtype, partials, checkpoints, recompute, m, state_bytes,
                  shard, n_stages, amp=None):
-        from ..nn.layers import plan_context
-        from ..nn.compile import compile_network
+        from ..nn import plan_context
+        from ..nn import compile_network
         from ..nn.training import checkpoint_segments, training_schedule
         ctx = plan_context(dtype, partials, chip, amp)
         self.rows = training_schedule(net, mb, ctx, recompute=checkpoints, optimizer=None)[0]
@@ -253,7 +253,7 @@ def tile_memory(net, mb, chip, dtype, partials, checkpoints, recompute, m, state
                 n_stages, amp=None) -> TileMemory:
     """A :class:`TileMemory`, shared by calls with the same arguments while the network's
     one-chip training schedule is the same cached object (``clear_network_caches`` drops it)."""
-    from ..nn.layers import plan_context
+    from ..nn import plan_context
     from ..nn.training import training_schedule
     rows = training_schedule(net, mb, plan_context(dtype, partials, chip, amp), recompute=checkpoints,
                              optimizer=None)[0]

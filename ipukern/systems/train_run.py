@@ -48,9 +48,9 @@ from typing import Any
 import numpy as np
 
 from .. import _memo
-from ..core.tensor import TileMapping
+from ..core import TileMapping
 from ..nn.train_exec import PassState, backward_iter, forward_iter, training_program
-from ..ops.optim import get_optimizer, optimizer_step
+from ..ops import get_optimizer, optimizer_step
 from .bsp import SystemDevice, SystemSuperstep
 from .bn_group import check_bn_group, stats_program, stats_tensor
 from .recompute import bn_syncs, stage_plan
@@ -72,7 +72,7 @@ def with_loss(net: Any, labels: str = "labels") -> Any:
     loss against a new int input ``labels``. Cached per network version, so repeated steps
     reuse one compiled program. Parameters keep their names."""
     from ..nn import layers as L
-    from ..nn.network import Network
+    from ..nn import Network
     if not isinstance(net, Network):
         raise TypeError(f"expected an ipukern.nn.Network, got {type(net).__name__}")
     out = net.nodes[net.outputs[0]].layer if len(net.outputs) == 1 else None

@@ -49,7 +49,7 @@ from ..dtypes import DTYPES
 from ..nn.checkpoints import network_checkpoints
 # words streamed per parameter by one optimizer step and its state words: the executed
 # update vertices' traffic, one table for the IPU and GPU system models
-from ..ops.optim import OPTIMIZER_STATE_WORDS, OPTIMIZER_WORDS
+from ..ops import OPTIMIZER_STATE_WORDS, OPTIMIZER_WORDS
 from .bn_group import check_bn_group, layer_cycles
 from .collectives import concurrent_seconds
 from .config import TrainingConfig

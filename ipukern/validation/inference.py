@@ -273,7 +273,7 @@ def inference_report(runs: Sequence[PublishedInference] | None = None, *, ids: S
         per-tile memory does not fit in the model is still modelled (the published run ran)
         and its verdict recorded.
     """
-    from ..nn.api import estimate_network
+    from ..nn import estimate_network
 
     runs = select(list(load_inference() if runs is None else runs), ids, lambda r: r.id, "id")
     rows: list[InferenceRow] = []

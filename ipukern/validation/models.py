@@ -41,7 +41,7 @@ def _int(p: dict[str, str], key: str) -> int:
 
 def matmul_tflops(p: dict[str, str], machine: MachineSpec) -> tuple[float, str]:
     """C[m,n] = A[m,k] @ B[k,n] through :func:`ipukern.estimate_matmul`: TFLOP/s (2mkn)."""
-    from ..ops.matmul import estimate_matmul
+    from ..ops import estimate_matmul
     m, k, n = _int(p, "m"), _int(p, "k"), _int(p, "n")
     prof = estimate_matmul((m, k), (k, n), dtype=p.get("dtype", "float16"), machine=machine,
                            partials=p.get("partials", "float32"))
@@ -65,7 +65,7 @@ def conv_vertex_cycles(p: dict[str, str], machine: MachineSpec) -> tuple[float, 
     """One conv (square output ``out``, ``kernel`` x ``kernel``, batch 1) on a one-tile
     machine: the cycles of its compute-category supersteps (the vertex estimate, zeroing
     included), which is what PopLibs' vertex estimator predicts."""
-    from ..ops.conv import estimate_conv2d
+    from ..ops import estimate_conv2d
     out, k = _int(p, "out"), _int(p, "kernel")
     cin, cout = _int(p, "cin"), _int(p, "cout")
     one_tile = machine.replace(n_tiles=1, name=machine.name + "-1tile")

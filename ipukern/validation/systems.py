@@ -152,7 +152,7 @@ def _parse(rec: dict[str, str], where: str) -> PublishedRun:
         if v is not None and not (v >= 0 and math.isfinite(v)):
             raise ValueError(f"{where}: {run.id}: {k} must be a finite number >= 0, got {v}")
     if run.optimizer:           # a known optimizer (both kinds), its state types (IPU rows)
-        from ..ops.optim import state_dtypes
+        from ..ops import state_dtypes
         state_dtypes(run.optimizer, run.state_dtype)
     if not run.not_modelled and None in (run.replicas, run.micro_batch, run.gradient_accumulation):
         raise ValueError(f"{where}: {run.id}: replicas, micro_batch and gradient_accumulation are "
@@ -184,8 +184,8 @@ def _network(run: PublishedRun) -> Any:
 
 
 def _model_ipu(run: PublishedRun, net: Any, datasheet: bool = False) -> tuple[float, str, dict]:
-    from ..systems.spec import get_system
-    from ..systems.training import estimate_training
+    from ..systems import get_system
+    from ..systems import estimate_training
     system = get_system(run.system)
     if datasheet:
         system = system.replace(chip=system.chip.with_datasheet_exchange())

@@ -118,7 +118,7 @@ def _zero_padding(buf: np.ndarray, layout, n_tiles: int) -> None:
     key = ("_pad_table", n_tiles, buf.shape[1])
     tab = layout.__dict__.get(key)
     if tab is None:
-        from ...core.copies import CopyTable
+        from ...core import CopyTable
         used = layout.elems_per_tile(n_tiles) * layout.itemsize
         pad = buf.shape[1] - used
         t = np.flatnonzero(pad > 0)
