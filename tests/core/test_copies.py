@@ -9,6 +9,8 @@ from ipukern.core.copies import (CopyTable, balanced_bounds, check_exchange_tabl
                                  copy_runs, source_order)
 from ipukern.core.program import Exchange, ExchangeError
 
+from tests._support.copies import random_copy_table
+
 SMALL = ik.GC200.replace(n_tiles=8, name="GC200-8")
 
 
@@ -18,29 +20,11 @@ def _reference(cols, dst, src):
         dst[dr, do:do + nb] = src[sr, so:so + nb]
 
 
-def _random_table(rng, n_rows, row, n):
-    """Random copies with disjoint destinations, some runs contiguous on both sides."""
-    cuts = np.sort(rng.choice(np.arange(1, row), size=min(n, row - 1), replace=False))
-    bounds = np.r_[0, cuts, row]
-    dr, do, nb = [], [], []
-    for r in range(n_rows):
-        keep = rng.random(bounds.size - 1) < 0.8
-        dr += [r] * int(keep.sum())
-        do += list(bounds[:-1][keep])
-        nb += list(np.diff(bounds)[keep])
-    dr, do, nb = (np.asarray(v, np.int64) for v in (dr, do, nb))
-    same = rng.random(nb.size) < 0.5
-    sr = np.where(same, dr, rng.integers(0, n_rows, nb.size))
-    so = np.where(same, do, rng.integers(0, row + 1 - nb.max(), nb.size) if nb.size else 0)
-    order = rng.permutation(nb.size)
-    return sr[order], so[order], dr[order], do[order], nb[order]
-
-
 @pytest.mark.parametrize("seed", range(12))
 def test_run_matches_the_reference_for_random_tables(seed):
     rng = np.random.default_rng(seed)
     n_rows, row = int(rng.integers(1, 6)), int(rng.integers(2, 400))
-    cols = _random_table(rng, n_rows, row, int(rng.integers(1, 80)))
+    cols = random_copy_table(rng, n_rows, row, int(rng.integers(1, 80)))
     src = rng.integers(0, 256, (n_rows, row), dtype=np.uint8)
     start = rng.integers(0, 256, (n_rows, row), dtype=np.uint8)
     want = start.copy()
@@ -57,7 +41,7 @@ def test_run_matches_the_reference_for_random_tables(seed):
 
 def test_coalescing_and_source_order_keep_every_byte():
     rng = np.random.default_rng(5)
-    cols = _random_table(rng, 4, 1000, 200)
+    cols = random_copy_table(rng, 4, 1000, 200)
     merged = coalesce_runs(*cols)
     assert merged[4].sum() == cols[4].sum() and merged[4].size <= cols[4].size
     for table in (merged, source_order(*cols), source_order(*merged)):
@@ -74,7 +58,7 @@ def test_thread_count_does_not_change_the_result_of_large_tables():
     into pieces give the same bytes."""
     rng = np.random.default_rng(9)
     n_rows, row = 16, 1 << 16
-    cols = _random_table(rng, n_rows, row, 3000)
+    cols = random_copy_table(rng, n_rows, row, 3000)
     src = rng.integers(0, 256, (n_rows, row), dtype=np.uint8)
     want = np.zeros_like(src)
     _reference(cols, want, src)

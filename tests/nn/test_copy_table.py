@@ -9,28 +9,8 @@ from hypothesis import strategies as st
 
 from ipukern.core.copies import CopyTable, coalesce_runs, source_order
 
+from tests._support.copies import random_copy_table
 from tests._support.nets import small_residual_net, small_residual_torch
-
-
-def _table(rng, n_rows, row, n):
-    """Random copies with disjoint destinations; runs of consecutive pieces of one larger
-    block are contiguous in both arrays (mergeable), the rest scattered."""
-    cuts = np.sort(rng.choice(np.arange(1, row), size=min(n, row - 1), replace=False))
-    bounds = np.r_[0, cuts, row]
-    dst_row, dst_off, nb = [], [], []
-    for r in range(n_rows):
-        keep = rng.random(bounds.size - 1) < 0.8
-        dst_row += [r] * int(keep.sum())
-        dst_off += list(bounds[:-1][keep])
-        nb += list(np.diff(bounds)[keep])
-    dst_row, dst_off, nb = (np.asarray(v, np.int64) for v in (dst_row, dst_off, nb))
-    # source: the same place on a random row with probability 1/2 (contiguous runs of a
-    # row merge), otherwise a random place
-    same = rng.random(nb.size) < 0.5
-    src_row = np.where(same, dst_row, rng.integers(0, n_rows, nb.size))
-    src_off = np.where(same, dst_off, rng.integers(0, row + 1 - nb.max(), nb.size) if nb.size else 0)
-    order = rng.permutation(nb.size)
-    return src_row[order], src_off[order], dst_row[order], dst_off[order], nb[order]
 
 
 def _run_plain(cols, dst, src):
@@ -43,7 +23,7 @@ def _run_plain(cols, dst, src):
        n=st.integers(1, 60))
 def test_coalesced_table_writes_the_same_bytes(seed, n_rows, row, n):
     rng = np.random.default_rng(seed)
-    cols = _table(rng, n_rows, row, n)
+    cols = random_copy_table(rng, n_rows, row, n)
     src = rng.integers(0, 256, (n_rows, row), dtype=np.uint8)
     want = rng.integers(0, 256, (n_rows, row), dtype=np.uint8)
     got = want.copy()
