@@ -27,17 +27,8 @@ PLAN_CACHE_SIZE = 8
 #: plans alone (small records) kept for re-use, e.g. both orientations of a matmul
 PLAN_ONLY_CACHE_SIZE = 256
 
-#: None: follow ``IPUKERN_PLAN_CACHE_BYTES`` (read at use) until set_plan_cache_limit sets it
-_BYTES: list[int | None] = [None]
-
-
-def _max_bytes() -> int:
-    b = _BYTES[0]
-    return _settings.plan_cache_bytes() if b is None else b
-
-
 _PROGRAMS = _memo.register(_memo.LruCache("ops.conv_programs", maxsize=PLAN_CACHE_SIZE,
-                                          max_bytes=_max_bytes,
+                                          max_bytes=_settings.plan_cache_bytes,   # read at use until set
                                           sizeof=lambda p: p.device.arena_bytes))
 _PLANS = _memo.register(_memo.LruCache("ops.conv_plans", maxsize=PLAN_ONLY_CACHE_SIZE))
 #: the conv planner's memoised split axes and vertex candidates
@@ -86,7 +77,7 @@ def set_plan_cache_limit(max_bytes: int | None = None, *, max_entries: int | Non
         Programs kept (default 8), whether executed or only estimated.
     """
     if max_bytes is not None:
-        _BYTES[0] = as_int(max_bytes, "max_bytes", minimum=0)
+        _PROGRAMS.set_limits(max_bytes=as_int(max_bytes, "max_bytes", minimum=0))
     if max_entries is not None:
         _PROGRAMS.set_limits(maxsize=as_int(max_entries, "max_entries", minimum=0))
     _PROGRAMS.trim()

@@ -462,6 +462,11 @@ class _Layout:
     bn_group: int
     sdt: tuple[str, ...]
 
+    @property
+    def state_bytes(self) -> int:
+        """Optimizer state bytes per parameter (the state slots in their types)."""
+        return sum(DTYPES[d].itemsize for d in self.sdt)
+
 
 class _StageMemory:
     """Memory of stage s = layers i..j-1 (``memory(s, i, j)``): per-tile liveness with a
@@ -479,8 +484,7 @@ class _StageMemory:
         sh, costs = self.sh, self.costs
         layers = costs[i:j]
         p = sum(c.n_params for c in layers)
-        sbytes = sum(DTYPES[d].itemsize for d in sh.sdt)
-        state = 0 if self.cfg.optimizer_state == "streaming" else p * sbytes // sh.shard
+        state = 0 if self.cfg.optimizer_state == "streaming" else p * sh.state_bytes // sh.shard
         stash = (costs[i - 1].out_bytes if i else sh.sample_bytes * sh.mb) if sh.recompute else \
             sum(c.stash_bytes for c in layers)
         b = 2 * p * sh.item + state + (sh.ipr - s) * stash + max(c.work_bytes for c in layers)
@@ -491,9 +495,8 @@ def _stage_memory(net: Any, costs: list[LayerCost], chip: Any, cfg: TrainingConf
                   checkpoints: list[str] | None) -> _StageMemory:
     tiles = None
     if net is not None and [c.name for c in costs] == [n for n, _ in net.layers]:
-        sbytes = sum(DTYPES[d].itemsize for d in sh.sdt)
         tiles = tile_memory(net, sh.mb, chip, cfg.dtype, cfg.partials, checkpoints, sh.recompute, sh.m,
-                            0 if cfg.optimizer_state == "streaming" else sbytes, sh.shard, sh.ipr,
+                            0 if cfg.optimizer_state == "streaming" else sh.state_bytes, sh.shard, sh.ipr,
                             cfg.available_memory_proportion)
     return _StageMemory(tiles, costs, chip, cfg, sh)
 
@@ -568,7 +571,7 @@ def _compose(system: System, costs: list[LayerCost], stages: list[list[str]], cf
         t = concurrent_seconds(system, "all_reduce", jobs).seconds
     ar = [t] * len(rows)
     opt, stream = [], []
-    sbytes = sum(DTYPES[d].itemsize for d in sdt)
+    sbytes = sh.state_bytes
     # bytes through the load/store path per parameter: the weight, gradient (and LAMB's
     # norms) words in dtype, each state word read and written in its own type
     nw = OPTIMIZER_STATE_WORDS[optimizer]

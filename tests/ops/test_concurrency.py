@@ -5,6 +5,7 @@ import pytest
 
 import ipukern as ik
 from ipukern.conv import build_conv_program
+from ipukern import _settings
 from ipukern.ops import _cache
 from ipukern.ops._cache import DEFAULT_PLAN_CACHE_BYTES
 from tests._support.reference import conv2d_nchw
@@ -79,7 +80,8 @@ def test_plan_cache_is_bounded_by_arena_bytes(m32):
             ik.set_plan_cache_limit(-1)
     finally:
         ik.set_plan_cache_limit(DEFAULT_PLAN_CACHE_BYTES)
-        _cache._BYTES[0] = None            # follow IPUKERN_PLAN_CACHE_BYTES again (test_settings)
+        # follow IPUKERN_PLAN_CACHE_BYTES again (test_settings)
+        _cache._PROGRAMS.set_limits(max_bytes=_settings.plan_cache_bytes)
         ik.clear_plan_cache()
 
 
