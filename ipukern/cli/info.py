@@ -9,7 +9,7 @@ from ._common import DATASHEET_EXCHANGE, PRESETS
 
 def _cmd_info(args: argparse.Namespace) -> int:
     from .._kernels import _exchange
-    from ..gpu import GPU_PRESETS
+    from ..gpu import GPU_PRESETS, GPU_SYSTEMS
     for spec in PRESETS.values():
         print(spec.describe())
         print()
@@ -24,20 +24,16 @@ def _cmd_info(args: argparse.Namespace) -> int:
     else:
         print("GPU models: " + ", ".join(GPU_PRESETS) + " (ipukern info --gpus for details)")
     if args.systems:
-        from ..gpu import GPU_SYSTEMS
         from ..systems import SYSTEM_PRESETS
         for s in dict.fromkeys(SYSTEM_PRESETS.values()):
             print(s.describe())
             print()
         for g in GPU_SYSTEMS.values():
-            print(f"{g.name}: {g.n_gpus} x {g.gpu.name}, {g.link_bytes_per_second / 1e9:.0f} GB/s per GPU "
-                  f"per direction, {g.step_latency_s * 1e6:.0f} us per ring step")
-            for key, src in g.sources:
-                print(f"  source: {key}: {src}")
+            print(g.describe())
             print()
     else:
-        print("systems: IPU_M2000, IPU_POD16, IPU_POD64, BOW_2000, BOW_POD16, BOW_POD64, DGX_A100 "
-              "(ipukern info --systems for details)")
+        print("systems: IPU_M2000, IPU_POD16, IPU_POD64, BOW_2000, BOW_POD16, BOW_POD64, "
+              f"{', '.join(GPU_SYSTEMS)} (ipukern info --systems for details)")
     print(f"host: {_exchange.max_threads()} threads, OpenMP {'on' if _exchange.has_openmp() else 'off'}")
     print()
     print("settings (environment; value or (default)):")
