@@ -64,6 +64,10 @@ def systems() -> str:
     return _cli(["validate", "--systems", "--no-progress"])
 
 
+def gpu() -> str:
+    return _cli(["validate", "--gpu", "--no-progress"])
+
+
 def inference() -> str:
     return _cli(["validate", "--inference", "--no-progress"])
 
@@ -117,6 +121,7 @@ GENERATORS: dict[str, tuple[Callable[[], str], str, bool]] = {
     "validate": (validate, "ipukern validate --no-plot", False),
     "systems": (systems, "ipukern validate --systems", False),
     "inference": (inference, "ipukern validate --inference", False),
+    "gpu": (gpu, "ipukern validate --gpu", True),
     "zoo": (zoo, "python bench/zoo_transforms.py 8", False),
     "bench": (bench, "python -m pytest bench/test_bench_{conv,matmul,exchange,tilefn}.py "
                      "--benchmark-only --benchmark-json=run.json && python bench/report.py run.json",

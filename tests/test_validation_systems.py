@@ -59,7 +59,7 @@ def test_gpu_rows_modelled_with_ratios(tmp_path):
     # the row's optimizer (lars) reaches the GPU model: 7 fp32 words per parameter, not 5
     from ipukern.gpu import A100_40GB, A100_80GB
     from ipukern.gpu import estimate_network_gpu
-    sgdm = estimate_network_gpu(vs._network(res.run), 408, "DGX_A100", training=True)   # 40 GB HBM
+    sgdm = estimate_network_gpu(vs._network(res.run), 408, "DGX_A100_40GB", training=True)   # 40 GB HBM
     assert res.details["parts_ms"]["optimizer_ms"] / (sgdm.optimizer_seconds * 1e3) == pytest.approx(
         7 / 5 * A100_40GB.hbm_bandwidth / A100_80GB.hbm_bandwidth, rel=2e-3)
     assert res.model_datasheet is None                                  # an IPU-only variant

@@ -15,8 +15,10 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     out_dir = Path(args.out)
     if out_dir.exists() and not out_dir.is_dir():
         raise ValueError(f"--out {out_dir} exists and is not a directory")
-    if args.systems and args.inference:
-        raise ValueError("--systems and --inference are separate tables: give one")
+    if sum(map(bool, (args.systems, args.inference, args.gpu))) > 1:
+        raise ValueError("--systems, --inference and --gpu are separate tables: give one")
+    if args.gpu:
+        return _cmd_gpu(args, out_dir)
     if args.systems:
         return _cmd_systems(args, out_dir)
     if args.inference:
@@ -88,6 +90,29 @@ def _cmd_systems(args: argparse.Namespace, out_dir: Path) -> int:
     return 0
 
 
+def _cmd_gpu(args: argparse.Namespace, out_dir: Path) -> int:
+    """``--gpu``: the GPU model next to NeuSight's measured kernels and models and MLPerf."""
+    from ..validation.gpu import gpu_report
+
+    if args.group or args.measurements or args.only:
+        raise ValueError("--group, --measurements and --only do not apply to --gpu")
+    with Progress("validate --gpu", enabled=progress_enabled(args)) as bar:
+        report = gpu_report(progress=bar)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    print(report.format_table())
+    report.to_json(out_dir / "gpu_validation.json")
+    written = [report.to_csv(out_dir / "gpu_validation.csv"), out_dir / "gpu_validation.json"]
+    if not args.quiet:
+        s = report.summary()
+        print("\nheld-out kernels (H100, L4; never fitted), MAPE per op class:")
+        for cls, v in s["held_out_kernel_mape"].items():
+            print(f"  {cls}: {', '.join(v)}")
+        print(f"end to end: {s['e2e_within_15pct']} of {s['e2e_rows']} rows within +-15%; MAPE "
+              f"{s['e2e_mape']}% (NeuSight on the same rows: {s['e2e_neusight_mape']}%)")
+        print("wrote " + ", ".join(str(p) for p in written))
+    return 0
+
+
 def _cmd_inference(args: argparse.Namespace, out_dir: Path) -> int:
     """``--inference``: published inference figures (PopRT, ByteMLPerf) next to the model."""
     from ..validation.inference import inference_report, load_inference
@@ -115,7 +140,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                "  ipukern validate                      # every group, writes into .\n"
                "  ipukern validate --out results/ --no-plot\n"
                "  ipukern validate --systems --only mlperf1.0-resnet-pod16\n"
-               "  ipukern validate --inference --only poprt-bert-base-sl128-b16",
+               "  ipukern validate --inference --only poprt-bert-base-sl128-b16\n"
+               "  ipukern validate --gpu --out results/",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     v.add_argument("--out", default=".", metavar="DIR", help="output directory (default .)")
     v.add_argument("--group", metavar="NAMES", default=None,
@@ -132,6 +158,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "ByteMLPerf C600 results) through "
                         "estimate_network on each machine they may have run on; writes inference.csv and "
                         "inference.json")
+    v.add_argument("--gpu", action="store_true",
+                   help="instead: the GPU model against NeuSight's measured GPU kernels (H100/L4 held "
+                        "out) and end-to-end transformer steps, with NeuSight's, roofline and Habitat "
+                        "predictions beside it, and the MLPerf DGX A100 rows; writes gpu_validation.csv "
+                        "and gpu_validation.json")
     v.add_argument("--only", metavar="IDS", default=None,
                    help="with --systems or --inference: comma-separated row ids (default: all rows; the "
                         "full --systems table takes about a minute, --inference about a minute)")

@@ -222,18 +222,16 @@ def _model_ipu(run: PublishedRun, net: Any, datasheet: bool = False) -> tuple[fl
 
 
 def _model_gpu(run: PublishedRun, net: Any) -> tuple[float, str, dict]:
-    from ..gpu import A100_80GB
     from ..gpu import estimate_network_gpu, get_gpu_system
-    if run.system == "DGX_A100_80GB":   # MLPerf's DGX A100: 8 x A100-SXM4-80GB (system JSON)
-        system = get_gpu_system("DGX_A100").replace(gpu=A100_80GB, name="DGX_A100_80GB")
-    else:
-        system = get_gpu_system(run.system)
+    # "DGX_A100_80GB" (MLPerf's DGX A100: 8 x A100-SXM4-80GB, system JSON) names the DGX_A100 preset
+    system = get_gpu_system(run.system)
     est = estimate_network_gpu(net, run.micro_batch, system, dtype=run.dtype, training=True,
-                               n_gpus=run.replicas, optimizer=run.optimizer or "sgd_momentum")
+                               n_gpus=run.replicas, optimizer=run.optimizer or "sgd_momentum",
+                               stack="mlperf")
     parts = {f"{k}_ms": round(getattr(est, f"{k}_seconds") * 1e3, 3)
-             for k in ("forward", "backward", "optimizer", "all_reduce")}
-    details = {"step_ms": round(est.step_seconds * 1e3, 3), "parts_ms": parts}
-    return est.samples_per_second, "per-op GPU model (cudnn curve)", details
+             for k in ("forward", "backward", "optimizer", "all_reduce", "exposed_all_reduce")}
+    details = {"step_ms": round(est.step_seconds * 1e3, 3), "parts_ms": parts, "stack": est.stack}
+    return est.samples_per_second, f"kernel-level GPU model (stack {est.stack})", details
 
 
 @dataclass

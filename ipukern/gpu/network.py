@@ -1,0 +1,155 @@
+"""A network's launches on one GPU as a timeline: host issue, GPU execution, DDP overlap.
+
+:func:`network_timeline` lowers a network (:func:`~ipukern.gpu.lowering.lower_network`),
+prices every launch (:func:`~ipukern.gpu.kernels.kernel_seconds`) and plays the step:
+
+* the host issues launch ``i`` at ``i x host_per_op_s`` (the stack's per-op cost; CUDA
+  graphs 0); the GPU starts it when both the host has issued it and the previous kernel has
+  ended, so ``end[i] = max(issue[i], end[i-1]) + t[i]``, computed in closed form as a
+  cumulative maximum (no Python loop over kernels). Small kernels under eager PyTorch are
+  host-bound, as measured;
+* training: forward launches, then backward in reverse layer order, then the optimizer's
+  multi-tensor-apply launches (PyTorch >= 2.0 runs ``foreach`` updates on CUDA, apex's fused
+  optimizers in MLPerf: ``ceil(tensors / 48)`` launches over all the state's bytes;
+  ``multi_tensor_apply``'s depth-3 chunk list holds 48 tensors, apex csrc/multi_tensor_apply.cuh);
+* each parameter's gradient is ready when its layer's backward ends; DDP buckets them and
+  all-reduces under the rest of the backward (:func:`~ipukern.gpu.comm.ddp_exposed_seconds`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from ..ops import OPTIMIZER_WORDS
+from .comm import ddp_exposed_seconds
+from .kernels import GPUTarget, KernelCall, kernel_seconds
+from .lowering import lower_network
+from .stacks import SoftwareStack
+
+__all__ = ["Timeline", "network_timeline", "play_launches"]
+
+_TENSORS_PER_LAUNCH = 48
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """One step of a network on one GPU."""
+
+    layers: list[dict]          # per layer: name, op, forward_s, backward_s, kernels, why
+    forward_seconds: float      # from step start to the end of the last forward kernel
+    backward_seconds: float     # from there to the end of the last backward kernel
+    optimizer_seconds: float
+    exposed_all_reduce_seconds: float
+    all_reduce_seconds: float   # total bucket all-reduce time (hidden or not)
+    buckets: int
+    kernels: int
+    host_bound_fraction: float  # of the step's kernels, those that waited for the host
+    gpu_busy_seconds: float     # sum of kernel times
+
+    @property
+    def step_seconds(self) -> float:
+        return (self.forward_seconds + self.backward_seconds + self.exposed_all_reduce_seconds
+                + self.optimizer_seconds)
+
+
+def play_launches(times: np.ndarray, host: float, t0_issue: float, t0_gpu: float) -> tuple[np.ndarray, int]:
+    """End times of kernels issued every ``host`` s from ``t0_issue`` on a GPU free at ``t0_gpu``."""
+    if times.size == 0:
+        return times, 0
+    issue = t0_issue + host * np.arange(times.size, dtype=np.float64)
+    csum = np.cumsum(times)
+    before = csum - times                            # GPU work before kernel i
+    # end[i] = max(t0_gpu + csum[i], max_{j<=i}(issue[j] - before[j]) + csum[i])
+    start_bound = np.maximum.accumulate(np.maximum(issue - before, t0_gpu))
+    ends = start_bound + csum
+    prev_end = np.concatenate(([t0_gpu], ends[:-1]))
+    return ends, int(np.count_nonzero(issue > prev_end))
+
+
+def _layer_params(net: Any) -> dict[str, list[int]]:
+    shapes = net.shapes(1)
+    out: dict[str, list[int]] = {}
+    for name, layer in net.layers:
+        ps = layer.param_shapes([shapes[i] for i in net.nodes[name].inputs])
+        if ps:
+            out[name] = [int(np.prod(s)) for s in ps.values()]
+    return out
+
+
+def network_timeline(net: Any, batch: int, target: GPUTarget, stack: SoftwareStack, *,
+                     training: bool, optimizer: str = "sgd_momentum",
+                     all_reduce: Callable[[float], float] | None = None,
+                     grad_bytes_per_param: int = 2) -> Timeline:
+    """Play one forward pass (or training step) of ``net`` at ``batch`` on one GPU.
+
+    ``all_reduce`` (bytes -> seconds) prices one DDP bucket; None: a single GPU."""
+    gpu, dtype, tf32, direct_curve = target.gpu, target.dtype, target.tf32, target.direct_curve
+    lowered = lower_network(net, batch, gpu, stack, dtype, training=training, tf32=tf32,
+                            direct_curve=direct_curve)
+    price: dict[KernelCall, float] = {}
+
+    def t(call: KernelCall) -> float:
+        s = price.get(call)
+        if s is None:
+            s = price[call] = kernel_seconds(call, gpu, dtype, tf32=tf32,
+                                            direct_curve=direct_curve).seconds
+        return s
+
+    fwd_calls = [c for lk in lowered for c in lk.forward]
+    fwd_t = np.array([t(c) for c in fwd_calls], dtype=np.float64)
+    host = stack.host_per_op_s
+    fwd_end, waited = play_launches(fwd_t, host, 0.0, 0.0)
+    t_fwd = float(fwd_end[-1]) if fwd_end.size else 0.0
+    rows, idx = [], 0
+    for lk in lowered:
+        n = len(lk.forward)
+        rows.append({"name": lk.name, "op": lk.op, "forward_s": float(fwd_t[idx:idx + n].sum()),
+                     "backward_s": 0.0, "kernels": n,
+                     "why": "; ".join(c.label for c in lk.forward) or "no kernel (view or fused)"})
+        idx += n
+    issued = fwd_t.size
+    if not training:
+        return Timeline(rows, t_fwd, 0.0, 0.0, 0.0, 0.0, 0, issued, waited / max(issued, 1),
+                        float(fwd_t.sum()))
+    order = list(range(len(lowered)))[::-1]
+    bwd_calls, owner = [], []
+    for li in order:
+        for c in lowered[li].backward:
+            bwd_calls.append(c)
+            owner.append(li)
+    bwd_t = np.array([t(c) for c in bwd_calls], dtype=np.float64)
+    bwd_end, w2 = play_launches(bwd_t, host, issued * host, t_fwd)
+    t_bwd_end = float(bwd_end[-1]) if bwd_end.size else t_fwd
+    for li, s in zip(owner, bwd_t):
+        rows[li]["backward_s"] += float(s)
+        rows[li]["kernels"] += 1
+    # gradients: ready when the owning layer's last backward kernel ends
+    params = _layer_params(net)
+    last_end: dict[int, float] = {}
+    for li, e in zip(owner, bwd_end):
+        last_end[li] = float(e) - t_fwd
+    ready, sizes = [], []
+    for li in order:
+        for n in params.get(lowered[li].name, []):
+            ready.append(last_end.get(li, t_bwd_end - t_fwd))
+            sizes.append(n * grad_bytes_per_param)
+    exposed = comm = 0.0
+    buckets = 0
+    if all_reduce is not None and sizes:
+        ov = ddp_exposed_seconds(ready, sizes, all_reduce=all_reduce)
+        exposed, comm, buckets = ov.exposed_s, ov.comm_s, ov.buckets
+    n_params = sum(sum(v) for v in params.values())
+    n_tensors = sum(len(v) for v in params.values())
+    launches = max(1, math.ceil(n_tensors / _TENSORS_PER_LAUNCH)) if n_tensors else 0
+    opt_bytes = OPTIMIZER_WORDS[optimizer] * 4 * n_params
+    opt_t = np.full(launches, t(KernelCall("optimizer", "optimizer step",
+                                           nbytes=math.ceil(opt_bytes / max(launches, 1)))))
+    opt_end, w3 = play_launches(opt_t, host, (issued + bwd_t.size) * host, t_bwd_end + exposed)
+    t_opt = (float(opt_end[-1]) - t_bwd_end - exposed) if opt_end.size else 0.0
+    total = issued + bwd_t.size + opt_t.size
+    return Timeline(rows, t_fwd, t_bwd_end - t_fwd, t_opt, exposed, comm, buckets, total,
+                    (waited + w2 + w3) / max(total, 1),
+                    float(fwd_t.sum() + bwd_t.sum() + opt_t.sum()))

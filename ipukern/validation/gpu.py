@@ -1,0 +1,212 @@
+"""The GPU side of every comparison, next to measured GPUs: ``ipukern validate --gpu``.
+
+Three tables, each saying which rows any fitted constant saw:
+
+1. **kernels**: NeuSight's single-kernel latencies (``ipukern/gpu/data/neusight/kernels.csv``)
+   against :mod:`ipukern.gpu`'s kernel model, per (GPU, split, op class): rows, mean absolute
+   percentage error (MAPE), geometric-mean model/measured, and whether the fit
+   (``python -m ipukern.gpu.fit``) saw them. H100, L4, every ``test`` row and every conv
+   row are held out.
+2. **end to end**: NeuSight's measured BERT-Large / GPT-2 Large / GPT-3 XL and 2.7B / OPT-1.3B
+   training and inference steps (eager PyTorch, FP32, one GPU), each priced from NeuSight's
+   own op graph (:mod:`ipukern.gpu.traces`), next to NeuSight's, the roofline's and
+   Habitat's predictions (NeuSight's repository ships them): the peer table. No end-to-end
+   row is fitted. Rows not priced: multi-GPU (dp4/tp4/pp4) and ``-fusion`` rows (the op
+   graph of a torch-compiled model is not shipped), Switch (no op graph).
+3. **MLPerf**: the DGX A100 rows of ``validation/published_systems.csv`` through
+   :func:`ipukern.gpu.estimate_network_gpu` with the ``"mlperf"`` stack.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+__all__ = ["KernelGroup", "E2ERow", "GPUValidationReport", "gpu_report"]
+
+
+@dataclass(frozen=True)
+class KernelGroup:
+    gpu: str
+    split: str
+    op_class: str
+    rows: int
+    fitted: bool
+    mape: float
+    geomean_ratio: float
+
+
+@dataclass(frozen=True)
+class E2ERow:
+    gpu: str
+    config: str
+    mode: str
+    num_layer: int
+    measured_ms: float
+    model_ms: float
+    neusight_ms: float | None
+    roofline_ms: float | None
+    habitat_ms: float | None
+
+    def error(self, which: str = "model") -> float | None:
+        v = getattr(self, f"{which}_ms")
+        return None if v is None else v / self.measured_ms - 1.0
+
+
+def _stats(pairs: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    errs = [abs(p / m - 1.0) for p, m in pairs]
+    logs = [math.log(p / m) for p, m in pairs]
+    return 100.0 * sum(errs) / len(errs), math.exp(sum(logs) / len(logs))
+
+
+def kernel_groups(progress: Any = None) -> list[KernelGroup]:
+    from ..gpu.fit import TRAIN_GPUS
+    from ..gpu.measured import load_measured_kernels, predict_seconds
+
+    rows = load_measured_kernels()
+    groups: dict[tuple, list] = defaultdict(list)
+    for i, r in enumerate(rows):
+        groups[(r.gpu.name, r.split, r.op_class, r.gpu_name)].append((predict_seconds(r), r.seconds))
+        if progress is not None and i % 500 == 0:
+            progress(i, len(rows))
+    out = []
+    for (gpu, split, cls, raw), pairs in sorted(groups.items()):
+        fitted = split == "train" and raw in TRAIN_GPUS and cls != "conv"
+        mape, geo = _stats(pairs)
+        out.append(KernelGroup(gpu, split, cls, len(pairs), fitted, mape, geo))
+    return out
+
+
+def _opt(v: str) -> float | None:
+    return float(v) if v not in ("", None) else None
+
+
+def e2e_rows() -> tuple[list[E2ERow], list[str]]:
+    """(priced rows, one line per row left out with the reason)."""
+    from ..gpu.specs import get_gpu
+    from ..gpu.traces import trace_configs, trace_step
+
+    ref = resources.files("ipukern.gpu").joinpath("data/neusight/e2e.csv")
+    with ref.open("r", encoding="utf-8", newline="") as f:
+        recs = list(csv.DictReader(f))
+    graphs = set(trace_configs())
+    out, skipped = [], []
+    for r in recs:
+        config = f"{r['model']}-{r['mode']}-{r['seq']}-{r['batch']}"
+        label = f"{r['gpu_dir']} {config}{'-' + r['parallel'] if r['parallel'] else ''}"
+        if r["parallel"]:
+            skipped.append(f"{label}: multi-GPU ({r['parallel']}), not priced")
+            continue
+        if r["fusion"] == "true":
+            skipped.append(f"{label}-fusion: no op graph of the fused model")
+            continue
+        if config not in graphs or not r["num_layer"] or int(r["num_layer"]) == 0:
+            skipped.append(f"{label}: no op graph (or no layer count) shipped")
+            continue
+        step = trace_step(config, int(r["num_layer"]), get_gpu(r["gpu_dir"]), training=r["mode"] == "train")
+        out.append(E2ERow(r["gpu_dir"], config, r["mode"], int(r["num_layer"]), float(r["measured_e2e_ms"]),
+                          step.seconds * 1e3, _opt(r["neusight_e2e_ms"]), _opt(r["roofline_e2e_ms"]),
+                          _opt(r["habitat_e2e_ms"])))
+    return out, skipped
+
+
+def mlperf_rows(progress: Any = None) -> list[dict]:
+    from .systems import load_published, systems_report
+
+    ids = [r.id for r in load_published() if r.kind == "gpu_training"]
+    rep = systems_report(ids=ids, progress=progress)
+    return [{"id": r.run.id, "system": r.run.system, "published": r.run.published_throughput,
+             "model": r.model_throughput, "ratio": r.throughput_ratio, "stack": "mlperf"}
+            for r in rep.rows]
+
+
+@dataclass
+class GPUValidationReport:
+    kernels: list[KernelGroup]
+    e2e: list[E2ERow]
+    skipped: list[str]
+    mlperf: list[dict]
+
+    def summary(self) -> dict[str, Any]:
+        held = [g for g in self.kernels if g.gpu in ("H100", "L4")]
+        by_cls: dict[str, list[str]] = defaultdict(list)
+        for g in held:
+            by_cls[g.op_class].append(f"{g.gpu} {g.mape:.1f}%")
+        within = sum(1 for r in self.e2e if abs(r.error()) <= 0.15)
+        ns = [r for r in self.e2e if r.neusight_ms is not None]
+        return {
+            "held_out_kernel_mape": {k: v for k, v in sorted(by_cls.items())},
+            "e2e_rows": len(self.e2e),
+            "e2e_within_15pct": within,
+            "e2e_mape": round(100 * sum(abs(r.error()) for r in self.e2e) / max(len(self.e2e), 1), 1),
+            "e2e_neusight_mape": round(100 * sum(abs(r.error("neusight")) for r in ns) / max(len(ns), 1), 1),
+            "mlperf_ratios": {r["id"]: None if r["ratio"] is None else round(r["ratio"], 2)
+                              for r in self.mlperf},
+        }
+
+    def format_table(self) -> str:
+        lines = ["GPU kernels (NeuSight single-kernel latencies; fitted = seen by python -m ipukern.gpu.fit)",
+                 f"{'gpu':16s} {'split':5s} {'op class':11s} {'rows':>5s} {'fitted':>6s} {'MAPE':>7s} "
+                 f"{'model/meas':>10s}"]
+        for g in self.kernels:
+            fitted = "yes" if g.fitted else "no"
+            lines.append(f"{g.gpu:16s} {g.split:5s} {g.op_class:11s} {g.rows:5d} {fitted:>6s} "
+                         f"{g.mape:6.1f}% {g.geomean_ratio:10.2f}")
+        lines += ["", "End to end (NeuSight measured, eager PyTorch FP32; error = prediction / measured - 1; "
+                      "none of these rows is fitted)",
+                  f"{'gpu':24s} {'config':26s} {'measured ms':>11s} {'ipukern':>8s} {'NeuSight':>8s} "
+                  f"{'roofline':>8s} {'Habitat':>8s}"]
+
+        def pct(v: float | None) -> str:
+            return "-" if v is None else f"{100 * v:+.0f}%"
+
+        for r in self.e2e:
+            lines.append(f"{r.gpu:24s} {r.config:26s} {r.measured_ms:11.1f} {pct(r.error()):>8s} "
+                         f"{pct(r.error('neusight')):>8s} {pct(r.error('roofline')):>8s} "
+                         f"{pct(r.error('habitat')):>8s}")
+        lines += ["", "MLPerf Training DGX A100 (stack mlperf; model / published throughput)"]
+        for r in self.mlperf:
+            ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}"
+            lines.append(f"{r['id']:28s} published {r['published']:>9,.0f}  model {r['model'] or 0:>9,.0f}  "
+                         f"ratio {ratio}")
+        lines += ["", f"not priced: {len(self.skipped)} end-to-end rows (multi-GPU, -fusion, no op graph)"]
+        return "\n".join(lines)
+
+    def to_json(self, path: str | Path | None = None) -> str:
+        text = json.dumps({"summary": self.summary(), "kernels": [asdict(g) for g in self.kernels],
+                           "e2e": [asdict(r) for r in self.e2e], "mlperf": self.mlperf,
+                           "skipped": self.skipped}, indent=1)
+        if path is not None:
+            Path(path).write_text(text + "\n", encoding="utf-8")
+        return text
+
+    def to_csv(self, path: str | Path) -> Path:
+        path = Path(path)
+        with path.open("w", encoding="utf-8", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["table", "gpu", "what", "rows", "fitted", "measured", "model", "error_pct",
+                        "neusight_error_pct"])
+            for g in self.kernels:
+                w.writerow(["kernels", g.gpu, f"{g.split} {g.op_class}", g.rows, g.fitted, "", "",
+                            round(g.mape, 2), ""])
+            for r in self.e2e:
+                ns = r.error("neusight")
+                w.writerow(["e2e", r.gpu, r.config, 1, False, round(r.measured_ms, 3), round(r.model_ms, 3),
+                            round(100 * r.error(), 2), "" if ns is None else round(100 * ns, 2)])
+            for r in self.mlperf:
+                err = None if r["ratio"] is None else round(100 * (r["ratio"] - 1), 2)
+                w.writerow(["mlperf", r["system"], r["id"], 1, False, r["published"], r["model"], err, ""])
+        return path
+
+
+def gpu_report(*, mlperf: bool = True, progress: Any = None) -> GPUValidationReport:
+    """All three tables (``mlperf=False`` skips the MLPerf rows, the slow part)."""
+    kernels = kernel_groups(progress)
+    e2e, skipped = e2e_rows()
+    return GPUValidationReport(kernels, e2e, skipped, mlperf_rows() if mlperf else [])

@@ -1,0 +1,198 @@
+"""The kernel-level GPU model: tiles in waves, memory kernels by size, stacks, the timeline.
+
+Hand-computed cases take the calibration constants from the module (they are fitted) and
+spell out every other factor.
+"""
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+import ipukern as ik
+from ipukern.conv import ConvParams
+from ipukern.gpu import A100_40GB, H100, V100, get_stack
+from ipukern.gpu.calibration import GEMM_CALIBRATION, LAUNCH_S, MEMORY_CALIBRATION
+from ipukern.gpu.gemm import GemmProblem, Tile, gemm_seconds
+from ipukern.gpu.kernels import conv_kernels, kernel_seconds
+from ipukern.gpu.memory import MEMORY_KINDS, memory_seconds
+from ipukern.gpu.network import play_launches
+
+cal = GEMM_CALIBRATION
+
+
+def _rate(gpu, peak, warps, reuse):
+    clock = cal.clock_fraction(gpu.name) * reuse / (reuse + cal.simt_reuse)
+    return peak / gpu.sm_count * clock * cal.simt_efficiency * (1 - math.exp(-warps / cal.simt_warps))
+
+
+def test_one_tile_by_hand():
+    # 4096 x 4096 x 4096 fp32 on an A100 40 GB with only the 128x128 SIMT tile and no split:
+    # 1024 tiles, 2 blocks/SM by registers (256 threads x 128 regs = 32768 of 65536)
+    g = A100_40GB
+    t = gemm_seconds(g, GemmProblem(4096, 4096, 4096, peak=g.fp32_flops, tensor=False))
+    assert t.seconds > 0 and t.bound in ("compute", "memory") and t.tile.startswith("simt_")
+    tile = Tile(128, 128, 8, 256, 128, 2, "simt")
+    from ipukern.gpu.gemm import _candidate
+    c = _candidate(g, GemmProblem(4096, 4096, 4096, peak=g.fp32_flops), tile, 1, cal)
+    assert c.blocks_per_sm == 2 and c.tiles == 1024
+    full, rest = divmod(1024, 108 * 2)                   # 4 full waves, then 160 tiles
+    per_tile = 2 * 128 * 128 * (4096 + cal.k_overhead)
+    wave = lambda blocks: per_tile * blocks / _rate(g, g.fp32_flops, blocks * 8, 64.0)  # noqa: E731
+    assert c.compute_seconds == pytest.approx(full * wave(2) + wave(math.ceil(rest / 108)), rel=1e-12)
+    assert c.waves == pytest.approx(1024 / 216)
+    # A and B (64 MiB each) do not fit half the 40 MiB L2: streamed once per wave
+    assert c.dram_bytes >= 3 * 4096 * 4096 * 4
+    assert c.seconds == pytest.approx(max(c.compute_seconds, c.memory_seconds) + LAUNCH_S, rel=1e-12)
+    assert t.seconds <= c.seconds                       # the heuristic's pick is no worse
+
+
+def test_wave_quantisation_and_split_k():
+    g = A100_40GB
+    # one tile's worth of output but a long K: split-K fills the SMs
+    t = gemm_seconds(g, GemmProblem(64, 64, 1 << 20, peak=g.fp32_flops, tensor=False))
+    assert t.split_k > 1 and t.reduce_seconds > 0
+    # one more tile than fills a wave costs a partial wave
+    a = gemm_seconds(g, GemmProblem(128 * 108, 128, 4096, peak=g.fp32_flops, tensor=False))
+    b = gemm_seconds(g, GemmProblem(128 * 108 + 1, 128, 4096, peak=g.fp32_flops, tensor=False))
+    assert b.seconds > a.seconds
+
+
+@pytest.mark.parametrize("gpu", [A100_40GB, V100, H100])
+def test_tensor_cores_are_faster_and_below_peak(gpu):
+    peak = gpu.fp16_tensor_flops
+    t16 = gemm_seconds(gpu, GemmProblem(8192, 8192, 8192, elem=2, peak=peak, tensor=True))
+    t32 = gemm_seconds(gpu, GemmProblem(8192, 8192, 8192, peak=gpu.fp32_flops, tensor=False))
+    flops = 2 * 8192 ** 3
+    assert t16.seconds < t32.seconds
+    assert flops / t16.seconds <= cal.tensor_efficiency * peak
+    assert flops / t16.seconds > 0.5 * cal.tensor_efficiency * peak      # a large GEMM is near it
+
+
+def test_gemm_is_deterministic_and_cached():
+    a = gemm_seconds(H100, GemmProblem(1000, 333, 77, batch=5, peak=H100.fp32_flops, tensor=False))
+    b = gemm_seconds(H100, GemmProblem(1000, 333, 77, batch=5, peak=H100.fp32_flops, tensor=False))
+    assert a == b
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, None])
+def test_gemm_bad_sizes(bad):
+    with pytest.raises(ValueError, match="GEMM m must be an int >= 1"):
+        gemm_seconds(A100_40GB, GemmProblem(bad, 4, 4, peak=1e12, tensor=False))
+
+
+def test_memory_kernel_by_hand():
+    g = A100_40GB
+    e = MEMORY_CALIBRATION.efficiency_of("elementwise")
+    n = 400e6                                            # far above half the L2: DRAM-bound
+    ramp = 1 - math.exp(-n / (MEMORY_CALIBRATION.bytes_per_sm * g.sm_count))
+    t = memory_seconds(g, "elementwise", n)
+    assert t.ceiling == "DRAM"
+    assert t.seconds == pytest.approx(LAUNCH_S + n / (e * g.hbm_bandwidth * ramp), rel=1e-12)
+    small = memory_seconds(g, "elementwise", 1e6)        # L2-resident, but far from the ramp's top
+    assert small.ceiling == "L2" and small.bandwidth < e * g.l2_bandwidth
+    assert memory_seconds(g, "norm", 0).seconds == LAUNCH_S
+
+
+@pytest.mark.parametrize("kind,nbytes,match", [("fft", 10, "unknown memory-kernel class"),
+                                               ("copy", -1, "finite number >= 0"),
+                                               ("copy", float("nan"), "finite number >= 0")])
+def test_memory_bad_input(kind, nbytes, match):
+    with pytest.raises(ValueError, match=match):
+        memory_seconds(A100_40GB, kind, nbytes)
+
+
+def test_every_memory_class_has_an_efficiency():
+    for kind in MEMORY_KINDS:
+        assert 0 < MEMORY_CALIBRATION.efficiency_of(kind) <= 1
+
+
+def test_conv_algorithms():
+    dense = ConvParams(batch=32, in_channels=256, out_channels=256, in_h=28, in_w=28, kernel_h=3,
+                       kernel_w=3, padding=1)
+    # FP32 on CUDA cores: Winograd is a candidate (and wins this layer), four launches
+    calls = conv_kernels(dense, "forward", A100_40GB, "float32")
+    assert any("winograd" in c.label for c in calls)
+    # FP16 runs on tensor cores as implicit GEMM only
+    (call,) = conv_kernels(dense, "forward", A100_40GB, "float16")
+    assert call.kind == "gemm" and (call.m, call.n, call.k) == (32 * 28 * 28, 256, 256 * 9)
+    # grouped: the direct kernel on the curve, never at a higher rate than the dense conv
+    grouped = dataclasses.replace(dense, groups=32)
+    (d,) = conv_kernels(grouped, "forward", A100_40GB, "float16")
+    assert d.kind == "direct_conv" and d.cpg == 8 and (d.m, d.n, d.k) == (call.m, call.n, call.k)
+    p = kernel_seconds(d, A100_40GB, "float16")
+    dense_t = gemm_seconds(A100_40GB, GemmProblem(d.m, d.n, d.k, elem=2, peak=312e12, tensor=True))
+    assert p.compute_seconds >= dense_t.compute_seconds / 32 * (1 - 1e-12)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("gpu", ["A100_40GB", "V100", "H100"])
+def test_grouped_rate_falls_with_cpg_up_to_tile_quantisation(gpu, dtype):
+    # the tile model quantises N and K to tile edges, so a neighbouring cpg may be a little
+    # faster (NVIDIA's "dimension quantization"); across a factor of 4 in cpg it always falls
+    rates = []
+    for g in (1, 2, 4, 8, 16, 32, 64, 128, 256):
+        p = ConvParams(batch=32, in_channels=256, out_channels=256, in_h=28, in_w=28, kernel_h=3, kernel_w=3,
+                       padding=1, groups=g, dtype=dtype)
+        rates.append(ik.gpu.estimate_conv(p, gpu).tflops)
+    assert all(b <= a * 1.15 for a, b in zip(rates, rates[1:])), rates
+    assert all(c < a for a, c in zip(rates, rates[2:])), rates
+    assert rates[-1] < rates[0] / 5
+
+
+def test_estimate_conv_explains_the_kernel_choice():
+    p = ConvParams(batch=32, in_channels=256, out_channels=256, in_h=28, in_w=28, kernel_h=3, kernel_w=3,
+                   padding=1, dtype="float16")
+    e = ik.gpu.estimate_conv(p, "A100_40GB")
+    assert e.algorithm.startswith("implicit GEMM (tensor_") and "implicit GEMM" in e.explain()
+    assert e.seconds == pytest.approx(kernel_seconds(conv_kernels(p, "forward", A100_40GB, "float16")[0],
+                                                     A100_40GB, "float16").seconds, rel=1e-12)
+    assert ik.gpu.estimate_conv_curve(p, "A100_40GB").algorithm == ""
+    with pytest.raises(ValueError, match="no TF32"):
+        ik.gpu.estimate_conv(dataclasses.replace(p, dtype="float32"), "V100", tf32=True)
+    m = ik.gpu.estimate_matmul(1024, 1024, 1024, dtype="float16")
+    assert m.algorithm.startswith("GEMM (tensor_")
+
+
+def test_play_launches_by_hand():
+    t = np.array([1.0, 1.0, 5.0, 1.0])
+    # host issues every 2 s: kernel 0 ends 1, 1 starts at 2 ends 3, 2 starts 4 ends 9, 3 at 9 ends 10
+    ends, waited = play_launches(t, 2.0, 0.0, 0.0)
+    assert ends.tolist() == [1.0, 3.0, 9.0, 10.0] and waited == 2
+    ends, waited = play_launches(t, 0.0, 0.0, 3.0)       # no host cost, GPU busy until 3
+    assert ends.tolist() == [4.0, 5.0, 10.0, 11.0] and waited == 0
+
+
+def test_stacks():
+    eager, graphs, mlperf = (get_stack(s) for s in ("pytorch-eager", "cuda-graphs", "mlperf"))
+    assert eager.host_per_op_s > 0 == graphs.host_per_op_s == mlperf.host_per_op_s
+    assert not eager.fusions and mlperf.layout == "NHWC" and mlperf.fuses("attention")
+    assert get_stack(" MLPerf ") is mlperf and get_stack(eager) is eager
+    with pytest.raises(ValueError, match="unknown GPU software stack"):
+        get_stack("xla")
+    with pytest.raises(ValueError, match="unknown fusions"):
+        ik.gpu.SoftwareStack("x", "", 0.0, fusions=frozenset({"everything"}))
+
+
+def test_fusion_removes_passes_and_unpadding_only_touches_token_models():
+    from ipukern.gpu.lowering import lower_network
+    net = ik.models.resnet50()
+    eager = lower_network(net, 8, A100_40GB, get_stack("pytorch-eager"), "float16", training=True)
+    fused = lower_network(net, 8, A100_40GB, get_stack("mlperf"), "float16", training=True)
+    n = lambda lk: sum(len(x.forward) + len(x.backward) for x in lk)  # noqa: E731
+    assert n(fused) < n(eager)
+    conv_m = lambda lk: next(c.m for x in lk for c in x.forward if c.kind == "gemm")  # noqa: E731
+    assert conv_m(fused) == conv_m(eager) == 8 * 112 * 112     # no unpadding of images
+    bert = ik.models.bert_base(seq_len=128) if hasattr(ik.models, "bert_base") else None
+    if bert is not None:
+        rows = lambda lk: next(c.m for x in lk if x.op == "linear" for c in x.forward)  # noqa: E731
+        e = lower_network(bert, 8, A100_40GB, get_stack("pytorch-eager"), "float16", training=False)
+        f = lower_network(bert, 8, A100_40GB, get_stack("mlperf"), "float16", training=False)
+        assert rows(f) == math.ceil(rows(e) * get_stack("mlperf").token_fraction)
+
+
+def test_network_estimate_is_deterministic():
+    net = ik.models.resnet50()
+    a = ik.gpu.estimate_network_gpu(net, 32, "DGX_A100", training=True)
+    b = ik.gpu.estimate_network_gpu(net, 32, "DGX_A100", training=True)
+    assert a == b
