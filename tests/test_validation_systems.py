@@ -176,3 +176,20 @@ def test_pipelined_bert_row_on_bert_base():
     # samples/s of packs x 2 sequences per pack = the step's sequences over its time
     seqs = run.replicas * run.micro_batch * run.gradient_accumulation * 2
     assert row.model_throughput == pytest.approx(seqs / (row.details["step_ms"] / 1e3), rel=1e-3)
+
+
+def test_published_bert_stages_fit_as_they_ran():
+    """With PopART's per-layer checkpoints and the configs' availableMemoryProportion the
+    published BERT-Large POD16 stages fit their tiles (with stage recomputation and the
+    default proportion they did not: 874,782 B > 638,976 B on stage 1)."""
+    run = next(r for r in vs.load_published() if r.id == "mlperf1.0-bert-pod16")
+    assert run.recompute == "every_layer" and run.available_memory_proportion == pytest.approx(0.2)
+    (row,) = vs.systems_report([run], datasheet=False).rows
+    assert not row.reason, row.reason
+    assert row.details["memory"]["fits"], row.details["memory"]
+    assert row.details["memory"]["peak_tile_bytes"] <= 638976
+    stage = replace(run, recompute="stage", available_memory_proportion=None)
+    (old,) = vs.systems_report([stage], datasheet=False).rows
+    assert not old.details["memory"]["fits"]
+    (bad,) = vs.systems_report([replace(run, network="resnet8", network_args="")], datasheet=False).rows
+    assert "every_layer" in bad.reason

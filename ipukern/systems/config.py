@@ -65,6 +65,11 @@ class TrainingConfig:
     bn_replica_group : int
     allow_overflow : bool
     available_memory_proportion : float in (0, 1], optional
+    io_tiles : int
+        Tiles set aside for host I/O (Poplar's I/O tiles; TensorFlow's ``--num-io-tiles``).
+        0 (default, as in Graphcore's MLPerf ResNet-50 runs): each micro-batch's input is a
+        synchronous host exchange the IPUs wait for. > 0: the copies land on the I/O tiles
+        while the other tiles compute (the network is planned on ``n_tiles - io_tiles``).
     """
 
     micro_batch: int | None = None
@@ -83,6 +88,7 @@ class TrainingConfig:
     bn_replica_group: int = 1
     allow_overflow: bool = False
     available_memory_proportion: float | None = None
+    io_tiles: int = 0
 
     def __post_init__(self) -> None:
         put = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 - frozen record
@@ -120,6 +126,7 @@ class TrainingConfig:
         if amp is not None and (isinstance(amp, bool) or not isinstance(amp, (int, float))
                                 or not math.isfinite(amp) or not 0 < amp <= 1):
             raise ValueError(f"available_memory_proportion must be in (0, 1], got {amp!r}")
+        put("io_tiles", as_int(self.io_tiles, "io_tiles", minimum=0))
 
     @property
     def optimizer_name(self) -> str:

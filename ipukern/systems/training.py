@@ -62,6 +62,26 @@ __all__ = ["LayerCost", "TrainingEstimate", "StageMemoryError", "estimate_traini
 
 
 
+#: where each part of a step's breakdown (``info["parts_s"]``) comes from
+PART_SOURCES: dict[str, str] = {
+    "pipeline compute": "per-layer cycles of the planned passes (PopLibs-equal estimators), "
+                        "slowest stage x micro-batches",
+    "bn all-reduce": "batch-norm group statistics over bn_replica_group replicas, per pass "
+                     "(ipukern.systems.bn_group, ring over IPU-Links)",
+    "fill/drain": "(IPUs per replica - 1) pipeline cycles (grouped schedule)",
+    "links + sync": "stage-boundary activations over the routed IPU-Links + cross-IPU sync "
+                    "(PopLibs IPUModel 15 ns/hop) per pipeline cycle",
+    "all-reduce": "gradient all-reduce as GCL's rings run it (ipukern.systems.collectives: "
+                  "chunk per step, link sharing, per-step sync and add)",
+    "optimizer": "weight update's load/store words per parameter over all tiles "
+                 "(ipukern.ops.optim.OPTIMIZER_WORDS)",
+    "streaming memory": "optimizer state read and written over the Streaming Memory links",
+    "host I/O": "inputs over each host's 2 x 100 GbE link (MLPerf system descriptions); with "
+                "io_tiles 0 (Graphcore's MLPerf TF1 runs: --num-io-tiles default 0) every "
+                "micro-batch's copy is a synchronous host exchange, else overlapped",
+}
+
+
 class StageMemoryError(MemoryError):
     """A pipeline stage does not fit its IPU's tile memory."""
 
@@ -332,6 +352,18 @@ def _check_costs(costs: Any) -> list[LayerCost]:
     return costs
 
 
+def _compute_chip(chip: Any, io_tiles: int, fixed_costs: bool) -> Any:
+    """The chip the network is planned on: I/O tiles hold the stream buffers, the rest
+    compute (Poplar User Guide, "I/O tiles"; TF IPU ``config.io_tiles.num_io_tiles``)."""
+    if not io_tiles:
+        return chip
+    if io_tiles >= chip.n_tiles:
+        raise ValueError(f"io_tiles must be below the chip's {chip.n_tiles} tiles, got {io_tiles}")
+    if fixed_costs:
+        raise ValueError("io_tiles needs a network (the costs= rows are fixed to one chip)")
+    return chip.replace(n_tiles=chip.n_tiles - io_tiles, name=f"{chip.name}-{io_tiles}io")
+
+
 def estimate_training(net: Any = None, system: System | str = "POD16", config: TrainingConfig | None = None,
                       *, costs: Any = None, **options: Any) -> TrainingEstimate:
     """Throughput and step time of training ``net`` on ``system`` (module docstring).
@@ -405,6 +437,7 @@ def estimate_training(net: Any = None, system: System | str = "POD16", config: T
                                 f"{system.name} has {system.n_ipus}")
     bn_group = check_bn_group(cfg.bn_replica_group, reps)
     mb, dt, partials, amp = cfg.micro_batch, cfg.dtype, cfg.partials, cfg.available_memory_proportion
+    chip = _compute_chip(chip, cfg.io_tiles, costs is not None)
     item = DTYPES[dt].itemsize
     checkpoints = None
     auto = cfg.recompute == "auto"
@@ -582,8 +615,16 @@ def _compose(system: System, costs: list[LayerCost], stages: list[list[str]], cf
         state = p * sbytes
         per_ipu_bw = system.streaming_bytes_per_second / min(4, system.n_ipus)
         stream.append(2 * state / per_ipu_bw if optimizer_state == "streaming" else 0.0)
-    host_io = reps * mb * m * sample_bytes / (system.n_hosts * system.host_bytes_per_second)
-    host_excess = max(0.0, host_io - pipeline_s)
+    # host I/O: each host's link carries its replicas' inputs, one micro-batch per pipeline
+    # cycle. Without I/O tiles a stream copy is a host exchange every IPU of the replica
+    # waits for (it ends the compute superstep), so it adds to every pipeline cycle; with
+    # I/O tiles it overlaps compute and only what exceeds the pipeline shows.
+    mb_io = math.ceil(reps / system.n_hosts) * mb * sample_bytes / system.host_bytes_per_second
+    host_io = m * mb_io
+    if cfg.io_tiles:
+        host_excess = max(0.0, host_io - pipeline_s)
+    else:
+        host_excess = n_cycles * mb_io
     update_s = max(a + o + st for a, o, st in zip(ar, opt, stream))
     step = pipeline_s + update_s + host_excess
     breakdown = []
@@ -606,7 +647,9 @@ def _compose(system: System, costs: list[LayerCost], stages: list[list[str]], cf
     why = f"{top}" + (f" (slowest stage {slow['stage']}: {slow['layers'][0]}..{slow['layers'][-1]})"
                       if top == "pipeline compute" and ipr > 1 else "")
     return TrainingEstimate(system.name, reps, ipr, mb, m, [list(s) for s in stages], step, breakdown, why,
-                            info={"parts_s": parts, "pipeline_cycle_s": cycle_s, "host_io_s": host_io,
+                            info={"parts_s": parts, "part_sources": PART_SOURCES,
+                                  "pipeline_cycle_s": cycle_s, "host_io_s": host_io,
+                                  "host_io_overlapped": bool(cfg.io_tiles), "io_tiles": cfg.io_tiles,
                                   "bn_replica_group": bn_group,
                                   "optimizer_state_dtype": list(sdt),
                                   "weights": f"{'float16' if item == 2 else 'float32'}, updated in "

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -191,6 +192,11 @@ def _model_ipu(run: PublishedRun, net: Any, datasheet: bool = False) -> tuple[fl
         system = system.replace(chip=system.chip.with_datasheet_exchange())
     if run.recompute == "stage":
         recompute: Any = True
+    elif run.recompute == "every_layer":
+        # PopART's recompute_checkpoint_every_layer: a checkpoint at each encoder layer's output
+        recompute = [n for n in net.nodes if re.fullmatch(r"encoder\.layer\.\d+\.output\.LayerNorm", n)]
+        if not recompute:
+            raise ValueError(f"{run.id}: recompute 'every_layer' needs encoder layers in {run.network}")
     else:
         recompute = [c for c in run.recompute.split("|") if c] or None
     pipeline: Any = None

@@ -26,8 +26,11 @@ def test_data_parallel_step_by_hand():
     ar = collective_seconds(ik.IPU_POD16, "all_reduce", params * 2, range(16)).seconds
     # weight read + write and gradient read in float16, float32 momentum read + write
     opt = params * (3 * 2 + 2 * 4) / (1472 * 16) / CLOCK
-    host = 192 * 3 * 224 * 224 / 25e9           # one host, 2 x 100 GbE; prefetched under compute
-    assert est.step_seconds == pytest.approx(3 * compute + ar + opt + max(0.0, host - 3 * compute))
+    # one host, 2 x 100 GbE; no I/O tiles: each micro-batch's copy is waited for
+    host = 192 * 3 * 224 * 224 / 25e9
+    assert est.step_seconds == pytest.approx(3 * compute + ar + opt + host)
+    assert est.info["parts_s"]["host I/O"] == pytest.approx(host) and not est.info["host_io_overlapped"]
+    assert set(est.info["part_sources"]) == set(est.info["parts_s"])
     assert est.global_batch == 16 * 4 * 3
     assert est.samples_per_second == pytest.approx(192 / est.step_seconds)
     assert est.time_to_train(epochs=2, dataset_size=1000) == pytest.approx(2000 / est.samples_per_second)
@@ -197,3 +200,38 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     assert main(["compare", "--costs", f, "--training", "--systems", "POD16,NOPE"]) == 1
     cap = capsys.readouterr()
     assert cap.out == "" and len(cap.err.strip().splitlines()) == 1 and "NOPE" in cap.err
+
+
+def test_host_io_synchronous_per_pipeline_cycle_and_per_host():
+    c = costs(n=4)
+    # POD64: 4 hosts; 32 two-IPU replicas, 8 per host, one micro-batch per pipeline cycle
+    est = ik.estimate_training(system=ik.IPU_POD64, micro_batch=2, gradient_accumulation=5,
+                               ipus_per_replica=2, pipeline=["l2"], costs=c, sample_bytes=1000)
+    per_mb = math.ceil(32 / 4) * 2 * 1000 / 25e9
+    assert est.info["parts_s"]["host I/O"] == pytest.approx((5 + 2 - 1) * per_mb)
+
+
+def test_io_tiles_overlap_host_io_and_shrink_the_compute_chip():
+    net = ik.models.resnet8()
+    base = dict(micro_batch=4, gradient_accumulation=2, replicas=1, sample_bytes=10**6)
+    sync = ik.estimate_training(net, ik.IPU_M2000, **base)
+    over = ik.estimate_training(net, ik.IPU_M2000, io_tiles=64, **base)
+    assert over.info["host_io_overlapped"] and over.info["io_tiles"] == 64
+    host = 2 * 4 * 10**6 / 25e9
+    assert sync.info["parts_s"]["host I/O"] == pytest.approx(host)
+    compute = over.info["parts_s"]["pipeline compute"]
+    assert over.info["parts_s"]["host I/O"] == pytest.approx(max(0.0, host - compute))
+    # fewer compute tiles: the passes cannot get faster
+    assert compute >= sync.info["parts_s"]["pipeline compute"]
+
+
+@pytest.mark.parametrize("bad, err", [(-1, ValueError), (1472, ValueError), (True, TypeError),
+                                      (1.5, TypeError)])
+def test_io_tiles_bad_values_are_refused(bad, err):
+    with pytest.raises(err, match="io_tiles"):
+        ik.estimate_training(ik.models.resnet8(), ik.IPU_M2000, micro_batch=1, replicas=1, io_tiles=bad)
+
+
+def test_io_tiles_need_a_network():
+    with pytest.raises(ValueError, match="io_tiles needs a network"):
+        ik.estimate_training(system=ik.IPU_M2000, micro_batch=1, costs=costs(), io_tiles=8)
