@@ -78,16 +78,17 @@ def _estimate(args: argparse.Namespace, system: str) -> Any:
                                  optimizer_state_dtype=args.optimizer_state_dtype,
                                  replicated_sharding=args.replicated_sharding, costs=costs,
                                  bn_replica_group=args.bn_group, allow_overflow=args.allow_overflow,
-                                 available_memory_proportion=args.available_memory_proportion)
+                                 available_memory_proportion=args.available_memory_proportion,
+                                 io_tiles=args.io_tiles)
     except StageMemoryError as e:
         raise RuntimeError(str(e)) from None
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
     if args.execute:
-        if args.available_memory_proportion is not None or args.checkpoints is not None:
-            raise ValueError("--available-memory-proportion and --checkpoints apply to estimates, "
-                             "not --execute")
+        if args.available_memory_proportion is not None or args.checkpoints is not None or args.io_tiles:
+            raise ValueError("--available-memory-proportion, --checkpoints and --io-tiles apply to "
+                             "estimates, not --execute")
         return train_run.execute(args)
     if args.tiles is not None:
         raise ValueError("--tiles applies to --execute")
@@ -199,6 +200,10 @@ def _common(p: argparse.ArgumentParser) -> None:
                         "Graphcore's MLPerf ResNet-50 used 2)")
     p.add_argument("--allow-overflow", action="store_true",
                    help="report stages that do not fit their IPU's tiles instead of failing")
+    p.add_argument("--io-tiles", type=int, default=0, metavar="N",
+                   help="tiles set aside for host I/O, overlapping it with compute on the rest "
+                        "(default 0: each micro-batch's input is a synchronous host exchange, "
+                        "as in Graphcore's MLPerf ResNet-50 runs)")
     p.add_argument("--dataset-size", type=int, default=1_281_167, help="samples per epoch (ImageNet)")
 
 

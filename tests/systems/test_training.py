@@ -235,3 +235,20 @@ def test_io_tiles_bad_values_are_refused(bad, err):
 def test_io_tiles_need_a_network():
     with pytest.raises(ValueError, match="io_tiles needs a network"):
         ik.estimate_training(system=ik.IPU_M2000, micro_batch=1, costs=costs(), io_tiles=8)
+
+
+def test_cli_io_tiles(tmp_path, capsys):
+    import json
+
+    from ipukern.cli import main
+    out = str(tmp_path / "t")
+    assert main(["train", "resnet8", "--system", "M2000", "--micro-batch", "2", "--io-tiles", "32",
+                 "--out", out]) == 0
+    info = json.loads((tmp_path / "t.json").read_text())["info"]
+    assert info["io_tiles"] == 32 and info["host_io_overlapped"]
+    capsys.readouterr()
+    assert main(["train", "resnet8", "--system", "M2000", "--io-tiles", "-3", "--out", out]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "io_tiles" in err[0]
+    assert main(["train", "resnet8", "--system", "M2000", "--execute", "--io-tiles", "8", "--out", out]) == 1
+    assert "apply to estimates" in capsys.readouterr().err
