@@ -427,7 +427,7 @@ def estimate_training(net: Any = None, system: System | str = "POD16", config: T
     """
     cfg = TrainingConfig.of(config, options)
     system = get_system(system)
-    chip = system.chip
+    chip = _compute_chip(system.chip, cfg.io_tiles, costs is not None)
     if cfg.micro_batch is None:
         raise ValueError("estimate_training needs micro_batch (samples per replica per micro-batch)")
     ipr = cfg.ipus_per_replica
@@ -437,7 +437,6 @@ def estimate_training(net: Any = None, system: System | str = "POD16", config: T
                                 f"{system.name} has {system.n_ipus}")
     bn_group = check_bn_group(cfg.bn_replica_group, reps)
     mb, dt, partials, amp = cfg.micro_batch, cfg.dtype, cfg.partials, cfg.available_memory_proportion
-    chip = _compute_chip(chip, cfg.io_tiles, costs is not None)
     item = DTYPES[dt].itemsize
     checkpoints = None
     auto = cfg.recompute == "auto"
@@ -558,10 +557,22 @@ def _auto_fitting(costs, ipr: int, memory, stage_cycles, lazy: bool) -> list[lis
 _AUTO_TRIES = 64
 
 
+def _host_io(system: System, sh: _Layout, overlapped: bool, pipeline_s: float, n_cycles: int
+             ) -> tuple[float, float]:
+    """(transfer seconds, seconds added to the step) of the step's inputs. Each host's link
+    carries its replicas' inputs, one micro-batch per pipeline cycle. Without I/O tiles a
+    stream copy is a host exchange every IPU of the replica waits for (it ends the compute
+    superstep), so it adds to every pipeline cycle; with I/O tiles it overlaps compute and
+    only what exceeds the pipeline shows."""
+    mb_io = math.ceil(sh.reps / system.n_hosts) * sh.mb * sh.sample_bytes / system.host_bytes_per_second
+    host_io = sh.m * mb_io
+    return host_io, (max(0.0, host_io - pipeline_s) if overlapped else n_cycles * mb_io)
+
+
 def _compose(system: System, costs: list[LayerCost], stages: list[list[str]], cfg: TrainingConfig,
              sh: _Layout, memory: _StageMemory) -> TrainingEstimate:
     reps, ipr, mb, m, item, recompute = sh.reps, sh.ipr, sh.mb, sh.m, sh.item, sh.recompute
-    shard, sample_bytes, bn_group, sdt = sh.shard, sh.sample_bytes, sh.bn_group, sh.sdt
+    shard, bn_group, sdt = sh.shard, sh.bn_group, sh.sdt
     optimizer, optimizer_state, allow_overflow = cfg.optimizer_name, cfg.optimizer_state, cfg.allow_overflow
     chip = system.chip
     clock = chip.clock_hz
@@ -615,16 +626,7 @@ def _compose(system: System, costs: list[LayerCost], stages: list[list[str]], cf
         state = p * sbytes
         per_ipu_bw = system.streaming_bytes_per_second / min(4, system.n_ipus)
         stream.append(2 * state / per_ipu_bw if optimizer_state == "streaming" else 0.0)
-    # host I/O: each host's link carries its replicas' inputs, one micro-batch per pipeline
-    # cycle. Without I/O tiles a stream copy is a host exchange every IPU of the replica
-    # waits for (it ends the compute superstep), so it adds to every pipeline cycle; with
-    # I/O tiles it overlaps compute and only what exceeds the pipeline shows.
-    mb_io = math.ceil(reps / system.n_hosts) * mb * sample_bytes / system.host_bytes_per_second
-    host_io = m * mb_io
-    if cfg.io_tiles:
-        host_excess = max(0.0, host_io - pipeline_s)
-    else:
-        host_excess = n_cycles * mb_io
+    host_io, host_excess = _host_io(system, sh, bool(cfg.io_tiles), pipeline_s, n_cycles)
     update_s = max(a + o + st for a, o, st in zip(ar, opt, stream))
     step = pipeline_s + update_s + host_excess
     breakdown = []
@@ -650,8 +652,7 @@ def _compose(system: System, costs: list[LayerCost], stages: list[list[str]], cf
                             info={"parts_s": parts, "part_sources": PART_SOURCES,
                                   "pipeline_cycle_s": cycle_s, "host_io_s": host_io,
                                   "host_io_overlapped": bool(cfg.io_tiles), "io_tiles": cfg.io_tiles,
-                                  "bn_replica_group": bn_group,
-                                  "optimizer_state_dtype": list(sdt),
+                                  "bn_replica_group": bn_group, "optimizer_state_dtype": list(sdt),
                                   "weights": f"{'float16' if item == 2 else 'float32'}, updated in "
                                              "place (no float32 master copy)",
                                   "fits": all(r["memory"]["fits"] for r in rows),
