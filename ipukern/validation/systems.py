@@ -191,6 +191,8 @@ def _model_ipu(run: PublishedRun, net: Any, datasheet: bool = False) -> tuple[fl
         system = system.replace(chip=system.chip.with_datasheet_exchange())
     if run.recompute == "stage":
         recompute: Any = True
+    elif run.recompute == "auto":       # the estimator picks the checkpoints that fit
+        recompute = "auto"
     else:
         recompute = [c for c in run.recompute.split("|") if c] or None
     pipeline: Any = None

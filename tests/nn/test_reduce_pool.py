@@ -54,3 +54,17 @@ def test_no_pool_dominates_efficientnet_b0():
     prof = ik.estimate_network(ik.models.efficientnet_b0(), batch=1)
     pools = [r["cycles"] for r in prof.layers if r["op"] in ("global_avgpool", "avgpool")]
     assert pools and max(pools) < 0.05 * prof.total_cycles
+
+
+def test_g16_efficientnet_replaces_depthwise_by_groups_of_16():
+    from ipukern.nn import layers as L
+    net = ik.models.efficientnet_b4_g16()
+    assert net.name == "efficientnet_b4_g16" and "efficientnet_b4_g16" in ik.models.MODELS
+    convs = [n.layer for n in net.nodes.values()
+             if isinstance(getattr(n, "layer", None), L.Conv2d) and n.layer.groups > 1]
+    assert len(convs) == 31        # every MBConv block of B4 but one of 24 channels (1 group)
+    for c in convs:
+        assert c.in_channels // c.groups == 16
+    with pytest.raises(ValueError, match="group_size"):
+        from ipukern.nn.zoo_cnn import _efficientnet
+        _efficientnet("b0", None, 10, group_size=12)
