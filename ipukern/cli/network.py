@@ -60,7 +60,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                               "  ipukern network mobilenet_v2 --max-batch",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", help="zoo model: resnet50, resnext50_32x4d, resnext101_32x4d, "
-                                 "efficientnet_b0..b4, mobilenet_v1, mobilenet_v2, bert_base, bert_large")
+                                 "efficientnet_b0..b4, efficientnet_b0_g16, efficientnet_b4_g16, "
+                                 "mobilenet_v1, mobilenet_v2, bert_base, bert_large")
     p.add_argument("--batch", type=int, default=16, help="samples per step (default 16)")
     p.add_argument("--training", action="store_true", help="a training step instead of inference")
     p.add_argument("--dtype", choices=["float16", "float32"], default="float16",

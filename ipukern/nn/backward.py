@@ -20,7 +20,7 @@ activation          popnn NonLinearityGrad (:mod:`ipukern.nn.grad_cycles`)
 add (+act)          the gradient fans out; a fused activation's NonLinearityGrad
 batchnorm (train)   forward: cross-tile sum / sum of squares, owner rsqrt, scale/shift
                     broadcast; backward: cross-tile sums of g and g*x, 3 passes for dx
-max/avg pooling     popnn Max/SumPoolingGrad; global avg pool: SumPoolingGrad, window 1
+max/avg pooling     popnn Max/SumPoolingGrad; whole-field avg pool: popops mul + broadcast copy
 reshape/flatten     views; permute: the inverse rearrangement exchange
 linear/conv bias    cross-tile per-channel sum of the output gradient
 softmax             a row reduction of g*y and three element-wise passes

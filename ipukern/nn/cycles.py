@@ -11,8 +11,14 @@ Sources (graphcore/poplibs, public on GitHub):
   loop and elements per loop, e.g. EXPONENT float 6 cycles / 2 elements);
 - [LOSS] ``lib/popnn/PerformanceEstimation.hpp`` ``getLossTransformCycles`` (softmax
   cross-entropy transform, 9 cycles per float element);
-- element-wise binary ops and reductions reuse :mod:`ipukern.core.cost` (popops
-  BinaryOp1D and the reduce vertices).
+- [RED] ``lib/popops/reduction/CycleEstimationFunctions.cpp``
+  ``getCycleEstimateReduceAllRegionsContinuous`` (the ContinuousReduce worker vertex: 1
+  cycle per inner loop of min(accumulator, 64-bit data path) elements, +2 for an odd
+  partial count, 12 per output, 10 + 7 call/return) and ``ReductionConnection.cpp``
+  (``splitTwoStageReductionsBetweenWorkers``: a reduction is split over idle workers, each
+  piece at least 2 rows, then a second on-tile stage sums the pieces);
+- element-wise binary ops and the partial-sum reductions reuse :mod:`ipukern.core.cost`
+  (popops BinaryOp1D and the reduce vertices).
 
 Every function returns integer tile cycles for one tile doing ``n`` elements (0 for
 n = 0) and accepts NumPy arrays of sizes (vectorised over tiles).
@@ -22,16 +28,19 @@ from __future__ import annotations
 import numpy as np
 
 from ..core import cost
+from ..dtypes import DTYPES, canonical_dtype
 from ..machine import MachineSpec
 
 __all__ = [
     "NONLINEARITIES",
     "binary_cycles",
+    "continuous_reduce_cycles",
     "copy_cycles",
     "loss_cycles",
     "nonlinearity_cycles",
     "pool_cycles",
     "reduce_rows_cycles",
+    "tile_reduce_cycles",
     "unary_cycles",
 ]
 
@@ -98,6 +107,43 @@ def reduce_rows_cycles(machine: MachineSpec, rows, row_len: int, dtype: str,
         return cost.cast_cycles_array(machine, rows, dtype, out_dtype)
     one = cost.reduce_cycles(machine, 1, int(row_len), dtype, out_dtype)
     return np.where(rows > 0, rows * one, 0).astype(np.int64)
+
+
+def continuous_reduce_cycles(machine: MachineSpec, outputs, partials, dtype: str) -> np.ndarray:
+    """One popops ContinuousReduce worker vertex [RED]: ``outputs`` outputs, each the sum
+    of ``partials`` contiguous elements of ``dtype`` (ADD; the avg pool's scale is folded
+    into the vertex at no cost, as the estimator says of every scaled reduce).
+
+    The estimator's caller passes ``numOutputsM1`` as the output count, which would make
+    a one-output vertex cost 17 cycles whatever its length; ipukern charges the count the
+    code structure loops over (``numOutputsM1 + 1``), stated here as a deviation."""
+    outputs, partials = np.broadcast_arrays(_arr(outputs), _arr(partials))
+    acc = cost.REDUCE_ACCUMULATOR_BITS // (8 * DTYPES[canonical_dtype(dtype)].itemsize)
+    per_loop = min(acc, machine.vector_elems(dtype))      # 64-bit data path [RED]
+    cyc = outputs * (partials // per_loop) + np.where(partials & 1, 2, 0) + 12 * outputs + 10 + 7
+    return np.where((outputs > 0) & (partials > 0), cyc, 0).astype(np.int64)
+
+
+def tile_reduce_cycles(machine: MachineSpec, outputs, partials, dtype: str) -> np.ndarray:
+    """Tile cycles of popops' first reduce stage on a tile holding ``outputs`` contiguous
+    runs of ``partials`` elements (one run per output) [RED].
+
+    The outputs are shared over the worker contexts; with fewer outputs than workers each
+    run is split into ``min(workers // outputs, partials // 2)`` pieces (PopLibs splits a
+    reduction while every piece keeps at least 2 rows), reduced in parallel, then a second
+    ContinuousReduce sums each output's pieces (float32 partials). Tile cycles are
+    ``n_workers x`` the busiest worker's (the convention of this module).
+    """
+    outputs, partials = np.broadcast_arrays(_arr(outputs), _arr(partials))
+    nw = machine.n_workers
+    split = np.where(outputs >= nw, 1,
+                     np.maximum(1, np.minimum(nw // np.maximum(outputs, 1), partials // 2)))
+    per_worker = -(-(outputs * split) // nw)          # pieces (one output each) per worker
+    piece = -(-partials // split)
+    first = nw * continuous_reduce_cycles(machine, per_worker, piece, dtype)
+    second = np.where(split > 1, nw * continuous_reduce_cycles(machine, -(-outputs // nw), split,
+                                                               "float32"), 0)
+    return np.where((outputs > 0) & (partials > 0), first + second, 0).astype(np.int64)
 
 
 def pool_cycles(machine: MachineSpec, planes, out_h: int, out_w: int, kh: int, kw: int,

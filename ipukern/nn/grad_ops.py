@@ -281,7 +281,43 @@ def _views(step, ctx):
     return [_row(ctx, step, "view", [], [run])]
 
 
+def _reduce_pool(step, ctx):
+    """Gradient of a whole-field average pool planned as a reduce: as popnn
+    ``poolInputGradient`` does it (``substPoolingGradientWithBroadcast``), a popops mul of
+    the (N, C) gradient by 1/(H W) where it lives (the reduce's owner tiles), then a copy
+    of its broadcast into the input's layout: each (tile, plane) pair receives its plane's
+    value once (the broadcast stage of the forward's ChannelReduce, the same exchange
+    model) and an on-tile copy fills the tile's elements."""
+    m, nt, dt = ctx.machine, ctx.machine.n_tiles, ctx.dtype
+    N, C, H, W = step.in_shapes[0]
+    lay = step.rearrs[0].dst if step.rearrs[0] is not None else step.plan.inputs[0]
+    out = step.plan.output
+    cr = channel_reduce(m, lay, N * C, H * W, quantities=1, broadcast=1,
+                        name=f"{step.name}.grad broadcast", vertex="continuous")
+    n_in = lay.elems_per_tile(nt)
+    n_out = out.elems_per_tile(nt)
+    recs = [_rec(ctx, step, cycles.binary_cycles(m, n_out, dt, 2),
+                 f"popops mul<{dt}>: {int(n_out.max())} pooled gradients x 1/{H * W} per owner tile",
+                 suffix="grad scale"),
+            cr.records[-1],
+            _rec(ctx, step, cycles.copy_cycles(m, n_in, dt),
+                 f"broadcast copy: {int(n_in.max())} input-gradient elements per tile")]
+    s = np.float32(1.0 / (H * W))
+
+    def run(env):
+        g = env.grad(step).to_host().reshape(N * C, 1, 1)
+        gx = np.zeros((N * C, 1, 1), np.float32)
+        gx += g * s                 # the planes path's arithmetic (0 + g s), bit for bit
+        full = np.broadcast_to(gx, (N * C, H, W)).reshape(N, C, H, W)
+        with np.errstate(all="ignore"):
+            env.tmp[(step.node, 0)] = Resident.from_host(lay, nt, full)
+    return [_row(ctx, step, "mul+broadcast copy", recs, [run], step.plan.flops,
+                 lay.bytes_per_tile(nt) + cr.total_bytes)]
+
+
 def _pool(step, ctx):
+    if step.plan.method == "popops::reduce":
+        return _reduce_pool(step, ctx)
     m, nt, dt = ctx.machine, ctx.machine.n_tiles, ctx.dtype
     L = step.layer
     N, C, H, W = step.in_shapes[0]

@@ -331,6 +331,8 @@ class Add(Layer):
 # --------------------------------------------------------------------------- pooling
 class _Pool(Layer):
     kind = "max"
+    #: a window covering the whole field is reduced where the producer left the data
+    layout_sensitive = True
 
     def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0):
         self.kernel_size = pair(kernel_size, "kernel_size", minimum=1)
@@ -348,7 +350,7 @@ class _Pool(Layer):
 
     def forward(self, ctx, layouts, shapes):
         return pool_plan(ctx.machine, shapes[0], ctx.dtype, self.kind, self.kernel_size, self.stride,
-                         self.padding)
+                         self.padding, src=layouts[0])
 
 
 class MaxPool2d(_Pool):
@@ -369,6 +371,8 @@ class GlobalAvgPool(Layer):
     """Mean over H and W: (N, C, H, W) -> (N, C, 1, 1)."""
 
     op = "global_avgpool"
+    #: popops::reduce on the tiles holding the producer's layout
+    layout_sensitive = True
 
     def out_shape(self, shapes):
         s = tuple(shapes[0])
@@ -376,7 +380,7 @@ class GlobalAvgPool(Layer):
         return (s[0], s[1], 1, 1)
 
     def forward(self, ctx, layouts, shapes):
-        return pool_plan(ctx.machine, shapes[0], ctx.dtype, "avg", None, None, None)
+        return pool_plan(ctx.machine, shapes[0], ctx.dtype, "avg", None, None, None, src=layouts[0])
 
 
 # --------------------------------------------------------------------------- views

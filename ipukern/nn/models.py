@@ -1,12 +1,13 @@
 """The model zoo (``ik.models``): CNNs following torchvision, BERT encoders following the
 paper / Hugging Face. Every function returns a fresh :class:`~ipukern.nn.Network`."""
 from .zoo_bert import bert_base, bert_large
-from .zoo_cnn import (efficientnet_b0, efficientnet_b1, efficientnet_b2, efficientnet_b3,
-                      efficientnet_b4, mobilenet_v1, mobilenet_v2, resnet8, resnet20, resnet50,
-                      resnext50_32x4d, resnext101_32x4d)
+from .zoo_cnn import (efficientnet_b0, efficientnet_b0_g16, efficientnet_b1, efficientnet_b2,
+                      efficientnet_b3, efficientnet_b4, efficientnet_b4_g16, mobilenet_v1,
+                      mobilenet_v2, resnet8, resnet20, resnet50, resnext50_32x4d, resnext101_32x4d)
 
-__all__ = ["bert_base", "bert_large", "efficientnet_b0", "efficientnet_b1", "efficientnet_b2",
-           "efficientnet_b3", "efficientnet_b4", "mobilenet_v1", "mobilenet_v2", "resnet8", "resnet20",
-           "resnet50", "resnext50_32x4d", "resnext101_32x4d", "MODELS"]
+__all__ = ["bert_base", "bert_large", "efficientnet_b0", "efficientnet_b0_g16", "efficientnet_b1",
+           "efficientnet_b2", "efficientnet_b3", "efficientnet_b4", "efficientnet_b4_g16",
+           "mobilenet_v1", "mobilenet_v2", "resnet8", "resnet20", "resnet50", "resnext50_32x4d",
+           "resnext101_32x4d", "MODELS"]
 
 MODELS = {name: globals()[name] for name in __all__ if name != "MODELS"}

@@ -42,6 +42,7 @@ __all__ = [
     "loss_plan",
     "permute_plan",
     "pool_plan",
+    "reduce_pool_plan",
     "reshape_plan",
     "softmax_plan",
 ]
@@ -436,11 +437,14 @@ def _max_pool(v: np.ndarray, kh: int, kw: int, sh: int, sw: int, ph: int, pw: in
 
 
 def pool_plan(machine: MachineSpec, shape: Sequence[int], dtype: str, kind: str, kernel, stride,
-              padding) -> OpPlan:
+              padding, src: Layout | None = None) -> OpPlan:
     """Max / average pooling (count_include_pad, as torch) on whole channel planes per tile.
 
-    ``kernel=None`` is global average pooling. The planes layout is a stated
-    simplification of popnn, which plans pooling like a convolution.
+    ``kernel=None`` is global average pooling. A window covering the whole unpadded field
+    (global pooling) is planned as popnn plans it, a ``popops::reduce`` on the tiles that
+    hold ``src`` (:func:`reduce_pool_plan`; popnn ``Pooling.cpp``,
+    ``substPoolingWithReduction``). Other windows use whole channel planes per tile, a
+    stated simplification of popnn, which plans pooling like a convolution.
     """
     nt = machine.n_tiles
     N, C, H, W = shape
@@ -448,6 +452,9 @@ def pool_plan(machine: MachineSpec, shape: Sequence[int], dtype: str, kind: str,
         kh, kw, sh, sw, ph, pw = H, W, 1, 1, 0, 0
     else:
         (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
+    if src is not None and kind != "max" and (kh, kw, ph, pw) == (H, W, 0, 0):
+        # (a whole-field max pool stays on planes: its gradient needs the planes' maxima)
+        return reduce_pool_plan(machine, src, global_=kernel is None)
     Ho, Wo = (H + 2 * ph - kh) // sh + 1, (W + 2 * pw - kw) // sw + 1
     want = _rows(shape, H * W, dtype, nt)
     used = want.mapping.tiles_used.size
@@ -489,6 +496,46 @@ def pool_plan(machine: MachineSpec, shape: Sequence[int], dtype: str, kind: str,
                   out, [rec], int(N * C * Ho * Wo * kh * kw),
                   want.bytes_per_tile(nt) + out.bytes_per_tile(nt),
                   _zeros(machine), run, (False,))
+
+
+def reduce_pool_plan(machine: MachineSpec, src: Layout, global_: bool = True) -> OpPlan:
+    """An average pool whose window is the whole field, (N, C, H, W) -> (N, C, 1, 1),
+    planned as popnn plans it: ``popops::reduce`` over H and W (ADD with a 1/(H W) scale) on
+    the tiles holding the producer's layout, in the stages of
+    :class:`~ipukern.nn.tile_reduce.ChannelReduce` (one "channel" per (n, c) plane):
+    a ContinuousReduce of each tile's plane pieces, the float32 partials exchanged to the
+    plane's owner tile, the owners' reduce (the scale folded into it: popops' scaled
+    reduce vertices cost what the unscaled ones do). The output lives on the owners.
+
+    Execution computes every plane as the planes layout did (taps summed in raster order
+    in float32, then the scale), so results are bit-identical to :func:`pool_plan`'s
+    planes path; the tiles' staging is what is costed."""
+    from .tile_reduce import channel_reduce
+    nt = machine.n_tiles
+    if len(src.shape) != 4:
+        raise ValueError(f"a global pool needs an (N, C, H, W) input, got shape {src.shape}")
+    N, C, H, W = (int(d) for d in src.shape)
+    NC, HW = N * C, H * W
+    label = "global-avg-pool" if global_ else f"avg-pool {H}x{W}"
+    cr = channel_reduce(machine, src, NC, HW, quantities=1, name=label, vertex="continuous")
+    out = Layout((N, C, 1, 1), src.dtype, _linear_rows(NC, 1, min(nt, NC)))
+
+    def run(srcs, rearrs, params):
+        x = _in(srcs, rearrs, 0)
+        v = _f32(x.to_host()).reshape(1, NC, H, W)
+        acc = v[:, :, 0:1, 0:1].copy()
+        for i in range(H):          # raster order, as the planes path adds the taps
+            for j in range(W):
+                if i or j:
+                    np.add(acc, v[:, :, i:i + 1, j:j + 1], out=acc)
+        acc *= np.float32(1.0 / HW)
+        with np.errstate(all="ignore"):
+            return Resident.from_host(out, nt, acc.reshape(N, C, 1, 1))
+
+    total = cr.total_bytes + out.bytes_per_tile(nt)
+    return OpPlan("global_avgpool" if global_ else "avgpool", "fwd",
+                  "popops::reduce", [src], out, list(cr.records), int(NC * HW), total,
+                  _zeros(machine), run, (True,), info={"reduce": cr})
 
 
 def channel_scale_plan(machine: MachineSpec, shape: Sequence[int], dtype: str) -> OpPlan:

@@ -42,15 +42,16 @@ _CACHE = _memo.register(_memo.LruCache("nn.tile_reduce", maxsize=4096), per_batc
 
 def channel_reduce(machine: MachineSpec, layout: Layout, channels: int, inner: int, *, quantities: int,
                    broadcast: int = 0, pre_ops: int = 0, post_ops: int = 0, rsqrt: bool = False,
-                   name: str = "reduce") -> ChannelReduce:
+                   name: str = "reduce", vertex: str = "partials") -> ChannelReduce:
     """A cached :class:`ChannelReduce` (plans of equal layout object and options share one)."""
-    key = (id(layout), machine, channels, inner, quantities, broadcast, pre_ops, post_ops, rsqrt, name)
+    key = (id(layout), machine, channels, inner, quantities, broadcast, pre_ops, post_ops, rsqrt, name,
+           vertex)
     # NOTE: ``name`` is a kind of reduction ("batch-norm statistics"), not a layer name, so
     # layers of equal layout share one object (and the estimate of a deep net stays fast)
     hit = _CACHE.get(key)
     if hit is None or hit[0] is not layout:
         cr = ChannelReduce(machine, layout, channels, inner, quantities=quantities, broadcast=broadcast,
-                           pre_ops=pre_ops, post_ops=post_ops, rsqrt=rsqrt, name=name)
+                           pre_ops=pre_ops, post_ops=post_ops, rsqrt=rsqrt, name=name, vertex=vertex)
         hit = _CACHE.put(key, (layout, cr))
     return hit[1]
 
@@ -163,8 +164,10 @@ class ChannelReduce:
 
     def __init__(self, machine: MachineSpec, layout: Layout, channels: int, inner: int, *,
                  quantities: int, broadcast: int = 0, pre_ops: int = 0, post_ops: int = 0,
-                 rsqrt: bool = False, name: str = "reduce"):
+                 rsqrt: bool = False, name: str = "reduce", vertex: str = "partials"):
         from .ops import compute_record
+        if vertex not in ("partials", "continuous"):
+            raise ValueError(f"vertex must be 'partials' or 'continuous', got {vertex!r}")
         nt = machine.n_tiles
         C, inner, q = int(channels), max(1, int(inner)), int(quantities)
         self.machine, self.layout, self.channels, self.inner = machine, layout, C, inner
@@ -184,7 +187,12 @@ class ChannelReduce:
         n = layout.elems_per_tile(nt)
         dt = layout.dtype
         depth = -(-n // np.maximum(per_tile_pairs, 1))
-        c1 = q * cost.reduce_cycles_array(machine, per_tile_pairs, depth, dt, "float32")
+        if vertex == "continuous":
+            # popops ContinuousReduce: each (tile, channel) pair is a contiguous run (a
+            # global pool's plane pieces), shared over the workers (cycles.tile_reduce_cycles)
+            c1 = q * cycles.tile_reduce_cycles(machine, per_tile_pairs, depth, dt)
+        else:
+            c1 = q * cost.reduce_cycles_array(machine, per_tile_pairs, depth, dt, "float32")
         c1 = c1 + pre_ops * cycles.binary_cycles(machine, n, dt, 2)
         d2 = -(-recv_pairs // np.maximum(ch_per_owner, 1))
         c2 = q * cost.reduce_cycles_array(machine, ch_per_owner, d2, "float32", "float32")
@@ -193,7 +201,8 @@ class ChannelReduce:
             c2 = c2 + cycles.unary_cycles(machine, ch_per_owner, "rsqrt", "float32")
         self.records = [
             compute_record(machine, f"{name}: partials", c1,
-                           f"popops Reduce: {int(n.max())} elements into {int(per_tile_pairs.max())} "
+                           f"popops {'ContinuousReduce' if vertex == 'continuous' else 'Reduce'}: "
+                           f"{int(n.max())} elements into {int(per_tile_pairs.max())} "
                            f"channel partials x {q} per tile"),
             # every partial has its own source slot and one receiver: no broadcast, so no
             # bus pairing, and a tile sends what it holds (exchange_loads of the table)

@@ -15,7 +15,7 @@ from .network import Network
 __all__ = ["resnet8", "resnet20", "resnet_cifar", "resnet50", "resnext50_32x4d", "resnext101_32x4d",
            "mobilenet_v1", "mobilenet_v2",
            "efficientnet_b0", "efficientnet_b1", "efficientnet_b2", "efficientnet_b3",
-           "efficientnet_b4", "conv_bn_act"]
+           "efficientnet_b4", "efficientnet_b0_g16", "efficientnet_b4_g16", "conv_bn_act"]
 
 
 def conv_bn_act(net: Network, x: str, name: str, cin: int, cout: int, k: int, stride: int = 1,
@@ -194,13 +194,17 @@ _MBCONV = [(1, 3, 1, 32, 16, 1), (6, 3, 2, 16, 24, 2), (6, 5, 2, 24, 40, 2), (6,
            (6, 5, 1, 80, 112, 3), (6, 5, 2, 112, 192, 4), (6, 3, 1, 192, 320, 1)]
 
 
-def _mbconv(net, x, p, cin, cout, expand, k, stride):
+def _mbconv(net, x, p, cin, cout, expand, k, stride, group_size=None):
     hid = _divisible(cin * expand)
     h, j = x, 0
     if hid != cin:
         h = conv_bn_act(net, h, f"{p}.block.0.0", cin, hid, 1, act="silu")
         j = 1
-    h = conv_bn_act(net, h, f"{p}.block.{j}.0", hid, hid, k, stride, groups=hid, act="silu")
+    # depthwise (one channel per group), or Graphcore's group convs of group_size channels
+    groups = hid if group_size is None else max(1, hid // group_size)
+    if hid % groups:
+        raise ValueError(f"{p}: {hid} channels do not split into groups of {group_size}")
+    h = conv_bn_act(net, h, f"{p}.block.{j}.0", hid, hid, k, stride, groups=groups, act="silu")
     sq = max(1, cin // 4)
     se = f"{p}.block.{j + 1}"
     s = net.add(L.GlobalAvgPool(), h, name=f"{se}.avgpool")
@@ -215,10 +219,24 @@ def _mbconv(net, x, p, cin, cout, expand, k, stride):
     return h
 
 
-def _efficientnet(variant: str, image_size: int | None, num_classes: int) -> Network:
+#: Graphcore's G16 EfficientNet (Masters et al. 2021, arXiv:2106.03640, Sec. 3): the
+#: depthwise convs become group convs of 16 channels per group, and the MBConv expand ratio
+#: drops from 6 to 4 to pay for their FLOPs (see docs/networks.rst for what was checked)
+G16_GROUP_SIZE = 16
+G16_EXPAND = 4
+
+
+def _efficientnet(variant: str, image_size: int | None, num_classes: int,
+                  group_size: int | None = None, expand: int | None = None) -> Network:
     width, depth, res = _EFFNET[variant]
     size = res if image_size is None else image_size
-    net = Network(f"efficientnet_{variant}")
+    if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, int)
+                                   or group_size < 1 or group_size % 8):
+        raise ValueError(f"group_size must be a positive multiple of 8 (channels are), got {group_size!r}")
+    if expand is not None and (isinstance(expand, bool) or not isinstance(expand, int) or expand < 1):
+        raise ValueError(f"expand must be a positive int, got {expand!r}")
+    suffix = "" if group_size is None else f"_g{group_size}"
+    net = Network(f"efficientnet_{variant}{suffix}")
     x = net.input("x", (3, size, size))
     c0 = _divisible(32 * width)
     y = conv_bn_act(net, x, "features.0.0", 3, c0, 3, 2, act="silu")
@@ -226,7 +244,9 @@ def _efficientnet(variant: str, image_size: int | None, num_classes: int) -> Net
     for stage, (e, k, s, _, out, n) in enumerate(_MBCONV, start=1):
         out = _divisible(out * width)
         for b in range(int(math.ceil(n * depth))):
-            y = _mbconv(net, y, f"features.{stage}.{b}", cin, out, e, k, s if b == 0 else 1)
+            ratio = e if expand is None or e == 1 else expand
+            y = _mbconv(net, y, f"features.{stage}.{b}", cin, out, ratio, k, s if b == 0 else 1,
+                        group_size)
             cin = out
     last = 4 * cin
     y = conv_bn_act(net, y, "features.8.0", cin, last, 1, act="silu")
@@ -257,3 +277,17 @@ def efficientnet_b3(image_size: int | None = None, num_classes: int = 1000) -> N
 def efficientnet_b4(image_size: int | None = None, num_classes: int = 1000) -> Network:
     """EfficientNet-B4 (width 1.4, depth 1.8, 380x380 by default)."""
     return _efficientnet("b4", image_size, num_classes)
+
+
+def efficientnet_b0_g16(image_size: int | None = None, num_classes: int = 1000,
+                        expand: int = G16_EXPAND) -> Network:
+    """Graphcore's G16 EfficientNet-B0 (Masters et al. 2021): group convs of 16 channels in
+    place of the depthwise convs, MBConv expand ratio ``expand`` (4; 6 is the original's)."""
+    return _efficientnet("b0", image_size, num_classes, G16_GROUP_SIZE, expand)
+
+
+def efficientnet_b4_g16(image_size: int | None = None, num_classes: int = 1000,
+                        expand: int = G16_EXPAND) -> Network:
+    """Graphcore's G16 EfficientNet-B4 (Masters et al. 2021), the network of Graphcore's
+    published Bow-POD16 training results (see :func:`efficientnet_b0_g16`)."""
+    return _efficientnet("b4", image_size, num_classes, G16_GROUP_SIZE, expand)

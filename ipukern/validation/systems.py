@@ -197,6 +197,8 @@ def _model_ipu(run: PublishedRun, net: Any, datasheet: bool = False) -> tuple[fl
         recompute = [n for n in net.nodes if re.fullmatch(r"encoder\.layer\.\d+\.output\.LayerNorm", n)]
         if not recompute:
             raise ValueError(f"{run.id}: recompute 'every_layer' needs encoder layers in {run.network}")
+    elif run.recompute == "auto":       # the estimator picks the checkpoints that fit
+        recompute = "auto"
     else:
         recompute = [c for c in run.recompute.split("|") if c] or None
     pipeline: Any = None
