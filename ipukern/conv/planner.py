@@ -252,7 +252,7 @@ def _plan_relaxed(p: ConvParams, machine: MachineSpec, bias: bool, method: str |
     ``runPlanner``), plan the fastest within the bound doubled, again while it is below twice
     the tile's bytes, then without a bound. The plan says the requested bound was not met
     (``temp_bytes_bound`` 0)."""
-    step = bound
+    step = max(bound, 1)        # a bound of 0 B (a proportion below one byte) would never grow
     while step < 2 * machine.tile_bytes:
         step *= 2
         try:
