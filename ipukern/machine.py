@@ -55,6 +55,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10 reads TOML with the tomli backport (a dependency there)
     import tomli as tomllib
 
+from ._files import read_input_text
 from .dtypes import DTYPES, canonical_dtype
 
 __all__ = ["MachineSpec", "GC2", "GC200", "BOW", "PRESETS", "get_machine",
@@ -424,6 +425,10 @@ def _fields() -> dict[str, dataclasses.Field]:
     return {f.name: f for f in dataclasses.fields(MachineSpec)}
 
 
+#: the largest machine file read (bytes; a complete one is about 3 KiB)
+MAX_MACHINE_FILE_BYTES = 1024 * 1024
+
+
 def machine_from_toml(path: str | Path) -> MachineSpec:
     """Read a machine file (see the module docstring).
 
@@ -433,12 +438,14 @@ def machine_from_toml(path: str | Path) -> MachineSpec:
         Not TOML, an unknown key (the message lists the valid ones), a value of the wrong
         type, or a spec that fails :class:`MachineSpec`'s own checks; the message names
         the file.
+        Also a path that is not a regular file (a device, a FIFO) or a file over
+        :data:`MAX_MACHINE_FILE_BYTES`, refused before anything is read.
     OSError
         The file cannot be read.
     """
     path = Path(path)
     try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+        doc = tomllib.loads(read_input_text(path, "machine file", MAX_MACHINE_FILE_BYTES))
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"machine file {path}: not valid TOML ({e})") from None
     fields = _fields()

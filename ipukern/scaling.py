@@ -69,6 +69,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from ._files import read_input_text
 from ._pool import run_points
 from .dtypes import canonical_dtype, partials_dtype
 from .gpu import A100_40GB, GPUSpec, estimate_conv, get_efficiency_curve, get_gpu
@@ -703,7 +704,7 @@ def read_layers(path: str | Path) -> list:
         layer, or an empty list; the message names the file and the line.
     """
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
+    text = read_input_text(path, "layer list")
     rows = [r for r in csv.reader(io.StringIO(text)) if r and not r[0].lstrip().startswith("#")]
     if not rows:
         raise ValueError(f"layer list {path}: empty (expected a header row and one layer per row)")

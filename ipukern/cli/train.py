@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .._files import read_input_text
 from ..systems import SYSTEM_PRESETS, LayerCost, StageMemoryError, estimate_training
 from . import train_run
 from ._common import add_optimizer, add_optimizer_state_dtype
@@ -38,7 +39,7 @@ def _costs(path: str | None) -> list[LayerCost] | None:
     if path is None:
         return None
     try:
-        rows = json.loads(Path(path).read_text())
+        rows = json.loads(read_input_text(path, "--costs"))
         return [LayerCost(**r) for r in rows]
     except (TypeError, json.JSONDecodeError, AttributeError) as e:
         raise ValueError(f"--costs {path}: expected a JSON list of LayerCost objects ({e})") from None

@@ -24,12 +24,13 @@ from .layout import MAX_INPUT_OWNERS, Split
 from .mapping import channel_tile_pairs, periodic_starts, runs_per_tile
 from .params import EXPAND_CANDIDATES, MAX_KERNEL_PARAM, ConvParams, expand_candidates, expanded_params, pair
 from .passes import PassOperand, backward_data_pass, weight_update_pass
-from .planner import AVAILABLE_MEMORY_PROPORTION, ConvPlan, PlanCandidate, rank_candidates, temp_bytes_bound
+from .planner import (AVAILABLE_MEMORY_PROPORTION, ConvPlan, PlanCandidate, normalize_amp,
+                      rank_candidates, temp_bytes_bound)
 from .search import clear_planner_caches
 
 __all__ = ["ConvParams", "pair", "MAX_KERNEL_PARAM", "EXPAND_CANDIDATES", "expand_candidates",
            "expanded_params", "ConvPlan", "PlanCandidate", "plan_conv", "rank_candidates",
-           "temp_bytes_bound", "AVAILABLE_MEMORY_PROPORTION", "clear_planner_caches",
+           "normalize_amp", "temp_bytes_bound", "AVAILABLE_MEMORY_PROPORTION", "clear_planner_caches",
            "ConvProgram", "build_conv_program", "bias_codelets", "Split", "MAX_INPUT_OWNERS",
            "PassOperand", "backward_data_pass", "weight_update_pass", "channel_tile_pairs",
            "periodic_starts", "runs_per_tile"]

@@ -33,7 +33,7 @@ from .reduce import reduce_stages
 from .search import score_each_method, search, writes_output_type
 
 __all__ = ["ConvPlan", "PlanCandidate", "plan_direct", "plan_expanded", "rank_candidates",
-           "expanded_candidates", "temp_bytes_bound", "AVAILABLE_MEMORY_PROPORTION"]
+           "expanded_candidates", "normalize_amp", "temp_bytes_bound", "AVAILABLE_MEMORY_PROPORTION"]
 
 #: PopLibs' default ``availableMemoryProportion`` (poplin convolution/matmul option, "the
 #: proportion of tile memory to be made available as temporary memory for this
@@ -252,7 +252,7 @@ def _plan_relaxed(p: ConvParams, machine: MachineSpec, bias: bool, method: str |
     ``runPlanner``), plan the fastest within the bound doubled, again while it is below twice
     the tile's bytes, then without a bound. The plan says the requested bound was not met
     (``temp_bytes_bound`` 0)."""
-    step = bound
+    step = max(bound, 1)        # a bound of 0 B (a proportion below one byte) would never grow
     while step < 2 * machine.tile_bytes:
         step *= 2
         try:
@@ -320,6 +320,28 @@ def _check_fits_chip(p: ConvParams, machine: MachineSpec) -> None:
 
 
 
+def normalize_amp(proportion: Any) -> float | None:
+    """``available_memory_proportion`` as the one float the caches key on (None stays None:
+    PopLibs' default), so ``1`` and ``1.0`` are one entry and a bad value never shares one.
+
+    Raises
+    ------
+    ValueError
+        A bool, anything but a real number, or a value outside ``0 < proportion <= 1``
+        (nan included)."""
+    if proportion is None:
+        return None
+    if isinstance(proportion, (bool, np.bool_)) or not isinstance(
+            proportion, (int, float, np.integer, np.floating)):
+        raise ValueError(f"available_memory_proportion must be a number in (0, 1], got "
+                        f"{proportion!r}")
+    value = float(proportion)
+    if not 0 < value <= 1:
+        raise ValueError(f"available_memory_proportion must be a number in (0, 1], got "
+                         f"{proportion!r}")
+    return value
+
+
 def temp_bytes_bound(machine: MachineSpec, proportion: float | None) -> int:
     """The per-tile bound on a plan's temporary bytes: ``proportion`` (None: PopLibs'
     default :data:`AVAILABLE_MEMORY_PROPORTION`) of the tile's bytes, as PopLibs computes
@@ -332,11 +354,7 @@ def temp_bytes_bound(machine: MachineSpec, proportion: float | None) -> int:
         modelled)."""
     if proportion is None:
         proportion = AVAILABLE_MEMORY_PROPORTION
-    if (isinstance(proportion, bool) or not isinstance(proportion, (int, float, np.floating))
-            or not 0 < proportion <= 1):
-        raise ValueError(f"available_memory_proportion must be a number in (0, 1], got "
-                         f"{proportion!r}")
-    return int(machine.tile_bytes * float(proportion))
+    return int(machine.tile_bytes * normalize_amp(proportion))
 
 
 

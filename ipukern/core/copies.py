@@ -27,8 +27,8 @@ import numpy as np
 
 from .threads import check_num_threads, get_num_threads
 
-__all__ = ["CopyTable", "balanced_bounds", "check_exchange_table", "coalesce_runs", "copy_runs",
-           "destination_order", "source_order"]
+__all__ = ["CopyTable", "balanced_bounds", "check_exchange_bounds", "check_exchange_table",
+           "coalesce_runs", "copy_runs", "destination_order", "source_order"]
 
 COLUMNS = ("src_tile", "src_off", "dst_tile", "dst_off", "nbytes")
 #: tables of less host work (:attr:`CopyTable.work`) run on the calling thread when the
@@ -99,18 +99,13 @@ def destination_order(dt: np.ndarray, do: np.ndarray, nb: np.ndarray,
     return np.argsort(key, kind="stable")
 
 
-def check_exchange_table(st: np.ndarray, so: np.ndarray, dt: np.ndarray, do: np.ndarray,
-                         nb: np.ndarray, n_tiles: int, row: int, name: str,
-                         error: type = ValueError) -> np.ndarray:
-    """Check a table whose copies run within one arena of ``n_tiles`` rows of ``row`` bytes
-    (int64 columns of equal length); return the destination order (by tile, then offset)
-    of its copies of positive size.
-
-    Raises ``error`` for negative sizes, tiles out of range, copies past the end of a row,
-    two copies writing overlapping bytes, or a destination overlapping a source (the
-    result would depend on copy order). The bounds are checked first, so
-    ``tile * row + offset`` orders them (one stable sort, not a two-key lexsort).
-    """
+def check_exchange_bounds(st: np.ndarray, so: np.ndarray, dt: np.ndarray, do: np.ndarray,
+                          nb: np.ndarray, n_tiles: int, row: int, name: str,
+                          error: type = ValueError) -> None:
+    """Raise ``error`` unless every copy of the table (int64 columns of equal length) has a
+    size >= 0 and lies inside an arena of ``n_tiles`` rows of ``row`` bytes: what the
+    host kernels need to stay inside their arrays (O(n), no sort; every exchange runs it,
+    whether or not its overlaps are checked)."""
     if (nb < 0).any():
         i = int(np.argmax(nb < 0))
         raise error(f"{name}: copy {i} has negative size {int(nb[i])}")
@@ -126,6 +121,21 @@ def check_exchange_table(st: np.ndarray, so: np.ndarray, dt: np.ndarray, do: np.
             i = int(np.argmax(bad))
             raise error(f"{name}: copy {i} {label} bytes [{int(off[i])}, "
                         f"{int(off[i]) + int(nb[i])}) fall outside the tile's {row} B")
+
+
+def check_exchange_table(st: np.ndarray, so: np.ndarray, dt: np.ndarray, do: np.ndarray,
+                         nb: np.ndarray, n_tiles: int, row: int, name: str,
+                         error: type = ValueError) -> np.ndarray:
+    """Check a table whose copies run within one arena of ``n_tiles`` rows of ``row`` bytes
+    (int64 columns of equal length); return the destination order (by tile, then offset)
+    of its copies of positive size.
+
+    Raises ``error`` for negative sizes, tiles out of range, copies past the end of a row,
+    two copies writing overlapping bytes, or a destination overlapping a source (the
+    result would depend on copy order). The bounds are checked first, so
+    ``tile * row + offset`` orders them (one stable sort, not a two-key lexsort).
+    """
+    check_exchange_bounds(st, so, dt, do, nb, n_tiles, row, name, error)
     keep = nb > 0
     if not keep.any():
         return np.zeros(0, np.int64)

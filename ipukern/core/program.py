@@ -27,7 +27,8 @@ from . import cost
 from ..machine import MachineSpec
 from .memory import TileMemory
 from .profile import SuperstepRecord, tile_activity
-from .copies import CopyTable, as_int_array, check_exchange_table, destination_order, outside
+from .copies import (CopyTable, as_int_array, check_exchange_bounds, check_exchange_table,
+                     destination_order, outside)
 from .threads import check_num_threads
 
 __all__ = ["check_arena", "ExchangeError", "Exchange", "Codelet", "VertexBatch",
@@ -86,8 +87,10 @@ class Exchange:
         them (default: all). One bool, or one per copy. PopLibs' conv planner grants the 2x
         rate to inputs only, and only when the out-channel split is even.
     validate : bool, optional
-        False skips the checks below: only for tables ipukern's own program builders
-        derive from a plan (a cold network estimate builds hundreds of them). The public
+        False skips the overlap checks below (not the sizes, tiles and bounds, which are
+        always checked, so no table can make the host write outside its arena): only for
+        tables ipukern's own program builders derive from a plan (a cold network estimate
+        builds hundreds of them). The public
         Graph/Device API always validates; ``IPUKERN_CHECK_BUILT_PROGRAMS=1`` makes every
         exchange validate (read at each build).
 
@@ -126,6 +129,12 @@ class Exchange:
         else:
             st, so, dt, do, nb = (np.ascontiguousarray(v, np.int64).reshape(-1) for v in (
                 src_tile, src_offset, dst_tile, dst_offset, nbytes))
+            if not (st.size == so.size == dt.size == do.size == nb.size):
+                raise ExchangeError(f"{name}: copy table columns differ in length "
+                                    f"({st.size}, {so.size}, {dt.size}, {do.size}, {nb.size})")
+            # the bounds the host kernels rely on are never skipped (O(n), no sort): only
+            # the overlap checks are the trusted builders' to skip
+            check_exchange_bounds(st, so, dt, do, nb, machine.n_tiles, row, name, ExchangeError)
             order = destination_order(dt, do, nb, row)
         n = nb.size
         try:

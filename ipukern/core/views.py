@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .._files import read_input_text
 
 __all__ = ["to_trace", "diff_profiles", "format_diff", "load_profile_dict", "TILE_GROUP"]
 
@@ -121,7 +122,7 @@ def load_profile_dict(path: str | Path) -> dict[str, Any]:
         The file is not JSON or not a profile (the message names the file).
     """
     try:
-        d = json.loads(Path(path).read_text())
+        d = json.loads(read_input_text(path, "profile"))
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: not JSON ({e})") from None
     if not isinstance(d, dict) or not {"supersteps", "total_cycles", "machine"} <= d.keys():

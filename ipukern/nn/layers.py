@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ..conv import ConvParams, pair, temp_bytes_bound
+from ..conv import ConvParams, normalize_amp, pair
 from ..dtypes import canonical_dtype, partials_dtype
 from ..machine import get_machine
 from .convops import conv_plan, matmul_plan
@@ -93,9 +93,7 @@ def plan_context(dtype: Any, partials: Any, machine: Any, amp: float | None = No
     if partials in ("half", "float16", "fp16") and dt == "float32":
         partials = "float"
     m = get_machine(machine)
-    if amp is not None:
-        temp_bytes_bound(m, amp)          # a clear error for a bad proportion
-        amp = float(amp)
+    amp = normalize_amp(amp)          # a clear error for a bad proportion; one key per value
     return PlanContext(m, dt, partials_dtype(partials, dt), amp)
 
 

@@ -11,7 +11,8 @@ import numpy as np
 from .. import _memo, _settings
 from .._settings import DEFAULT_PLAN_CACHE_BYTES
 from .._checks import as_int
-from ..conv import ConvParams, ConvPlan, ConvProgram, build_conv_program, clear_planner_caches, plan_conv
+from ..conv import (ConvParams, ConvPlan, ConvProgram, build_conv_program, clear_planner_caches,
+                    normalize_amp, plan_conv)
 from ..conv.host import take
 from ..core import Profile
 from ..dtypes import canonical_dtype
@@ -45,8 +46,14 @@ def clear_plan_cache() -> None:
 
 def cached_plan(params: ConvParams, machine: MachineSpec, bias: bool,
                 method: str | None, amp: float | None = None) -> ConvPlan:
-    """``plan_conv`` through a small LRU cache (a planning error is cached and re-raised);
-    ``amp``: its ``available_memory_proportion``."""
+    """``plan_conv`` through a small LRU cache; ``amp``: its ``available_memory_proportion``
+    (validated and normalised first, so ``1`` and ``1.0`` share an entry and ``True`` is
+    refused, never keyed).
+
+    A planning error is cached as a :class:`_Failure` (its class and arguments) and raised
+    anew, from None, at each hit: the exception itself would keep its traceback, whose
+    frames hold the calling conv2d's input arrays, alive in the cache."""
+    amp = normalize_amp(amp)
     key = (params, machine, bias, method, amp)
     hit = _PLANS.get(key)
     if hit is None:
@@ -56,11 +63,38 @@ def cached_plan(params: ConvParams, machine: MachineSpec, bias: bool,
                 hit = plan_conv(params, machine, bias=bias, method=method,
                                 available_memory_proportion=amp)
         except (ValueError, MemoryError) as e:
-            hit = e
+            hit = _Failure.of(e)
         hit = _PLANS.setdefault(key, hit)
-    if isinstance(hit, Exception):
-        raise hit
+    if isinstance(hit, _Failure):
+        raise hit.exception() from None
     return hit
+
+
+class _Failure:
+    """A cached planning error: its class, arguments and attributes (no traceback, no
+    context, so no frame of the failing call is kept)."""
+
+    __slots__ = ("cls", "args", "attrs")
+
+    def __init__(self, cls: type, args: tuple, attrs: dict):
+        self.cls, self.args, self.attrs = cls, args, attrs
+
+    @classmethod
+    def of(cls, e: BaseException) -> "_Failure":
+        attrs = {k: v for k, v in getattr(e, "__dict__", {}).items()
+                 if isinstance(v, (int, float, str, bool, type(None)))}
+        args = tuple(a for a in e.args if isinstance(a, (int, float, str, bool, type(None))))
+        return cls(type(e), args if len(args) == len(e.args) else (str(e),), attrs)
+
+    def exception(self) -> BaseException:
+        try:
+            e = self.cls.__new__(self.cls, *self.args)
+            BaseException.__init__(e, *self.args)
+        except Exception:           # pragma: no cover - an exception class refusing its args
+            return ValueError(*self.args)
+        for k, v in self.attrs.items():
+            setattr(e, k, v)
+        return e
 
 
 def set_plan_cache_limit(max_bytes: int | None = None, *, max_entries: int | None = None) -> None:
@@ -95,6 +129,7 @@ def cached_program(params: ConvParams, machine: MachineSpec, bias: bool, method:
                    vertex: Any = None, amp: float | None = None) -> ConvProgram:
     """The planned and built program for a conv, from the cache or built now (LRU);
     ``amp``: the planner's ``available_memory_proportion``."""
+    amp = normalize_amp(amp)
     key = (params, machine, bias, method, vertex, amp)
     prog = _PROGRAMS.get(key)
     if prog is not None:

@@ -18,16 +18,72 @@ from ..core import CopyTable
 if TYPE_CHECKING:
     from .bsp import LinkExchange, SystemDevice
 
-__all__ = ["comm_world", "run_link_exchange"]
+__all__ = ["abort_on_failure", "comm_world", "run_link_exchange"]
 
 
 def comm_world() -> Any:
-    """``MPI.COMM_WORLD``, or a clear error naming the extra to install."""
+    """``MPI.COMM_WORLD``, or a clear error naming the extra to install. In a job of more
+    than one rank, a rank that fails from now on aborts the whole job
+    (:func:`abort_on_failure`)."""
     try:
         from mpi4py import MPI
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ImportError("MPI execution needs mpi4py and an MPI: pip install 'ipukern[mpi]'") from e
-    return MPI.COMM_WORLD
+    comm = MPI.COMM_WORLD
+    abort_on_failure(comm)
+    return comm
+
+
+_ABORT: dict[str, Any] = {}
+
+
+def abort_on_failure(comm: Any) -> None:
+    """Make a failing rank end the whole job (``comm.Abort(1)``) instead of leaving the other
+    ranks blocked forever in a receive: an uncaught exception (its traceback printed first,
+    prefixed by the rank) or ``sys.exit`` with a non-zero status (the rank's message
+    printed). Installed once per process, for jobs of more than one rank; a rank that ends
+    normally is not affected."""
+    if _ABORT or comm is None or comm.Get_size() < 2:
+        return
+    import atexit
+    import sys
+    import traceback
+
+    rank = comm.Get_rank()
+    _ABORT.update(comm=comm, status=0)
+    previous_hook, previous_exit = sys.excepthook, sys.exit
+
+    def _abort(code: int) -> None:
+        sys.stderr.flush()
+        sys.stdout.flush()
+        _ABORT["comm"].Abort(code)
+
+    def excepthook(kind, value, tb):
+        text = "".join(traceback.format_exception(kind, value, tb))
+        sys.stderr.write("".join(f"[rank {rank}] {line}\n" for line in text.rstrip().split("\n")))
+        sys.stderr.write(f"[rank {rank}] aborting the MPI job: this rank raised "
+                         f"{kind.__name__}\n")
+        _abort(1)
+
+    def exit(status: Any = None) -> None:
+        if status not in (None, 0):
+            _ABORT["status"] = status
+        previous_exit(status)
+
+    def at_exit() -> None:
+        status = _ABORT.get("status")
+        if status in (None, 0):
+            return
+        if not isinstance(status, int):
+            sys.stderr.write(f"[rank {rank}] {status}\n")
+        sys.stderr.write(f"[rank {rank}] aborting the MPI job: this rank exited with status "
+                         f"{status!r}\n")
+        _abort(status if isinstance(status, int) and 0 < status < 256 else 1)
+
+    sys.excepthook = excepthook
+    sys.exit = exit
+    atexit.register(at_exit)
+    _ABORT["previous"] = (previous_hook, previous_exit)
 
 
 def _buffers(lx: LinkExchange, dev: SystemDevice) -> dict[int, tuple[np.ndarray, CopyTable, CopyTable]]:

@@ -26,16 +26,29 @@ def fused_step(program: Program, i: int) -> Any:
     exchange together with step ``i + 1``'s compute set, or None (checked once per pair,
     then cached on the program). The checks look at every step (what else reads the bytes an
     exchange receives), so the cache holds while no step is replaced."""
+    return _fused_pair(program, _pair_cache(program), i)
+
+
+def _pair_cache(program: Program) -> dict[int, Any]:
+    """The program's cache of fused pairs by step, emptied when a step was replaced since
+    it was filled: one O(steps) identity check per call, so :func:`execute` makes it once
+    per run, not once per step (that was quadratic in time, and in memory when each entry
+    kept its own list of the steps)."""
+    parts = [p for s in program.steps for p in (s.exchange, s.compute)]
+    got = program.host_cache.get("fused")
+    if got is None or len(got[0]) != len(parts) or any(a is not b for a, b in zip(got[0], parts)):
+        got = program.host_cache["fused"] = (parts, {})
+    return got[1]
+
+
+def _fused_pair(program: Program, pairs: dict[int, Any], i: int) -> Any:
     steps = program.steps
     if i + 1 >= len(steps):
         return None
-    parts = [p for s in steps for p in (s.exchange, s.compute)]
-    cache = program.host_cache.setdefault("fused", {})
-    got = cache.get(i)
-    if got is None or len(got[0]) != len(parts) or any(a is not b for a, b in zip(got[0], parts)):
+    if i not in pairs:
         x, c = steps[i].exchange, steps[i + 1].compute
-        got = cache[i] = (parts, fused.fuse(x, c, steps, i) or fuse_reduce(steps, i))
-    return got[1]
+        pairs[i] = fused.fuse(x, c, steps, i) or fuse_reduce(steps, i)
+    return pairs[i]
 
 
 def execute(program: Program, data: np.ndarray, n_threads: int) -> None:
@@ -47,6 +60,7 @@ def execute(program: Program, data: np.ndarray, n_threads: int) -> None:
     if not isinstance(program, Program):
         raise TypeError(f"expected a Program, got {type(program).__name__}")
     fuse_on = None  # read at the first exchange (a program without one never asks)
+    pairs = None    # the fused pairs cached on the program, checked once per run
     done = False    # the compute set of this step already ran with the previous exchange
     for i, step in enumerate(program.steps):
         if step.compute is not None and not done:
@@ -56,7 +70,8 @@ def execute(program: Program, data: np.ndarray, n_threads: int) -> None:
             continue
         if fuse_on is None:
             fuse_on = fused.fused_enabled()
-        f = fused_step(program, i) if fuse_on else None
+            pairs = _pair_cache(program) if fuse_on else None
+        f = _fused_pair(program, pairs, i) if fuse_on else None
         if f is None:
             step.exchange.run(data, n_threads)
         else:
