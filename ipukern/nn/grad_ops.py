@@ -33,7 +33,7 @@ from .grad_cycles import nonlinearity_grad_cycles, pool_grad_cycles
 from .layout import Layout, Resident, linear_layout
 from .ops import act_fn, compute_record
 from .bn_stable import bn_stats_stable_row, finish_statistics
-from .tile_reduce import channel_reduce
+from .tile_reduce import channel_reduce, plane_reduce
 
 __all__ = ["EXECUTABLE", "GradEnv", "PassRow", "accumulate_flags", "bn_stats_row", "deliver_rows",
            "flush_rows", "vector_grad_rows"]
@@ -292,8 +292,7 @@ def _reduce_pool(step, ctx):
     N, C, H, W = step.in_shapes[0]
     lay = step.rearrs[0].dst if step.rearrs[0] is not None else step.plan.inputs[0]
     out = step.plan.output
-    cr = channel_reduce(m, lay, N * C, H * W, quantities=1, broadcast=1,
-                        name=f"{step.name}.grad broadcast", vertex="continuous")
+    cr = plane_reduce(m, lay, N * C, H * W, broadcast=1, name=f"{step.name}.grad broadcast")
     n_in = lay.elems_per_tile(nt)
     n_out = out.elems_per_tile(nt)
     recs = [_rec(ctx, step, cycles.binary_cycles(m, n_out, dt, 2),

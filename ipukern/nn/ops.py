@@ -510,14 +510,14 @@ def reduce_pool_plan(machine: MachineSpec, src: Layout, global_: bool = True) ->
     Execution computes every plane as the planes layout did (taps summed in raster order
     in float32, then the scale), so results are bit-identical to :func:`pool_plan`'s
     planes path; the tiles' staging is what is costed."""
-    from .tile_reduce import channel_reduce
+    from .tile_reduce import plane_reduce
     nt = machine.n_tiles
     if len(src.shape) != 4:
         raise ValueError(f"a global pool needs an (N, C, H, W) input, got shape {src.shape}")
     N, C, H, W = (int(d) for d in src.shape)
     NC, HW = N * C, H * W
     label = "global-avg-pool" if global_ else f"avg-pool {H}x{W}"
-    cr = channel_reduce(machine, src, NC, HW, quantities=1, name=label, vertex="continuous")
+    cr = plane_reduce(machine, src, NC, HW, name=label)
     out = Layout((N, C, 1, 1), src.dtype, _linear_rows(NC, 1, min(nt, NC)))
 
     def run(srcs, rearrs, params):

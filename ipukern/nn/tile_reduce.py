@@ -33,7 +33,7 @@ from . import cycles
 from ..core import copy_runs
 from .layout import Layout
 
-__all__ = ["ChannelReduce", "channel_reduce"]
+__all__ = ["ChannelReduce", "PlaneReduce", "channel_reduce", "plane_reduce"]
 
 #: reduction plans and layouts' (tile, channel) pairs, by layout object and options
 #: (entries hold their layout: a key's ``id`` stays its layout's)
@@ -42,17 +42,28 @@ _CACHE = _memo.register(_memo.LruCache("nn.tile_reduce", maxsize=4096), per_batc
 
 def channel_reduce(machine: MachineSpec, layout: Layout, channels: int, inner: int, *, quantities: int,
                    broadcast: int = 0, pre_ops: int = 0, post_ops: int = 0, rsqrt: bool = False,
-                   name: str = "reduce", vertex: str = "partials") -> ChannelReduce:
+                   name: str = "reduce") -> ChannelReduce:
     """A cached :class:`ChannelReduce` (plans of equal layout object and options share one)."""
-    key = (id(layout), machine, channels, inner, quantities, broadcast, pre_ops, post_ops, rsqrt, name,
-           vertex)
+    return _cached(ChannelReduce, machine, layout, channels, inner,
+                   dict(quantities=quantities, broadcast=broadcast, pre_ops=pre_ops, post_ops=post_ops,
+                        rsqrt=rsqrt, name=name))
+
+
+def plane_reduce(machine: MachineSpec, layout: Layout, planes: int, inner: int, *, broadcast: int = 0,
+                 name: str = "reduce") -> PlaneReduce:
+    """A cached :class:`PlaneReduce`: the sum of each of ``planes`` contiguous planes of
+    ``inner`` elements (a global pool's (n, c) planes)."""
+    return _cached(PlaneReduce, machine, layout, planes, inner,
+                   dict(quantities=1, broadcast=broadcast, name=name))
+
+
+def _cached(cls: type, machine: MachineSpec, layout: Layout, channels: int, inner: int, opts: dict):
+    key = (cls.__name__, id(layout), machine, channels, inner) + tuple(sorted(opts.items()))
     # NOTE: ``name`` is a kind of reduction ("batch-norm statistics"), not a layer name, so
     # layers of equal layout share one object (and the estimate of a deep net stays fast)
     hit = _CACHE.get(key)
     if hit is None or hit[0] is not layout:
-        cr = ChannelReduce(machine, layout, channels, inner, quantities=quantities, broadcast=broadcast,
-                           pre_ops=pre_ops, post_ops=post_ops, rsqrt=rsqrt, name=name, vertex=vertex)
-        hit = _CACHE.put(key, (layout, cr))
+        hit = _CACHE.put(key, (layout, cls(machine, layout, channels, inner, **opts)))
     return hit[1]
 
 
@@ -155,6 +166,9 @@ def _pairs(machine: MachineSpec, layout: Layout, C: int, inner: int) -> dict:
 class ChannelReduce:
     """Sum ``quantities`` per-element values per channel across every tile (see module doc).
 
+    The first stage is costed as the partial-sum reduce vertex (``first_stage``);
+    :class:`PlaneReduce` costs it as popops' ContinuousReduce.
+
     Attributes
     ----------
     records : list of SuperstepRecord
@@ -164,10 +178,9 @@ class ChannelReduce:
 
     def __init__(self, machine: MachineSpec, layout: Layout, channels: int, inner: int, *,
                  quantities: int, broadcast: int = 0, pre_ops: int = 0, post_ops: int = 0,
-                 rsqrt: bool = False, name: str = "reduce", vertex: str = "partials"):
+                 rsqrt: bool = False, name: str = "reduce"):
         from .ops import compute_record
-        if vertex not in ("partials", "continuous"):
-            raise ValueError(f"vertex must be 'partials' or 'continuous', got {vertex!r}")
+        vertex = self.first_stage
         nt = machine.n_tiles
         C, inner, q = int(channels), max(1, int(inner)), int(quantities)
         self.machine, self.layout, self.channels, self.inner = machine, layout, C, inner
@@ -223,6 +236,9 @@ class ChannelReduce:
                             + per_tile_pairs * self.bk) * 4
         self._elem = None
 
+    #: first-stage vertex: "partials" (ipukern.core.cost.reduce_cycles) or "continuous"
+    first_stage = "partials"
+
     @property
     def cycles(self) -> int:
         return sum(r.total_cycles for r in self.records)
@@ -277,3 +293,11 @@ class ChannelReduce:
         rank = np.append(self.pair_rank, self.slots[0])[elem]       # padding reads the spare slot
         rows = np.arange(nt)[:, None]
         return [dst[rows, rank * b + j] for j in range(b)]
+
+
+class PlaneReduce(ChannelReduce):
+    """A :class:`ChannelReduce` whose channels are contiguous planes (a global pool's (n, c)
+    planes): each tile's piece of a plane is one contiguous run, so the first stage is
+    popops' ContinuousReduce (:func:`ipukern.nn.cycles.tile_reduce_cycles`)."""
+
+    first_stage = "continuous"

@@ -194,7 +194,9 @@ _MBCONV = [(1, 3, 1, 32, 16, 1), (6, 3, 2, 16, 24, 2), (6, 5, 2, 24, 40, 2), (6,
            (6, 5, 1, 80, 112, 3), (6, 5, 2, 112, 192, 4), (6, 3, 1, 192, 320, 1)]
 
 
-def _mbconv(net, x, p, cin, cout, expand, k, stride, group_size=None):
+def _mbconv(net, x, p, cin, cout, block):
+    """One MBConv; ``block`` = (expand ratio, kernel, stride, group size or None: depthwise)."""
+    expand, k, stride, group_size = block
     hid = _divisible(cin * expand)
     h, j = x, 0
     if hid != cin:
@@ -245,8 +247,8 @@ def _efficientnet(variant: str, image_size: int | None, num_classes: int,
         out = _divisible(out * width)
         for b in range(int(math.ceil(n * depth))):
             ratio = e if expand is None or e == 1 else expand
-            y = _mbconv(net, y, f"features.{stage}.{b}", cin, out, ratio, k, s if b == 0 else 1,
-                        group_size)
+            y = _mbconv(net, y, f"features.{stage}.{b}", cin, out,
+                        (ratio, k, s if b == 0 else 1, group_size))
             cin = out
     last = 4 * cin
     y = conv_bn_act(net, y, "features.8.0", cin, last, 1, act="silu")
