@@ -25,6 +25,7 @@ from ..core import SuperstepRecord
 from ..dtypes import DTYPES
 from ..machine import MachineSpec
 from . import cycles
+from .tile_reduce import compute_record  # noqa: F401  (defined there: tile_reduce needs it)
 from .layout import Layout, Resident, linear_layout
 
 __all__ = [
@@ -98,18 +99,6 @@ class OpPlan:
     @property
     def cycles(self) -> int:
         return sum(r.total_cycles for r in self.records)
-
-
-def compute_record(machine: MachineSpec, name: str, tile_cycles: np.ndarray, why: str,
-                   category: str = "compute") -> SuperstepRecord:
-    """A compute superstep record from per-tile cycles (slowest tile sets the pace)."""
-    tc = np.asarray(tile_cycles, dtype=np.int64)
-    t = int(np.argmax(tc)) if tc.size else -1
-    c = int(tc[t]) if tc.size else 0
-    return SuperstepRecord(index=0, name=name, category=category, compute_cycles=c,
-                           sync_cycles=machine.sync_cycles, exchange_cycles=0,
-                           compute_tile=t if c else -1, tiles_computing=int((tc > 0).sum()),
-                           compute_why=why)
 
 
 def linear_param_bytes(machine: MachineSpec, n_elems: int, itemsize: int) -> np.ndarray:

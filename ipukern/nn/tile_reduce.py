@@ -40,6 +40,18 @@ __all__ = ["ChannelReduce", "PlaneReduce", "channel_reduce", "plane_reduce"]
 _CACHE = _memo.register(_memo.LruCache("nn.tile_reduce", maxsize=4096), per_batch=True)
 
 
+def compute_record(machine: MachineSpec, name: str, tile_cycles: np.ndarray, why: str,
+                   category: str = "compute") -> SuperstepRecord:
+    """A compute superstep record from per-tile cycles (slowest tile sets the pace)."""
+    tc = np.asarray(tile_cycles, dtype=np.int64)
+    t = int(np.argmax(tc)) if tc.size else -1
+    c = int(tc[t]) if tc.size else 0
+    return SuperstepRecord(index=0, name=name, category=category, compute_cycles=c,
+                           sync_cycles=machine.sync_cycles, exchange_cycles=0,
+                           compute_tile=t if c else -1, tiles_computing=int((tc > 0).sum()),
+                           compute_why=why)
+
+
 def channel_reduce(machine: MachineSpec, layout: Layout, channels: int, inner: int, *, quantities: int,
                    broadcast: int = 0, pre_ops: int = 0, post_ops: int = 0, rsqrt: bool = False,
                    name: str = "reduce") -> ChannelReduce:
@@ -179,7 +191,6 @@ class ChannelReduce:
     def __init__(self, machine: MachineSpec, layout: Layout, channels: int, inner: int, *,
                  quantities: int, broadcast: int = 0, pre_ops: int = 0, post_ops: int = 0,
                  rsqrt: bool = False, name: str = "reduce"):
-        from .ops import compute_record
         vertex = self.first_stage
         nt = machine.n_tiles
         C, inner, q = int(channels), max(1, int(inner)), int(quantities)
