@@ -26,7 +26,7 @@ from .systems import (BOW_2000, BOW_POD16, BOW_POD64, IPU_M2000, IPU_POD16, IPU_
                       SystemSuperstep, SystemTensor, all_gather, all_reduce, broadcast,
                       collective_seconds, get_system, reduce_scatter,
                       LayerCost, StageMemoryError, TrainingEstimate, TrainingRun, estimate_training,
-                      run_training_step)
+                      run_training_step, TuneCandidate, TuneResult, tune)
 from .graph.tilefn import TileFunction, TileFunctionCompileError, TileFunctionError, TileShape, tile_function
 
 # submodules users reach as ipukern.gpu / ipukern.scaling / ipukern.plots (matplotlib is
@@ -58,6 +58,7 @@ __all__ = [
     "BOW_2000", "BOW_POD16", "BOW_POD64", "SystemDevice", "SystemProgram", "SystemSuperstep",
     "SystemTensor", "LinkExchange", "all_reduce", "reduce_scatter", "all_gather", "broadcast",
     "collective_seconds", "CollectiveCost", "LayerCost", "StageMemoryError", "TrainingEstimate",
-    "estimate_training", "TrainingRun", "run_training_step", "network_sweep", "training_sweep",
+    "estimate_training", "TrainingRun", "run_training_step", "tune", "TuneResult", "TuneCandidate",
+    "network_sweep", "training_sweep",
     "tile_function", "TileFunction", "TileFunctionError", "TileFunctionCompileError", "TileShape",
 ]

@@ -20,19 +20,9 @@ from typing import Any
 from .._files import read_input_text
 from ..systems import SYSTEM_PRESETS, LayerCost, StageMemoryError, estimate_training
 from . import train_run
-from ._common import add_optimizer, add_optimizer_state_dtype
-
-
-def _model(name: str | None) -> Any:
-    if name is None:
-        return None
-    try:
-        from ..nn.models import MODELS
-    except ImportError:
-        raise RuntimeError("the model zoo (ipukern.nn.models) is not in this build; use --costs") from None
-    if name not in MODELS:
-        raise ValueError(f"unknown model {name!r}; models are {sorted(MODELS)}")
-    return MODELS[name]()
+from ._common import add_optimizer, add_optimizer_state_dtype, add_progress_options
+from ._models import model as _model
+from ._models import pipeline as _pipeline
 
 
 def _costs(path: str | None) -> list[LayerCost] | None:
@@ -43,12 +33,6 @@ def _costs(path: str | None) -> list[LayerCost] | None:
         return [LayerCost(**r) for r in rows]
     except (TypeError, json.JSONDecodeError, AttributeError) as e:
         raise ValueError(f"--costs {path}: expected a JSON list of LayerCost objects ({e})") from None
-
-
-def _pipeline(text: str | None) -> Any:
-    if text is None or text == "auto":
-        return text
-    return [s for s in text.split(",") if s]
 
 
 def _recompute(args: argparse.Namespace) -> Any:
@@ -141,7 +125,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         raise ValueError("compare supports --training (training throughput) only")
     prices = _prices(args.prices)
     names = [s.strip().upper() for s in args.systems.split(",") if s.strip()]
-    rows = []
+    rows, notes = [], []
     for name in names:
         if name.replace("-", "_") in GPU_SYSTEMS:
             net = _model(args.model)
@@ -149,6 +133,13 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                 raise ValueError("GPU systems need a MODEL (not --costs)")
             est = estimate_network_gpu(net, args.gpu_batch, name, dtype=args.dtype, training=True,
                                        optimizer=args.optimizer)
+            if args.tune:
+                notes.append(f"{name}: batch {args.gpu_batch} per GPU as given (--gpu-batch; not tuned)")
+        elif name.replace("-", "_") in SYSTEM_PRESETS and args.tune:
+            from .tune import run_tune
+            res = run_tune(_TuneArgs(args), name)
+            est = res.best
+            notes.append(f"{name}: best fitting configuration (ipukern tune): {res.candidates[0].label()}")
         elif name.replace("-", "_") in SYSTEM_PRESETS:
             est = _estimate(args, name)
         else:
@@ -161,7 +152,23 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     # printed only once every system is estimated: a failing one leaves no partial table
     print(f"{'system':<12} {'samples/s':>12} {'time to train':>14} {'samples/s per $1M':>18}")
     print("\n".join(rows))
+    if notes:
+        print("\n".join(notes))
+    elif any(n.replace("-", "_") in SYSTEM_PRESETS for n in names):
+        print("IPU systems at the given configuration (--tune: each at its best fitting one)")
     return 0
+
+
+class _TuneArgs:
+    """``compare --tune``: the compare options as ``ipukern tune`` reads them (what compare
+    fixes, e.g. the optimizer, stays fixed; micro-batch and layout are searched)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.__dict__.update(vars(args))
+        self.tune_micro_batch = None
+        self.tune_ipus_per_replica = None
+        self.replicas = None
+        self.pipeline = None
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -241,4 +248,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--epochs", type=float, default=1.0,
                    help="epochs for the time-to-train column (default 1)")
     c.add_argument("--gpu-batch", type=int, default=256, help="samples per GPU per step")
+    c.add_argument("--tune", action="store_true",
+                   help="each IPU system at its best fitting configuration (ipukern tune) instead of "
+                        "the given one; GPUs stay at --gpu-batch")
+    from .tune import add_tune_options
+    add_tune_options(c)
+    add_progress_options(c)
     c.set_defaults(func=_cmd_compare)

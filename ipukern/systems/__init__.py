@@ -21,6 +21,7 @@ from .collectives import (
 )
 from .config import TrainingConfig
 from .training import LayerCost, StageMemoryError, TrainingEstimate, estimate_training
+from .tune import TuneCandidate, TuneResult, tune
 from .train_run import TrainingRun, run_training_step
 from .spec import (
     BOW_2000,
@@ -42,5 +43,5 @@ __all__ = [
     "SystemProgram", "SystemSuperstep", "SystemTensor", "all_gather", "all_reduce", "broadcast",
     "collective_seconds", "concurrent", "concurrent_seconds", "get_system", "reduce_scatter",
     "LayerCost", "StageMemoryError", "TrainingEstimate", "estimate_training",
-    "TrainingRun", "run_training_step", "TrainingConfig",
+    "TrainingRun", "run_training_step", "TrainingConfig", "TuneCandidate", "TuneResult", "tune",
 ]

@@ -1,0 +1,95 @@
+"""``ipukern tune MODEL --system POD16``: the best fitting training configuration
+(:func:`ipukern.tune`): the winner and the runners-up with why each lost; ``--json PATH``
+writes the result (``-``: to stdout, the report then goes to stderr)."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ..systems import SYSTEM_PRESETS
+from ..systems.tune import DEFAULT_MAX_GLOBAL_BATCH, tune
+from ._models import model as _model
+from ._models import pipeline as _pipeline
+from ._common import (Progress, add_optimizer, add_optimizer_state_dtype, add_progress_options,
+                      progress_enabled)
+
+
+def run_tune(args: argparse.Namespace, system: str, net=None):
+    """:func:`ipukern.tune` with the command's options (shared with ``compare --tune``)."""
+    net = net if net is not None else _model(args.model)
+    if net is None:
+        raise ValueError("tune needs a MODEL")
+    amp = getattr(args, "available_memory_proportion", None)
+    checkpoints = getattr(args, "checkpoints", None)
+    recompute = None
+    if checkpoints is not None:
+        names = [s for s in checkpoints.split(",") if s]
+        recompute = "auto" if names == ["auto"] else names
+    elif getattr(args, "recompute", False):
+        recompute = True
+    with Progress(f"tune {args.model} on {system}", enabled=progress_enabled(args)) as prog:
+        return tune(net, system, max_global_batch=args.max_global_batch,
+                    micro_batch=args.tune_micro_batch, replicas=args.replicas,
+                    ipus_per_replica=args.tune_ipus_per_replica,
+                    pipeline=_pipeline(args.pipeline) if args.pipeline not in (None, "auto") else None,
+                    recompute=recompute, available_memory_proportion=amp,
+                    pipelines=True if args.pipelines else None, progress=prog,
+                    optimizer=args.optimizer, optimizer_state_dtype=args.optimizer_state_dtype,
+                    dtype=args.dtype, partials=args.partials, bn_replica_group=args.bn_group)
+
+
+def _cmd_tune(args: argparse.Namespace) -> int:
+    res = run_tune(args, args.system)
+    print(res.summary(max_rows=args.top))
+    if args.json:
+        text = json.dumps(res.to_dict(), indent=1, default=str)
+        if args.json == "-":
+            args.json_stream.write(text + "\n")
+        else:
+            Path(args.json).write_text(text)
+            print(f"wrote {args.json}")
+    return 0
+
+
+def add_tune_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-global-batch", type=int, default=DEFAULT_MAX_GLOBAL_BATCH, metavar="N",
+                   help=f"bound on replicas x micro-batch x accumulation "
+                        f"(default {DEFAULT_MAX_GLOBAL_BATCH}: "
+                        "above every published ResNet-50 configuration)")
+    p.add_argument("--pipelines", action="store_true",
+                   help="also search pipelined layouts when a single-IPU replica fits")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("tune", help="the fastest training configuration that fits an IPU system",
+                       epilog="examples:\n"
+                              "  ipukern tune resnet50 --system POD16\n"
+                              "  ipukern tune resnet50 --system POD16 --max-global-batch 1920 --bn-group 2\n"
+                              "  ipukern tune resnet8 --system M2000 --json -",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model", help="model name from ipukern.nn.models (e.g. resnet50)")
+    p.add_argument("--system", default="POD16", help=f"one of {sorted(SYSTEM_PRESETS)}")
+    add_tune_options(p)
+    p.add_argument("--micro-batch", dest="tune_micro_batch", type=int, default=None,
+                   help="fix the micro-batch (default: searched)")
+    p.add_argument("--replicas", type=int, default=None, help="fix the replicas (default: searched)")
+    p.add_argument("--ipus-per-replica", dest="tune_ipus_per_replica", type=int, default=None,
+                   help="fix the IPUs per replica (default: searched)")
+    p.add_argument("--pipeline", default=None, help="a fixed split: comma-separated split layers")
+    p.add_argument("--recompute", action="store_true", help="fix stage recomputation")
+    p.add_argument("--checkpoints", default=None, metavar="L1,L2", help="fix checkpoint layers, or 'auto'")
+    p.add_argument("--available-memory-proportion", type=float, default=None, metavar="P",
+                   help="fix the proportion (default: 0.6, 0.3 and 0.15 are tried)")
+    p.add_argument("--dtype", default="float16", choices=["float16", "float32"],
+                   help="activation and weight dtype (default float16)")
+    p.add_argument("--partials", default="half", choices=["half", "float"],
+                   help="accumulation dtype of the convolutions and matmuls (default half)")
+    add_optimizer(p)
+    add_optimizer_state_dtype(p)
+    p.add_argument("--bn-group", type=int, default=1, metavar="N",
+                   help="batch norm statistics over groups of N replicas (default 1)")
+    p.add_argument("--top", type=int, default=12, help="runners-up printed (default 12)")
+    p.add_argument("--json", metavar="PATH", help="write the result as JSON ('-': to stdout)")
+    add_progress_options(p)
+    p.set_defaults(func=_cmd_tune)

@@ -1,0 +1,655 @@
+"""The best fitting training configuration of a network on a system: :func:`tune`.
+
+:func:`tune` searches the layout of a training step (replicas x IPUs per replica and, for
+pipelines, the split), the micro-batch, recomputation and PopLibs' availableMemoryProportion
+for the highest :func:`~ipukern.estimate_training` throughput whose every stage fits its
+IPU's tiles, and reports the winner with the runners-up and why each lost.
+
+The search is not a grid. It works through *families* (a layout, a recomputation mode and an
+availableMemoryProportion) in a fixed order, the data-parallel layout first:
+
+- **micro-batch**: per family, the largest fitting micro-batch on a ladder of about 1.2x
+  steps (1, 2, 3, 4, 5, 6, 8, 10, 12, ... 256), found by galloping then bisecting, assuming
+  what fits at a micro-batch also fits at a smaller one. The ladder is shared by all
+  families, so the per-layer plans of a (micro-batch, proportion) pair are made once
+  (:func:`ipukern.estimate_network`'s caches) and re-used by every recomputation mode and
+  layout. The winner's micro-batch is then refined between its ladder step and the next.
+- **pruning**: before a family is searched it is bounded: a single-IPU replica by its exact
+  estimate with memory ignored (``allow_overflow=True``), a pipeline by its compute alone
+  (every stage at most ``1/S`` of the network's cycles, ``M + S - 1`` pipeline cycles).
+  Assuming throughput does not fall as the micro-batch grows, only micro-batches whose bound
+  beats the best found so far are tried; a family whose smallest such micro-batch does not
+  fit is dropped after one estimate.
+- **gradient accumulation**: throughput only grows with it (the step's fixed costs are
+  amortised over more micro-batches), so it is the largest that keeps the global batch
+  (replicas x micro-batch x accumulation) within ``max_global_batch``.
+- **pipeline splits**: ``pipeline="auto"`` of :func:`~ipukern.estimate_training` (the
+  fastest split among those that fit).
+
+The same inputs give the same result: the order is fixed and nothing depends on time.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .._checks import as_int
+from ..nn.checkpoints import network_checkpoints
+from .config import GCL_REPLICA_SIZES, TrainingConfig
+from .spec import System, get_system
+from .training import StageMemoryError, TrainingEstimate, _costs_from_network, _split, estimate_training
+
+__all__ = ["tune", "TuneResult", "TuneCandidate", "DEFAULT_MAX_GLOBAL_BATCH", "AMP_VALUES",
+           "RECOMPUTE_MODES", "MICRO_BATCH_LADDER"]
+
+#: Default bound on replicas x micro-batch x gradient accumulation. Throughput alone always
+#: favours a larger global batch (more micro-batches per step amortise its fixed costs), but
+#: a larger batch needs more epochs to converge, which samples/s does not show. 4096 is above
+#: every published ResNet-50 training configuration in ``validation/published_systems.csv``
+#: (IPU 1,920-3,840, DGX A100 3,264), so each of them lies inside the default search.
+DEFAULT_MAX_GLOBAL_BATCH = 4096
+
+#: availableMemoryProportion values tried by default: PopLibs' default 0.6, and 0.3 and 0.15
+#: (Graphcore's MLPerf ResNet-50 configurations set 0.15 / 0.14)
+AMP_VALUES = (0.6, 0.3, 0.15)
+
+#: recomputation modes tried by default: none, "auto" checkpoints (about sqrt(n) block
+#: boundaries) and stage recomputation (re-run each stage's forward in its backward)
+RECOMPUTE_MODES = (False, "auto", True)
+
+#: micro-batches tried (about 1.2x apart); a cap below 256 (``max_micro_batch`` or the global
+#: batch bound) is added as the top step
+MICRO_BATCH_LADDER = (1, 2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112,
+                      128, 160, 192, 224, 256)
+
+@dataclass(frozen=True)
+class TuneCandidate:
+    """One configuration :func:`tune` considered.
+
+    Attributes
+    ----------
+    config : TrainingConfig
+        The configuration (for a pruned family: at the micro-batch the bound was taken at).
+    samples_per_second : float or None
+        The estimate's throughput (None when it does not fit or was not estimated).
+    fits : bool or None
+        Every stage fits (None: not estimated, pruned or beyond a bound).
+    why : str
+        ``"best"``, or why it lost: ``"slower: 0.93x of best"``, ``"does not fit: stage 0
+        688.5 kB > 639.0 kB per tile"``, ``"pruned: ..."``, ``"global batch ... above
+        max_global_batch ..."``.
+    upper_bound : float or None
+        The bound on its throughput the search used, when it used one.
+    """
+
+    config: TrainingConfig
+    samples_per_second: float | None
+    fits: bool | None
+    why: str
+    upper_bound: float | None = None
+
+    def label(self) -> str:
+        """The configuration in one short line."""
+        c = self.config
+        rc = {False: "none", None: "none", True: "stage", "auto": "auto"}.get(c.recompute, None) \
+            if not isinstance(c.recompute, tuple) else f"{len(c.recompute)} checkpoints"
+        amp = c.available_memory_proportion
+        return (f"{c.replicas} x {c.ipus_per_replica} IPU, mb {c.micro_batch} x acc "
+                f"{c.gradient_accumulation}, recompute {rc}, amp {0.6 if amp is None else amp:g}")
+
+    def to_dict(self) -> dict:
+        c = self.config
+        return {"replicas": c.replicas, "ipus_per_replica": c.ipus_per_replica, "micro_batch": c.micro_batch,
+                "gradient_accumulation": c.gradient_accumulation,
+                "global_batch": c.replicas * c.micro_batch * c.gradient_accumulation,
+                "recompute": list(c.recompute) if isinstance(c.recompute, tuple) else c.recompute,
+                "available_memory_proportion": c.available_memory_proportion,
+                "pipeline": c.pipeline if not isinstance(c.pipeline, tuple) else list(c.pipeline),
+                "samples_per_second": self.samples_per_second, "fits": self.fits, "why": self.why,
+                "upper_bound": self.upper_bound}
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """What :func:`tune` returns.
+
+    Attributes
+    ----------
+    best : TrainingEstimate
+        The winner's estimate (``best.info["fits"]`` is True).
+    best_config : TrainingConfig
+        The winner's configuration: ``estimate_training(net, system, best_config)`` gives ``best``.
+    candidates : tuple of TuneCandidate
+        The winner first, then the fitting runners-up fastest first, then those that do not
+        fit, then those pruned or beyond a bound; each with ``why`` it lost.
+    system : str
+    max_global_batch : int
+    evaluations : int
+        Estimates made (each a full :func:`~ipukern.estimate_training`, most of them warm).
+    """
+
+    best: TrainingEstimate
+    best_config: TrainingConfig
+    candidates: tuple[TuneCandidate, ...]
+    system: str
+    max_global_batch: int
+    evaluations: int
+
+    @property
+    def samples_per_second(self) -> float:
+        return self.best.samples_per_second
+
+    def summary(self, max_rows: int = 12) -> str:
+        """The winner and up to ``max_rows`` runners-up with why each lost."""
+        b = self.best
+        lines = [f"best of {len(self.candidates)} configurations ({self.evaluations} estimates) on "
+                 f"{self.system}, global batch <= {self.max_global_batch:,}:",
+                 f"  {self.candidates[0].label()}: {b.samples_per_second:,.0f} samples/s, "
+                 f"step {b.step_seconds * 1e3:.2f} ms, global batch {b.global_batch:,}"]
+        if b.info.get("recompute_checkpoints"):
+            lines.append("  checkpoints " + ",".join(b.info["recompute_checkpoints"]))
+        if b.ipus_per_replica > 1:
+            lines.append("  stages start at " + ", ".join(s[0] for s in b.stages))
+        rest = self.candidates[1:]
+        if rest:
+            lines.append("runners-up:")
+            for c in rest[:max_rows]:
+                sps = f"{c.samples_per_second:>9,.0f}" if c.samples_per_second is not None else f"{'-':>9}"
+                lines.append(f"  {c.label():<58} {sps}  {c.why}")
+            if len(rest) > max_rows:
+                lines.append(f"  ... and {len(rest) - max_rows} more")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        b = self.best
+        return {"system": self.system, "max_global_batch": self.max_global_batch,
+                "evaluations": self.evaluations,
+                "best": {**self.candidates[0].to_dict(), "step_seconds": b.step_seconds,
+                         "stages": b.stages, "bottleneck": b.bottleneck,
+                         "recompute_checkpoints": b.info.get("recompute_checkpoints", [])},
+                "candidates": [c.to_dict() for c in self.candidates]}
+
+
+def _short_reason(msg: str) -> str:
+    """A StageMemoryError message in a few words: "stage 1 874.8 kB > 639.0 kB per tile"."""
+    m = re.search(r"stage (\d+) .*?needs ([\d,]+) B > budget ([\d,]+) B( on tile)?", msg)
+    if m:
+        need, have = (int(x.replace(",", "")) / 1e3 for x in m.group(2, 3))
+        unit = "per tile" if m.group(4) else "per IPU"
+        return f"does not fit: stage {m.group(1)} {need:,.1f} kB > {have:,.1f} kB {unit}"
+    return "does not fit: " + msg.split(";")[0]
+
+
+@dataclass
+class _Family:
+    ipr: int
+    reps: int
+    recompute: Any
+    amp: float | None
+    ladder: list[int]
+    accumulation: Callable[[int], int]
+
+
+class _Search:
+    def __init__(self, net: Any, system: System, base: TrainingConfig, progress: Any) -> None:
+        self.net, self.system, self.base, self.progress = net, system, base, progress
+        self.est: dict[TrainingConfig, tuple[TrainingEstimate | None, str]] = {}
+        self.bounds: dict[tuple, float] = {}
+        self.rows: dict[TrainingConfig, TuneCandidate] = {}
+        self.best: tuple[float, TrainingConfig] | None = None
+        self.evaluations = 0
+
+    def config(self, f: _Family, mb: int) -> TrainingConfig:
+        return self.base.replace(micro_batch=mb, gradient_accumulation=f.accumulation(mb), replicas=f.reps,
+                                 ipus_per_replica=f.ipr, recompute=f.recompute,
+                                 available_memory_proportion=f.amp,
+                                 pipeline=self.base.pipeline if f.ipr > 1 and self.base.pipeline else
+                                 ("auto" if f.ipr > 1 else None))
+
+    def estimate(self, cfg: TrainingConfig, overflow: bool = False) -> tuple[TrainingEstimate | None, str]:
+        """(estimate or None, reason); with ``overflow`` the estimate even if it does not fit."""
+        key = cfg.replace(allow_overflow=overflow)
+        if key not in self.est:
+            self.evaluations += 1
+            try:
+                e = estimate_training(self.net, self.system, key)
+                why = "" if e.info["fits"] else _short_reason(_first_overflow(e, self.system))
+                self.est[key] = (e, why)
+            except StageMemoryError as err:
+                self.est[key] = (None, _short_reason(str(err)))
+            except MemoryError as err:     # a layer with no plan that fits the tiles at all
+                self.est[key] = (None, "does not fit: " + str(err).split(":")[0])
+        return self.est[key]
+
+    def fits(self, cfg: TrainingConfig) -> bool:
+        """Estimate ``cfg`` (fitting only) and record it as a candidate."""
+        if cfg.ipus_per_replica == 1:
+            e, why = self.estimate(cfg, overflow=True)
+            ok = e is not None and e.info["fits"]
+        else:
+            e, why = self.estimate(cfg)
+            ok = e is not None
+        if ok:
+            sps = e.samples_per_second
+            self.rows[cfg] = TuneCandidate(cfg, sps, True, "")
+            if self.best is None or sps > self.best[0]:
+                self.best = (sps, cfg)
+        else:
+            self.rows[cfg] = TuneCandidate(cfg, None, False, why)
+        return ok
+
+    def bound(self, f: _Family, mb: int) -> float:
+        """An upper bound on the family's throughput at ``mb``, fitting or not."""
+        cfg = self.config(f, mb)
+        if f.ipr == 1:                   # exact: the estimate with memory ignored
+            e = self.estimate(cfg, overflow=True)[0]
+            # no plan at all: no bound, and none above it either (the search then stops there)
+            return math.inf if e is None else e.samples_per_second
+        key = (mb, f.recompute, f.amp)
+        if key not in self.bounds:
+            chip, c = self.system.chip, self.base
+            try:
+                ck = (network_checkpoints(self.net, mb, chip, c.dtype, c.partials, f.amp)
+                      if f.recompute == "auto" else None)
+                costs = _costs_from_network(self.net, mb, chip, c.dtype, c.partials, ck, f.amp)
+            except MemoryError:
+                costs = []
+            again = 1 + (f.recompute is True)
+            self.bounds[key] = sum(x.fwd_cycles * again + x.bwd_cycles + x.wu_cycles
+                                   for x in costs) / chip.clock_hz
+        m, s = cfg.gradient_accumulation, f.ipr
+        if not self.bounds[key]:
+            return math.inf
+        return f.reps * s * mb * m / ((m + s - 1) * self.bounds[key])
+
+    def family(self, f: _Family) -> None:  # noqa: C901, PLR0915 - one search, read top to bottom
+        """The family's largest fitting ladder step whose bound beats the best so far,
+        searched from the best micro-batch found so far (16 at first), so that its probes
+        stay where the plans already made are."""
+        lad, n = f.ladder, len(f.ladder)
+        best = self.best[0] if self.best is not None else -1.0
+        near = self.best[1].micro_batch if self.best is not None else 16
+        seed = max((k for k, b in enumerate(lad) if b <= near), default=0)
+        kind = "memory ignored" if f.ipr == 1 else "compute alone"
+
+        def ub(k: int) -> float:
+            return self.bound(f, lad[k])
+
+        def fit(k: int) -> bool:
+            return self.fits(self.config(f, lad[k]))
+
+        def prune(k: int, why: str) -> None:
+            cfg = self.config(f, lad[k])
+            v = ub(k)
+            self.rows.setdefault(cfg, TuneCandidate(
+                cfg, None, None, f"pruned: at most {v:,.0f} samples/s at micro-batch {lad[k]} ({kind}) "
+                                 f"<= best {best:,.0f}; {why}", v))
+
+        if ub(seed) <= best:
+            # only larger micro-batches can beat the best: the first whose bound does
+            lo, step = seed, 1
+            while True:
+                nxt = min(lo + step, n - 1)
+                if ub(nxt) > best:
+                    hi = nxt
+                    break
+                if nxt == n - 1:
+                    return prune(nxt, "no larger micro-batch is tried")
+                if f.ipr == 1 and not fit(nxt):
+                    return prune(nxt, "larger ones do not fit")
+                lo, step = nxt, step * 2
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if ub(mid) > best:
+                    hi = mid
+                else:
+                    lo = mid
+            if not fit(hi):
+                cfg = self.config(f, lad[hi])
+                r = self.rows[cfg]
+                self.rows[cfg] = dataclasses.replace(
+                    r, why=f"{r.why}; smaller micro-batches at most {ub(lo):,.0f} samples/s ({kind})",
+                    upper_bound=ub(lo))
+                return
+            good = hi
+        elif fit(seed):
+            good = seed
+        else:
+            return self._below(seed, best, ub, fit, lambda k: prune(
+                k, f"micro-batch {lad[k + 1]} and above do not fit"))
+        # gallop up from a fitting step, then bisect: the largest fitting ladder step
+        lo, step, hi = good, 1, n
+        while lo + step < n:
+            if fit(lo + step):
+                lo += step
+                step *= 2
+            else:
+                hi = lo + step
+                break
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if fit(mid):
+                lo = mid
+            else:
+                hi = mid
+        if hi == n:
+            self.beyond(f, lad[-1])
+
+    #: (max_global_batch, max_micro_batch, micro-batch fixed) of the call
+    limits: tuple = (None, 256, False)
+
+    def beyond(self, f: _Family, mb: int) -> None:
+        """``mb`` is the family's top step and fits: record the next step as beyond the bound."""
+        gb, max_mb, fixed = self.limits
+        nxt = next((b for b in MICRO_BATCH_LADDER if b > mb), mb + 1)
+        if not fixed and gb is not None and f.reps * nxt * f.accumulation(mb) > gb and nxt <= max_mb:
+            cfg = self.config(f, mb).replace(micro_batch=nxt)
+            total = f.reps * nxt * cfg.gradient_accumulation
+            self.rows.setdefault(cfg, TuneCandidate(
+                cfg, None, None, f"global batch {f.reps} x {nxt} x {cfg.gradient_accumulation} = "
+                                 f"{total:,} above max_global_batch {gb:,}"))
+
+    def run(self, fams: list[_Family], pipelines: bool | None) -> None:
+        """Search every family in order, then refine the winner's micro-batch."""
+        progress = self.progress
+        later = pipelines is None and any(f.ipr == 1 for f in fams)
+        for k, f in enumerate(fams):
+            if later and f.ipr > 1 and self.best is not None:
+                cfg = self.config(f, f.ladder[0])
+                self.rows.setdefault(cfg, TuneCandidate(
+                    cfg, None, None,
+                    "not searched: a single-IPU replica fits (pipelines=True / --pipelines searches it)"))
+                continue
+            self.family(f)
+            if progress is not None:
+                progress(k + 1, len(fams) + 1, f"{f.reps}x{f.ipr} IPU, recompute {f.recompute}, amp {f.amp}")
+        if self.best is None:
+            raise StageMemoryError(f"no configuration searched fits {self.system.name}: "
+                                   + "; ".join(sorted({r.why for r in self.rows.values() if r.why})[:3]))
+        win = self.best[1]
+        self.refine(next(f for f in fams if self.config(f, win.micro_batch) == win))
+        if progress is not None:
+            progress(len(fams) + 1, len(fams) + 1, "refined")
+
+    @staticmethod
+    def _below(seed: int, best: float, ub: Callable[[int], float], fit: Callable[[int], bool],
+               prune: Callable[[int], None]) -> None:
+        """Seed does not fit: the largest smaller ladder step that fits, while the bound of
+        the steps tried still beats the best (else ``prune`` the first that does not)."""
+        bad, step = seed, 1
+        while True:
+            nxt = max(bad - step, 0)
+            if ub(nxt) <= best:
+                return prune(nxt)
+            if fit(nxt):
+                good = nxt
+                break
+            if nxt == 0:
+                return None
+            bad, step = nxt, step * 2
+        while bad - good > 1:
+            mid = (good + bad) // 2
+            if fit(mid):
+                good = mid
+            else:
+                bad = mid
+        return None
+
+    @staticmethod
+    def _first(pred: Callable[[int], bool], last: int) -> int:
+        """The smallest k in [0, last] with pred(k) (pred(last) is True; pred monotone)."""
+        lo, hi = 0, last
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if pred(mid):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def refine(self, f: _Family) -> None:
+        """Integers between the winner's ladder step and the next one that did not fit."""
+        mb = self.best[1].micro_batch
+        lad = f.ladder
+        k = lad.index(mb) if mb in lad else None
+        if k is None or k + 1 >= len(lad):
+            return
+        lo, hi = mb, lad[k + 1]
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self.fits(self.config(f, mid)):
+                lo = mid
+            else:
+                hi = mid
+
+
+def _first_overflow(e: TrainingEstimate, system: System) -> str:
+    """The StageMemoryError message of the first stage of ``e`` that does not fit."""
+    from ._report import _no_fit
+    for r in e.breakdown:
+        if not r["fits"]:
+            return _no_fit(r["stage"], e.stages[r["stage"]], r, system.chip)
+    return ""
+
+
+def _as_list(v: Any, default: tuple, name: str) -> list:
+    """A searched option: None -> the defaults, a tuple -> those candidates, else one value."""
+    if v is None:
+        return list(default)
+    if isinstance(v, tuple) and name != "recompute":
+        return list(v)
+    return [v]
+
+
+#: the searched options that :func:`tune` fixes when given (TrainingConfig fields)
+_FIXABLE = ("micro_batch", "gradient_accumulation", "replicas", "ipus_per_replica", "pipeline",
+            "recompute", "available_memory_proportion")
+
+
+@dataclass
+class _Fixed:
+    """The searched options a :func:`tune` call fixed, validated (None: searched)."""
+
+    micro_batch: int | None = None
+    gradient_accumulation: int | None = None
+    replicas: int | None = None
+    ipus_per_replica: int | None = None
+    pipeline: Any = None
+    recompute: Any = None
+    available_memory_proportion: Any = None
+
+
+def _fixed_options(options: dict, names: list[str]) -> tuple[_Fixed, dict]:
+    """Split ``options`` into the fixed searched ones (validated) and the pass-through rest."""
+    if "allow_overflow" in options:
+        raise TypeError("tune does not take allow_overflow=")
+    fx = _Fixed(**{k: options.pop(k) for k in _FIXABLE if k in options})
+    for k in ("micro_batch", "gradient_accumulation"):
+        if getattr(fx, k) is not None:
+            setattr(fx, k, as_int(getattr(fx, k), k, minimum=1))
+    p = fx.pipeline
+    if p is not None and not (isinstance(p, str) and p == "auto"):
+        if isinstance(p, str) or not isinstance(p, (list, tuple)):
+            raise ValueError(f"pipeline must be 'auto' or a list of split layers or stage lists, got {p!r}")
+        stages = len(p) if p and all(isinstance(x, (list, tuple)) for x in p) else len(p) + 1
+        if fx.ipus_per_replica is not None and fx.ipus_per_replica != stages:
+            raise ValueError(f"pipeline has {stages} stages but ipus_per_replica is {fx.ipus_per_replica}")
+        _split(names, p, stages)                         # ValueError naming an unknown layer
+        fx.ipus_per_replica = stages
+    elif p is not None:
+        fx.pipeline = None                               # "auto" is what every pipelined layout gets
+    if fx.ipus_per_replica is not None:
+        fx.ipus_per_replica = as_int(fx.ipus_per_replica, "ipus_per_replica", minimum=1)
+        if fx.ipus_per_replica not in GCL_REPLICA_SIZES:
+            raise ValueError(f"ipus_per_replica must be one of {GCL_REPLICA_SIZES} (GCL replica sizes), "
+                             f"got {fx.ipus_per_replica}")
+    if fx.replicas is not None:
+        fx.replicas = as_int(fx.replicas, "replicas", minimum=1)
+    return fx, options
+
+
+def _layouts(system: System, fx: _Fixed, base: TrainingConfig, n_layers: int) -> list[tuple[int, int]]:
+    """The (IPUs per replica, replicas) layouts searched."""
+    n = system.n_ipus
+    if fx.replicas is not None and fx.ipus_per_replica is None and \
+            (n % fx.replicas or n // fx.replicas not in GCL_REPLICA_SIZES):
+        ok = [n // s for s in GCL_REPLICA_SIZES if n % s == 0]
+        raise ValueError(f"replicas={fx.replicas} does not divide {system.name}'s {n} IPUs into GCL replica "
+                         f"sizes {GCL_REPLICA_SIZES}; give one of {ok}")
+    layouts = []
+    for s in GCL_REPLICA_SIZES:
+        if fx.ipus_per_replica is not None and s != fx.ipus_per_replica:
+            continue
+        r = fx.replicas if fx.replicas is not None else n // s
+        if r * s > n or (fx.replicas is None and n % s):
+            if fx.ipus_per_replica is not None:
+                raise ValueError(f"ipus_per_replica={s} x replicas={r} needs {r * s} IPUs; "
+                                 f"{system.name} has {n}")
+            continue
+        if r % base.bn_replica_group:
+            if fx.ipus_per_replica is not None or fx.replicas is not None:
+                raise ValueError(f"bn_replica_group={base.bn_replica_group} must divide the {r} replicas")
+            continue
+        if s <= n_layers:
+            layouts.append((s, r))
+    if not layouts:
+        raise ValueError(f"no layout of {system.name}'s {n} IPUs fits the given replicas / ipus_per_replica "
+                         f"/ bn_replica_group")
+    return layouts
+
+
+def _families(layouts: list[tuple[int, int]], fx: _Fixed, base: TrainingConfig, max_mb: int,
+              gb: int | None) -> list[_Family]:
+    """Every (layout, availableMemoryProportion, recomputation) family with its ladder."""
+    modes = _as_list(fx.recompute, RECOMPUTE_MODES, "recompute")
+    amps = [base.replace(available_memory_proportion=a).available_memory_proportion
+            for a in _as_list(fx.available_memory_proportion, AMP_VALUES, "available_memory_proportion")]
+    for mode in modes:                                    # validated once, here
+        base.replace(recompute=mode)
+    ladder = list(MICRO_BATCH_LADDER)
+    while ladder[-1] < max_mb:                            # beyond 256: steps of about 1.25x
+        ladder.append(ladder[-1] + ladder[-1] // 4 // 32 * 32)
+    acc_fixed, mb_fixed = fx.gradient_accumulation, fx.micro_batch
+
+    def family(s: int, r: int, mode: Any, amp: float | None) -> _Family:
+        if acc_fixed is not None:
+            acc = (lambda mb: acc_fixed)  # noqa: E731
+            cap = max_mb if gb is None else min(max_mb, gb // (r * acc_fixed))
+        else:
+            acc = (lambda mb: 1 if gb is None else max(1, gb // (r * mb)))  # noqa: E731
+            cap = max_mb if gb is None else min(max_mb, gb // r)
+        if mb_fixed is not None:
+            if cap < mb_fixed:
+                raise ValueError(f"micro_batch={mb_fixed} x {r} replicas x accumulation "
+                                 f"{acc(mb_fixed)} is above max_global_batch={gb}")
+            lad = [mb_fixed]
+        else:
+            lad = [b for b in ladder if b < cap] + [cap] if cap >= 1 else []
+        return _Family(s, r, mode, amp, lad, acc)
+
+    fams = [family(s, r, mode, amp) for s, r in layouts for amp in amps for mode in modes]
+    return [f for f in fams if f.ladder]
+
+
+def _ranked(search: _Search) -> tuple[TuneCandidate, ...]:
+    """Every candidate with why it lost: the winner, fitting fastest first, not fitting, the rest."""
+    best_sps, win = search.best
+    rows = []
+    for cfg, r in search.rows.items():
+        if cfg == win:
+            rows.append(dataclasses.replace(r, why="best"))
+        elif r.fits:
+            rows.append(dataclasses.replace(r, why=f"slower: {r.samples_per_second / best_sps:.2f}x of best"))
+        else:
+            rows.append(r)
+
+    def order(c: TuneCandidate) -> tuple:
+        rank = 0 if c.why == "best" else 1 if c.fits else 2 if c.fits is False else 3
+        return (rank, -(c.samples_per_second or 0.0))
+    rows.sort(key=order)                                  # stable: ties keep the search order
+    return tuple(rows)
+
+
+def tune(net: Any, system: System | str = "POD16", *,
+         max_global_batch: int | None = DEFAULT_MAX_GLOBAL_BATCH, max_micro_batch: int = 256,
+         pipelines: bool | None = None, progress: Any = None, **options: Any) -> TuneResult:
+    """The fastest configuration of training ``net`` on ``system`` that fits (module docstring).
+
+    Each searched option (``micro_batch``, ``gradient_accumulation``, ``replicas``,
+    ``ipus_per_replica``, ``pipeline``, ``recompute``, ``available_memory_proportion``) is
+    searched when not given (or None) and fixed when given.
+
+    Parameters
+    ----------
+    net : ipukern.nn.Network
+    system : System or preset name
+        Any :class:`~ipukern.System`, e.g. ``System.pod(16, ik.GC2)`` for a Mk1 one.
+    max_global_batch : int, optional
+        Bound on replicas x micro-batch x gradient accumulation (default
+        :data:`DEFAULT_MAX_GLOBAL_BATCH` = 4096, above every published ResNet-50 training
+        configuration; None: only ``max_micro_batch`` and accumulation 1 bound it).
+    max_micro_batch : int
+        The largest micro-batch tried (default 256).
+    pipelines : bool, optional
+        Search pipelined layouts (more than one IPU per replica). Default: only when no
+        single-IPU replica fits (or ``ipus_per_replica`` / ``pipeline`` ask for one): a
+        pipeline's fit check is an ``"auto"`` split checked stage by stage, seconds per
+        micro-batch on ResNet-50, and for a network one IPU holds data parallelism has no
+        bubble and no stage imbalance.
+    progress : callable, optional
+        Called as ``progress(done, total, label)`` after each family (the CLI's progress line).
+    micro_batch, gradient_accumulation : int, optional
+        Fixed values (default: searched; accumulation the largest within ``max_global_batch``).
+    replicas : int, optional
+        Fixed replicas; ``system.n_ipus / replicas`` IPUs per replica must be a GCL size.
+    ipus_per_replica : {1, 2, 4, 8, 16}, optional
+        Fixed IPUs per replica (default: each GCL size dividing the system's IPUs).
+    pipeline : list, optional
+        A fixed split (split layers, or stage layer lists); it fixes ``ipus_per_replica``.
+        Default: ``"auto"`` for every pipelined layout.
+    recompute : bool, "auto" or list of layer names, optional
+        A fixed recomputation (default: searched over :data:`RECOMPUTE_MODES`).
+    available_memory_proportion : float or tuple of floats, optional
+        A fixed value or the values to try (default :data:`AMP_VALUES`).
+    **options
+        Other fixed :class:`~ipukern.systems.TrainingConfig` fields passed through (optimizer,
+        optimizer_state, optimizer_state_dtype, dtype, partials, bn_replica_group, ...).
+
+    Returns
+    -------
+    TuneResult
+
+    Raises
+    ------
+    ValueError
+        A bad option, naming it: micro_batch 0, replicas that do not divide the system's
+        IPUs, a split at a layer the network does not have, ...
+    StageMemoryError
+        No configuration searched fits.
+    """
+    system = get_system(system)
+    if net is None or not hasattr(net, "layers"):
+        raise TypeError(f"tune needs an ipukern.nn.Network, got {net!r}")
+    names = [nm for nm, _ in net.layers]
+    fx, rest = _fixed_options(dict(options), names)
+    base = TrainingConfig.of(None, rest)
+    if fx.pipeline is not None:
+        base = base.replace(pipeline=fx.pipeline)
+    max_mb = as_int(max_micro_batch, "max_micro_batch", minimum=1)
+    gb = None if max_global_batch is None else as_int(max_global_batch, "max_global_batch", minimum=1)
+    layouts = _layouts(system, fx, base, len(names))
+    fams = _families(layouts, fx, base, max_mb, gb)
+    if pipelines is False:
+        fams = [f for f in fams if f.ipr == 1] or fams
+    if not fams:
+        raise ValueError(f"max_global_batch={gb} leaves no micro-batch for {layouts[0][1]} replicas")
+    search = _Search(net, system, base, progress)
+    search.limits = (gb, max_mb, fx.micro_batch is not None)
+    search.run(fams, pipelines)
+    win = search.best[1]
+    best_est = dataclasses.replace(search.estimate(win, overflow=win.ipus_per_replica == 1)[0])
+    return TuneResult(best_est, win, _ranked(search), system.name, gb if gb is not None else math.inf,
+                      search.evaluations)

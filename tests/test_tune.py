@@ -1,0 +1,92 @@
+"""ipukern.tune: the best fitting training configuration (small network, small system)."""
+import pytest
+
+import ipukern as ik
+from ipukern.cli import main
+from ipukern.nn.models import MODELS
+
+#: a small search: resnet8 on 4 IPUs, two proportions, micro-batches up to 16
+SMALL = dict(max_micro_batch=16, max_global_batch=64, available_memory_proportion=(0.6, 0.3))
+
+
+@pytest.fixture(scope="module")
+def net():
+    return MODELS["resnet8"]()
+
+
+@pytest.fixture(scope="module")
+def result(net):
+    return ik.tune(net, "M2000", **SMALL)
+
+
+def test_winner_fits_and_is_fastest(result, net):
+    assert result.best.info["fits"]
+    assert result.candidates[0].why == "best"
+    again = ik.estimate_training(net, "M2000", result.best_config)
+    assert again.samples_per_second == pytest.approx(result.samples_per_second)
+    fitting = [c for c in result.candidates if c.fits]
+    assert all(c.samples_per_second <= result.samples_per_second for c in fitting)
+    assert result.best.global_batch <= 64
+
+
+def test_runners_up_say_why(result):
+    rest = result.candidates[1:]
+    assert rest and all(c.why and c.why != "best" for c in rest)
+    assert all(c.why.startswith(("slower:", "does not fit:", "pruned:", "global batch", "not searched"))
+               for c in rest)
+    assert "runners-up" in result.summary()
+
+
+def test_deterministic(result, net):
+    again = ik.tune(net, "M2000", **SMALL)
+    assert again.best_config == result.best_config
+    assert [(c.config, c.why) for c in again.candidates] == [(c.config, c.why) for c in result.candidates]
+
+
+def test_fixed_options_pass_through(net):
+    res = ik.tune(net, "M2000", micro_batch=4, available_memory_proportion=0.6, recompute=False,
+                  optimizer="adam", max_global_batch=64)
+    assert res.best_config.optimizer == "adam" and res.best_config.micro_batch == 4
+
+
+def test_single_chip_system_of_any_spec(net):
+    gc2 = ik.System.pod(1, ik.GC2)
+    res = ik.tune(net, gc2, max_micro_batch=8, available_memory_proportion=0.6, recompute=False)
+    assert res.best.info["fits"] and res.best.replicas == 1
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(micro_batch=0), "micro_batch"),
+    (dict(replicas=3), "replicas=3"),
+    (dict(pipeline=["nolayer"]), "nolayer"),
+    (dict(max_global_batch=0), "max_global_batch"),
+    (dict(ipus_per_replica=3), "ipus_per_replica"),
+])
+def test_bad_inputs_name_the_argument(net, kw, match):
+    with pytest.raises(ValueError, match=match):
+        ik.tune(net, "M2000", **kw)
+
+
+def test_cli_tune_json(capsys):
+    rc = main(["tune", "resnet8", "--system", "M2000", "--micro-batch", "4", "--available-memory-proportion",
+               "0.6", "--max-global-batch", "64", "--no-progress", "--json", "-"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    import json
+    assert json.loads(out)["best"]["micro_batch"] == 4
+
+
+@pytest.mark.parametrize("args, word", [(["--micro-batch", "0"], "micro_batch"),
+                                        (["--replicas", "3"], "replicas"),
+                                        (["--pipeline", "nolayer"], "nolayer")])
+def test_cli_bad_inputs_one_line(capsys, args, word):
+    rc = main(["tune", "resnet8", "--system", "M2000", "--no-progress", *args])
+    err = capsys.readouterr().err
+    assert rc == 1 and word in err and len(err.strip().splitlines()) == 1
+
+
+def test_compare_tune_says_so(capsys):
+    rc = main(["compare", "resnet8", "--training", "--systems", "M2000", "--tune", "--max-global-batch", "64",
+               "--available-memory-proportion", "0.6", "--no-progress"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "best fitting configuration" in out
