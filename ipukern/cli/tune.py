@@ -36,7 +36,8 @@ def run_tune(args: argparse.Namespace, system: str, net=None):
                     recompute=recompute, available_memory_proportion=amp,
                     pipelines=True if args.pipelines else None, progress=prog,
                     optimizer=args.optimizer, optimizer_state_dtype=args.optimizer_state_dtype,
-                    dtype=args.dtype, partials=args.partials, bn_replica_group=args.bn_group)
+                    dtype=args.dtype, partials=args.partials, bn_replica_group=args.bn_group,
+                    sample_bytes=getattr(args, "sample_bytes", None))
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
@@ -65,7 +66,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("tune", help="the fastest training configuration that fits an IPU system",
                        epilog="examples:\n"
                               "  ipukern tune resnet50 --system POD16\n"
-                              "  ipukern tune resnet50 --system POD16 --max-global-batch 1920 --bn-group 2\n"
+                              "  ipukern tune resnet50 --system POD16 --bn-group 2 --sample-bytes 150528  "
+                              "# the MLPerf v1.0 options\n"
                               "  ipukern tune resnet8 --system M2000 --json -",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", help="model name from ipukern.nn.models (e.g. resnet50)")
@@ -89,6 +91,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_optimizer_state_dtype(p)
     p.add_argument("--bn-group", type=int, default=1, metavar="N",
                    help="batch norm statistics over groups of N replicas (default 1)")
+    p.add_argument("--sample-bytes", type=int, default=None, metavar="B",
+                   help="bytes per sample over the host link (default: the network input in --dtype; "
+                        "the MLPerf ResNet-50 runs fed 8-bit images, 150528)")
     p.add_argument("--top", type=int, default=12, help="runners-up printed (default 12)")
     p.add_argument("--json", metavar="PATH", help="write the result as JSON ('-': to stdout)")
     add_progress_options(p)
