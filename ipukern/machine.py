@@ -107,6 +107,13 @@ def _check_float(fname: str, v: Any, *, positive: bool) -> None:
         raise ValueError(f"MachineSpec.{fname} must be {want}, got {v!r}")
 
 
+def _derived_number(fname: str, v: Any) -> float:
+    """A derived keyword of :meth:`MachineSpec.replace` (float() would accept "8e12" and
+    True, and name no field on None)."""
+    _check_float(fname, v, positive=True)
+    return float(v)
+
+
 @dataclass(frozen=True)
 class MachineSpec:
     """One simulated IPU: its tiles, memories, clock, arithmetic units and fabric.
@@ -196,8 +203,13 @@ class MachineSpec:
                              f"below tile_bytes ({self.tile_bytes})")
         if isinstance(self.amp_conv_units, Mapping):  # accept a dict, store a hashable tuple
             object.__setattr__(self, "amp_conv_units", _frozen_map(self.amp_conv_units))
+        if not isinstance(self.amp_conv_units, (tuple, list)):
+            raise ValueError("MachineSpec.amp_conv_units must be a dict of (input dtype, partials dtype) "
+                             f"-> units or a tuple of (input, partials, units), got {self.amp_conv_units!r}")
+        object.__setattr__(self, "amp_conv_units", tuple(self.amp_conv_units))
         for entry in self.amp_conv_units:
-            if (len(entry) != 3 or entry[0] not in DTYPES or entry[1] not in DTYPES
+            if (not isinstance(entry, (tuple, list)) or len(entry) != 3
+                    or entry[0] not in DTYPES or entry[1] not in DTYPES
                     or isinstance(entry[2], bool) or not isinstance(entry[2], int) or entry[2] < 1):
                 raise ValueError("MachineSpec.amp_conv_units entries must be (input dtype, partials "
                                  f"dtype, units >= 1) with float16/float32 names, got {entry!r}")
@@ -211,9 +223,9 @@ class MachineSpec:
         - ``clock_ghz``: the clock in GHz.
         """
         if "clock_ghz" in changes:
-            changes["clock_hz"] = float(changes.pop("clock_ghz")) * 1e9
+            changes["clock_hz"] = _derived_number("clock_ghz", changes.pop("clock_ghz")) * 1e9
         if "exchange_bandwidth" in changes:
-            bw = float(changes.pop("exchange_bandwidth"))
+            bw = _derived_number("exchange_bandwidth", changes.pop("exchange_bandwidth"))
             n_tiles = changes.get("n_tiles", self.n_tiles)
             clock = changes.get("clock_hz", self.clock_hz)
             changes["exchange_bytes_per_cycle"] = bw / (n_tiles * clock)

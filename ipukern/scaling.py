@@ -705,7 +705,11 @@ def read_layers(path: str | Path) -> list:
     """
     path = Path(path)
     text = read_input_text(path, "layer list")
-    rows = [r for r in csv.reader(io.StringIO(text)) if r and not r[0].lstrip().startswith("#")]
+    reader = csv.reader(io.StringIO(text))
+    try:
+        rows = [r for r in reader if r and not r[0].lstrip().startswith("#")]
+    except csv.Error as e:     # e.g. a field over csv's 128 KiB limit, a NUL byte
+        raise ValueError(f"layer list {path}: line {reader.line_num}: not a CSV file ({e})") from None
     if not rows:
         raise ValueError(f"layer list {path}: empty (expected a header row and one layer per row)")
     header = [h.strip().lower() for h in rows[0]]

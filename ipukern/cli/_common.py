@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
+import shutil
+import stat
 import sys
 import tempfile
 import threading
@@ -115,7 +118,10 @@ def ints(text: str, *, n: int | tuple[int, ...] | None = None) -> list[int]:
 
 
 def int_list(text: str) -> list[int]:
-    return ints(text)
+    vals = ints(text)
+    if not vals:                  # argparse names the option: "--batch: expected ..."
+        raise argparse.ArgumentTypeError(f"expected at least one integer, got {text!r}")
+    return vals
 
 
 def state_dtype_arg(text: str) -> Any:
@@ -204,26 +210,36 @@ def one_machine(text: str) -> Any:
 
 
 class Outputs:
-    """Files a command writes, staged under temporary names next to their targets and
-    renamed into place only when every one was written: a failure leaves none behind.
+    """Files a command writes: staged in a private temporary folder while the command
+    runs and written to their targets only when every one was written, so a failure (or a
+    kill mid-run) leaves nothing next to the targets.
+
+    How a target is written (:func:`write_output`): a new or regular file is replaced
+    atomically (a temporary file next to it, renamed over it; through a symlink the file
+    it points at is replaced and the link kept); a regular file with several hard links is
+    rewritten in place so the links stay one file; anything else that exists (a character
+    device such as ``/dev/null``, a FIFO) is written through, never replaced. A FIFO
+    blocks until a reader opens it, as with any Unix tool.
 
     Use :meth:`stage` to get the temporary path to write to, then :meth:`commit`; leaving
-    the ``with`` block on an exception removes the temporary files.
+    the ``with`` block removes the staged files.
     """
 
     def __init__(self) -> None:
         self._staged: list[tuple[Path, Path]] = []
+        self._dir: str | None = None
 
     def stage(self, target: str | Path, *, suffix: str | None = None) -> Path:
         """A temporary path for ``target`` (with ``suffix``, e.g. ".png" for matplotlib)."""
         target = Path(target)
         if target.is_dir():
             raise OSError(f"{target} is a directory")
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix or target.suffix,
-                                   dir=target.parent if str(target.parent) else ".")
-        os.close(fd)
-        self._staged.append((Path(tmp), target))
-        return Path(tmp)
+        if self._dir is None:
+            self._dir = tempfile.mkdtemp(prefix="ipukern-out-")
+        tmp = Path(self._dir) / f"{len(self._staged)}{suffix or target.suffix}"
+        tmp.touch()
+        self._staged.append((tmp, target))
+        return tmp
 
     def drop(self, *targets: str | Path) -> None:
         """Give up the staged files for these targets (e.g. plots without matplotlib)."""
@@ -234,26 +250,56 @@ class Outputs:
         self._staged = [(t, f) for t, f in self._staged if str(f) not in names]
 
     def commit(self) -> list[Path]:
-        """Rename every staged file to its target; returns the targets."""
+        """Write every staged file to its target; returns the targets."""
         for _, target in self._staged:
             if target.is_dir():
                 raise OSError(f"{target} is a directory")
-        umask = os.umask(0)
-        os.umask(umask)
         for tmp, target in self._staged:
-            os.chmod(tmp, 0o666 & ~umask)       # mkstemp makes 0600; outputs get the usual mode
-            os.replace(tmp, target)
+            write_output(target, tmp.read_bytes())
         done = [target for _, target in self._staged]
-        self._staged = []
+        self._cleanup()
         return done
+
+    def _cleanup(self) -> None:
+        self._staged = []
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
 
     def __enter__(self) -> "Outputs":
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        for tmp, _ in self._staged:
-            tmp.unlink(missing_ok=True)
-        self._staged = []
+        self._cleanup()
+
+
+def write_output(target: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``target`` without destroying what is there (see :class:`Outputs`)."""
+    target = Path(target)
+    try:
+        st = os.stat(target)                      # follows symlinks: the file they name
+    except FileNotFoundError:
+        st = None
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise OSError(f"{target} is a directory")
+    if st is not None and (not stat.S_ISREG(st.st_mode) or st.st_nlink > 1):
+        # a device, FIFO or hard-linked file: write through, never rename over it
+        with open(target, "wb") as f:
+            f.write(data)
+        return
+    real = os.path.realpath(target)               # keep a symlink: replace what it names
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(real)}.", dir=os.path.dirname(real))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)             # mkstemp makes 0600; outputs get the usual mode
+        os.replace(tmp, real)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def gpu_list(text: str) -> list:

@@ -46,7 +46,6 @@ def _cmd_scaling(args: argparse.Namespace) -> int:
     out_dir = Path(args.out)
     if out_dir.exists() and not out_dir.is_dir():
         raise ValueError(f"--out {out_dir} exists and is not a directory")
-    out_dir.mkdir(parents=True, exist_ok=True)
     if not args.quiet:
         print("ipukern scaling: grouped conv2d throughput vs channels per group "
               f"({args.dtype}, IPU partials {args.partials}, GPU curve {args.gpu_efficiency})")
@@ -72,6 +71,7 @@ def _cmd_scaling(args: argparse.Namespace) -> int:
             by_layer.setdefault(s["layer"], []).append(s["channels_per_group"])
         print("skipped (channels per group that do not divide the channels): " + "; ".join(
             f"{k} cpg {','.join(map(str, v))}" for k, v in by_layer.items()))
+    out_dir.mkdir(parents=True, exist_ok=True)     # only now: a failed sweep leaves no folder
     with Outputs() as out:
         result.to_csv(out.stage(out_dir / "scaling.csv"))
         result.to_json(out.stage(out_dir / "scaling.json"))

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .._checks import as_int
 from ..machine import MachineSpec
 
 __all__ = ["TileMemoryError", "TileMemory", "MemoryReport", "Allocation", "Arena", "CATEGORIES"]
@@ -106,9 +107,11 @@ class TileMemory:
         Returns the int64 byte offsets (relative to the tile's data region). Raises
         :class:`TileMemoryError` naming the first tile over budget (and how many others).
         """
+        if np.ndim(nbytes_per_tile) == 0:
+            # int() would turn 5.5 into 5 B and True into 1 B; 2**70 would overflow int64
+            size = as_int(nbytes_per_tile, f"allocation {name!r}: size", minimum=0, maximum=2**62)
+            nbytes_per_tile = np.full(self.n_tiles, size, dtype=np.int64)
         nbytes = np.asarray(nbytes_per_tile)
-        if nbytes.ndim == 0:
-            nbytes = np.full(self.n_tiles, int(nbytes), dtype=np.int64)
         if nbytes.shape != (self.n_tiles,):
             raise ValueError(f"allocation {name!r}: expected {self.n_tiles} per-tile sizes, "
                              f"got shape {nbytes.shape}")

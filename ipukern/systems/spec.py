@@ -53,6 +53,9 @@ __all__ = [
 IPUS_PER_MACHINE = 4
 #: IPUs in one IPU-Link domain: a POD64 (S: POD128 = 2 POD64 joined by GW-Links).
 IPU_LINK_DOMAIN = 64
+#: the largest pod System.pod builds: 256 POD64 domains, 64x Graphcore's largest system
+#: (POD256, S: Graphcore POD256 datasheet); a bound on the link tables, not a hardware figure.
+MAX_IPUS = 64 * 256
 #: links across a rung (4 "intra-card" + 2 "cross-routing") and per rail direction, from
 #: PopLibs' IPUModel [S16 poplibs_test/Util.cpp]; 6 + 2 + 2 = 10 IPU-Links per IPU [S6].
 RUNG_LINKS, RAIL_LINKS = 6, 2
@@ -101,10 +104,24 @@ class Link:
             raise SystemConfigError(f"link ends must be ints with 0 <= a < b, got ({self.a!r}, {self.b!r})")
         if not isinstance(self.n_lanes, int) or self.n_lanes < 1:
             raise SystemConfigError(f"link {self.a}-{self.b}: n_lanes must be a positive int")
+        if not isinstance(self.bytes_per_second, (int, float)) or isinstance(self.bytes_per_second, bool):
+            raise SystemConfigError(f"link {self.a}-{self.b}: bytes_per_second must be a number, "
+                                    f"got {self.bytes_per_second!r}")
+        if not isinstance(self.latency_s, (int, float)) or isinstance(self.latency_s, bool):
+            raise SystemConfigError(f"link {self.a}-{self.b}: latency_s must be a number, "
+                                    f"got {self.latency_s!r}")
         if not (self.bytes_per_second > 0 and math.isfinite(self.bytes_per_second)):
             raise SystemConfigError(f"link {self.a}-{self.b}: bandwidth must be positive")
         if not (self.latency_s >= 0 and math.isfinite(self.latency_s)):
             raise SystemConfigError(f"link {self.a}-{self.b}: latency must be >= 0")
+
+
+def _chip(chip: Any) -> MachineSpec:
+    """``chip`` (a MachineSpec or preset name) resolved; the error names the field."""
+    try:
+        return get_machine(chip)
+    except (TypeError, ValueError) as e:
+        raise SystemConfigError(f"System.chip: {e}") from None
 
 
 def _positive(owner: str, name: str, v: Any, *, integer: bool = False, zero: bool = False) -> None:
@@ -152,13 +169,15 @@ class System:
 
     def __post_init__(self) -> None:
         if not isinstance(self.chip, MachineSpec):
-            object.__setattr__(self, "chip", get_machine(self.chip))
+            object.__setattr__(self, "chip", _chip(self.chip))
         _positive("System", "n_ipus", self.n_ipus, integer=True)
         _positive("System", "n_hosts", self.n_hosts, integer=True)
         for f in ("host_bytes_per_second", "streaming_bytes_per_machine", "streaming_bytes_per_second"):
             _positive("System", f, getattr(self, f))
         _positive("System", "sync_latency_per_hop_s", self.sync_latency_per_hop_s, zero=True)
         _positive("System", "domain_ipus", self.domain_ipus, integer=True)
+        if isinstance(self.links, (str, bytes, Link)) or not hasattr(self.links, "__iter__"):
+            raise SystemConfigError(f"System.links must be a sequence of Link, got {self.links!r}")
         links = tuple(self.links)
         seen = set()
         for ln in links:
@@ -194,6 +213,9 @@ class System:
         """
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise SystemConfigError(f"a pod needs a positive int number of IPUs, got {n!r}")
+        if n > MAX_IPUS:
+            raise SystemConfigError(f"a pod of {n} IPUs is beyond the {MAX_IPUS} IPUs modelled "
+                                    "(the largest Graphcore system, a POD256, has 256)")
         if n > 2 and n % IPUS_PER_MACHINE:
             raise SystemConfigError(f"a pod of {n} IPUs is not whole IPU-Machines (4 IPUs each); use 1, 2 "
                                "or a multiple of 4")
@@ -203,7 +225,7 @@ class System:
         if n > domain_ipus and n % domain_ipus:
             raise SystemConfigError(f"beyond {domain_ipus} IPUs a system is whole IPU-Link domains joined "
                                     f"by GW-Links; {n} is not a multiple of {domain_ipus}")
-        chip = get_machine(chip)
+        chip = _chip(chip)
         domain = min(n, domain_ipus)
         if torus is None:
             torus = domain // 2 >= 16

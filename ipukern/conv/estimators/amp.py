@@ -95,7 +95,7 @@ def _amp_weight_load_cycles(machine: MachineSpec, method: VertexMethod, height: 
     unit_bytes = machine.amp_in_chans(method.in_dtype) * DTYPES[method.in_dtype].itemsize
     rate = machine.coeff_load_bytes_per_cycle
     if not AMP_128BIT_WEIGHT_LOAD:
-        rate //= 2
+        rate = max(1, rate // 2)     # a 1 B/cycle what-if machine: no load below 1 B/cycle
     if height == 4 and rate > machine.vector_width_bits // 8:
         rate //= 2
     return method.conv_units * unit_bytes // rate
