@@ -248,7 +248,7 @@ def _activation(step, ctx):
 
 def _add(step, ctx):
     m, nt, dt = ctx.machine, ctx.machine.n_tiles, ctx.dtype
-    act = step.layer.act
+    act, alpha = step.layer.act, step.layer.alpha
     n = step.plan.output.elems_per_tile(nt)
     lays = [step.rearrs[k].dst for k in range(2)]
     from_out = act is None or act in FROM_OUTPUT
@@ -265,10 +265,14 @@ def _add(step, ctx):
             if from_out:
                 d = _out_grad(act, _f(env.live[step.node]))
             else:
-                d = act_grad(act, _f(env.fetch(step, 0)) + _f(env.fetch(step, 1)))
+                d = act_grad(act, _f(env.fetch(step, 0)) + _f(env.fetch(step, 1)) * np.float32(alpha))
             g = _new(step.plan.output, nt, _f(g) * d)
-        for k in range(2):
-            env.tmp[(step.node, k)] = Resident(lays[k], nt, g.data)
+        env.tmp[(step.node, 0)] = Resident(lays[0], nt, g.data)
+        env.tmp[(step.node, 1)] = Resident(lays[1], nt, g.data) if alpha == 1.0 else \
+            _new(lays[1], nt, _f(g) * np.float32(alpha))
+    if alpha != 1.0:                    # d(a + alpha b)/db: the gradient scaled, one more pass
+        recs.append(_rec(ctx, step, cycles.binary_cycles(m, n, dt, 1),
+                         f"popops mul: the second operand's gradient times alpha {alpha:g}"))
     return [_row(ctx, step, "NonLinearityGrad" if act else "fan-out", recs, [run])]
 
 

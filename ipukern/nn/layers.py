@@ -308,14 +308,22 @@ def Tanh() -> Activation:
 
 
 class Add(Layer):
-    """Residual add of two tensors of the same shape (optionally followed by an activation)."""
+    """Residual add of two tensors of the same shape, ``a + alpha * b`` (optionally followed
+    by an activation). ``alpha`` is torch.add's: -1 is a subtraction (popops scaledAdd)."""
 
     op = "add"
     n_inputs = 2
     layout_sensitive = True
+    #: the second operand's scale (set on the instance only when not 1, so descriptions and
+    #: plan keys of plain residual adds are unchanged)
+    alpha = 1.0
 
-    def __init__(self, act: str | None = None):
+    def __init__(self, act: str | None = None, alpha: float = 1.0):
         self.act = act
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not np.isfinite(alpha):
+            raise ValueError(f"Add: alpha must be a finite number, got {alpha!r}")
+        if float(alpha) != 1.0:
+            self.alpha = float(alpha)
 
     def out_shape(self, shapes):
         if tuple(shapes[0]) != tuple(shapes[1]):
@@ -323,7 +331,7 @@ class Add(Layer):
         return tuple(shapes[0])
 
     def forward(self, ctx, layouts, shapes):
-        return add_plan(ctx.machine, layouts[0], shapes[1], self.act)
+        return add_plan(ctx.machine, layouts[0], shapes[1], self.act, self.alpha)
 
 
 # --------------------------------------------------------------------------- pooling

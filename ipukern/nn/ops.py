@@ -334,8 +334,12 @@ def affine_plan(machine: MachineSpec, src: Layout, channels: int, inner: int, *,
                   out.bytes_per_tile(nt) + copies + home, home, run, (True,), inplace=True)
 
 
-def add_plan(machine: MachineSpec, a: Layout, b_shape: Sequence[int], act: str | None = None) -> OpPlan:
-    """Residual add in the first operand's layout; the second is rearranged to it."""
+def add_plan(machine: MachineSpec, a: Layout, b_shape: Sequence[int], act: str | None = None,
+             alpha: float = 1.0) -> OpPlan:
+    """Residual add ``a + alpha * b`` in the first operand's layout; the second is rearranged
+    to it. ``alpha`` other than 1 is popops' scaledAdd, costed as the add: the IPU's vector
+    unit multiplies and adds in one instruction (f32v2axpy / f16v4mix), so the scale adds no
+    pass over the data."""
     nt = machine.n_tiles
     b_want = Layout(tuple(b_shape), a.dtype, a.mapping)
     n = a.elems_per_tile(nt)
@@ -344,7 +348,8 @@ def add_plan(machine: MachineSpec, a: Layout, b_shape: Sequence[int], act: str |
         cyc = cyc + cycles.nonlinearity_cycles(machine, n, act, a.dtype)
     out = Layout(a.shape, a.dtype, a.mapping)
     own = act
-    fuses = ("relu", "relu6") if act is None and a.dtype == "float32" else ()
+    fuses = ("relu", "relu6") if act is None and a.dtype == "float32" and alpha == 1.0 else ()
+    scale = np.float32(alpha)
 
     def run(srcs, rearrs, params, inplace=False, act=None):
         """``act`` (when ``info["fuses"]`` lists it): the network's next activation applied
@@ -356,6 +361,11 @@ def add_plan(machine: MachineSpec, a: Layout, b_shape: Sequence[int], act: str |
         x, y = _in(srcs, rearrs, 0), _in(srcs, rearrs, 1)
         res = _target(out, nt, x, inplace)
         xv, yv, rv = x.view(), y.view(), res.view()
+        if alpha != 1.0:
+            with np.errstate(all="ignore"):
+                yv = _f32(yv) * scale          # a new array: the operand is left as it was
+            if xv.dtype != np.float32:
+                return _store(res, _add_act(_f32(xv) + yv, act))
         if _add_act_f32(xv, yv, rv, act):
             return res
         if xv.dtype == np.float32:
@@ -364,15 +374,20 @@ def add_plan(machine: MachineSpec, a: Layout, b_shape: Sequence[int], act: str |
             if act is not None:
                 _act_into(act, rv, rv)
             return res
-        s = _f32(xv) + _f32(yv)
-        if act is not None:
-            _act_into(act, s, s)
-        return _store(res, s)
+        return _store(res, _add_act(_f32(xv) + _f32(yv), act))
 
-    rec = compute_record(machine, "add", cyc, f"popops add<{a.dtype}>: {int(n.max())} elements per tile")
-    return OpPlan("add", "fwd", "BinaryOp1D", [a, b_want], out, [rec], a.n_elems,
-                  2 * out.bytes_per_tile(nt), _zeros(machine), run, (True, False), inplace=True,
+    what = "add" if alpha == 1.0 else f"scaledAdd (alpha {alpha:g})"
+    rec = compute_record(machine, "add", cyc, f"popops {what}<{a.dtype}>: {int(n.max())} elements per tile")
+    return OpPlan("add", "fwd", "BinaryOp1D" if alpha == 1.0 else "ScaledAdd", [a, b_want], out, [rec],
+                  a.n_elems, 2 * out.bytes_per_tile(nt), _zeros(machine), run, (True, False), inplace=True,
                   info={"fuses": fuses})
+
+
+def _add_act(s: np.ndarray, act: str | None) -> np.ndarray:
+    """``act(s)`` in place on a float32 sum (``act`` None: unchanged)."""
+    if act is not None:
+        _act_into(act, s, s)
+    return s
 
 
 def reshape_plan(machine: MachineSpec, src: Layout, shape: Sequence[int]) -> OpPlan:
