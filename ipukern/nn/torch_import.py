@@ -29,7 +29,7 @@ def _mod_layer(mod, tnn, shape):
     """(layer, params) for a call_module node; None for identities."""
     t = type(mod)
     acts = {tnn.ReLU: "relu", tnn.ReLU6: "relu6", tnn.SiLU: "silu", tnn.Sigmoid: "sigmoid",
-            tnn.Tanh: "tanh"}
+            tnn.Tanh: "tanh", tnn.SELU: "selu"}
     if t in acts:
         return L.Activation(acts[t]), {}
     if t is tnn.GELU:
