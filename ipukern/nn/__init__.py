@@ -43,6 +43,7 @@ from .layout import Layout, Rearrangement, Resident
 from .network import Network
 from .ops import OpPlan
 from .profile import NetworkProfile
+from .recurrent import GRU, LSTM
 from .program import NetworkProgram
 from .torch_import import UnsupportedTorchNode, from_torch
 from .train_exec import TrainStepRun, train_step
@@ -55,5 +56,5 @@ __all__ = [  # noqa: RUF022 - grouped: framework, then the layer set
     "SiLU", "GELU",
     "Sigmoid", "Tanh", "Add", "AddParam", "MaxPool2d", "AvgPool2d", "GlobalAvgPool", "Reshape",
     "Flatten", "Permute", "Linear", "MatMul", "LayerNorm", "Softmax", "ScaleChannels", "Embedding",
-    "SoftmaxCrossEntropy", "Mul", "Exp", "SELU",
+    "SoftmaxCrossEntropy", "Mul", "Exp", "SELU", "LSTM", "GRU",
 ]
