@@ -34,15 +34,16 @@ Each pass of each layer is an :class:`~ipukern.nn.ops.OpPlan`: ``op``, ``pass_``
 from . import layers, models
 from .api import NetworkRun, estimate_network, run_network
 from .compile import clear_network_caches, compile_network
-from .layers import (Activation, Add, AddParam, AvgPool2d, BatchNorm2d, Conv2d, Embedding, Flatten,
-                     GlobalAvgPool, GELU, Layer, LayerNorm, Linear, MatMul, MaxPool2d, Permute,
-                     PlanContext, ReLU, ReLU6, Reshape, ScaleChannels, Sigmoid, SiLU, Softmax,
-                     SoftmaxCrossEntropy, Tanh)
+from .layers import (Activation, Add, AddParam, AvgPool2d, BatchNorm2d, Conv2d, Embedding, Exp,
+                     Flatten, GlobalAvgPool, GELU, Layer, LayerNorm, Linear, MatMul, MaxPool2d, Mul,
+                     Permute, PlanContext, ReLU, ReLU6, Reshape, ScaleChannels, SELU, Sigmoid, SiLU,
+                     Softmax, SoftmaxCrossEntropy, Tanh)
 from .layers import plan_context
 from .layout import Layout, Rearrangement, Resident
 from .network import Network
 from .ops import OpPlan
 from .profile import NetworkProfile
+from .recurrent import GRU, LSTM
 from .program import NetworkProgram
 from .torch_import import UnsupportedTorchNode, from_torch
 from .train_exec import TrainStepRun, train_step
@@ -55,5 +56,5 @@ __all__ = [  # noqa: RUF022 - grouped: framework, then the layer set
     "SiLU", "GELU",
     "Sigmoid", "Tanh", "Add", "AddParam", "MaxPool2d", "AvgPool2d", "GlobalAvgPool", "Reshape",
     "Flatten", "Permute", "Linear", "MatMul", "LayerNorm", "Softmax", "ScaleChannels", "Embedding",
-    "SoftmaxCrossEntropy",
+    "SoftmaxCrossEntropy", "Mul", "Exp", "SELU", "LSTM", "GRU",
 ]

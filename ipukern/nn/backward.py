@@ -29,6 +29,7 @@ layer norm          row statistics again, two row reductions, seven passes; gain
 cross-entropy loss  popnn LossTransform (softmax minus one-hot) and a 1/N scale
 embedding           multiUpdateAdd: the gather's exchange in reverse, zero + add
 scale channels      a broadcast multiply (dx) and a multiply + plane sums (ds), per tile
+mul / exp           two popops multiplies / a multiply (and scale) from the output
 ==================  ==================================================================
 """
 from __future__ import annotations
@@ -62,8 +63,8 @@ def backward_reads(step) -> tuple[tuple[bool, ...], bool]:
       the input (:data:`FROM_OUTPUT`);
     - max pooling: input and output (``popnn::pooling::poolInputGradient(in, pooled, ...)``);
       average pooling, residual add, reshape/flatten/permute: nothing (shapes only);
-    - softmax: the output; the loss, squeeze-excitation scaling, embedding and anything
-      else: every input (conservative).
+    - softmax and exp: the output; element-wise mul: both inputs; the loss,
+      squeeze-excitation scaling, embedding and anything else: every input (conservative).
     """
     op, layer, n = step.op, step.layer, len(step.srcs)
     if op in ("conv2d", "linear", "batchnorm", "layernorm"):
@@ -80,7 +81,7 @@ def backward_reads(step) -> tuple[tuple[bool, ...], bool]:
         return (True,), True
     if op in ("avgpool", "global_avgpool", "reshape", "flatten", "permute"):
         return (False,) * n, False
-    if op == "softmax":
+    if op in ("softmax", "exp"):
         return (False,) * n, True
     return (True,) * n, False
 

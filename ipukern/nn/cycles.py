@@ -32,7 +32,9 @@ from ..dtypes import DTYPES, canonical_dtype
 from ..machine import MachineSpec
 
 __all__ = [
+    "ACTIVATIONS",
     "NONLINEARITIES",
+    "activation_cycles",
     "binary_cycles",
     "continuous_reduce_cycles",
     "copy_cycles",
@@ -49,6 +51,9 @@ __all__ = [
 _NL_OP = {"relu": (1, 1, 1, 1), "relu6": (2, 2, 2, 2), "sigmoid": (5, 10, 2, 4),
           "tanh": (5, 10, 1, 2), "gelu": (10, 10, 5, 5), "silu": (6, 11, 3, 5)}
 NONLINEARITIES = tuple(_NL_OP)
+#: activations popnn has no NonLinearity for, priced as the popops element-wise ops that
+#: compute them (:func:`activation_cycles`)
+ACTIVATIONS = NONLINEARITIES + ("selu",)
 #: NonLinearity1D worker overhead [NL]: 3 load + 5 divide + 2 id + 2 align + 5 setup + 3
 _NL_WORKER_OVERHEAD = 20
 _NL_SUPERVISOR = 9
@@ -76,6 +81,18 @@ def nonlinearity_cycles(machine: MachineSpec, n, kind: str, dtype: str) -> np.nd
     work = _NL_WORKER_OVERHEAD + np.where(vpw > 0, 2 + op_s + (vpw - 1) * op_v + 1 + op_s, 0)
     work = work + 3 + np.where(rem > 0, 2 + op_s, 0)
     return np.where(n > 0, _NL_SUPERVISOR + machine.n_workers * work, 0).astype(np.int64)
+
+
+def activation_cycles(machine: MachineSpec, n, kind: str, dtype: str) -> np.ndarray:
+    """An activation over ``n`` elements of one tile: popnn NonLinearity1D for its kinds;
+    SELU (Klambauer et al. 2017; popnn has none) as the popops element-wise ops computing
+    ``lambda * (x if x > 0 else alpha * (exp(x) - 1))``: one UnaryOp1D exp [UN] and four
+    BinaryOp1D-priced passes (x > 0, lambda * x, lambda * alpha * (e - 1) as one scaled op,
+    then the select of the two branches, three operands)."""
+    if kind == "selu":
+        return (unary_cycles(machine, n, "exp", dtype) + 3 * binary_cycles(machine, n, dtype, 1)
+                + binary_cycles(machine, n, dtype, 3)).astype(np.int64)
+    return nonlinearity_cycles(machine, n, kind, dtype)
 
 
 def unary_cycles(machine: MachineSpec, n, op: str, dtype: str) -> np.ndarray:

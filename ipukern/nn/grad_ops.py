@@ -31,7 +31,7 @@ from ..core import SuperstepRecord
 from . import cycles
 from .grad_cycles import nonlinearity_grad_cycles, pool_grad_cycles
 from .layout import Layout, Resident, linear_layout
-from .ops import act_fn, compute_record
+from .ops import SELU_ALPHA, SELU_SCALE, act_fn, compute_record
 from .bn_stable import bn_stats_stable_row, finish_statistics
 from .tile_reduce import channel_reduce, plane_reduce
 
@@ -41,7 +41,7 @@ __all__ = ["EXECUTABLE", "GradEnv", "PassRow", "accumulate_flags", "bn_stats_row
 #: ops whose backward :func:`vector_grad_rows` executes
 EXECUTABLE = ("activation", "add", "batchnorm", "maxpool", "avgpool", "global_avgpool", "reshape",
               "flatten", "permute", "softmax", "layernorm", "softmax_cross_entropy", "embedding",
-              "add_param", "scale_channels")
+              "add_param", "scale_channels", "mul", "exp")
 
 
 @dataclass
@@ -123,7 +123,9 @@ def _new(layout: Layout, nt: int, values: np.ndarray) -> Resident:
 #: activations whose popnn input gradient is computed from the *output*
 #: (popnn/NonLinearity.hpp, ``nonLinearityInputGradient``: "act: the output activations
 #: from the non-linearity. For the GELU and SWISH non-linearity only this is the input")
-FROM_OUTPUT = ("relu", "relu6", "sigmoid", "tanh")
+#: SELU's derivative is a function of its output too (``lambda`` where y > 0, else
+#: ``y + lambda * alpha``), as TensorFlow's SeluGrad computes it from the activations
+FROM_OUTPUT = ("relu", "relu6", "sigmoid", "tanh", "selu")
 
 
 def act_grad(kind: str, x: np.ndarray) -> np.ndarray:
@@ -155,6 +157,8 @@ def _out_grad(kind: str, y: np.ndarray) -> np.ndarray:
         return ((y > 0) & (y < 6)).astype(np.float32)
     if kind == "sigmoid":
         return y * (1 - y)
+    if kind == "selu":
+        return np.where(y > 0, SELU_SCALE, y + SELU_SCALE * SELU_ALPHA).astype(np.float32)
     return 1 - y * y          # tanh
 
 
@@ -582,11 +586,47 @@ def _scale_channels(step, ctx):
     return [_row(ctx, step, "mul+reduce", recs, [run], 3 * step.plan.output.n_elems)]
 
 
+def _mul(step, ctx):
+    """``a * b``: ``da = g * b`` and ``db = g * a`` (two popops multiplies in the layout the
+    forward wanted; both operands re-fetched)."""
+    m, nt, dt = ctx.machine, ctx.machine.n_tiles, ctx.dtype
+    n = step.plan.output.elems_per_tile(nt)
+    recs = _fetch_records(step, 0) + _fetch_records(step, 1) + [
+        _rec(ctx, step, 2 * cycles.binary_cycles(m, n, dt, 2),
+             f"popops mul x2 (grad a, grad b): {int(n.max())} elements per tile")]
+    put_a, put_b = _to_input(step, 0, nt), _to_input(step, 1, nt)
+
+    def run(env):
+        g = _f(env.grad(step))
+        a, b = _f(env.fetch(step, 0)), _f(env.fetch(step, 1))
+        put_a(env, g * b[:, :g.shape[1]])
+        put_b(env, g * a[:, :g.shape[1]])
+    return [_row(ctx, step, "BinaryOp1D", recs, [run], 2 * step.plan.output.n_elems)]
+
+
+def _exp(step, ctx):
+    """``y = exp(s x)``: ``dx = g * y * s`` from the output (a multiply, and a scale when
+    ``s`` is not 1)."""
+    m, nt, dt = ctx.machine, ctx.machine.n_tiles, ctx.dtype
+    scale = np.float32(step.layer.scale)
+    n = step.plan.output.elems_per_tile(nt)
+    cyc = cycles.binary_cycles(m, n, dt, 2)
+    if scale != 1:
+        cyc = cyc + cycles.binary_cycles(m, n, dt, 1)
+    put = _to_input(step, 0, nt)
+
+    def run(env):
+        y = _f(env.live[step.node])
+        put(env, _f(env.grad(step)) * y * scale)
+    return [_row(ctx, step, "BinaryOp1D", [_rec(ctx, step, cyc, f"popops mul: {int(n.max())} "
+                                                 "elements per tile")], [run], 2 * step.plan.output.n_elems)]
+
+
 _BUILDERS = {"activation": _activation, "add": _add, "batchnorm": _batchnorm, "maxpool": _pool,
              "avgpool": _pool, "global_avgpool": _pool, "reshape": _views, "flatten": _views,
              "permute": _views, "softmax": _softmax, "layernorm": _layernorm,
              "softmax_cross_entropy": _loss, "embedding": _embedding, "add_param": _add_param,
-             "scale_channels": _scale_channels}
+             "scale_channels": _scale_channels, "mul": _mul, "exp": _exp}
 
 
 def vector_grad_rows(step, ctx, needs: list[bool], accumulate: list[bool]) -> list[PassRow]:

@@ -24,6 +24,7 @@ from ..conv import ConvParams, normalize_amp, pair
 from ..dtypes import canonical_dtype, partials_dtype
 from ..machine import get_machine
 from .convops import conv_plan, matmul_plan
+from .elementwise import exp_plan, mul_plan
 from .ops import (
     OpPlan,
     activation_plan,
@@ -48,6 +49,7 @@ __all__ = [
     "BatchNorm2d",
     "Conv2d",
     "Embedding",
+    "Exp",
     "Flatten",
     "GlobalAvgPool",
     "Layer",
@@ -55,11 +57,13 @@ __all__ = [
     "Linear",
     "MatMul",
     "MaxPool2d",
+    "Mul",
     "Permute",
     "PlanContext",
     "ReLU",
     "ReLU6",
     "Reshape",
+    "SELU",
     "ScaleChannels",
     "SiLU",
     "Sigmoid",
@@ -268,15 +272,16 @@ class BatchNorm2d(Layer):
 
 
 class Activation(Layer):
-    """Element-wise non-linearity: relu, relu6, silu (swish), gelu (tanh form), sigmoid, tanh."""
+    """Element-wise non-linearity: relu, relu6, silu (swish), gelu (tanh form), sigmoid, tanh,
+    selu."""
 
     op = "activation"
     layout_sensitive = True
 
     def __init__(self, kind: str):
-        from .cycles import NONLINEARITIES
-        if kind not in NONLINEARITIES:
-            raise ValueError(f"unknown activation {kind!r}; choose from {NONLINEARITIES}")
+        from .cycles import ACTIVATIONS
+        if kind not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {kind!r}; choose from {ACTIVATIONS}")
         self.kind = kind
 
     def forward(self, ctx, layouts, shapes):
@@ -307,6 +312,10 @@ def Tanh() -> Activation:
     return Activation("tanh")
 
 
+def SELU() -> Activation:
+    return Activation("selu")
+
+
 class Add(Layer):
     """Residual add of two tensors of the same shape, ``a + alpha * b`` (optionally followed
     by an activation). ``alpha`` is torch.add's: -1 is a subtraction (popops scaledAdd)."""
@@ -332,6 +341,37 @@ class Add(Layer):
 
     def forward(self, ctx, layouts, shapes):
         return add_plan(ctx.machine, layouts[0], shapes[1], self.act, self.alpha)
+
+
+class Mul(Layer):
+    """Element-wise product of two tensors of the same shape."""
+
+    op = "mul"
+    n_inputs = 2
+    layout_sensitive = True
+
+    def out_shape(self, shapes):
+        if tuple(shapes[0]) != tuple(shapes[1]):
+            raise ValueError(f"Mul: operand shapes differ: {tuple(shapes[0])} and {tuple(shapes[1])}")
+        return tuple(shapes[0])
+
+    def forward(self, ctx, layouts, shapes):
+        return mul_plan(ctx.machine, layouts[0], shapes[1])
+
+
+class Exp(Layer):
+    """``exp(scale * x)`` element-wise (a VAE's ``std = exp(0.5 * logvar)``)."""
+
+    op = "exp"
+    layout_sensitive = True
+
+    def __init__(self, scale: float = 1.0):
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not np.isfinite(scale):
+            raise ValueError(f"Exp: scale must be a finite number, got {scale!r}")
+        self.scale = float(scale)
+
+    def forward(self, ctx, layouts, shapes):
+        return exp_plan(ctx.machine, layouts[0], self.scale)
 
 
 # --------------------------------------------------------------------------- pooling

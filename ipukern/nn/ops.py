@@ -171,6 +171,11 @@ def _zeros(machine: MachineSpec) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- math
+#: SELU's constants (Klambauer et al. 2017, eq. 2; torch.nn.SELU uses the same digits)
+SELU_ALPHA = np.float32(1.6732632423543772848170429916717)
+SELU_SCALE = np.float32(1.0507009873554804934193349852946)
+
+
 def act_fn(kind: str, x: np.ndarray) -> np.ndarray:
     """The non-linearities, computed in float32 (GELU: the tanh form popnn implements)."""
     if kind == "relu":
@@ -186,7 +191,11 @@ def act_fn(kind: str, x: np.ndarray) -> np.ndarray:
     if kind == "gelu":
         c = np.float32(np.sqrt(2 / np.pi))
         return 0.5 * x * (1.0 + np.tanh(c * (x + np.float32(0.044715) * x * x * x)))
-    raise ValueError(f"unknown activation {kind!r}; choose from {cycles.NONLINEARITIES}")
+    if kind == "selu":
+        with np.errstate(over="ignore"):
+            neg = SELU_ALPHA * np.expm1(np.minimum(x, 0))
+        return SELU_SCALE * np.where(x > 0, x, neg)
+    raise ValueError(f"unknown activation {kind!r}; choose from {cycles.ACTIVATIONS}")
 
 
 def _f32(a: np.ndarray) -> np.ndarray:
@@ -263,9 +272,10 @@ def fold_weight(w: np.ndarray, s: np.ndarray) -> np.ndarray:
 
 # --------------------------------------------------------------------------- element-wise
 def activation_plan(machine: MachineSpec, src: Layout, kind: str) -> OpPlan:
-    """Non-linearity in the producer's layout (popnn NonLinearity1D, in place)."""
+    """Non-linearity in the producer's layout (popnn NonLinearity1D, in place; SELU as
+    popops element-wise ops, :func:`~ipukern.nn.cycles.activation_cycles`)."""
     n = src.elems_per_tile(machine.n_tiles)
-    cyc = cycles.nonlinearity_cycles(machine, n, kind, src.dtype)
+    cyc = cycles.activation_cycles(machine, n, kind, src.dtype)
     out = Layout(src.shape, src.dtype, src.mapping)
 
     def run(srcs, rearrs, params, inplace=False):
@@ -274,9 +284,10 @@ def activation_plan(machine: MachineSpec, src: Layout, kind: str) -> OpPlan:
         _act_into(kind, x.view(), res.view())
         return res
 
-    rec = compute_record(machine, kind, cyc, f"popnn NonLinearity1D {kind}<{src.dtype}>: "
+    method = "popops exp+BinaryOp1D" if kind not in cycles.NONLINEARITIES else "NonLinearity1D"
+    rec = compute_record(machine, kind, cyc, f"{method} {kind}<{src.dtype}>: "
                          f"{int(n.max())} elements on the busiest tile")
-    return OpPlan(kind, "fwd", "NonLinearity1D", [src], out, [rec], int(src.n_elems),
+    return OpPlan(kind, "fwd", method, [src], out, [rec], int(src.n_elems),
                   out.bytes_per_tile(machine.n_tiles), _zeros(machine), run, (True,), inplace=True)
 
 
