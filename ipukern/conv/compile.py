@@ -19,7 +19,7 @@ from ..core import TileMemoryError
 from ..machine import MachineSpec
 from . import search
 from .build import ConvProgram, build_direct_program
-from .expand import expanded_lower_bound
+from .expand import expanded_lower_bound, transform_lower_bound
 from .expand_build import build_expanded_program
 from .layout import MAX_INPUT_OWNERS
 from .params import ConvParams, expand_candidates
@@ -103,20 +103,26 @@ def choose_plan(p: ConvParams, machine: MachineSpec, direct: ConvPlan | Exceptio
     bound win first (``ConvPlan.temp_bytes_bound``), then fewer serial slices, as in
     :func:`plan_conv`; ties keep the direct plan. A candidate whose
     :func:`expanded_lower_bound` cannot beat the best plan so far (within the bound and
-    without serial slices) is not planned (not when ``search.PRUNE`` is off): the choice
+    without serial slices) is not planned, and one that is planned only looks for an
+    expanded conv faster than that best less the transform's lower bound
+    (:func:`~.expand.transform_lower_bound`; not when ``search.PRUNE`` is off): the choice
     is the same."""
     best = None if isinstance(direct, Exception) else direct
     n = best.n_candidates if best is not None else 0
     for dims in expand_candidates(p):
         # a candidate can only replace a plan without serial slices by beating its cycles
-        # (and, unless the best meets the memory bound, a bounded candidate wins on memory)
-        if (search.PRUNE and best is not None and best.serial == 1 and best.temp_bytes_bound
-                and expanded_lower_bound(p, machine, dims, bias) >= best.estimated_cycles):
-            continue
+        # (and, unless the best meets the memory bound, a bounded candidate wins on memory),
+        # so its expanded conv must beat them less the transform's least cost
+        beat = None
+        if search.PRUNE and best is not None and best.serial == 1 and best.temp_bytes_bound:
+            if expanded_lower_bound(p, machine, dims, bias) >= best.estimated_cycles:
+                continue
+            beat = best.estimated_cycles - transform_lower_bound(p, machine, dims)
         try:
             cand = plan_expanded(p, machine, dims, bias=bias, method=method,
-                                 available_memory_proportion=available_memory_proportion)
-        except (ValueError, TileMemoryError):
+                                 available_memory_proportion=available_memory_proportion,
+                                 beat=beat)
+        except (ValueError, TileMemoryError):     # NotFaster included
             continue
         n += cand.n_candidates
         # a plan within the temporary-memory bound beats one planned without it

@@ -58,7 +58,7 @@ from .params import ConvParams, expanded_params
 from .search import vertex_candidates
 
 __all__ = ["box_row_step", "transform_estimate", "transform_copy_cycles", "source_boxes",
-           "with_transform", "expanded_lower_bound"]
+           "with_transform", "expanded_lower_bound", "transform_lower_bound"]
 
 def box_row_step(p: ConvParams) -> int:
     """Row step of a tile's received box of original rows: the row stride when the kernel is
@@ -166,5 +166,14 @@ def expanded_lower_bound(p: ConvParams, machine: MachineSpec, dims: str, bias: b
         return 0
     rate = max(c.macs_per_cycle_bound(machine) for c in cands)
     conv = int(e.macs / (nt * rate))
-    share = e.batch * e.in_channels * e.in_h * e.in_w * e.itemsize // nt
-    return conv + 3 * machine.sync_cycles + int(transform_copy_cycles(machine, share, e))
+    return conv + 2 * machine.sync_cycles + transform_lower_bound(p, machine, dims)
+
+
+def transform_lower_bound(p: ConvParams, machine: MachineSpec, dims: str) -> int:
+    """A lower bound on what :func:`transform_estimate` adds to the expanded conv's plan for
+    any split (:func:`with_transform`): the copy of an even share of the expanded input
+    (the busiest owner writes at least that, see :func:`expanded_lower_bound`) and the
+    transform's superstep; its exchange costs >= 0."""
+    e = expanded_params(p, dims)
+    share = e.batch * e.in_channels * e.in_h * e.in_w * e.itemsize // machine.n_tiles
+    return machine.sync_cycles + int(transform_copy_cycles(machine, share, e))

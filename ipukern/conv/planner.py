@@ -32,7 +32,7 @@ from .params import ConvParams, expand_candidates, expanded_params
 from .reduce import reduce_stages
 from .search import score_each_method, search, writes_output_type
 
-__all__ = ["ConvPlan", "PlanCandidate", "plan_direct", "plan_expanded", "rank_candidates",
+__all__ = ["ConvPlan", "PlanCandidate", "NotFaster", "plan_direct", "plan_expanded", "rank_candidates",
            "expanded_candidates", "normalize_amp", "temp_bytes_bound", "AVAILABLE_MEMORY_PROPORTION"]
 
 #: PopLibs' default ``availableMemoryProportion`` (poplin convolution/matmul option, "the
@@ -221,25 +221,43 @@ def checked_kernel_split(params: ConvParams, kernel_split: Any) -> int | None:
     return int(kernel_split)
 
 
+class NotFaster(ValueError):
+    """No plan within the temporary-memory bound and without serial slices is faster than
+    the ``beat`` a caller asked :func:`plan_direct` to beat."""
+
+
 def plan_direct(params: ConvParams, machine: MachineSpec, *, bias: bool = False,
                 method: str | None = None, kernel_split: int | None = None,
-                available_memory_proportion: float | None = None) -> ConvPlan:
+                available_memory_proportion: float | None = None,
+                beat: int | None = None) -> ConvPlan:
     """The fastest plan of ``params`` without expandDims whose busiest tile fits
     ``machine``'s per-tile budget and whose temporary memory fits
     ``available_memory_proportion`` of the tile (parameters as
     :func:`ipukern.conv.compile.plan_conv`'s); when no plan meets the proportion, the
     fastest within a relaxed bound (:func:`_plan_relaxed`).
 
+    ``beat``: the caller only wants a plan within the bound, without serial slices and of
+    fewer than ``beat`` cycles (it keeps one of ``beat`` cycles otherwise): the search is
+    pruned by it from its first candidate (:func:`~.search.search`), and the plan returned
+    is the one found without it.
+
     Raises
     ------
     TileMemoryError
         If no candidate fits even with serial splits.
+    NotFaster
+        With ``beat``, when no plan that is wanted exists (a ValueError).
     ValueError
         If ``method`` names no valid candidate, no split suits any candidate, or
         ``kernel_split`` or ``available_memory_proportion`` is out of range.
     """
     kernel_split = checked_kernel_split(params, kernel_split)
     bound = temp_bytes_bound(machine, available_memory_proportion)
+    if beat is not None:
+        plan = _plan_bounded(params, machine, bias, method, bound, kernel_split, beat)
+        if plan.serial > 1 or plan.estimated_cycles >= beat:
+            raise NotFaster(f"no plan of {params.describe()} beats {beat} cycles")
+        return plan
     try:
         return _plan_bounded(params, machine, bias, method, bound, kernel_split)
     except TileMemoryError:
@@ -264,12 +282,15 @@ def _plan_relaxed(p: ConvParams, machine: MachineSpec, bias: bool, method: str |
 
 
 def _plan_bounded(p: ConvParams, machine: MachineSpec, bias: bool, method: str | None,
-                  temp_bound: int | None, kernel_split: int | None) -> ConvPlan:
+                  temp_bound: int | None, kernel_split: int | None,
+                  beat: int | None = None) -> ConvPlan:
     """:func:`plan_direct` with temporary bytes bounded by ``temp_bound`` (None: only the
-    tile budget)."""
+    tile budget); with ``beat``, :class:`NotFaster` when the search finds nothing faster."""
     _check_fits_chip(p, machine)
     found = search(p, machine, bias=bias, method=method, temp_bound=temp_bound,
-                   kernel_split=kernel_split)
+                   kernel_split=kernel_split, beat=beat)
+    if found.best is None and beat is not None:
+        raise NotFaster(f"no plan of {p.describe()} beats {beat} cycles")
     if found.best is not None:
         b = found.best
         return ConvPlan(params=p, machine=machine, method=found.method, split=b.split,
@@ -360,11 +381,12 @@ def temp_bytes_bound(machine: MachineSpec, proportion: float | None) -> int:
 
 
 def plan_expanded(p: ConvParams, machine: MachineSpec, dims: str, *, bias: bool = False,
-                  method: str | None = None, available_memory_proportion: float | None = None
-                  ) -> ConvPlan:
+                  method: str | None = None, available_memory_proportion: float | None = None,
+                  beat: int | None = None) -> ConvPlan:
     """The plan of ``p`` with expandDims over ``dims``: the expanded conv's own direct plan
     (without the transform) plus the transform's estimate for that split
-    (:func:`~.expand.transform_estimate`).
+    (:func:`~.expand.transform_estimate`). ``beat``: as :func:`plan_direct`'s, for the
+    expanded conv's own plan (the caller subtracts the transform's lower bound).
 
     Raises
     ------
@@ -372,7 +394,7 @@ def plan_expanded(p: ConvParams, machine: MachineSpec, dims: str, *, bias: bool 
         As :func:`plan_direct` for the expanded conv; ValueError also when the transform's
         buffers do not fit beside the expanded conv's."""
     inner = plan_direct(expanded_params(p, dims), machine, bias=bias, method=method,
-                        available_memory_proportion=available_memory_proportion)
+                        available_memory_proportion=available_memory_proportion, beat=beat)
     t = transform_estimate(machine, p, dims, inner.split)
     nbytes = inner.estimated_bytes_per_tile + t["bytes"]
     if nbytes > machine.tile_budget_bytes:

@@ -136,11 +136,19 @@ class SearchResult(NamedTuple):
 
 
 def search(p: ConvParams, machine: MachineSpec, *, bias: bool, method: str | None = None,
-           temp_bound: int | None = None, kernel_split: int | None = None) -> SearchResult:
+           temp_bound: int | None = None, kernel_split: int | None = None,
+           beat: int | None = None) -> SearchResult:
     """The fastest split of ``p`` over every vertex method (or only ``method``) whose busiest
     tile fits the budget and whose temporary bytes stay within ``temp_bound``: fewer serial
     slices first, then cycles, then bytes. Methods whose peak rate cannot beat the best plan
     so far are skipped, and each method's search is bounded by it (:func:`_score_method`).
+
+    ``beat``: only a plan without serial slices and of fewer cycles is wanted (the caller
+    keeps a plan of ``beat`` cycles otherwise). The search starts from a plan of ``beat``
+    cycles that wins every tie, so it prunes from the first method on; when nothing beats
+    it, the result has no best (``best`` None). What beats it is what the search finds
+    without ``beat``: the bound is one more "best plan so far", which the pruning is
+    exact for.
 
     Raises
     ------
@@ -154,7 +162,10 @@ def search(p: ConvParams, machine: MachineSpec, *, bias: bool, method: str | Non
     fg = _field_grid(p, machine.n_tiles, kernel_split)
     serials = _serial_candidates(p)
     smallest: tuple[int, VertexMethod, int] | None = None
-    best: tuple[tuple, VertexMethod, _Scored] | None = None
+    best: tuple[tuple, VertexMethod | None, _Scored] | None = None
+    if beat is not None:
+        # the caller's plan: (no serial slices, beat cycles, -1 B) wins every tie
+        best = ((False, int(beat), -1), None, _Scored(int(beat), -1, None, 1, {}))
     n_scored = 0
     for cand in cands:
         # a method whose rate cannot beat the best plan even on a perfect split is skipped
@@ -175,7 +186,7 @@ def search(p: ConvParams, machine: MachineSpec, *, bias: bool, method: str | Non
             key = (res.best.serial > 1, res.best.cycles, res.best.nbytes)
             if best is None or key < best[0]:
                 best = (key, cand, res.best)
-    if best is None:
+    if best is None or best[1] is None:
         return SearchResult(None, None, n_scored, smallest, cands)
     return SearchResult(best[1], best[2], n_scored, smallest, cands)
 
@@ -324,7 +335,7 @@ class _Scored(NamedTuple):
 
     cycles: int
     nbytes: int
-    split: Split
+    split: Split | None     # None only for search()'s seed plan of ``beat`` cycles
     serial: int
     breakdown: dict
 

@@ -111,3 +111,24 @@ def test_bound_keeps_every_near_tie(monkeypatch, shape):
     monkeypatch.setattr(search, "_costs", checked)
     plan_conv(p, ik.GC200, bias=bias)
     assert calls
+
+
+@pytest.mark.parametrize("shape", [
+    ((8, 128, 56, 56), (128, 128, 3, 3), 1, 1, 1),      # ResNeXt g1: kernel-row split
+    ((8, 240, 28, 28), (240, 1, 5, 5), 1, 2, 240),      # EfficientNet depthwise 5x5
+    ((16, 3, 224, 224), (64, 3, 7, 7), 2, 3, 1),        # ResNet-50 stem (expandDims wins)
+])
+def test_beat_finds_the_plan_or_says_nothing_is_faster(shape):
+    """``plan_direct(beat=b)``: the unseeded plan when it has fewer than ``b`` cycles (and
+    no serial slices), else NotFaster -- also at ``b`` equal to its cycles (ties keep the
+    caller's plan)."""
+    from ipukern.conv.planner import NotFaster, plan_direct
+    x, w, stride, pad, groups = shape
+    p = ConvParams.from_shapes(x, w, stride=stride, padding=pad, groups=groups, dtype="float16")
+    plan = plan_direct(p, ik.GC200)
+    assert plan.serial == 1
+    got = plan_direct(p, ik.GC200, beat=plan.estimated_cycles + 1)
+    assert (got, got.to_dict()) == (plan, plan.to_dict())
+    for b in (plan.estimated_cycles, plan.estimated_cycles // 2, 0):
+        with pytest.raises(NotFaster, match="beats"):
+            plan_direct(p, ik.GC200, beat=b)
