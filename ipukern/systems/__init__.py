@@ -20,6 +20,7 @@ from .collectives import (
     reduce_scatter,
 )
 from .config import TrainingConfig
+from .views import diff_trainings, format_training_diff, training_schedule, training_trace
 from .training import LayerCost, StageMemoryError, TrainingEstimate, estimate_training
 from .train_run import TrainingRun, run_training_step
 from .spec import (
@@ -42,5 +43,6 @@ __all__ = [
     "SystemProgram", "SystemSuperstep", "SystemTensor", "all_gather", "all_reduce", "broadcast",
     "collective_seconds", "concurrent", "concurrent_seconds", "get_system", "reduce_scatter",
     "LayerCost", "StageMemoryError", "TrainingEstimate", "estimate_training",
-    "TrainingRun", "run_training_step", "TrainingConfig",
+    "TrainingRun", "run_training_step", "TrainingConfig", "diff_trainings", "format_training_diff",
+    "training_schedule", "training_trace",
 ]
