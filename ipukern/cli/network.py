@@ -49,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                        "memory, CSV/JSON/plots)",
                        epilog="examples:\n"
                               "  ipukern network resnet50 --batch 16\n"
-                              "  ipukern network bert_base --seq-len 128 --training --out bert/\n"
+                              "  ipukern network bert_base --seq-len 128 --out bert/\n"
                               "  ipukern network mobilenet_v2 --max-batch\n"
                               "  ipukern network resnet50 --batch 8 --json - --trace resnet50.trace.json",
                        formatter_class=argparse.RawDescriptionHelpFormatter)

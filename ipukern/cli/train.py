@@ -256,7 +256,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     t = sub.add_parser("train", help="estimate training on an IPU system (breakdown, CSV/JSON, schedule)",
                        epilog="examples:\n"
                               "  ipukern train resnet50 --system POD16 --micro-batch 20 "
-                              "--gradient-accumulation 6 --recompute\n"
+                              "--gradient-accumulation 6 --checkpoints auto "
+                              "--available-memory-proportion 0.15\n"
                               "  ipukern train --costs layers.json --system POD16 --micro-batch 20\n"
                               "  ipukern train --costs layers.json --ipus-per-replica 4 --pipeline auto "
                               "--recompute\n"
@@ -274,10 +275,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.set_defaults(func=_cmd_train)
     c = sub.add_parser("compare", help="training throughput of IPU systems and DGX A100 side by side",
                        epilog="examples:\n"
-                              "  ipukern compare resnet50 --training --systems POD16,DGX_A100 --recompute\n"
-                              "  ipukern compare --costs layers.json --training --systems POD16,DGX_A100\n"
-                              "  ipukern compare --costs layers.json --training "
-                              "--prices POD16=150000,DGX_A100=200000",
+                              "  ipukern compare resnet50 --systems POD16,DGX_A100 --checkpoints auto "
+                              "--available-memory-proportion 0.15\n"
+                              "  ipukern compare --costs layers.json --systems POD16,POD64 --json -\n"
+                              "  ipukern compare --costs layers.json --systems POD16,POD64 "
+                              "--prices POD16=150000,POD64=600000",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(c)
     c.add_argument("--training", action="store_true",

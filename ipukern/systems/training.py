@@ -604,7 +604,7 @@ def _compose(system: System, costs: list[LayerCost], stages: list[list[str]], cf
         i, j = pos[names[0]], pos[names[-1]] + 1
         mem = memory(s, i, j)
         if not mem["fits"] and not allow_overflow:
-            raise StageMemoryError(_no_fit(s, names, mem, chip))
+            raise StageMemoryError(_no_fit(s, names, mem, chip, cfg.recompute))
         layers = costs[i:j]
         fwd = sum(c.fwd_cycles for c in layers)
         bwd = sum(c.bwd_cycles + c.wu_cycles for c in layers) + (fwd if recompute else 0)
