@@ -583,9 +583,9 @@ def to_json(rows: Sequence[SweepRow], path: str | Path | None = None, *,
             indent: int | None = 1) -> str:
     """``{"meta": ..., "skipped": [...], "rows": [flat row dicts]}`` as JSON text; written
     to ``path`` when given."""
-    doc = {"meta": getattr(rows, "meta", {}), "skipped": getattr(rows, "skipped", []),
+    from ._version import __version__, schema
+    doc = {**schema("sweep"), "meta": getattr(rows, "meta", {}), "skipped": getattr(rows, "skipped", []),
            "rows": [r.to_dict() for r in rows]}
-    from ._version import __version__
     doc["meta"] = dict(doc["meta"], ipukern_version=__version__)
     text = json.dumps(doc, indent=indent, default=_json_default)
     if path is not None:

@@ -212,3 +212,102 @@ def test_progress_bar_disabled_or_quick_prints_nothing():
     with Progress("sweep", enabled=True, stream=buf, delay=60.0) as bar:
         bar(1, 2)
     assert buf.getvalue() == ""
+
+
+# ----------------------------------------------------------------------------- document commands
+FAST_NET = ["network", "mobilenet_v1", "--image-size", "32", "--dtype", "float32", "--partials", "float",
+            "--no-progress"]
+VARIANT_TOML = ('base = "GC200"\nname = "GC200-fastsync"\nsync_cycles = 45\n'
+                '[sources]\nsync_cycles = "what-if"\n')
+
+
+def test_network_json_to_stdout_trace_and_machine_file(tmp_path, capsys):
+    mf = tmp_path / "m.toml"
+    mf.write_text(VARIANT_TOML)
+    trace = tmp_path / "n.trace.json"
+    assert main([*FAST_NET, "--batch", "1", "--json", "-", "--trace", str(trace),
+                 "--machine-file", str(mf)]) == 0
+    cap = capsys.readouterr()
+    d = json.loads(cap.out)                          # stdout holds the JSON alone
+    assert d["schema"] == "ipukern.network" and d["machine"] == "GC200-fastsync"
+    assert "samples/s" in cap.err and f"wrote {trace}" in cap.err
+    assert json.loads(trace.read_text())["otherData"]["kind"] == "network"
+
+
+def test_network_out_must_be_a_directory(tmp_path, capsys):
+    f = tmp_path / "file"
+    f.write_text("")
+    assert main([*FAST_NET, "--out", str(f)]) == 1
+    assert "not a directory" in capsys.readouterr().err
+
+
+def test_diff_two_networks_and_refuses_mixed_kinds(tmp_path, capsys):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    assert main([*FAST_NET, "--batch", "1", "--json", str(a)]) == 0
+    assert main([*FAST_NET, "--batch", "2", "--json", str(b)]) == 0
+    capsys.readouterr()
+    assert main(["diff", str(a), str(b), "--json", "-"]) == 0
+    cap = capsys.readouterr()
+    d = json.loads(cap.out)
+    assert d["kind"] == "network" and d["schema"] == "ipukern.diff" and "per layer pass" in cap.err
+    c = tmp_path / "c.json"
+    assert main(["matmul", "--shape", "64,64,64", "--gpu", "none", "--json", str(c)]) == 0
+    assert json.loads(c.read_text())["schema"] == "ipukern.profile"
+    capsys.readouterr()
+    assert main(["diff", str(a), str(c)]) == 1
+    assert "same kind" in capsys.readouterr().err
+
+
+def _layer_costs(tmp_path):
+    rows = [dict(name=f"l{i}", fwd_cycles=1000, bwd_cycles=2000, wu_cycles=500, n_params=10_000,
+                 stash_bytes=4096, out_bytes=2048) for i in range(4)]
+    p = tmp_path / "costs.json"
+    p.write_text(json.dumps(rows))
+    return str(p)
+
+
+def test_train_writes_into_out_dir_and_traces(tmp_path, capsys):
+    costs, out = _layer_costs(tmp_path), tmp_path / "run"
+    argv = ["train", "--costs", costs, "--system", "M2000", "--micro-batch", "2",
+            "--gradient-accumulation", "4", "--ipus-per-replica", "2", "--pipeline", "l2"]
+    assert main([*argv, "--out", str(out), "--json", "-", "--trace", str(tmp_path / "t.json")]) == 0
+    cap = capsys.readouterr()
+    assert json.loads(cap.out)["schema"] == "ipukern.training"
+    assert {p.name for p in out.iterdir()} >= {"train.csv", "train.json"}
+    threads = [e for e in json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+               if e["name"] == "thread_name"]
+    assert len(threads) == 2                          # one row per IPU of the replica
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    assert main([*argv, "--out", str(tmp_path), "--json", str(a)]) == 0
+    assert main([*argv[:-4], "--ipus-per-replica", "1", "--out", str(tmp_path), "--json", str(b)]) == 0
+    capsys.readouterr()
+    assert main(["diff", str(a), str(b)]) == 0
+    text = capsys.readouterr().out                    # 2 replicas x 2 IPUs vs 4 x 1: the same IPUs
+    assert "IPU 3 compute" in text and "only in" not in text
+
+
+def test_train_machine_file_changes_the_chip(tmp_path, capsys):
+    mf = tmp_path / "m.toml"
+    mf.write_text(VARIANT_TOML)
+    assert main(["train", "--costs", _layer_costs(tmp_path), "--system", "M2000", "--micro-batch", "2",
+                 "--machine-file", str(mf), "--out", str(tmp_path), "--json", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["system"] == "IPU-M2000-GC200-fastsync"
+
+
+def test_compare_needs_no_training_flag_and_marks_overflow(tmp_path, capsys):
+    costs = _layer_costs(tmp_path)
+    assert main(["compare", "--costs", costs, "--systems", "POD16,POD64", "--prices", "POD16=150000",
+                 "--json", "-", "--trace", str(tmp_path / "c.json"), "--out", str(tmp_path / "o")]) == 0
+    cap = capsys.readouterr()
+    doc = json.loads(cap.out)
+    assert doc["schema"] == "ipukern.compare" and [s["system"] for s in doc["systems"]] == ["POD16", "POD64"]
+    assert doc["systems"][0]["samples_per_second_per_musd"] > 0 and "fits" in cap.err
+    procs = [e for e in json.loads((tmp_path / "c.json").read_text())["traceEvents"]
+             if e["name"] == "process_name"]
+    assert len(procs) == 2
+    assert (tmp_path / "o" / "compare.csv").exists()
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps([dict(name="l0", fwd_cycles=1000, bwd_cycles=2000, wu_cycles=500,
+                                    n_params=10**9, stash_bytes=4096, out_bytes=2048)]))
+    assert main(["compare", "--costs", str(big), "--systems", "POD16", "--allow-overflow"]) == 0
+    assert "DOES NOT FIT" in capsys.readouterr().out

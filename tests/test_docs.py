@@ -134,6 +134,22 @@ def test_readme_is_a_front_door():
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     pytest_line = next(ln.strip() for ln in ci.splitlines() if ln.startswith("python -m pytest"))
     assert f"&& {pytest_line}" in readme.split("\n```", 2)[1], pytest_line
+    torch_line = next(ln.strip() for ln in ci.splitlines() if ln.startswith("pip install torch"))
+    assert torch_line in readme.split("\n```", 2)[1], torch_line
+
+
+def test_test_extra_pulls_no_gpu_stack():
+    """A newcomer's ``pip install ".[test]"`` on PyPI downloads no CUDA: any torch requirement
+    there resolves to the CUDA build, so torch comes from README's CPU-index line instead."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:      # Python 3.10
+        import tomli as tomllib
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))[
+        "project"]["optional-dependencies"]
+    names = [re.split(r"[ ;<>=!~\[]", req, maxsplit=1)[0].lower() for req in extras["test"]]
+    gpu = [n for n in names if n in ("torch", "triton", "jax", "cupy") or n.startswith("nvidia")]
+    assert not gpu, f"the test extra pulls {gpu}: a GPU stack on a standard index"
 
 
 def test_readme_ratio_table_is_the_generated_sweep():

@@ -12,7 +12,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, TextIO
+from typing import Any, Callable, Sequence, TextIO
 
 from ..machine import DATASHEET_EXCHANGE, PRESETS, get_machine, with_exchange_bandwidth
 
@@ -481,3 +481,73 @@ def add_views(p: argparse.ArgumentParser) -> None:
     p.add_argument("--activity-png", metavar="PATH",
                    help="write tiles busy/idle and the compute imbalance per superstep "
                         "(the suffix picks PNG, PDF or SVG)")
+
+
+# =========================================================================== document commands
+def add_machine_options(p: argparse.ArgumentParser, *, default: Any = PRESETS["GC200"],
+                        what: str = "IPU preset: GC200 (default), BOW or GC2") -> None:
+    """``--machine NAME`` / ``--machine-file FILE.toml`` (one of them), as the single-op commands."""
+    mg = p.add_mutually_exclusive_group()
+    mg.add_argument("--machine", type=one_machine, default=default, metavar="NAME", help=what)
+    mg.add_argument("--machine-file", dest="machine", type=machine_file, metavar="FILE.toml",
+                    help="a machine described in a TOML file (a preset's variant or a full spec; "
+                         "see ipukern.machine)")
+
+
+def add_document_views(p: argparse.ArgumentParser, *, out_files: str) -> None:
+    """``--json PATH|-``, ``--trace PATH`` and ``--out DIR`` of the commands whose result is a
+    document (network, train, compare); ``out_files`` says what ``--out`` holds."""
+    p.add_argument("--json", metavar="PATH",
+                   help="write the result as JSON ('-': to stdout, the report then goes to stderr)")
+    p.add_argument("--trace", metavar="PATH",
+                   help="write a Chrome/Perfetto trace-event JSON (open in ui.perfetto.dev)")
+    p.add_argument("--out", metavar="DIR", help=f"write {out_files} into this directory")
+
+
+def out_dir(args: argparse.Namespace) -> Path | None:
+    """``--out`` as a directory (made when missing); an existing file is refused up front,
+    before any long work."""
+    if not getattr(args, "out", None):
+        return None
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise OSError(f"--out {out} exists and is not a directory")
+    return out
+
+
+#: a file a command writes: (path, writer(path), is_plot); plots are skipped without matplotlib
+OutFile = tuple[Path, Callable[[Path], Any], bool]
+
+
+def write_documents(args: argparse.Namespace, to_json: Callable[[], str],
+                    to_trace: Callable[[Path], Any] | None, files: Sequence[OutFile] = ()) -> None:
+    """``--json`` (``-``: stdout), ``--trace`` and the ``--out`` files, all or none (staged,
+    then renamed into place); one ``wrote`` line per file, on the report's stream."""
+    if args.json == "-":
+        args.json_stream.write(to_json() + "\n")
+        args.json_stream.flush()
+    want: list[OutFile] = list(files)
+    if args.json and args.json != "-":
+        want.append((Path(args.json), lambda p: p.write_text(to_json()), False))
+    if args.trace and to_trace is not None:
+        want.append((Path(args.trace), to_trace, False))
+    directory = out_dir(args)
+    if directory is not None:
+        directory.mkdir(parents=True, exist_ok=True)
+    missing_plots = False
+    with Outputs() as out:
+        for path, writer, is_plot in want:
+            try:
+                writer(out.stage(path))
+            except ImportError:
+                if not is_plot:
+                    raise
+                out.drop(path)
+                missing_plots = True
+        if missing_plots:
+            from ..plots import PLOT_INSTALL_HINT
+            print(f"plots not written: {PLOT_INSTALL_HINT}")
+        trace = str(args.trace) if args.trace else None
+        for path in out.commit():
+            note = " (open it in ui.perfetto.dev or chrome://tracing)" if str(path) == trace else ""
+            print(f"wrote {path}{note}")

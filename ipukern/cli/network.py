@@ -3,10 +3,10 @@ JSON and two plots (time per layer by category; memory over the program)."""
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from ._common import (PRESETS, Progress, add_optimizer, add_optimizer_state_dtype, add_progress_options,
-                      machine_list, progress_enabled)
+from ._common import (Progress, add_document_views, add_machine_options, add_optimizer,
+                      add_optimizer_state_dtype, add_progress_options, out_dir, progress_enabled,
+                      write_documents)
 
 
 def _cmd_network(args: argparse.Namespace) -> int:
@@ -22,9 +22,7 @@ def _cmd_network(args: argparse.Namespace) -> int:
     elif args.image_size is not None:
         kw["image_size"] = args.image_size
     net = models[args.model](**kw)
-    out = Path(args.out) if args.out else None
-    if out is not None and out.exists() and not out.is_dir():
-        raise OSError(f"--out {out} exists and is not a directory")
+    out = out_dir(args)
     with Progress(f"network {args.model}", enabled=progress_enabled(args)):
         prof = nn.estimate_network(net, batch=args.batch, dtype=args.dtype, partials=args.partials,
                                    machine=args.machine, training=args.training,
@@ -35,19 +33,14 @@ def _cmd_network(args: argparse.Namespace) -> int:
         if args.max_batch:
             prof.memory  # noqa: B018 - computes max_batch (re-plans the network)
     print(prof.summary(max_rows=args.max_rows))
+    files = []
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
         stem = f"{args.model}_b{args.batch}{'_train' if args.training else ''}"
-        prof.to_csv(out / f"{stem}.csv")
-        (out / f"{stem}.json").write_text(prof.to_json(indent=1))
-        written = [f"{stem}.csv", f"{stem}.json"]
-        if plots.have_matplotlib():
-            plots.plot_network_layers(prof, out / f"{stem}_layers.png")
-            plots.plot_network_memory(prof, out / f"{stem}_memory.png")
-            written += [f"{stem}_layers.png", f"{stem}_memory.png"]
-        else:
-            print(plots.PLOT_INSTALL_HINT)
-        print(f"wrote {', '.join(written)} to {out}")
+        files = [(out / f"{stem}.csv", prof.to_csv, False),
+                 (out / f"{stem}.json", lambda p: p.write_text(prof.to_json(indent=1)), False),
+                 (out / f"{stem}_layers.png", lambda p: plots.plot_network_layers(prof, p), True),
+                 (out / f"{stem}_memory.png", lambda p: plots.plot_network_memory(prof, p), True)]
+    write_documents(args, lambda: prof.to_json(indent=1), prof.to_trace, files)
     return 0
 
 
@@ -56,8 +49,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                        "memory, CSV/JSON/plots)",
                        epilog="examples:\n"
                               "  ipukern network resnet50 --batch 16\n"
-                              "  ipukern network bert_base --seq-len 128 --training --out bert/\n"
-                              "  ipukern network mobilenet_v2 --max-batch",
+                              "  ipukern network bert_base --seq-len 128 --out bert/\n"
+                              "  ipukern network mobilenet_v2 --max-batch\n"
+                              "  ipukern network resnet50 --batch 8 --json - --trace resnet50.trace.json",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", help="zoo model: resnet50, resnext50_32x4d, resnext101_32x4d, "
                                  "efficientnet_b0..b4, efficientnet_b0_g16, efficientnet_b4_g16, "
@@ -68,8 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="activation and weight dtype (default float16)")
     p.add_argument("--partials", choices=["half", "float"], default="half",
                    help="conv/matmul accumulation (default half; float32 networks use float)")
-    p.add_argument("--machine", type=lambda v: machine_list(v)[0], default=PRESETS["GC200"],
-                   metavar="NAME", help="IPU preset: GC200 (default), BOW or GC2")
+    add_machine_options(p)
     p.add_argument("--recompute", nargs="*", default=None, metavar="LAYER",
                    help="training: checkpoints after which activations are recomputed, or 'auto' "
                         "(about sqrt(n) of the network's n block boundaries)")
@@ -82,6 +75,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-batch", action="store_true",
                    help="also search the largest batch that fits (re-plans the network)")
     p.add_argument("--max-rows", type=int, default=None, help="print at most this many layers")
-    p.add_argument("--out", metavar="DIR", help="write CSV, JSON and PNGs here")
+    add_document_views(p, out_files="the per-layer CSV, the JSON and the time-per-layer and memory PNGs")
     add_progress_options(p)
     p.set_defaults(func=_cmd_network)

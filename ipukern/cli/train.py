@@ -1,26 +1,31 @@
 """``ipukern train`` and ``ipukern compare``: training on IPU systems (and DGX A100).
 
 ``ipukern train MODEL --system POD16 --micro-batch 20 --gradient-accumulation 6`` prints the
-breakdown of :func:`ipukern.estimate_training` and writes ``train.csv`` (one row per IPU),
+breakdown of :func:`ipukern.estimate_training` and writes into ``--out DIR`` ``train.csv`` (one row per IPU),
 ``train.json`` and ``train.png`` (the pipeline schedule, IPU x time). ``--costs FILE.json``
 takes per-layer costs (a list of :class:`~ipukern.LayerCost` fields) instead of a model.
 ``ipukern train MODEL --execute`` runs one real step instead (:mod:`.train_run`; also under
 ``mpiexec -n K``).
-``ipukern compare MODEL --training --systems POD16,DGX_A100 [--prices POD16=...]`` prints
+``ipukern compare MODEL --systems POD16,DGX_A100 [--prices POD16=USD]`` prints
 throughput, time-to-train and throughput per price of each system.
 """
 from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
 from .._files import read_input_text
-from ..systems import SYSTEM_PRESETS, LayerCost, StageMemoryError, estimate_training
+from .._version import schema
+from ..core import TraceEvents
+from ..systems import (SYSTEM_PRESETS, LayerCost, StageMemoryError, estimate_training, get_system,
+                       training_trace)
 from . import train_run
-from ._common import add_optimizer, add_optimizer_state_dtype, add_progress_options
+from ._common import (add_document_views, add_machine_options, add_optimizer, add_optimizer_state_dtype,
+                      out_dir, write_documents)
 from ._models import model as _model
 from ._models import pipeline as _pipeline
 
@@ -47,6 +52,15 @@ def _recompute(args: argparse.Namespace) -> Any:
     return "auto" if names == ["auto"] else names
 
 
+def _system(args: argparse.Namespace, name: str) -> Any:
+    """The preset ``name``; with ``--machine`` / ``--machine-file`` its IPUs are that chip
+    (tiles, memory, clock), its links and hosts stay the preset's."""
+    system = get_system(name)
+    if args.machine is None or args.machine == system.chip:
+        return system
+    return system.replace(chip=args.machine, name=f"{system.name}-{args.machine.name}")
+
+
 def _estimate(args: argparse.Namespace, system: str) -> Any:
     net, costs = _model(args.model), _costs(args.costs)
     if net is None and costs is None:
@@ -55,7 +69,7 @@ def _estimate(args: argparse.Namespace, system: str) -> Any:
     if pipeline is None and args.ipus_per_replica > 1:
         pipeline = "auto"
     try:
-        return estimate_training(net, system, micro_batch=args.micro_batch,
+        return estimate_training(net, _system(args, system), micro_batch=args.micro_batch,
                                  gradient_accumulation=args.gradient_accumulation, replicas=args.replicas,
                                  ipus_per_replica=args.ipus_per_replica, pipeline=pipeline,
                                  dtype=args.dtype, partials=args.partials, recompute=_recompute(args),
@@ -82,28 +96,24 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.epochs is not None:
         t = est.time_to_train(epochs=args.epochs, dataset_size=args.dataset_size)
         print(f"time to train {args.epochs} epochs of {args.dataset_size:,} samples: {t / 60:.1f} min")
-    out = Path(args.out)
-    if out.is_dir():
-        raise OSError(f"--out {args.out} is a directory; give a file prefix")
-    with open(f"{out}.csv", "w", newline="") as f:
+    out = out_dir(args)
+    files = []
+    if out is not None:
+        from .. import plots
+        files = [(out / "train.csv", lambda p: _breakdown_csv(est, p), False),
+                 (out / "train.json", lambda p: p.write_text(est.to_json(indent=1)), False),
+                 (out / "train.png", lambda p: plots.pipeline_schedule_png(est, p), True)]
+    write_documents(args, lambda: est.to_json(indent=1), est.to_trace, files)
+    return 0
+
+
+def _breakdown_csv(est: Any, path: Path) -> None:
+    """One row per IPU; nested fields (bytes by kind) as JSON text."""
+    with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(est.breakdown[0]), lineterminator="\n")
         w.writeheader()
-        w.writerows(est.breakdown)
-    Path(f"{out}.json").write_text(json.dumps({
-        "system": est.system, "replicas": est.replicas, "ipus_per_replica": est.ipus_per_replica,
-        "micro_batch": est.micro_batch, "gradient_accumulation": est.gradient_accumulation,
-        "stages": est.stages, "step_seconds": est.step_seconds,
-        "samples_per_second": est.samples_per_second, "bottleneck": est.bottleneck,
-        "info": est.info, "breakdown": est.breakdown}, indent=1))
-    written = [f"{out}.csv", f"{out}.json"]
-    try:
-        from ..plots import pipeline_schedule_png
-        pipeline_schedule_png(est, f"{out}.png")
-        written.append(f"{out}.png")
-    except ImportError:
-        print("(matplotlib not installed: no schedule plot)")
-    print("wrote " + ", ".join(written))
-    return 0
+        w.writerows({k: (json.dumps(v) if isinstance(v, dict) else v) for k, v in r.items()}
+                    for r in est.breakdown)
 
 
 def _prices(text: str | None) -> dict[str, float]:
@@ -119,44 +129,34 @@ def _prices(text: str | None) -> dict[str, float]:
     return out
 
 
-def _cmd_compare(args: argparse.Namespace) -> int:
+def _compare_one(args: argparse.Namespace, name: str) -> dict[str, Any]:
+    """One system's row of ``ipukern compare`` (its estimate under "estimate")."""
     from ..gpu import GPU_SYSTEMS, estimate_network_gpu
-    if not args.training:
-        raise ValueError("compare supports --training (training throughput) only")
-    prices = _prices(args.prices)
-    names = [s.strip().upper() for s in args.systems.split(",") if s.strip()]
-    rows, notes = [], []
-    for name in names:
-        if name.replace("-", "_") in GPU_SYSTEMS:
-            net = _model(args.model)
-            if net is None:
-                raise ValueError("GPU systems need a MODEL (not --costs)")
-            est = estimate_network_gpu(net, args.gpu_batch, name, dtype=args.dtype, training=True,
-                                       optimizer=args.optimizer)
-            if args.tune:
-                notes.append(f"{name}: batch {args.gpu_batch} per GPU as given (--gpu-batch; not tuned)")
-        elif name.replace("-", "_") in SYSTEM_PRESETS and args.tune:
-            from .tune import run_tune
-            res = run_tune(_TuneArgs(args), name)
-            est = res.best
-            notes.append(f"{name}: best fitting configuration (ipukern tune): {res.candidates[0].label()}")
-        elif name.replace("-", "_") in SYSTEM_PRESETS:
-            est = _estimate(args, name)
-        else:
-            known = sorted(SYSTEM_PRESETS) + sorted(GPU_SYSTEMS)
-            raise ValueError(f"unknown system {name!r}; systems are {known}")
-        sps = est.samples_per_second
-        ttt = est.time_to_train(epochs=args.epochs, dataset_size=args.dataset_size) / 60
-        per = f"{sps / prices[name] * 1e6:,.0f}" if name in prices else "-"
-        rows.append(f"{name:<12} {sps:>12,.0f} {ttt:>11.1f} min {per:>18}")
-    # printed only once every system is estimated: a failing one leaves no partial table
-    print(f"{'system':<12} {'samples/s':>12} {'time to train':>14} {'samples/s per $1M':>18}")
-    print("\n".join(rows))
-    if notes:
-        print("\n".join(notes))
-    elif any(n.replace("-", "_") in SYSTEM_PRESETS for n in names):
-        print("IPU systems at the given configuration (--tune: each at its best fitting one)")
-    return 0
+    if name.replace("-", "_") in GPU_SYSTEMS:
+        net = _model(args.model)
+        if net is None:
+            raise ValueError("GPU systems need a MODEL (not --costs)")
+        est = estimate_network_gpu(net, args.gpu_batch, name, dtype=args.dtype, training=True,
+                                   optimizer=args.optimizer)
+        kind, fits, doc = "gpu", True, dataclasses.asdict(est)
+        note = (f"{name}: batch {args.gpu_batch} per GPU as given (--gpu-batch; not tuned)"
+                if args.tune else None)
+    elif name.replace("-", "_") in SYSTEM_PRESETS and args.tune:
+        from .tune import run_tune
+        res = run_tune(_TuneArgs(args), name)
+        est = res.best
+        kind, fits, doc = "ipu", True, est.to_dict()
+        note = f"{name}: best fitting configuration (ipukern tune): {res.candidates[0].label()}"
+    elif name.replace("-", "_") in SYSTEM_PRESETS:
+        est = _estimate(args, name)
+        note = None
+        kind, fits, doc = "ipu", bool(est.info.get("fits", True)), est.to_dict()
+    else:
+        known = sorted(SYSTEM_PRESETS) + sorted(GPU_SYSTEMS)
+        raise ValueError(f"unknown system {name!r}; systems are {known}")
+    return {"system": name, "kind": kind, "samples_per_second": est.samples_per_second,
+            "time_to_train_s": est.time_to_train(epochs=args.epochs, dataset_size=args.dataset_size),
+            "fits": fits, "estimate": doc, "_est": est, "_note": note}
 
 
 class _TuneArgs:
@@ -169,6 +169,51 @@ class _TuneArgs:
         self.tune_ipus_per_replica = None
         self.replicas = None
         self.pipeline = None
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    prices = _prices(args.prices)
+    names = [s.strip().upper() for s in args.systems.split(",") if s.strip()]
+    rows = [_compare_one(args, name) for name in names]
+    for r in rows:
+        r["samples_per_second_per_musd"] = (r["samples_per_second"] / prices[r["system"]] * 1e6
+                                            if r["system"] in prices else None)
+    # printed only once every system is estimated: a failing one leaves no partial table
+    print(f"{'system':<12} {'samples/s':>12} {'time to train':>14} {'samples/s per $1M':>18}  memory")
+    for r in rows:
+        per = r["samples_per_second_per_musd"]
+        print(f"{r['system']:<12} {r['samples_per_second']:>12,.0f} {r['time_to_train_s'] / 60:>10.1f} min "
+              f"{'-' if per is None else f'{per:,.0f}':>18}  {'fits' if r['fits'] else 'DOES NOT FIT'}")
+    notes = [r["_note"] for r in rows if r["_note"]]
+    if notes:
+        print("\n".join(notes))
+    elif any(r["kind"] == "ipu" for r in rows):
+        print("IPU systems at the given configuration (--tune: each at its best fitting one)")
+    if not all(r["fits"] for r in rows):
+        print("(a system marked DOES NOT FIT was estimated with --allow-overflow: its rate is not "
+              "reachable as configured)")
+    doc = {**schema("compare"), "epochs": args.epochs, "dataset_size": args.dataset_size,
+           "systems": [{k: v for k, v in r.items() if k not in ("_est", "_note")} for r in rows]}
+
+    def trace(path: Path) -> None:
+        events = TraceEvents()
+        for pid, r in enumerate((r for r in rows if r["kind"] == "ipu"), start=1):
+            training_trace(r["_est"], pid=pid, events=events)
+        events.document(path, kind="compare", systems=names)
+
+    def table(path: Path) -> None:
+        cols = ["system", "kind", "samples_per_second", "time_to_train_s", "samples_per_second_per_musd",
+                "fits"]
+        with open(path, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
+            w.writeheader()
+            w.writerows(rows)
+    out = out_dir(args)
+    files = [] if out is None else [(out / "compare.csv", table, False),
+                                    (out / "compare.json", lambda p: p.write_text(json.dumps(doc, indent=1)),
+                                     False)]
+    write_documents(args, lambda: json.dumps(doc, indent=1), trace, files)
+    return 0
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -213,13 +258,16 @@ def _common(p: argparse.ArgumentParser) -> None:
                         "(default 0: each micro-batch's input is a synchronous host exchange, "
                         "as in Graphcore's MLPerf ResNet-50 runs)")
     p.add_argument("--dataset-size", type=int, default=1_281_167, help="samples per epoch (ImageNet)")
+    add_machine_options(p, default=None, what="IPU preset of the system's chips (default: the "
+                                                "system's own; its links and hosts stay the preset's)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     t = sub.add_parser("train", help="estimate training on an IPU system (breakdown, CSV/JSON, schedule)",
                        epilog="examples:\n"
                               "  ipukern train resnet50 --system POD16 --micro-batch 20 "
-                              "--gradient-accumulation 6 --recompute\n"
+                              "--gradient-accumulation 6 --checkpoints auto "
+                              "--available-memory-proportion 0.15\n"
                               "  ipukern train --costs layers.json --system POD16 --micro-batch 20\n"
                               "  ipukern train --costs layers.json --ipus-per-replica 4 --pipeline auto "
                               "--recompute\n"
@@ -230,21 +278,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--system", default="POD16", help=f"one of {sorted(SYSTEM_PRESETS)}")
     t.add_argument("--epochs", type=float, default=None,
                    help="also report the time to train this many epochs")
-    t.add_argument("--out", default="train", help="output prefix (default: train)")
+    add_document_views(t, out_files="train.csv (one row per IPU), train.json and train.png (the "
+                                    "pipeline schedule); default: the current directory")
+    t.set_defaults(out=".")
     train_run.register_flags(t)
     t.set_defaults(func=_cmd_train)
     c = sub.add_parser("compare", help="training throughput of IPU systems and DGX A100 side by side",
                        epilog="examples:\n"
-                              "  ipukern compare resnet50 --training --systems POD16,DGX_A100 --recompute\n"
-                              "  ipukern compare --costs layers.json --training --systems POD16,DGX_A100\n"
-                              "  ipukern compare --costs layers.json --training "
-                              "--prices POD16=150000,DGX_A100=200000",
+                              "  ipukern compare resnet50 --systems POD16,DGX_A100 --checkpoints auto "
+                              "--available-memory-proportion 0.15\n"
+                              "  ipukern compare --costs layers.json --systems POD16,POD64 --json -\n"
+                              "  ipukern compare --costs layers.json --systems POD16,POD64 "
+                              "--prices POD16=150000,POD64=600000",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(c)
-    c.add_argument("--training", action="store_true", help="compare training throughput")
+    c.add_argument("--training", action="store_true",
+                   help="compare training throughput (the default and only comparison; accepted "
+                        "for older command lines)")
+    add_document_views(c, out_files="compare.csv and compare.json")
     c.add_argument("--systems", default="POD16,DGX_A100",
                    help="comma-separated IPU system presets and GPU systems (default POD16,DGX_A100)")
-    c.add_argument("--prices", default=None, help="NAME=PRICE,... (list prices, your currency)")
+    c.add_argument("--prices", default=None, metavar="NAME=USD,...",
+                   help="list price of each system in US dollars (e.g. POD16=150000); adds the "
+                        "samples/s per $1M column")
     c.add_argument("--epochs", type=float, default=1.0,
                    help="epochs for the time-to-train column (default 1)")
     c.add_argument("--gpu-batch", type=int, default=256, help="samples per GPU per step")
@@ -253,5 +309,4 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "the given one; GPUs stay at --gpu-batch")
     from .tune import add_tune_options
     add_tune_options(c)
-    add_progress_options(c)
     c.set_defaults(func=_cmd_compare)

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from .._version import schema
 from ..machine import MachineSpec
 from .memory import MemoryReport
 from .views import TILE_GROUP, to_trace
@@ -329,6 +330,7 @@ class Profile:
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable dictionary (totals, per-superstep records, memory)."""
         return {
+            **schema("profile"),
             "label": self.label,
             "machine": self.machine.name,
             "clock_hz": self.machine.clock_hz,

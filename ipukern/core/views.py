@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from .._files import read_input_text
+from .._version import schema
 
-__all__ = ["to_trace", "diff_profiles", "format_diff", "load_profile_dict", "TILE_GROUP"]
+__all__ = ["to_trace", "diff_profiles", "format_diff", "load_profile_dict", "TILE_GROUP", "TraceEvents",
+           "delta", "diff_keyed", "format_delta_rows", "DELTA_HEADER", "profile_kind"]
 
 #: tiles per group in a profile's per-group activity (one row of a GC200's 46 x 32 tile
 #: map); the trace draws one row per group. Views work on a profile's ``to_dict()`` form,
@@ -104,9 +106,9 @@ def to_trace(profile: Any, path: str | Path | None = None) -> dict[str, Any]:
     ev.append({"name": "tiles", "ph": "C", "pid": _PID, "tid": 0, "ts": us(t),
                "args": {"computing": 0, "exchanging": 0}})
     trace = {"traceEvents": ev, "displayTimeUnit": "ns",
-             "otherData": {"generator": "ipukern", "machine": d["machine"], "label": d.get("label", ""),
-                           "clock_hz": clock, "n_tiles": n_tiles, "tile_group": TILE_GROUP,
-                           "total_cycles": d["total_cycles"]}}
+             "otherData": {"generator": "ipukern", **schema("trace"), "machine": d["machine"],
+                           "label": d.get("label", ""), "clock_hz": clock, "n_tiles": n_tiles,
+                           "tile_group": TILE_GROUP, "total_cycles": d["total_cycles"]}}
     if path is not None:
         Path(path).write_text(json.dumps(trace))
     return trace
@@ -131,8 +133,10 @@ def load_profile_dict(path: str | Path) -> dict[str, Any]:
     return d
 
 
-def _delta(a: float, b: float) -> dict[str, float | None]:
+def delta(a: float, b: float) -> dict[str, float | None]:
+    """One compared value: ``a``, ``b``, ``delta`` (b - a) and ``ratio`` (b / a, None when a is 0)."""
     return {"a": a, "b": b, "delta": b - a, "ratio": (b / a) if a else None}
+
 
 
 def diff_profiles(a: Any, b: Any) -> dict[str, Any]:
@@ -154,11 +158,11 @@ def diff_profiles(a: Any, b: Any) -> dict[str, Any]:
         number and names of supersteps).
     """
     a, b = _as_dict(a), _as_dict(b)
-    totals = {k: _delta(a[k], b[k]) for k in ("total_cycles", "compute_cycles", "sync_cycles",
+    totals = {k: delta(a[k], b[k]) for k in ("total_cycles", "compute_cycles", "sync_cycles",
                                                "exchange_cycles", "bytes_exchanged", "seconds")}
     cats = list(dict.fromkeys([*a["by_category"], *b["by_category"]]))
     zero = {"compute": 0, "sync": 0, "exchange": 0, "total": 0}
-    by_cat = {c: {k: _delta(a["by_category"].get(c, zero)[k], b["by_category"].get(c, zero)[k])
+    by_cat = {c: {k: delta(a["by_category"].get(c, zero)[k], b["by_category"].get(c, zero)[k])
                   for k in zero} for c in cats}
     sa, sb = a["supersteps"], b["supersteps"]
     steps = []
@@ -168,19 +172,20 @@ def diff_profiles(a: Any, b: Any) -> dict[str, Any]:
         row: dict[str, Any] = {"index": i, "name_a": x and x["name"], "name_b": y and y["name"]}
         for k in ("compute_cycles", "sync_cycles", "exchange_cycles", "total_cycles",
                   "bytes_exchanged"):
-            row[k] = _delta(x[k] if x else 0, y[k] if y else 0)
+            row[k] = delta(x[k] if x else 0, y[k] if y else 0)
         row["status"] = ("only in a" if y is None else "only in b" if x is None
                          else "renamed" if x["name"] != y["name"] else "same step")
         steps.append(row)
     mem: dict[str, Any] = {}
     ma, mb = a.get("memory") or {}, b.get("memory") or {}
     for c in dict.fromkeys([*ma.get("by_category", {}), *mb.get("by_category", {})]):
-        mem[c] = _delta(ma.get("by_category", {}).get(c, {}).get("max", 0),
+        mem[c] = delta(ma.get("by_category", {}).get(c, {}).get("max", 0),
                         mb.get("by_category", {}).get(c, {}).get("max", 0))
     if ma or mb:
-        mem["total"] = _delta(ma.get("max_bytes", 0), mb.get("max_bytes", 0))
+        mem["total"] = delta(ma.get("max_bytes", 0), mb.get("max_bytes", 0))
     same = len(sa) == len(sb) and all(r["status"] == "same step" for r in steps)
-    return {"a": {"label": a.get("label", ""), "machine": a["machine"]},
+    return {**schema("diff"), "kind": "profile",
+            "a": {"label": a.get("label", ""), "machine": a["machine"]},
             "b": {"label": b.get("label", ""), "machine": b["machine"]},
             "totals": totals, "by_category": by_cat, "supersteps": steps, "memory": mem,
             "same_program": same}
@@ -229,3 +234,99 @@ def format_diff(diff: dict[str, Any], *, only_changed: bool = False) -> str:
                 continue
             out.append(f"  {c:<28}{e['a']:>14,}{e['b']:>14,}{e['delta']:>+14,}{_fmt_ratio(e):>10}")
     return "\n".join(out)
+
+
+# =========================================================================== shared pieces
+def profile_kind(d: dict[str, Any]) -> str:
+    """"profile" (one program), "network" or "training" for a JSON document read back;
+    documents written before the schema field are told apart by their fields."""
+    name = str(d.get("schema", ""))
+    if name.startswith("ipukern."):
+        return name.split(".", 1)[1]
+    if {"supersteps", "total_cycles", "machine"} <= d.keys():
+        return "profile"
+    if "layers" in d and "total_cycles" in d:
+        return "network"
+    if "breakdown" in d and "step_seconds" in d:
+        return "training"
+    return "unknown"
+
+
+def diff_keyed(rows_a: list[dict], rows_b: list[dict], key: Any, fields: tuple[str, ...]
+               ) -> list[dict[str, Any]]:
+    """Rows of two documents matched by ``key(row)`` (in ``a``'s order, then ``b``'s new
+    ones), each field compared with :func:`delta`; ``status`` is "same", "only in a" or
+    "only in b"."""
+    by_b = {key(r): r for r in rows_b}
+    seen = set()
+    out = []
+    for r in rows_a:
+        k = key(r)
+        seen.add(k)
+        other = by_b.get(k)
+        out.append({"key": k, "status": "same" if other is not None else "only in a",
+                    **{f: delta(r.get(f, 0) or 0, (other or {}).get(f, 0) or 0) for f in fields}})
+    for r in rows_b:
+        if key(r) not in seen:
+            out.append({"key": key(r), "status": "only in b",
+                        **{f: delta(0, r.get(f, 0) or 0) for f in fields}})
+    return out
+
+
+def format_delta_rows(title: str | None, rows: list[tuple[str, dict[str, Any]]], *, scale: float = 1.0,
+                      only_changed: bool = False) -> list[str]:
+    """Lines of an a / b / b - a / b / a table under ``title`` (none when None); ``scale``
+    multiplies the values (1e3 for seconds shown in ms), integers print with digit groups."""
+    out = [] if title is None else [title]
+    for name, e in rows:
+        if only_changed and not e["delta"]:
+            continue
+        a, b, d = (e[k] * scale for k in ("a", "b", "delta"))
+        if all(float(v).is_integer() for v in (a, b)):
+            cells = f"{int(a):>16,}{int(b):>16,}{int(d):>+16,}"
+        else:
+            cells = f"{a:>16,.3f}{b:>16,.3f}{d:>+16,.3f}"
+        out.append(f"  {name[:40]:<40}{cells}{_fmt_ratio(e):>10}")
+    return out
+
+
+#: the header line of :func:`format_delta_rows` tables
+DELTA_HEADER = f"  {'':<40}{'a':>16}{'b':>16}{'b - a':>16}{'b / a':>10}"
+
+
+class TraceEvents:
+    """A Chrome / Perfetto trace-event document built up event by event (timestamps in
+    microseconds of simulated time): the format :func:`to_trace` writes, for the traces of
+    networks and training steps."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+
+    def process(self, pid: int, name: str) -> None:
+        self.events.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
+                            "args": {"name": name}})
+        self.events.append({"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0,
+                            "args": {"sort_index": pid}})
+
+    def thread(self, pid: int, tid: int, name: str) -> None:
+        self.events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
+                            "args": {"name": name}})
+        self.events.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid,
+                            "args": {"sort_index": tid}})
+
+    def span(self, pid: int, tid: int, name: str, cat: str, ts_us: float, dur_us: float,
+             **args: Any) -> None:
+        self.events.append({"name": name, "cat": cat, "ph": "X", "pid": pid, "tid": tid,
+                            "ts": ts_us, "dur": dur_us, "args": args})
+
+    def counter(self, pid: int, name: str, ts_us: float, **values: float) -> None:
+        self.events.append({"name": name, "ph": "C", "pid": pid, "tid": 0, "ts": ts_us,
+                            "args": values})
+
+    def document(self, path: str | Path | None = None, **other: Any) -> dict[str, Any]:
+        """``{"traceEvents": ..., "otherData": {generator, **other}}``; written to ``path``."""
+        trace = {"traceEvents": self.events, "displayTimeUnit": "ns",
+                 "otherData": {"generator": "ipukern", **schema("trace"), **other}}
+        if path is not None:
+            Path(path).write_text(json.dumps(trace))
+        return trace

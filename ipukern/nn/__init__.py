@@ -44,13 +44,15 @@ from .network import Network
 from .ops import OpPlan
 from .profile import NetworkProfile
 from .recurrent import GRU, LSTM
+from .views import diff_networks, format_network_diff, network_trace
 from .program import NetworkProgram
 from .torch_import import UnsupportedTorchNode, from_torch
 from .train_exec import TrainStepRun, train_step
 
 __all__ = [  # noqa: RUF022 - grouped: framework, then the layer set
     "Network", "NetworkProfile", "NetworkRun", "NetworkProgram", "estimate_network", "run_network",
-    "compile_network", "clear_network_caches", "OpPlan", "Layout", "Rearrangement", "Resident",
+    "compile_network", "clear_network_caches",
+    "diff_networks", "format_network_diff", "network_trace", "OpPlan", "Layout", "Rearrangement", "Resident",
     "UnsupportedTorchNode", "from_torch", "models", "layers", "TrainStepRun", "train_step",
     "plan_context", "Layer", "PlanContext", "Conv2d", "BatchNorm2d", "Activation", "ReLU", "ReLU6",
     "SiLU", "GELU",

@@ -8,7 +8,9 @@ from typing import Any
 
 import numpy as np
 
+from .._version import schema
 from ..core import SuperstepRecord
+from .views import network_to_pandas, network_trace
 
 __all__ = ["CATEGORY", "NetworkProfile"]
 
@@ -177,7 +179,10 @@ class NetworkProfile:
         return self.summary()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"label": self.label, "machine": self.machine.name, "batch": self.batch,
+        """JSON-serialisable dictionary (totals, per-layer rows, memory); ``max_batch`` only
+        once computed (reading ``memory`` searches it)."""
+        return {**schema("network"), "label": self.label, "machine": self.machine.name,
+                "clock_hz": self.machine.clock_hz, "n_tiles": self.machine.n_tiles, "batch": self.batch,
                 "dtype": self.dtype, "partials": self.partials, "training": self.training,
                 "total_cycles": self.total_cycles, "seconds": self.seconds,
                 "samples_per_second": self.samples_per_second, "flops": self.flops,
@@ -190,6 +195,16 @@ class NetworkProfile:
 
     def to_json(self, **kwargs: Any) -> str:
         return json.dumps(self.to_dict(), **kwargs)
+
+    def to_pandas(self) -> Any:
+        """One row per layer pass, in program order (:func:`ipukern.nn.views.network_to_pandas`).
+        Needs pandas."""
+        return network_to_pandas(self)
+
+    def to_trace(self, path: Any = None) -> dict[str, Any]:
+        """Chrome / Perfetto trace-event JSON: one row per pass, one span per layer (opens in
+        ui.perfetto.dev); see :func:`ipukern.nn.views.network_trace`. Writes ``path`` when given."""
+        return network_trace(self, path)
 
     def to_csv(self, path) -> None:
         """One row per layer pass."""

@@ -20,6 +20,7 @@ from .collectives import (
     reduce_scatter,
 )
 from .config import TrainingConfig
+from .views import diff_trainings, format_training_diff, training_schedule, training_trace
 from .training import LayerCost, StageMemoryError, TrainingEstimate, estimate_training
 from .tune import TuneCandidate, TuneResult, tune
 from .train_run import TrainingRun, run_training_step
@@ -44,4 +45,5 @@ __all__ = [
     "collective_seconds", "concurrent", "concurrent_seconds", "get_system", "reduce_scatter",
     "LayerCost", "StageMemoryError", "TrainingEstimate", "estimate_training",
     "TrainingRun", "run_training_step", "TrainingConfig", "TuneCandidate", "TuneResult", "tune",
+    "diff_trainings", "format_training_diff", "training_schedule", "training_trace",
 ]

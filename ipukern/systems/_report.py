@@ -20,12 +20,14 @@ def _memory_cell(r: dict) -> str:
     return f"{r['memory_bytes'] / 1e6:.1f} / {r['budget_bytes'] / 1e6:.1f} MB (whole chip)" + over
 
 
-def _no_fit(s: int, names: list[str], mem: dict, chip) -> str:
-    """The one-line StageMemoryError message of stage s."""
+def _no_fit(s: int, names: list[str], mem: dict, chip, recompute: object = None) -> str:
+    """The one-line StageMemoryError message of stage s; with ``recompute`` already on it
+    does not suggest recomputation."""
     what = f"pipeline stage {s} ({names[0]} .. {names[-1]}) on IPU {s} needs "
-    fix = ("; recompute (checkpoints: recompute=[layers], CLI --checkpoints), a lower "
-           "available_memory_proportion, a smaller micro-batch or more IPUs per replica would lower it "
-           "(allow_overflow=True, CLI --allow-overflow, estimates anyway)")
+    fix = ("; " + ("recompute (checkpoints: recompute=[layers], CLI --checkpoints), " if not recompute
+                   else f"even with recompute={recompute!r}; ")
+           + "a lower available_memory_proportion, a smaller micro-batch or more IPUs per replica "
+             "would lower it (allow_overflow=True, CLI --allow-overflow, estimates anyway)")
     if "peak_tile_bytes" in mem:
         return (what + f"{mem['peak_tile_bytes']:,} B > budget {mem['tile_bytes']:,} B on tile "
                 f"{mem['busiest_tile']} at {mem['busiest_step']!r} (per-tile liveness, "

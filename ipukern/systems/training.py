@@ -41,6 +41,7 @@ what-if numbers).
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,6 +57,7 @@ from .config import TrainingConfig
 from .spec import System, SystemConfigError, get_system
 from ._report import _kinds, _memory_cell, _memory_model, _no_fit
 from .stage_memory import tile_memory
+from .views import training_schedule, training_to_dict, training_to_pandas, training_trace
 
 __all__ = ["LayerCost", "TrainingEstimate", "StageMemoryError", "estimate_training", "OPTIMIZER_WORDS",
            "OPTIMIZER_STATE_WORDS"]
@@ -138,6 +140,26 @@ class TrainingEstimate:
                       samples: float | None = None) -> float:
         """Seconds for ``samples`` (or ``epochs x dataset_size``) training samples."""
         return training_samples(epochs, dataset_size, samples) / self.samples_per_second
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable dictionary (totals, stages, info, per-IPU breakdown)."""
+        return training_to_dict(self)
+
+    def to_json(self, **kwargs: Any) -> str:
+        return json.dumps(self.to_dict(), **kwargs)
+
+    def to_pandas(self) -> Any:
+        """One row per IPU (the breakdown), indexed by IPU. Needs pandas."""
+        return training_to_pandas(self)
+
+    def schedule(self, *, replica: int | None = 0) -> list[dict[str, Any]]:
+        """What each IPU does when during the step (:func:`ipukern.systems.views.training_schedule`)."""
+        return training_schedule(self, replica=replica)
+
+    def to_trace(self, path: Any = None) -> dict[str, Any]:
+        """Chrome / Perfetto trace-event JSON of the step: one row per IPU (pipeline stage), one
+        span per micro-batch, then all-reduce and optimizer; writes ``path`` when given."""
+        return training_trace(self, path)
 
     def summary(self) -> str:
         lines = [f"{self.system}: {self.replicas} replicas x {self.ipus_per_replica} IPU(s), "
@@ -582,7 +604,7 @@ def _compose(system: System, costs: list[LayerCost], stages: list[list[str]], cf
         i, j = pos[names[0]], pos[names[-1]] + 1
         mem = memory(s, i, j)
         if not mem["fits"] and not allow_overflow:
-            raise StageMemoryError(_no_fit(s, names, mem, chip))
+            raise StageMemoryError(_no_fit(s, names, mem, chip, cfg.recompute))
         layers = costs[i:j]
         fwd = sum(c.fwd_cycles for c in layers)
         bwd = sum(c.bwd_cycles + c.wu_cycles for c in layers) + (fwd if recompute else 0)

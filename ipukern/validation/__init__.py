@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..machine import MachineSpec, get_machine
+from .._version import schema
 from ._table import read_table, select, write_table
 from .models import MODELLERS, parse_params
 
@@ -143,7 +144,7 @@ class ValidationResult:
 
     def to_json(self, path: str | Path | None = None) -> str:
         """``{"variants", "summary", "rows"}`` as JSON; written to ``path`` when given."""
-        text = json.dumps({"variants": VARIANTS, "summary": self.summary,
+        text = json.dumps({**schema("validation"), "variants": VARIANTS, "summary": self.summary,
                            "rows": [r.to_dict() for r in self.rows]}, indent=1)
         if path is not None:
             Path(path).write_text(text)

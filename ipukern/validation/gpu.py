@@ -28,6 +28,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from .._version import schema
+
 __all__ = ["KernelGroup", "E2ERow", "GPUValidationReport", "gpu_report"]
 
 
@@ -179,7 +181,8 @@ class GPUValidationReport:
         return "\n".join(lines)
 
     def to_json(self, path: str | Path | None = None) -> str:
-        text = json.dumps({"summary": self.summary(), "kernels": [asdict(g) for g in self.kernels],
+        text = json.dumps({**schema("validation.gpu"), "summary": self.summary(),
+                           "kernels": [asdict(g) for g in self.kernels],
                            "e2e": [asdict(r) for r in self.e2e], "mlperf": self.mlperf,
                            "skipped": self.skipped}, indent=1)
         if path is not None:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ._table import build_network, geomean, read_table, select, write_table
+from .._version import schema
 
 __all__ = ["CARDS", "InferenceReport", "InferenceRow", "PublishedInference", "inference_report",
            "load_inference", "machine_spec"]
@@ -215,7 +216,8 @@ class InferenceReport:
         return write_table(path, [{k: d.get(k) for k in cols} for d in dicts], _FIELDS)
 
     def to_json(self, path: str | Path | None = None) -> str:
-        text = json.dumps({"rows": [r.to_dict() | {"memory": r.memory} for r in self.rows],
+        text = json.dumps({**schema("validation.inference"),
+                           "rows": [r.to_dict() | {"memory": r.memory} for r in self.rows],
                            "summary": self.summary()}, indent=1)
         if path is not None:
             Path(path).write_text(text)

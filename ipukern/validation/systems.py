@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._version import schema
 from ._table import build_network, geomean, read_table, select, write_table
 
 __all__ = ["PublishedRun", "SystemsReport", "SystemsRow", "load_published", "systems_report"]
@@ -255,7 +256,8 @@ class SystemsReport:
         return write_table(path, [r.to_dict() for r in self.rows], _FIELDS)
 
     def to_json(self, path: str | Path | None = None) -> str:
-        text = json.dumps({"rows": [r.to_dict() | {"details": r.details} for r in self.rows],
+        text = json.dumps({**schema("validation.systems"),
+                           "rows": [r.to_dict() | {"details": r.details} for r in self.rows],
                            "scaling": self.scaling, "summary": self.summary()}, indent=1)
         if path is not None:
             Path(path).write_text(text)

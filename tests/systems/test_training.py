@@ -172,12 +172,13 @@ def test_cli_train_writes_breakdown_and_schedule(tmp_path, capsys):
     assert rc == 0
     text = capsys.readouterr().out
     assert "2 replicas x 2 IPU(s)" in text and "time to train" in text
-    rows = list(csv.DictReader(open(f"{out}.csv")))
+    rows = list(csv.DictReader(open(out / "train.csv")))
     assert len(rows) == 4 and rows[0]["stage"] == "0"
-    data = json.loads(open(f"{out}.json").read())
+    data = json.loads((out / "train.json").read_text())
     assert data["stages"] == [["l0", "l1"], ["l2", "l3"]]
+    assert (data["schema"], data["schema_version"]) == ("ipukern.training", 1)
     pytest.importorskip("matplotlib")
-    assert (tmp_path / "run.png").stat().st_size > 1000
+    assert (out / "train.png").stat().st_size > 1000
 
 
 def test_cli_errors_are_one_line(tmp_path, capsys):
@@ -244,7 +245,7 @@ def test_cli_io_tiles(tmp_path, capsys):
     out = str(tmp_path / "t")
     assert main(["train", "resnet8", "--system", "M2000", "--micro-batch", "2", "--io-tiles", "32",
                  "--out", out]) == 0
-    info = json.loads((tmp_path / "t.json").read_text())["info"]
+    info = json.loads((tmp_path / "t" / "train.json").read_text())["info"]
     assert info["io_tiles"] == 32 and info["host_io_overlapped"]
     capsys.readouterr()
     assert main(["train", "resnet8", "--system", "M2000", "--io-tiles", "-3", "--out", out]) == 1
