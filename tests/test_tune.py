@@ -87,6 +87,6 @@ def test_cli_bad_inputs_one_line(capsys, args, word):
 
 def test_compare_tune_says_so(capsys):
     rc = main(["compare", "resnet8", "--training", "--systems", "M2000", "--tune", "--max-global-batch", "64",
-               "--available-memory-proportion", "0.6", "--no-progress"])
+               "--available-memory-proportion", "0.6"])
     out = capsys.readouterr().out
     assert rc == 0 and "best fitting configuration" in out

@@ -169,6 +169,7 @@ class _TuneArgs:
         self.tune_ipus_per_replica = None
         self.replicas = None
         self.pipeline = None
+        self.__dict__.setdefault("progress", None)      # compare has no --progress: a TTY decides
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
