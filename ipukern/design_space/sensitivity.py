@@ -32,9 +32,10 @@ class Sensitivity:
     def sentence(self) -> str:
         factor = self.high / self.low if self.low else float("inf")
         if self.gain is None:
-            return (f"{self.network}: {self.constant} {self.low:g} -> {self.high:g}: no pair of "
-                    f"fitting points ({self.skipped} left out)")
-        return (f"{self.network} gains {self.gain:.3g}x from {factor:.3g}x {self.constant} "
+            why = (f"no pair of points that both fit ({self.skipped} left out)" if self.skipped
+                   else "no pair of points differing in it alone")
+            return f"{self.network}: {self.constant} {self.low:g} -> {self.high:g}: {why}"
+        return (f"{self.network} gains {self.gain:.2f}x from {factor:.3g}x {self.constant} "
                 f"({self.low:g} -> {self.high:g}; {self.pairs} pair{'s' * (self.pairs != 1)})")
 
 

@@ -3,7 +3,8 @@
 A range is a mapping ``{constant: [values...]}``; the variants are its grid (every
 combination, in the mapping's order, the last constant varying fastest). A value is a
 number, or a string ``"x<factor>"`` relative to the base (``"x2"``: twice the base's
-value). :func:`one_at_a_time` gives the other common design: the base plus each constant
+value; rounded to a whole number for the integer constants). :func:`one_at_a_time` gives the
+other common design: the base plus each constant
 moved alone. An explicit list of variants (dicts of changes or MachineSpecs) is taken as is.
 
 Every variant is built (and so checked by :class:`~ipukern.MachineSpec` and
@@ -72,6 +73,8 @@ def _value(base: Any, name: str, v: Any, where: str) -> Any:
         except ValueError:
             raise ValueError(f"{where}: {name} value {v!r} is not a number or 'x<factor>'") from None
         v = _base_value(base, name) * factor
+        if name in _INT_CONSTANTS and math.isfinite(v):
+            v = round(v)                     # "x0.5" of 1471 tiles: the nearest whole number
     if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
         raise ValueError(f"{where}: {name} must be a finite number or 'x<factor>', got {v!r}")
     if name in _INT_CONSTANTS:
@@ -140,6 +143,10 @@ def _machine(base: MachineSpec, changes: dict, where: str) -> MachineSpec:
                                  f"{a}->{b} (base {u}); the units must be a whole number >= 1")
             units.append((a, b, int(scaled)))
         kw["amp_conv_units"] = tuple(units)
+    # checked here (in MachineSpec's words): exchange_bandwidth divides by them
+    for name, want in (("n_tiles", "a positive int"), ("clock_hz", "a finite number > 0")):
+        if name in kw and not kw[name] > 0:
+            raise ValueError(f"{where}: MachineSpec.{name} must be {want}, got {kw[name]!r}")
     if "exchange_bandwidth" in kw and not (kw["exchange_bandwidth"] > 0):
         raise ValueError(f"{where}: exchange_bandwidth must be > 0 B/s, got {kw['exchange_bandwidth']!r}")
     if "clock_ghz" in kw and not (kw["clock_ghz"] > 0):
