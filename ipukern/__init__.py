@@ -33,12 +33,14 @@ from .graph.tilefn import TileFunction, TileFunctionCompileError, TileFunctionEr
 # imported only when a plot is drawn)
 from . import gpu, plots, scaling
 from .sweeps import network_sweep, training_sweep
+from . import design_space
+from .design_space import ExploreResult, explore
 from ._version import __version__
 from . import nn
 from .nn import Network, NetworkProfile, NetworkRun, estimate_network, from_torch, models, run_network
 
 __all__ = [
-    "__version__", "gpu", "plots", "scaling", "nn",
+    "__version__", "gpu", "plots", "scaling", "nn", "design_space", "explore", "ExploreResult",
     "Network", "NetworkProfile", "NetworkRun", "estimate_network", "run_network", "models", "from_torch",
     "MachineSpec", "GC2", "GC200", "BOW", "PRESETS", "get_machine", "canonical_dtype",
     "Device", "run_program", "set_num_threads", "get_num_threads",

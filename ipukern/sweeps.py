@@ -21,10 +21,11 @@ from typing import Any
 
 from ._pool import run_points
 
-__all__ = ["network_sweep", "training_sweep"]
+__all__ = ["network_sweep", "training_sweep", "resolve_net"]
 
 
-def _resolve_net(net: Any, model_kwargs: Any) -> Any:
+def resolve_net(net: Any, model_kwargs: Any = None) -> Any:
+    """A Network as given, or the zoo model ``net`` names built with ``model_kwargs``."""
     from .nn.models import MODELS
     if isinstance(net, str):
         if net not in MODELS:
@@ -38,7 +39,7 @@ def _resolve_net(net: Any, model_kwargs: Any) -> Any:
 def _network_point(cfg: dict, max_batch: bool = False) -> Any:
     from .nn import estimate_network
     cfg = dict(cfg)
-    net = _resolve_net(cfg.pop("net"), cfg.pop("model_kwargs", None))
+    net = resolve_net(cfg.pop("net"), cfg.pop("model_kwargs", None))
     prof = estimate_network(net, **cfg)
     if max_batch:
         _ = prof.memory["max_batch"]     # search here, in the worker (the profile caches it)
@@ -52,7 +53,7 @@ def _training_point(cfg: dict) -> Any:
     from .systems import estimate_training
     cfg = dict(cfg)
     net = cfg.pop("net", None)
-    return estimate_training(_resolve_net(net, cfg.pop("model_kwargs", None)), **cfg)
+    return estimate_training(resolve_net(net, cfg.pop("model_kwargs", None)), **cfg)
 
 
 def _check(configs: Any, target: Callable) -> list[dict]:

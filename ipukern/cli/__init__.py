@@ -11,6 +11,8 @@ Subcommands
 ``ipukern train``    training on an IPU system (``estimate_training``): breakdown, CSV/JSON,
                      the pipeline schedule PNG; ``ipukern compare`` IPU systems vs DGX A100.
 ``ipukern tune``     the fastest training configuration that fits a system (``ipukern.tune``).
+``ipukern explore``  networks over machine / system variants (``ipukern.explore``) on Dask, a
+                     process pool or serially, resumable; CSV, Parquet, Pareto plot, sensitivity.
 ``ipukern network``  a zoo network (resnet50, mobilenet_v2, bert_base, ...) on one IPU:
                      per-layer table and totals; CSV, JSON, time-per-layer and memory PNGs.
 ``ipukern validate`` the model next to published measurements of real IPUs: ratio per point,
@@ -38,13 +40,13 @@ import sys
 from typing import NoReturn, Sequence
 
 from ..core import TileMemoryError
-from . import diff, info, layer, network, scaling, train, tune, validate
+from . import diff, explore, info, layer, network, scaling, train, tune, validate
 from ._common import Progress
 
 __all__ = ["main", "build_parser", "Progress"]
 
 #: subcommand modules, each with ``register(subparsers)``; parser order = help order
-COMMANDS = (scaling, layer, info, validate, train, tune, network, diff)
+COMMANDS = (scaling, layer, info, validate, train, tune, network, explore, diff)
 
 
 def _installed_version() -> str:

@@ -1,0 +1,71 @@
+"""Engines: a real Dask LocalCluster (two workers) and a process pool give the serial
+run's records bit for bit; a point the engine loses is reported (ipukern.design_space.engines)."""
+import concurrent.futures
+
+import pytest
+
+import ipukern as ik
+
+NETS = ["resnet8", "bert_base"]
+MACHINES = {"exchange_bandwidth": [8e12, 47.5e12]}
+
+
+def _run(scheduler, **kw):
+    return ik.explore(NETS, MACHINES, scheduler=scheduler, batch=1, **kw)
+
+
+@pytest.fixture(scope="module")
+def serial():
+    return _run("serial")
+
+
+def test_dask_local_cluster_equals_serial(serial):
+    pytest.importorskip("distributed")
+    got = _run("local", n_workers=2)
+    assert got.engine == "Dask LocalCluster (2 workers)" and not got.lost
+    assert got.rows == serial.rows and repr(got.rows) == repr(serial.rows)
+
+
+def test_a_dask_client_of_yours_is_used_and_left_running(serial):
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+        got = _run(client)
+        assert got.engine.startswith("Dask client") and got.rows == serial.rows
+        assert client.status == "running"
+
+
+def test_process_pool_equals_serial(serial):
+    got = _run("process", n_workers=2)
+    assert got.engine == "process pool (2 workers)" and got.rows == serial.rows
+
+
+class _LosesOne(concurrent.futures.ThreadPoolExecutor):
+    """An executor whose second point is lost (as a killed worker's would be)."""
+
+    def submit(self, fn, point):
+        if point.index == 1:
+            f = concurrent.futures.Future()
+            f.set_exception(RuntimeError("worker died"))
+            return f
+        return super().submit(fn, point)
+
+
+def test_a_lost_point_is_reported_not_stored_and_computed_next_time(serial, tmp_path):
+    out = tmp_path / "s.jsonl"
+    with _LosesOne(1) as ex:
+        got = _run(ex, out=out)
+    (cfg, why), = got.lost
+    assert why == "RuntimeError: worker died" and cfg["network"] == "resnet8"
+    assert cfg["changes"] == {"exchange_bandwidth": 47.5e12} and cfg["settings"] == {"batch": 1}
+    assert len(got.rows) == 3 and got.computed == 3 and "lost: resnet8" in got.summary()
+    again = _run("serial", out=out)
+    assert (again.computed, again.reused) == (1, 3) and again.rows == serial.rows
+
+
+def test_an_unreachable_scheduler_is_a_clear_error(monkeypatch):
+    pytest.importorskip("distributed")
+    from ipukern.design_space import engines
+    monkeypatch.setattr(engines, "CONNECT_TIMEOUT_S", 2)
+    with pytest.raises(RuntimeError, match="scheduler 'tcp://127.0.0.1:9': cannot connect"):
+        _run("tcp://127.0.0.1:9")
