@@ -99,7 +99,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                               "  ipukern explore resnet50 efficientnet_b0 "
                               "--vary exchange_bandwidth=8e12,16e12 "
                               "--vary tile_bytes=x1,x2\n"
-                              "  ipukern explore resnet50 --vary n_tiles=x0.5,x1 --oat --scheduler tcp://host:8786\n"
+                              "  ipukern explore resnet50 --vary n_tiles=x0.5,x1 --oat --scheduler serial\n"
+                              "(on a Dask cluster: --scheduler tcp://HOST:8786)\n"
                               "  ipukern explore resnet8 --tune --vary-system n_ipus=4,16 --scheduler serial",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("networks", nargs="+", help="zoo models (resnet50, efficientnet_b0, bert_base, ...)")
