@@ -158,7 +158,8 @@ def test_cli_state_dtype(tmp_path, capsys):
             "--out", str(tmp_path / "t")]
     assert main(base + ["--optimizer-state-dtype", "float16"]) == 0
     assert "optimizer state float16" in capsys.readouterr().out
-    assert json.loads((tmp_path / "t" / "train.json").read_text())["info"]["optimizer_state_dtype"] == ["float16"]
+    doc = json.loads((tmp_path / "t" / "train.json").read_text())
+    assert doc["info"]["optimizer_state_dtype"] == ["float16"]
     assert main(base + ["--optimizer", "lamb", "--optimizer-state-dtype", "float16,float32"]) == 0
     capsys.readouterr()
     assert main(base + ["--optimizer", "lars", "--optimizer-state-dtype", "float16"]) == 0
