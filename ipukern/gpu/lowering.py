@@ -14,6 +14,9 @@ of PyTorch's kernels (written beside each op); fusions of the stack remove passe
   ``conv_epilogue`` and into a linear's with ``bias_act``;
 * layer norm: x -> y (+ row statistics); backward dy, x -> dx plus the weight/bias gradient
   reduction: 4 tensor passes; ``norm_residual`` fuses the residual add before it;
+* training a token model (one with an embedding): each residual add into a layer norm carries
+  the sub-layer's hidden dropout (the networks are inference graphs): dropout and add as two
+  passes, one with ``dropout_add``, none with ``norm_residual``; backward a mask pass;
 * the attention block (matmul -> softmax -> matmul) with ``attention``: one fused kernel
   whose FLOPs are both products and whose DRAM traffic is Q, K, V and the context;
   backward 2.5x the forward FLOPs (FlashAttention, Dao et al. 2022, section 3.1), else
@@ -63,6 +66,7 @@ class _Ctx:
         self.elem = 2 if dtype == "float16" else 4
         self.consumers = net.consumers()
         self.inputs = set(getattr(net, "inputs", ()) or ())
+        self.token_model = any(layer.op == "embedding" for _, layer in net.layers)
 
     def producer_op(self, name: str) -> str:
         node = self.net.nodes.get(name)
@@ -84,6 +88,13 @@ class _Ctx:
         node = self.net.nodes[name]
         return (self.stack.fuses("attention") and self.producer_op(node.inputs[0]) == "matmul"
                 and "matmul" in self.consumer_ops(name))
+
+    def residual_dropout(self, name: str) -> bool:
+        """A residual add into a layer norm of a token model in training: it carries the
+        sub-layer's hidden dropout (Vaswani et al. 2017, section 5.4 "Residual Dropout";
+        BERT's hidden_dropout_prob 0.1), which ipukern's networks leave out as inference."""
+        return (self.training and self.token_model and self.producer_op(name) == "add"
+                and "layernorm" in self.consumer_ops(name))
 
     def is_input(self, name: str) -> bool:
         return self.producer_op(name) == "input"
@@ -176,11 +187,26 @@ def _activation(ctx: _Ctx, name: str, layer: Any, ins: list, out: tuple) -> tupl
 
 def _add(ctx: _Ctx, name: str, layer: Any, ins: list, out: tuple) -> tuple[list, list]:
     e, size, st = ctx.elem, _size(out), ctx.stack
+    if ctx.residual_dropout(name):
+        return _dropout_add(ctx, size)
     if (st.fuses("conv_epilogue") and _prod(ctx, name) in ("conv2d", "batchnorm")
             or st.fuses("norm_residual") and "layernorm" in ctx.consumer_ops(name)):
         return [], []
     bwd = [_mem("elementwise", f"{layer.act} backward", 3 * size, e)] if layer.act else []
     return [_mem("elementwise", "add", 3 * size, e)], bwd
+
+
+def _dropout_add(ctx: _Ctx, size: int) -> tuple[list, list]:
+    """A transformer sub-layer's hidden dropout and residual add in training; the mask is one
+    byte per element (PyTorch's fused dropout); backward: dy and the mask -> the branch's dx."""
+    e, st = ctx.elem, ctx.stack
+    bwd = [_mem("elementwise", "dropout backward", (2 * e + 1) * size, 1)]
+    if st.fuses("norm_residual"):               # inside the layer norm's pass
+        return [], bwd
+    if st.fuses("dropout_add"):
+        return [_mem("elementwise", "dropout + add", (3 * e + 1) * size, 1)], bwd
+    return [_mem("elementwise", "dropout", (2 * e + 1) * size, 1),
+            _mem("elementwise", "add", 3 * size, e)], bwd
 
 
 def _layernorm(ctx: _Ctx, name: str, layer: Any, ins: list, out: tuple) -> tuple[list, list]:

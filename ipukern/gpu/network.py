@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..dtypes import DTYPES
 from ..ops import OPTIMIZER_WORDS
 from .comm import ddp_exposed_seconds
 from .kernels import GPUTarget, KernelCall, kernel_seconds
@@ -82,10 +83,12 @@ def _layer_params(net: Any) -> dict[str, list[int]]:
 def network_timeline(net: Any, batch: int, target: GPUTarget, stack: SoftwareStack, *,
                      training: bool, optimizer: str = "sgd_momentum",
                      all_reduce: Callable[[float], float] | None = None,
-                     grad_bytes_per_param: int = 2) -> Timeline:
+                     optimizer_shards: int = 1) -> Timeline:
     """Play one forward pass (or training step) of ``net`` at ``batch`` on one GPU.
 
-    ``all_reduce`` (bytes -> seconds) prices one DDP bucket; None: a single GPU."""
+    ``all_reduce`` (bytes -> seconds) prices one DDP bucket of gradients in the target's
+    dtype; None: a single GPU.
+    ``optimizer_shards``: this GPU updates 1/shards of the parameters (a sharded optimizer)."""
     gpu, dtype, tf32, direct_curve = target.gpu, target.dtype, target.tf32, target.direct_curve
     lowered = lower_network(net, batch, gpu, stack, dtype, training=training, tf32=tf32,
                             direct_curve=direct_curve)
@@ -132,10 +135,11 @@ def network_timeline(net: Any, batch: int, target: GPUTarget, stack: SoftwareSta
     for li, e in zip(owner, bwd_end):
         last_end[li] = float(e) - t_fwd
     ready, sizes = [], []
+    grad_bytes = DTYPES[dtype].itemsize
     for li in order:
         for n in params.get(lowered[li].name, []):
             ready.append(last_end.get(li, t_bwd_end - t_fwd))
-            sizes.append(n * grad_bytes_per_param)
+            sizes.append(n * grad_bytes)
     exposed = comm = 0.0
     buckets = 0
     if all_reduce is not None and sizes:
@@ -144,7 +148,7 @@ def network_timeline(net: Any, batch: int, target: GPUTarget, stack: SoftwareSta
     n_params = sum(sum(v) for v in params.values())
     n_tensors = sum(len(v) for v in params.values())
     launches = max(1, math.ceil(n_tensors / _TENSORS_PER_LAUNCH)) if n_tensors else 0
-    opt_bytes = OPTIMIZER_WORDS[optimizer] * 4 * n_params
+    opt_bytes = OPTIMIZER_WORDS[optimizer] * 4 * n_params / optimizer_shards
     opt_t = np.full(launches, t(KernelCall("optimizer", "optimizer step",
                                            nbytes=math.ceil(opt_bytes / max(launches, 1)))))
     opt_end, w3 = play_launches(opt_t, host, (issued + bwd_t.size) * host, t_bwd_end + exposed)

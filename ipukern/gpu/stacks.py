@@ -12,9 +12,14 @@ Fusions (``SoftwareStack.fusions``):
   GEMM's epilogue: no separate pass over the output (cuDNN's fused conv-bias-activation and
   NVIDIA's MLPerf ResNet-50 "NHWC fused BN-add-ReLU" kernels);
 * ``bias_act``: a linear layer's bias and GELU in the GEMM epilogue (cuBLASLt epilogues);
+  without it the activation is its own pass (bias-less GEMM + a JIT-fused bias-GELU pass, as
+  NVIDIA's MLPerf BERT ``LinearActivation`` does, costs the same one pass);
 * ``attention``: scores, scale, mask, softmax, dropout and context in one fused multi-head
   attention kernel (FMHA in NVIDIA's MLPerf BERT); only Q, K, V and the context touch DRAM;
-* ``norm_residual``: residual add, dropout and layer norm in one pass (apex FusedLayerNorm);
+* ``norm_residual``: residual add, dropout and layer norm in one pass;
+* ``dropout_add``: in training, a transformer sub-layer's hidden dropout and its residual add
+  in one pass (``jit_dropout_add`` of NVIDIA's MLPerf v1.1 BERT); without it (and without
+  ``norm_residual``) dropout and add are two passes (v1.0 ran ``fused_dropout_add=False``);
 * ``optimizer``: the whole optimizer step as a few multi-tensor-apply launches;
 * ``unpadded``: BERT sequences without padding tokens (NVIDIA's unpadded BERT; Graphcore's
   packing): the token count is ``token_fraction`` of the padded one.
@@ -24,11 +29,13 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from ..ops import OPTIMIZER_WORDS
 from .curves import get_efficiency_curve
 
 __all__ = ["SoftwareStack", "STACKS", "FUSIONS", "get_stack"]
 
-FUSIONS = ("conv_epilogue", "bias_act", "attention", "norm_residual", "optimizer", "unpadded")
+FUSIONS = ("conv_epilogue", "bias_act", "attention", "norm_residual", "dropout_add", "optimizer",
+           "unpadded")
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,12 @@ class SoftwareStack:
     grouped_curve : str
         The efficiency curve of its grouped/depthwise conv kernels (``"cudnn"``, or
         ``"optimized"`` for hand-written ones; :mod:`ipukern.gpu.curves`).
+    distributed_optimizers : frozenset of str
+        Optimizers the stack runs as apex's distributed fused optimizer (DistributedFusedLAMB
+        as NVIDIA's MLPerf BERT ran it): after the backward pass (``dwu_overlap_reductions=
+        False``: nothing hidden) a reduce-scatter of the gradients, each of n GPUs updates 1/n
+        of the parameters, an all-gather of the weights; the two collectives move what one
+        all-reduce does. Other optimizers: DDP, the all-reduce under the backward pass.
     """
 
     name: str
@@ -64,6 +77,7 @@ class SoftwareStack:
     token_fraction: float = 1.0
     tf32: bool = False
     grouped_curve: str = "cudnn"
+    distributed_optimizers: frozenset = field(default_factory=frozenset)
     sources: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -77,10 +91,19 @@ class SoftwareStack:
         if not (0 < self.token_fraction <= 1):
             raise ValueError(f"stack {self.name!r}: token_fraction must be in (0, 1]")
         object.__setattr__(self, "fusions", frozenset(self.fusions))
+        object.__setattr__(self, "distributed_optimizers", frozenset(self.distributed_optimizers))
+        bad = self.distributed_optimizers - set(OPTIMIZER_WORDS)
+        if bad:
+            raise ValueError(f"stack {self.name!r}: unknown distributed_optimizers {sorted(bad)}; "
+                             f"known: {sorted(OPTIMIZER_WORDS)}")
         get_efficiency_curve(self.grouped_curve)      # an unknown curve name fails here
 
     def fuses(self, what: str) -> bool:
         return what in self.fusions
+
+    def distributes(self, optimizer: str) -> bool:
+        """Whether ``optimizer`` runs sharded, after the backward pass (``distributed_optimizers``)."""
+        return optimizer in self.distributed_optimizers
 
     def replace(self, **changes) -> "SoftwareStack":
         """A copy with fields changed, e.g. ``get_stack("mlperf").replace(grouped_curve="optimized")``."""
@@ -109,14 +132,28 @@ STACKS: dict[str, SoftwareStack] = {s.name: s for s in (
     SoftwareStack(
         "mlperf",
         "NVIDIA's MLPerf Training submissions: NHWC, conv+BN+ReLU epilogues, fused attention "
-        "and softmax, fused LayerNorm, multi-tensor optimizer, unpadded BERT, CUDA graphs",
-        host_per_op_s=0.0, fusions=frozenset(FUSIONS), layout="NHWC", tf32=True,
+        "and softmax, fused dropout+add, multi-tensor optimizer, unpadded BERT, distributed "
+        "LAMB after the backward pass, no host cost per op",
+        host_per_op_s=0.0, layout="NHWC", tf32=True,
+        # BERT (training_results_v1.0 NVIDIA/results/dgxa100_ngc21.05_pytorch/bert/result_0.txt,
+        # the parsed args; v1.1 config_DGXA100_1x8x56x1.sh and modeling.py): bias+GELU is a
+        # JIT kernel after a bias-less GEMM (LinearActivation), not a GEMM epilogue, so no
+        # bias_act; dropout+add is one JIT kernel in v1.1 (fused_dropout_add), layer norm its
+        # own apex kernel (BertLayerNorm), so dropout_add and not norm_residual
+        fusions=frozenset(FUSIONS) - {"bias_act", "norm_residual"},
         # Krell et al., "Efficient Sequence Packing without Cross-contamination" (2021,
         # arXiv 2107.02027): about half the tokens of Wikipedia at sequence length 512 are padding
         token_fraction=0.5,
+        # the v1.0 BERT log: distributed_lamb=True, dwu_overlap_reductions=False,
+        # allreduce_post_accumulation=True: reduce-scatter, 1/8 of LAMB, all-gather, after
+        # the backward pass (ResNet-50's LARS: no such record, DDP-style)
+        distributed_optimizers=frozenset({"lamb"}),
         sources=(("fusions", "NVIDIA MLPerf Training v1.0 ResNet-50 (MXNet, NHWC fused BN) and "
-                             "BERT (PyTorch, FMHA, apex fused LAMB) submissions"),
-                 ("token fraction", "Krell et al. 2021: ~50% padding at 512 tokens")),
+                             "BERT (PyTorch, FMHA, jit bias-GELU, v1.1 jit dropout-add) submissions"),
+                 ("token fraction", "Krell et al. 2021: ~50% padding at 512 tokens"),
+                 ("reductions", "v1.0 BERT log: distributed_lamb, dwu_overlap_reductions=False"),
+                 ("host per op", "GAP: 0; the v1.0 BERT ran use_cuda_graph=False, but 10 us "
+                                 "per op leaves its modelled step unchanged (the GPU never waits)")),
     ),
 )}
 

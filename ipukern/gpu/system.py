@@ -90,7 +90,7 @@ def estimate_network_gpu(net: Any, batch: int, system: GPUSystem | str = DGX_A10
         GPUs used (default: all of the system).
     overlap : bool
         Overlap the all-reduce with the backward pass, bucket by bucket, as DDP does
-        (False: after it).
+        (False: after it; so do the stack's ``distributed_optimizers``).
     optimizer : {"sgd", "sgd_momentum", "adam", "lamb", "lars"}
     stack : SoftwareStack or ``"mlperf"`` / ``"cuda-graphs"`` / ``"pytorch-eager"``
         The GPU software (:mod:`ipukern.gpu.stacks`): its fusions, host cost per op, TF32 rule
@@ -121,10 +121,10 @@ def estimate_network_gpu(net: Any, batch: int, system: GPUSystem | str = DGX_A10
 
     tl = network_timeline(net, batch, GPUTarget(gpu, dt, use_tf32, curve), st, training=bool(training),
                           optimizer=optimizer, all_reduce=bucket if (training and n > 1) else None,
-                          grad_bytes_per_param=grad_bytes)
+                          optimizer_shards=n if st.distributes(optimizer) else 1)
     n_params = int(net.n_params)
     exposed, comm = tl.exposed_all_reduce_seconds, tl.all_reduce_seconds
-    if training and n > 1 and not overlap:
+    if training and n > 1 and (not overlap or st.distributes(optimizer)):
         comm = gpu_all_reduce_seconds(system, n_params * grad_bytes, n)
         exposed = comm
     step = tl.forward_seconds + tl.backward_seconds + exposed + tl.optimizer_seconds

@@ -196,3 +196,33 @@ def test_network_estimate_is_deterministic():
     a = ik.gpu.estimate_network_gpu(net, 32, "DGX_A100", training=True)
     b = ik.gpu.estimate_network_gpu(net, 32, "DGX_A100", training=True)
     assert a == b
+
+
+def test_training_a_token_model_adds_residual_dropout_by_stack():
+    from ipukern.gpu.lowering import lower_network
+    bert = ik.models.bert_base(seq_len=128)
+    labels = lambda st, training: [c.label for x in lower_network(  # noqa: E731
+        bert, 2, A100_40GB, get_stack(st), "float16", training=training) for c in x.forward]
+    eager, fused = labels("pytorch-eager", True), labels("mlperf", True)
+    n_res = sum(1 for n, layer in bert.layers if layer.op == "add")     # 2 per encoder layer
+    assert eager.count("dropout") == fused.count("dropout + add") == n_res
+    assert "dropout" not in fused and "dropout + add" not in eager
+    assert not any("dropout" in s for s in labels("pytorch-eager", False))   # inference: none
+    # the resnet (no embedding) is untouched: no dropout in training
+    res = lower_network(ik.models.resnet8(), 2, A100_40GB, get_stack("pytorch-eager"), "float16",
+                        training=True)
+    assert not any("dropout" in c.label for x in res for c in x.forward + x.backward)
+
+
+def test_distributed_lamb_is_sharded_and_after_the_backward_pass():
+    net = ik.models.bert_base(seq_len=128)
+    mlperf = get_stack("mlperf")
+    assert mlperf.distributes("lamb") and not mlperf.distributes("lars")
+    ddp = mlperf.replace(distributed_optimizers=frozenset())
+    a = ik.gpu.estimate_network_gpu(net, 8, "DGX_A100", training=True, optimizer="lamb", stack=mlperf)
+    b = ik.gpu.estimate_network_gpu(net, 8, "DGX_A100", training=True, optimizer="lamb", stack=ddp)
+    assert a.exposed_all_reduce_seconds == pytest.approx(a.all_reduce_seconds)   # nothing hidden
+    assert b.exposed_all_reduce_seconds < b.all_reduce_seconds
+    assert a.optimizer_seconds < b.optimizer_seconds / 4           # 1/8 of the update per GPU
+    with pytest.raises(ValueError, match="distributed_optimizers"):
+        mlperf.replace(distributed_optimizers=frozenset({"adagrad"}))
