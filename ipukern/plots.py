@@ -314,7 +314,8 @@ def _scaling_title(rows: list, has_ipu: bool) -> str:
     curve = next((r.gpu_curve for r in rows if r.gpu_curve), None)
     return (f"Grouped conv2d throughput vs channels per group ({r0.dtype}"
             + (f", IPU partials {r0.partials}" if has_ipu else "")
-            + (f"; GPU model: {curve} curve" if curve else "") + ")")
+            # the GPU side is the kernel-level model; only grouped convs read the curve
+            + (f"; GPU: kernel model, grouped convs on the {curve} curve" if curve else "") + ")")
 
 
 def _layer_colours(n: int) -> list:
