@@ -121,6 +121,43 @@ def _launch_of(cal: MemoryCalibration | None) -> float:
     return (MEMORY_CALIBRATION if cal is None else cal).launch_s
 
 
+#: a grouped/depthwise weight-gradient kernel over a forward one on the same roofline: the
+#: forward share 1/3 of forward + weight gradient that the cudnn curve was derived with
+#: (TITAN Xp forward-only timings, pytorch/pytorch#18631, against Dataset A's training
+#: steps; ipukern.gpu.model, "Calibration of the cudnn curve"). Not fitted here.
+GROUPED_WGRAD_TO_FORWARD = 2.0
+
+
+def _grouped_conv_kernels(p, phase: str, nbytes: tuple[int, int, int]) -> list[KernelCall]:
+    """A grouped/depthwise conv pass on the empirical curve (cuDNN's grouped kernels do not
+    reach its dense GEMM rates: Dataset A, TITAN RTX; TileOPs PR #1568: 0.72 TFLOP/s on a
+    grouped ResNeXt layer), each pass with its own structure, never faster than the dense
+    conv of the same channels in that pass (the ``m, n, k`` of the call):
+
+    * forward: the curve at Cin/g over the output positions;
+    * data gradient: the transposed grouped conv (dy with the flipped filter; Dumoulin &
+      Visin 2016, section 4): the curve at its own reduction width Cout/g, over the input's
+      positions, its dense bound the dense conv's dgrad GEMM;
+    * weight gradient: ``GROUPED_WGRAD_TO_FORWARD`` times the forward kernel's work, the
+      ratio the curve was derived with, so model and calibration agree.
+
+    A per-group implicit GEMM is not a candidate: priced by the GEMM model it would beat the
+    measured grouped forward kernels several times over at small Cin/g, which cuDNN (whose
+    forward has that algorithm too) does not.
+    """
+    x_bytes, y_bytes, w_bytes = nbytes
+    m, n, k, g, ho, wo = _conv_dims(p)
+    flops = 2 * m * n * k * g
+    moved = x_bytes + y_bytes + w_bytes
+    if phase == "dgrad":
+        return [KernelCall("direct_conv", "direct grouped conv dgrad", m=p.batch * p.in_h * p.in_w,
+                           n=p.in_channels, k=p.out_channels * p.kernel_h * p.kernel_w, flops=flops,
+                           nbytes=moved, cpg=n)]
+    r = GROUPED_WGRAD_TO_FORWARD if phase == "wgrad" else 1.0
+    return [KernelCall("direct_conv", f"direct grouped conv {phase}", m=m, n=n * g, k=k * g,
+                       flops=int(r * flops), nbytes=int(r * moved), cpg=p.in_channels // g)]
+
+
 def _conv_dims(p) -> tuple[int, int, int, int, int, int]:
     """(outputs per group M, N per group, K per group, groups, Ho, Wo) of a ConvParams."""
     ho, wo = p.out_h, p.out_w
@@ -140,15 +177,8 @@ def conv_kernels(p, phase: str, gpu: GPUSpec, dtype: str, *, tf32: bool = False,
     x_bytes = p.batch * p.in_channels * p.in_h * p.in_w * elem
     y_bytes = p.batch * p.out_channels * ho * wo * elem
     w_bytes = p.out_channels * cin_g * p.kernel_h * p.kernel_w * elem
-    flops = 2 * m * n * k * g
     if g > 1:
-        # grouped and depthwise: cuDNN's grouped kernels do not reach its dense GEMM rates
-        # (Dataset A, TITAN RTX; TileOPs PR #1568: 0.72 TFLOP/s on a grouped ResNeXt layer),
-        # so they keep the empirical curve rather than a per-group implicit GEMM
-        # the dense conv of the same channels (its implicit GEMM) bounds it from below: a
-        # grouped kernel never computes at a higher rate than the dense one
-        return [KernelCall("direct_conv", f"direct grouped conv {phase}", m=m, n=n * g, k=k * g,
-                           flops=flops, nbytes=x_bytes + y_bytes + w_bytes, cpg=cin_g)]
+        return _grouped_conv_kernels(p, phase, (x_bytes, y_bytes, w_bytes))
     options: list[list[KernelCall]] = []
     if phase == "forward":
         options.append([KernelCall("gemm", "implicit GEMM", m=m, n=n, k=k, batch=g, a_bytes=x_bytes)])

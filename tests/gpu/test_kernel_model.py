@@ -226,3 +226,17 @@ def test_distributed_lamb_is_sharded_and_after_the_backward_pass():
     assert a.optimizer_seconds < b.optimizer_seconds / 4           # 1/8 of the update per GPU
     with pytest.raises(ValueError, match="distributed_optimizers"):
         mlperf.replace(distributed_optimizers=frozenset({"adagrad"}))
+
+
+def test_grouped_conv_backward_has_its_own_structure():
+    from ipukern.gpu.kernels import GROUPED_WGRAD_TO_FORWARD
+    # a channel multiplier of 4 (Cout/g = 4, Cin/g = 1): dgrad reduces over Cout/g
+    p = ConvParams(batch=8, in_channels=32, out_channels=128, in_h=28, in_w=28, kernel_h=3,
+                   kernel_w=3, padding=(1, 1), groups=32, dtype="float16")
+    fwd, dgrad, wgrad = (conv_kernels(p, ph, A100_40GB, "float16") for ph in ("forward", "dgrad", "wgrad"))
+    assert fwd[0].cpg == 1 and dgrad[0].cpg == 4 and wgrad[0].cpg == 1
+    assert dgrad[0].m == 8 * 28 * 28 and dgrad[0].n == 32 and dgrad[0].k == 128 * 9
+    t = lambda calls: sum(kernel_seconds(c, A100_40GB, "float16").seconds for c in calls)  # noqa: E731
+    launch = kernel_seconds(ik.gpu.kernels.KernelCall("copy", nbytes=0), A100_40GB, "float16").seconds
+    assert t(wgrad) - launch == pytest.approx(GROUPED_WGRAD_TO_FORWARD * (t(fwd) - launch), rel=1e-6)
+    assert t(dgrad) != pytest.approx(t(fwd))        # read off the curve at its own width
