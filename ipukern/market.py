@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Any
 
-__all__ = ["Figure", "price", "power", "keys", "figures", "for_system"]
+__all__ = ["Figure", "Efficiency", "price", "power", "keys", "figures", "for_system", "efficiency"]
 
 _UNITS = {"price": "USD", "power": "W"}
 
@@ -72,6 +72,44 @@ class Figure:
     def label(self) -> str:
         """``"US$150,000"`` or ``"1,100 W"``."""
         return f"US${self.value:,.0f}" if self.unit == "USD" else f"{self.value:,.0f} W"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "value": self.value, "unit": self.unit, "date": self.date,
+                "source": self.source, "note": self.note}
+
+    def footnote(self) -> str:
+        """One line: what, how much, when, from where (and the note)."""
+        note = f"; {self.note}" if self.note else ""
+        date = f" ({self.date})" if self.date else ""
+        return f"{self.key} {self.label()}{date}: {self.source}{note}"
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """A system's throughput per list-price dollar and per watt, with the figures used.
+
+    ``samples_per_second_per_kusd`` (samples/s per US$1,000) and ``samples_per_second_per_watt``
+    are None where no sourced figure exists (no public price for a DGX H100, for example).
+    """
+
+    system: str
+    samples_per_second: float
+    price: Figure | None
+    power: Figure | None
+
+    @property
+    def samples_per_second_per_kusd(self) -> float | None:
+        return None if self.price is None else self.samples_per_second / self.price.value * 1e3
+
+    @property
+    def samples_per_second_per_watt(self) -> float | None:
+        return None if self.power is None else self.samples_per_second / self.power.value
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"samples_per_second_per_kusd": self.samples_per_second_per_kusd,
+                "samples_per_second_per_watt": self.samples_per_second_per_watt,
+                "price": None if self.price is None else self.price.to_dict(),
+                "power": None if self.power is None else self.power.to_dict()}
 
 
 def _norm(name: str) -> str:
@@ -229,3 +267,34 @@ def _gpu_system(key: str | None, system: Any) -> tuple[Figure | None, Figure | N
         return None, None
     n = int(system.gpus_per_node) * nodes
     return None, _scaled(_pair(gpu_key)[1], n, f"{n} GPUs at their TDP; no host, switch or cooling")
+
+
+def efficiency(samples_per_second: float, system: Any, *, price_usd: float | None = None) -> Efficiency:
+    """Throughput per US$1,000 and per watt of ``system`` (figures from :func:`for_system`).
+
+    Parameters
+    ----------
+    samples_per_second : float
+        The system's throughput (an estimate's ``samples_per_second``).
+    system : str, ipukern System or ipukern.gpu GPUSystem
+        As :func:`for_system` takes it.
+    price_usd : float, optional
+        A price of your own instead of the sourced one (its source says so).
+
+    Raises
+    ------
+    ValueError
+        A negative or non-finite throughput or price, or an unknown system name.
+    """
+    if isinstance(samples_per_second, bool) or not isinstance(samples_per_second, (int, float)) \
+            or not math.isfinite(samples_per_second) or samples_per_second < 0:
+        raise ValueError(f"samples_per_second must be a finite number >= 0, got {samples_per_second!r}")
+    fig_price, fig_power = for_system(system)
+    name = system if isinstance(system, str) else system.name
+    if price_usd is not None:
+        if isinstance(price_usd, bool) or not isinstance(price_usd, (int, float)) \
+                or not math.isfinite(price_usd) or price_usd <= 0:
+            raise ValueError(f"price_usd must be a positive finite number of US$, got {price_usd!r}")
+        fig_price = Figure(float(price_usd), "USD", "given by the user (not a sourced list price)",
+                           key=name)
+    return Efficiency(name, float(samples_per_second), fig_price, fig_power)

@@ -266,6 +266,47 @@ def _layer_costs(tmp_path):
     return str(p)
 
 
+def test_compare_prints_per_dollar_and_per_watt_with_sources(tmp_path, capsys):
+    costs = _layer_costs(tmp_path)
+    assert main(["compare", "--costs", costs, "--systems", "POD16,POD64", "--json", str(tmp_path / "c.json"),
+                 "--out", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert "samples/s per $1k" in out and "samples/s per W" in out
+    # one footnote per figure, naming the record and its source
+    assert "[1] POD16 price: IPU-POD16 US$150,000 (2021-06-30): Graphcore" in out
+    assert "[2] POD16 power: 4 x IPU-M2000 4,400 W" in out and "ServeTheHome" in out
+    assert "[3] POD64 price: 16 x IPU-M2000 US$519,200" in out
+    doc = json.loads((tmp_path / "c.json").read_text())
+    pod16 = doc["systems"][0]
+    assert pod16["samples_per_second_per_kusd"] == pytest.approx(pod16["samples_per_second"] / 150)
+    assert pod16["samples_per_second_per_watt"] == pytest.approx(pod16["samples_per_second"] / 4400)
+    assert pod16["samples_per_second_per_musd"] == pytest.approx(pod16["samples_per_second_per_kusd"] * 1e3)
+    assert pod16["price"]["source"].startswith("Graphcore") and pod16["power"]["key"] == "4 x IPU-M2000"
+    rows = list(csv.DictReader((tmp_path / "o" / "compare.csv").open()))
+    assert rows[0]["price_usd"] == "150000.0" and rows[1]["power_w"] == "17600.0"
+
+
+def test_compare_a_system_without_a_public_price_shows_a_dash(tmp_path, capsys):
+    mf = tmp_path / "m.toml"
+    mf.write_text(VARIANT_TOML)
+    # a POD16 of a variant chip is not the product the price is for: no figure, not a borrowed one
+    assert main(["compare", "--costs", _layer_costs(tmp_path), "--systems", "POD16",
+                 "--machine-file", str(mf)]) == 0
+    out = capsys.readouterr().out
+    assert "POD16 price" not in out and "POD16 power" not in out
+    assert main(["compare", "--costs", _layer_costs(tmp_path), "--systems", "POD16",
+                 "--prices", "pod16=100000"]) == 0
+    assert "given by the user" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("prices, word", [("POD16=abc", "NAME=PRICE"), ("POD16=-5", "positive"),
+                                          ("POD16=nan", "positive"), ("DGX_A100=1", "not one of --systems")])
+def test_compare_bad_prices_one_line(tmp_path, capsys, prices, word):
+    rc = main(["compare", "--costs", _layer_costs(tmp_path), "--systems", "POD16", "--prices", prices])
+    err = capsys.readouterr().err
+    assert rc == 1 and word in err and len(err.strip().splitlines()) == 1
+
+
 def test_train_writes_into_out_dir_and_traces(tmp_path, capsys):
     costs, out = _layer_costs(tmp_path), tmp_path / "run"
     argv = ["train", "--costs", costs, "--system", "M2000", "--micro-batch", "2",

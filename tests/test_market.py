@@ -116,3 +116,28 @@ def test_for_system_bad_input():
         market.for_system("POD7")
     with pytest.raises(TypeError, match="for_system takes a key"):
         market.for_system(16)
+
+
+def test_efficiency_divides_by_the_sourced_figures():
+    eff = market.efficiency(15_000.0, ik.IPU_POD16)
+    assert eff.samples_per_second_per_kusd == pytest.approx(15_000 / 150)        # per US$1,000
+    assert eff.samples_per_second_per_watt == pytest.approx(15_000 / 4400)
+    doc = eff.to_dict()
+    assert doc["price"]["key"] == "IPU-POD16" and "graphcore.ai" in doc["price"]["source"]
+    assert doc["power"]["unit"] == "W"
+    h100 = market.efficiency(1.0, "DGX_H100")
+    assert h100.samples_per_second_per_kusd is None and h100.to_dict()["price"] is None
+    own = market.efficiency(1000.0, "DGX_H100", price_usd=500_000)
+    assert own.samples_per_second_per_kusd == pytest.approx(2.0) and "given by the user" in own.price.source
+    assert "US$150,000 (2021-06-30)" in eff.price.footnote()
+
+
+@pytest.mark.parametrize("kw, match", [(dict(samples_per_second=-1.0), "samples_per_second"),
+                                       (dict(samples_per_second=float("inf")), "samples_per_second"),
+                                       (dict(samples_per_second="1"), "samples_per_second"),
+                                       (dict(price_usd=0), "price_usd"),
+                                       (dict(price_usd=True), "price_usd")])
+def test_efficiency_bad_input(kw, match):
+    args = dict(samples_per_second=1.0, system="POD16") | kw
+    with pytest.raises(ValueError, match=match):
+        market.efficiency(**args)
