@@ -90,6 +90,32 @@ def collectives() -> str:
     return res.stdout
 
 
+def market() -> str:
+    """ipukern.market's figures with their sources, and what compare uses for each preset."""
+    code = (
+        "import textwrap\n"
+        "import ipukern as ik\n"
+        "from ipukern import market\n"
+        "from ipukern.gpu import GPU_SYSTEMS\n"
+        "w = textwrap.TextWrapper(width=100, initial_indent=' ' * 6, subsequent_indent=' ' * 6)\n"
+        "for f in market.figures():\n"
+        "    print(f'{f.key:<15} {f.unit:<4} {f.label():>11}  {f.date}')\n"
+        "    print(w.fill('source: ' + f.source))\n"
+        "    if f.note:\n"
+        "        print(w.fill('note: ' + f.note))\n"
+        "print()\n"
+        "print('what ipukern compare divides by (market.for_system):')\n"
+        "def cell(f):\n"
+        "    return f'{f.label():>11} ({f.key})' if f else f'{\"-\":>11} (no public figure)'\n"
+        "systems = [ik.IPU_M2000, ik.IPU_POD16, ik.IPU_POD64, ik.BOW_POD16, *GPU_SYSTEMS.values()]\n"
+        "for s in systems:\n"
+        "    p, e = market.for_system(s)\n"
+        "    print(f'{s.name:<14} price {cell(p):<32} power {cell(e)}')\n")
+    res = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True,
+                         text=True, check=True)
+    return res.stdout
+
+
 def zoo() -> str:
     """expandDims and kernel splits on the zoo's conv layers (bench/zoo_transforms.py)."""
     res = subprocess.run([sys.executable, "bench/zoo_transforms.py", "8"], cwd=ROOT, env=_env(),
@@ -118,6 +144,7 @@ GENERATORS: dict[str, tuple[Callable[[], str], str, bool]] = {
                 True),
     "collectives": (collectives, "ik.collective_seconds(system, 'all_reduce', 2 * 25.56e6)",
                     True),
+    "market": (market, "ipukern.market.figures() and market.for_system(preset)", True),
     "validate": (validate, "ipukern validate --no-plot", False),
     "systems": (systems, "ipukern validate --systems", False),
     "inference": (inference, "ipukern validate --inference", False),
