@@ -22,11 +22,13 @@ import csv
 import functools
 import math
 import re
+import textwrap
 from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Any
 
-__all__ = ["Figure", "Efficiency", "price", "power", "keys", "figures", "for_system", "efficiency"]
+__all__ = ["Figure", "Efficiency", "price", "power", "keys", "figures", "describe", "for_system",
+           "efficiency"]
 
 _UNITS = {"price": "USD", "power": "W"}
 
@@ -158,6 +160,16 @@ def keys() -> tuple[str, ...]:
 def figures() -> tuple[Figure, ...]:
     """Every figure, in the CSV's order of keys (price before power)."""
     return tuple(f for kinds in _table().values() for k in _UNITS if (f := kinds.get(k)) is not None)
+
+
+def describe(width: int = 100) -> str:
+    """Every figure with its date, source and note, wrapped to ``width`` columns."""
+    wrap = textwrap.TextWrapper(width=width, initial_indent=" " * 6, subsequent_indent=" " * 6)
+    lines = []
+    for f in figures():
+        lines += [f"{f.key:<15} {f.unit:<4} {f.label():>11}  {f.date}", wrap.fill("source: " + f.source)]
+        lines += [wrap.fill("note: " + f.note)] if f.note else []
+    return "\n".join(lines)
 
 
 def _key(name: Any) -> str | None:

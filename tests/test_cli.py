@@ -192,6 +192,14 @@ def test_info(capsys):
     for name in ("GC2", "GC200", "BOW", "A100_40GB", "H100"):
         assert name in out
     assert "8 TB/s instead of the default 47.5 TB/s" in out
+    assert "prices and power: IPU-M2000" in out and "ipukern info --market" in out
+
+
+def test_info_market_lists_every_figure_with_its_source(capsys):
+    assert main(["info", "--market"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("      source: ") == len(ipukern.market.figures())
+    assert "IPU-POD16      price  US$150,000 (IPU-POD16)          power     4,400 W (4 x IPU-M2000)" in out
 
 
 # ----------------------------------------------------------------------------- progress
