@@ -294,6 +294,17 @@ def test_compare_prints_per_dollar_and_per_watt_with_sources(tmp_path, capsys):
     assert rows[0]["price_usd"] == "150000.0" and rows[1]["power_w"] == "17600.0"
 
 
+def test_compare_gpu_systems_take_their_own_figures(capsys):
+    assert main(["compare", "resnet8", "--systems", "M2000,DGX_A100_40GB,DGX_H100", "--micro-batch", "4",
+                 "--gpu-batch", "32", "--json", "-"]) == 0
+    m2000, dgx, h100 = json.loads(capsys.readouterr().out)["systems"]
+    assert m2000["price"]["key"] == "IPU-M2000" and m2000["power"]["value"] == 1100
+    assert dgx["price"]["key"] == "DGX A100 320G" and dgx["price"]["date"] == "2020-05-14"
+    assert dgx["samples_per_second_per_watt"] == pytest.approx(dgx["samples_per_second"] / 6500)
+    assert h100["price"] is None and h100["samples_per_second_per_kusd"] is None   # no public price
+    assert h100["power"]["key"] == "DGX H100"
+
+
 def test_compare_a_system_without_a_public_price_shows_a_dash(tmp_path, capsys):
     mf = tmp_path / "m.toml"
     mf.write_text(VARIANT_TOML)
