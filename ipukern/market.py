@@ -131,9 +131,16 @@ _ALIASES = {
 }
 #: IPU systems priced and powered as so many IPU-M2000 when no figure names them (the IPU-POD
 #: reference designs are M2000s plus host servers and switches: IPU-POD datasheets)
-_IPU_MACHINES = {"IPU-POD16": 4, "IPU-POD64": 16}
+_IPU_MACHINES = {"8x IPU-M2000": 8, "IPU-POD16": 4, "IPU-POD64": 16}
 #: the machine of each IPU chip with figures here
 _MACHINE_OF_CHIP = {"GC200": "IPU-M2000", "BOW": "Bow-2000"}
+#: what a system object must be to take a key's figures by its name: (chip or GPU preset,
+#: IPUs or GPUs per node). A POD16 of GC2 chips, or a DGX_A100 given other GPUs, is not the
+#: product the figure was stated for.
+_PRODUCT = {"IPU-M2000": ("GC200", 4), "8x IPU-M2000": ("GC200", 32), "IPU-POD16": ("GC200", 16),
+            "IPU-POD64": ("GC200", 64), "Bow-2000": ("BOW", 4), "DGX A100 640G": ("A100_80GB", 8),
+            "DGX A100 320G": ("A100_40GB", 8), "DGX H100": ("H100", 8), "DGX-1 V100": ("V100", 8),
+            "DGX-2": ("V100", 16)}
 
 
 @functools.lru_cache(maxsize=1)
@@ -226,6 +233,18 @@ def _ipu_machines(key: str | None, system: Any) -> tuple[str, int] | None:
     return None
 
 
+def _object_key(system: Any) -> str | None:
+    """The key a System / GPUSystem's name means, if the object is that product."""
+    key = _key(system.name)
+    if key not in _PRODUCT:
+        return key
+    if hasattr(system, "gpus_per_node"):
+        made = (getattr(system.gpu, "name", None), system.gpus_per_node)
+    else:
+        made = (getattr(getattr(system, "chip", None), "name", None), getattr(system, "n_ipus", None))
+    return key if made == _PRODUCT[key] else None
+
+
 def for_system(system: Any) -> tuple[Figure | None, Figure | None]:
     """(price, power) of an ipukern system, or of a key / preset name; None where no source exists.
 
@@ -252,7 +271,7 @@ def for_system(system: Any) -> tuple[Figure | None, Figure | None]:
             raise ValueError(f"unknown market key {system!r}; known keys: {', '.join(keys())}")
         obj = None
     elif isinstance(getattr(system, "name", None), str):
-        key, obj = _key(system.name), system
+        key, obj = _object_key(system), system
     else:
         raise TypeError(f"for_system takes a key or an ipukern System / GPUSystem, got "
                         f"{type(system).__name__}")

@@ -7,7 +7,8 @@ takes per-layer costs (a list of :class:`~ipukern.LayerCost` fields) instead of 
 ``ipukern train MODEL --execute`` runs one real step instead (:mod:`.train_run`; also under
 ``mpiexec -n K``).
 ``ipukern compare MODEL --systems POD16,DGX_A100 [--prices POD16=USD]`` prints
-throughput, time-to-train and throughput per price of each system.
+throughput, time-to-train, and throughput per US$1,000 and per watt of each system from the
+sourced figures of :mod:`ipukern.market` (one footnote per figure; ``--prices`` replaces one).
 """
 from __future__ import annotations
 
@@ -337,8 +338,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--systems", default="POD16,DGX_A100",
                    help="comma-separated IPU system presets and GPU systems (default POD16,DGX_A100)")
     c.add_argument("--prices", default=None, metavar="NAME=USD,...",
-                   help="list price of each system in US dollars (e.g. POD16=150000); adds the "
-                        "samples/s per $1M column")
+                   help="your own price of a system in US dollars (e.g. POD16=150000) instead of "
+                        "the sourced list price (ipukern info --market)")
     c.add_argument("--epochs", type=float, default=1.0,
                    help="epochs for the time-to-train column (default 1)")
     c.add_argument("--gpu-batch", type=int, default=256, help="samples per GPU per step")
