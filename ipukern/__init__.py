@@ -29,9 +29,9 @@ from .systems import (BOW_2000, BOW_POD16, BOW_POD64, IPU_M2000, IPU_POD16, IPU_
                       run_training_step, TuneCandidate, TuneResult, tune)
 from .graph.tilefn import TileFunction, TileFunctionCompileError, TileFunctionError, TileShape, tile_function
 
-# submodules users reach as ipukern.gpu / ipukern.scaling / ipukern.plots (matplotlib is
-# imported only when a plot is drawn)
-from . import gpu, plots, scaling
+# submodules users reach as ipukern.gpu / ipukern.scaling / ipukern.plots / ipukern.market
+# (matplotlib is imported only when a plot is drawn)
+from . import gpu, market, plots, scaling
 from .sweeps import network_sweep, training_sweep
 from . import design_space
 from .design_space import ExploreResult, explore
@@ -40,7 +40,7 @@ from . import nn
 from .nn import Network, NetworkProfile, NetworkRun, estimate_network, from_torch, models, run_network
 
 __all__ = [
-    "__version__", "gpu", "plots", "scaling", "nn", "design_space", "explore", "ExploreResult",
+    "__version__", "gpu", "market", "plots", "scaling", "nn", "design_space", "explore", "ExploreResult",
     "Network", "NetworkProfile", "NetworkRun", "estimate_network", "run_network", "models", "from_torch",
     "MachineSpec", "GC2", "GC200", "BOW", "PRESETS", "get_machine", "canonical_dtype",
     "Device", "run_program", "set_num_threads", "get_num_threads",
