@@ -119,7 +119,8 @@ def leased(prog: Any, srcs: Sequence[Any]) -> Iterator[Slot]:
     """Run ``prog`` on a pooled arena: its run lock held, an arena leased that holds none of
     ``srcs`` (the run reads them), that arena's and the sources' arenas locked in one
     global order (two threads locking the same two cannot each hold one and wait for the
-    other), its pending outputs copied out, grown to the device's need and bound to it."""
+    other), its pending outputs copied out, grown to the device's need and bound to the
+    program's device for the run."""
     dev = prog.device
     held = [s.slot for s in srcs if isinstance(s, ArenaOutput)]
     with _run_lock(prog), ARENAS.lease(dev.machine.n_tiles, held) as slot, ExitStack() as stack:
@@ -129,7 +130,10 @@ def leased(prog: Any, srcs: Sequence[Any]) -> Iterator[Slot]:
         flush(slot)
         ARENAS.ensure(slot, max(64, dev.memory.high_water))
         dev.bind_arena(slot.arena)
-        yield slot
+        try:
+            yield slot
+        finally:
+            dev.bind_arena(None)      # the device holds no pool arena between runs
 
 
 def rearrange_into(rearr: Rearrangement, src: Resident, dst_data: np.ndarray) -> None:

@@ -59,4 +59,6 @@ def test_bind_arena_checks_its_argument():
         dev.bind_arena(Arena(4, 64))
     a = Arena(ik.GC200.n_tiles, 64)
     dev.bind_arena(a)
-    assert dev.arena is a
+    assert dev.arena is a and dev.arena_bytes == a.data.nbytes
+    dev.bind_arena(None)
+    assert dev.arena_bytes == 0
