@@ -31,7 +31,7 @@ _INPUT_LAYOUTS = _memo.register(_memo.LruCache("nn.input_layouts", maxsize=256),
 #: the residents' reusable host buffers
 _memo.on_clear(POOL.clear, name="nn.host_buffers")
 #: the conv programs' pooled arenas
-_memo.on_clear(ARENAS.clear, name="nn.host_arenas")
+_memo.on_clear(ARENAS.clear, name="nn.host_arenas", info=ARENAS.info)
 #: ops whose output shares its input's buffer (their outputs never give a buffer away)
 _VIEW_METHODS = ("view", "rearrange")
 

@@ -25,6 +25,10 @@ def test_lease_prefers_an_arena_without_pending_outputs_and_never_an_avoided_one
         assert f is not a and f is not c
     with pool.lease(8) as g:                            # per tile count
         assert g.arena.n_tiles == 8
+    assert pool.info()["entries"] == 2 + 1     # f, made past max_idle, was not kept
+    with pool.lease(4) as h1, pool.lease(4) as h2, pool.lease(4) as h3:
+        assert len({id(h1), id(h2), id(h3)}) == 3       # three concurrent runs
+    assert pool.info()["entries"] == 2 + 1     # back to max_idle once they end
 
 
 def test_ensure_keeps_contents_only_while_outputs_are_pending():

@@ -81,6 +81,8 @@ class ArenaPool:
         finally:
             with self._lock:
                 slot.busy = False
+                if len(slots) > self.max_idle and not slot.pending and slot in slots:
+                    slots.remove(slot)        # made for a concurrent run: not kept idle
 
     def ensure(self, slot: Slot, row_bytes: int) -> None:
         """Grow ``slot``'s rows to ``row_bytes`` (at least the reserved length); its
@@ -88,6 +90,13 @@ class ArenaPool:
         with self._lock:
             row = max(int(row_bytes), self._rows.get(slot.arena.n_tiles, 0))
         slot.arena.ensure(row, keep=bool(slot.pending))
+
+    def info(self) -> dict:
+        """Arenas held and their host bytes; at most :attr:`max_idle` per tile count are
+        kept once their runs end."""
+        with self._lock:
+            n = sum(len(slots) for slots in self._slots.values())
+        return {"entries": n, "bytes": self.nbytes(), "max_entries": self.max_idle}
 
     def nbytes(self) -> int:
         """Host bytes of every pooled arena."""
