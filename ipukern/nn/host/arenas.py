@@ -48,6 +48,9 @@ class ArenaPool:
 
     def __init__(self, max_idle: int = MAX_IDLE_ARENAS):
         self.max_idle = int(max_idle)
+        #: tests: fill a leased arena with 0xFF (NaN for floats) before its run, so a
+        #: program reading bytes its own run did not write changes the result
+        self.poison = False
         self._slots: dict[int, list[Slot]] = {}
         self._rows: dict[int, int] = {}
         self._lock = threading.Lock()
@@ -90,6 +93,8 @@ class ArenaPool:
         with self._lock:
             row = max(int(row_bytes), self._rows.get(slot.arena.n_tiles, 0))
         slot.arena.ensure(row, keep=bool(slot.pending))
+        if self.poison and not slot.pending:
+            slot.arena.data.fill(0xFF)
 
     def info(self) -> dict:
         """Arenas held and their host bytes; at most :attr:`max_idle` per tile count are
