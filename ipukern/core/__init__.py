@@ -16,7 +16,7 @@ This face names what the layers above use.
 """
 from .copies import CopyTable, copy_runs
 from .engine import Device, get_num_threads, run_program, set_num_threads
-from .memory import MemoryReport, TileMemory, TileMemoryError
+from .memory import Arena, MemoryReport, TileMemory, TileMemoryError
 from .profile import Profile, SuperstepRecord
 from .program import Codelet, ComputeSet, Exchange, ExchangeError, Program, Superstep, VertexBatch
 from .tensor import TileMapping, TileTensor, expand, split_bounds
@@ -24,7 +24,7 @@ from .threads import MAX_THREADS, check_num_threads
 from .views import DELTA_HEADER, TraceEvents, delta, diff_keyed, format_delta_rows
 
 __all__ = ["CopyTable", "copy_runs", "Device", "run_program", "get_num_threads", "set_num_threads",
-           "MAX_THREADS", "check_num_threads", "MemoryReport", "TileMemory", "TileMemoryError",
+           "MAX_THREADS", "check_num_threads", "Arena", "MemoryReport", "TileMemory", "TileMemoryError",
            "Profile", "SuperstepRecord", "Codelet", "ComputeSet", "Exchange", "ExchangeError",
            "Program", "Superstep", "VertexBatch", "TileMapping", "TileTensor", "expand",
            "split_bounds", "DELTA_HEADER", "TraceEvents", "delta", "diff_keyed", "format_delta_rows"]

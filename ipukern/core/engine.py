@@ -158,6 +158,21 @@ class Device:
                 self._arena.ensure(need)
             return self._arena
 
+    def bind_arena(self, arena: Arena | None) -> None:
+        """Run on ``arena`` (grown to this device's need on use) instead of an arena of the
+        device's own: for a device whose bytes need not outlive a run, so that several
+        share the host pages of one (a network's conv programs, each run writing its
+        inputs and weights first: :mod:`ipukern.nn.host.arenas`). The caller keeps other
+        users of the arena out while this device runs on it. None lets the arena go (the
+        device's next run makes one of its own unless another is bound first)."""
+        if arena is not None and not isinstance(arena, Arena):
+            raise TypeError(f"expected an Arena, got {type(arena).__name__}")
+        if arena is not None and arena.n_tiles != self.machine.n_tiles:
+            raise ValueError(f"an arena of {arena.n_tiles} rows cannot hold the "
+                             f"{self.machine.n_tiles} tiles of {self.machine.name}")
+        with self._arena_lock:
+            self._arena = arena
+
     @property
     def arena_bytes(self) -> int:
         """Host bytes of the arena (0 before the first execute)."""

@@ -259,11 +259,15 @@ class Arena:
         self.lock = threading.RLock()
         self.ensure(row_bytes)
 
-    def ensure(self, row_bytes: int) -> None:
-        """Grow rows to at least ``row_bytes``, keeping the contents."""
+    def ensure(self, row_bytes: int, *, keep: bool = True) -> None:
+        """Grow rows to at least ``row_bytes``, keeping the contents unless ``keep`` is
+        False (an arena whose bytes no longer matter: copying them would touch every new
+        page for nothing)."""
         if row_bytes > self.row_bytes:
             new_row = int(_align_up(np.int64(max(row_bytes, 64)), 64))
+            if not keep:
+                self.data = np.empty((self.n_tiles, 0), dtype=np.uint8)   # free it first
             data = np.empty((self.n_tiles, new_row), dtype=np.uint8)
-            if self.row_bytes:
+            if self.row_bytes and keep:
                 data[:, :self.row_bytes] = self.data
             self.data, self.row_bytes = data, new_row

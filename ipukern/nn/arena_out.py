@@ -1,63 +1,62 @@
-"""A conv's output read by its consumer straight from the conv program's arena (execute mode).
+"""A conv's output read by its consumer straight from its run's arena (execute mode).
 
-A network conv runs in its own program's arena (:mod:`ipukern.nn.convops`); its output is
-then copied out into a packed :class:`~ipukern.nn.layout.Resident`, because layers of the
-same shape share the program and the next of them overwrites the arena. That copy is the
-host's bookkeeping, not the simulated program's (the output stays on its tiles either
-way): when the next conv's input rearrangement (the real, costed exchange) can read the
-bytes from the arena before anything overwrites it, the copy is not needed.
+A network conv runs in an arena leased from :data:`~ipukern.nn.host.arenas.ARENAS`
+(:mod:`ipukern.nn.convops`, :func:`leased`); its output is then copied out into a packed
+:class:`~ipukern.nn.layout.Resident`, because the next run leasing that arena overwrites
+it. That copy is the host's bookkeeping, not the simulated program's (the output stays on
+its tiles either way): when the next conv's input rearrangement (the real, costed
+exchange) can read the bytes from the arena before anything overwrites it, the copy is
+not needed.
 
 :class:`ArenaOutput` is such an output. Its consumer's rearrangement reads it from the
 arena (:func:`rearrange_into`); anything else that reads its :attr:`~ArenaOutput.data` gets
-the packed copy made then. Before a conv program runs again it copies out every output
-still pending in its arena (:func:`flush`), so a later reader, in this thread or another,
-always finds the bytes. Same bytes, cycles and memory as the copy-out path; only the host's
-number of copies changes.
+the packed copy made then. Before a run writes a leased arena it copies out every output
+still pending in it (:func:`flush`), so a later reader, in this thread or another, always
+finds the bytes; a run never leases the arena holding an output it reads. Same bytes,
+cycles and memory as the copy-out path; only the host's number of copies changes.
 """
 from __future__ import annotations
 
-import weakref
-from contextlib import ExitStack
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import numpy as np
 
 from ..core import CopyTable
+from .host.arenas import ARENAS, Slot
 from .layout import Layout, Rearrangement, Resident
 
-__all__ = ["ArenaOutput", "flush", "lock_arenas", "rearrange_into"]
+__all__ = ["ArenaOutput", "flush", "leased", "rearrange_into"]
+
+#: guards the creation of a program's run lock
+_LOCKS_GUARD = threading.Lock()
 
 
 class _Cell:
     """The arena bytes of one run of one conv program, or their packed copy once made."""
 
-    __slots__ = ("prog", "out", "nt", "read", "packed", "__weakref__")
+    __slots__ = ("slot", "prog", "out", "nt", "read", "packed", "__weakref__")
 
-    def __init__(self, prog: Any, out: Layout, nt: int, read):
-        self.prog, self.out, self.nt, self.read = prog, out, nt, read
+    def __init__(self, slot: Slot, prog: Any, out: Layout, nt: int, read):
+        self.slot, self.prog, self.out, self.nt, self.read = slot, prog, out, nt, read
         self.packed: np.ndarray | None = None
 
     def materialize(self) -> np.ndarray:
         """The packed bytes (copied out of the arena on first use)."""
         if self.packed is None:
-            with self.prog.device.arena.lock:
+            with self.slot.arena.lock:
                 if self.packed is None:
-                    self.packed = self.read(self.prog, self.out, self.nt).data
-                    _pending(self.prog).discard(self)
+                    self.packed = self.read(self.prog, self.out, self.nt,
+                                            self.slot.arena.data).data
+                    self.slot.pending.discard(self)
         return self.packed
-
-
-def _pending(prog: Any) -> weakref.WeakSet:
-    """Outputs of ``prog`` still only in its arena (guarded by the arena's lock)."""
-    pend = prog.__dict__.get("_pending_outputs")
-    if pend is None:
-        pend = prog.__dict__["_pending_outputs"] = weakref.WeakSet()
-    return pend
 
 
 class ArenaOutput(Resident):
     """A conv's output (``layout``: the conv's output layout or a relabelling of it with the
-    same mapping) whose bytes are still in the conv program's arena."""
+    same mapping) whose bytes are still in the arena its program ran on."""
 
     def __init__(self, cell: _Cell, layout: Layout):
         self.layout = layout
@@ -65,11 +64,11 @@ class ArenaOutput(Resident):
         self._cell = cell
 
     @classmethod
-    def keep(cls, prog: Any, out: Layout, nt: int, read) -> ArenaOutput:
-        """Leave ``prog``'s output in its arena (call with the arena locked, after the run);
-        ``read(prog, out, nt)`` makes the packed copy when needed."""
-        cell = _Cell(prog, out, nt, read)
-        _pending(prog).add(cell)
+    def keep(cls, slot: Slot, prog: Any, out: Layout, nt: int, read) -> ArenaOutput:
+        """Leave ``prog``'s output in ``slot``'s arena (call with the arena locked, after the
+        run); ``read(prog, out, nt, arena_data)`` makes the packed copy when needed."""
+        cell = _Cell(slot, prog, out, nt, read)
+        slot.pending.add(cell)
         return cls(cell, out)
 
     @property  # type: ignore[override]
@@ -88,25 +87,53 @@ class ArenaOutput(Resident):
         return self._cell.prog
 
     @property
+    def slot(self) -> Slot:
+        """The pooled arena holding the bytes (until :attr:`in_arena` turns False)."""
+        return self._cell.slot
+
+    @property
     def in_arena(self) -> bool:
         return self._cell.packed is None
 
 
-def flush(prog: Any) -> None:
-    """Copy out every output still pending in ``prog``'s arena (before ``prog`` runs again;
+def flush(slot: Slot) -> None:
+    """Copy out every output still pending in ``slot``'s arena (before a run writes it;
     call with its arena locked)."""
-    pend = prog.__dict__.get("_pending_outputs")
-    if pend:
-        for cell in list(pend):
+    if slot.pending:
+        for cell in list(slot.pending):
             cell.materialize()
 
 
-def lock_arenas(stack: ExitStack, progs: list[Any]) -> None:
-    """Lock the arenas of ``progs`` in one global order (id), so two threads locking the
-    same two arenas cannot each hold one and wait for the other."""
-    locks = {id(p.device.arena.lock): p.device.arena.lock for p in progs}
-    for k in sorted(locks):
-        stack.enter_context(locks[k])
+def _run_lock(prog: Any) -> threading.RLock:
+    """One run of ``prog`` at a time: a run binds the program's device to its leased arena
+    and sets its bias codelets' fused activation."""
+    lock = prog.__dict__.get("_run_lock")
+    if lock is None:
+        with _LOCKS_GUARD:
+            lock = prog.__dict__.setdefault("_run_lock", threading.RLock())
+    return lock
+
+
+@contextmanager
+def leased(prog: Any, srcs: Sequence[Any]) -> Iterator[Slot]:
+    """Run ``prog`` on a pooled arena: its run lock held, an arena leased that holds none of
+    ``srcs`` (the run reads them), that arena's and the sources' arenas locked in one
+    global order (two threads locking the same two cannot each hold one and wait for the
+    other), its pending outputs copied out, grown to the device's need and bound to the
+    program's device for the run."""
+    dev = prog.device
+    held = [s.slot for s in srcs if isinstance(s, ArenaOutput)]
+    with _run_lock(prog), ARENAS.lease(dev.machine.n_tiles, held) as slot, ExitStack() as stack:
+        locks = {id(x.arena.lock): x.arena.lock for x in [slot, *held]}
+        for k in sorted(locks):
+            stack.enter_context(locks[k])
+        flush(slot)
+        ARENAS.ensure(slot, max(64, dev.memory.high_water))
+        dev.bind_arena(slot.arena)
+        try:
+            yield slot
+        finally:
+            dev.bind_arena(None)      # the device holds no pool arena between runs
 
 
 def rearrange_into(rearr: Rearrangement, src: Resident, dst_data: np.ndarray) -> None:
@@ -132,4 +159,4 @@ def rearrange_into(rearr: Rearrangement, src: Resident, dst_data: np.ndarray) ->
             from .layout import copy_table
             tab = CopyTable(*copy_table(lay, rearr.dst))
         hit = cache[id(prog)] = (prog, tab)
-    hit[1].run(dst_data, prog.device.arena.data)
+    hit[1].run(dst_data, src.slot.arena.data)

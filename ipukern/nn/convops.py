@@ -11,10 +11,11 @@ Execute mode: the input arrives by a tile-to-tile rearrangement into the program
 memory, the layer's weights are placed into their home tiles (the model keeps them
 resident; the simulator re-places them because layers of equal shape share one built
 program), the program runs, and the output is kept as a :class:`Resident` in its mapping.
+The program's memory is an arena leased for the run from a pool its network's other convs
+share (:mod:`ipukern.nn.host.arenas`): nothing in it outlives the run.
 """
 from __future__ import annotations
 
-from contextlib import ExitStack
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,7 +30,7 @@ from ..core.tensor import LazyTileMapping
 from ..dtypes import DTYPES
 from ..machine import MachineSpec
 from ..core import CopyTable
-from .arena_out import ArenaOutput, flush, lock_arenas, rearrange_into
+from .arena_out import ArenaOutput, leased, rearrange_into
 from .layout import Layout, Resident, lazy_layout
 from .ops import OpPlan, affine_plan, fold_weight
 
@@ -109,7 +110,8 @@ def pass_program(params: ConvParams, machine: MachineSpec, amp: float | None = N
     return BuiltPass(prog.plan, tuple(prog.program.records), prog.device.memory.used)
 
 
-def _read_output(prog: ConvProgram, out: Layout, nt: int) -> Resident:
+def _read_output(prog: ConvProgram, out: Layout, nt: int, arena: np.ndarray) -> Resident:
+    """The program's output, copied out of the ``arena`` its run used."""
     tab = out.__dict__.get("_read_table")
     if tab is None or tab[0] is not prog:
         y = prog.y
@@ -117,7 +119,7 @@ def _read_output(prog: ConvProgram, out: Layout, nt: int) -> Resident:
                                y.mapping.count * y.itemsize))
         out.__dict__["_read_table"] = tab
     res = Resident(out, nt)
-    tab[1].run(res.data, prog.device.arena.data)
+    tab[1].run(res.data, arena)
     return res
 
 
@@ -170,11 +172,8 @@ def conv_plan(machine: MachineSpec, in_shape: Sequence[int], weight_shape: Seque
         if act is not None and not (fusable and act in _FUSED_ACTS):
             raise ValueError(f"conv2d: cannot fuse activation {act!r} (float32 with bias: "
                              f"{sorted(_FUSED_ACTS)})")
-        src = srcs[0]
-        with ExitStack() as locks:
-            lock_arenas(locks, [prog] + ([src.prog] if isinstance(src, ArenaOutput) else []))
-            flush(prog)     # outputs of this program's last run still in its arena (src too)
-            rearrange_into(rearrs[0], src, dev.arena.data)
+        with leased(prog, srcs[:1]) as slot:
+            rearrange_into(rearrs[0], srcs[0], slot.arena.data)
             _write_weight(dev, prog.w, prm, wdt)
             if bias:
                 dev.write(prog.b, np.asarray(prm["bias"], dtype=wdt))
@@ -187,8 +186,8 @@ def conv_plan(machine: MachineSpec, in_shape: Sequence[int], weight_shape: Seque
                 for c in codelets:
                     c.act = 0
             if keep:
-                return ArenaOutput.keep(prog, out, nt, _read_output)
-            return _read_output(prog, out, nt)
+                return ArenaOutput.keep(slot, prog, out, nt, _read_output)
+            return _read_output(prog, out, nt, slot.arena.data)
 
     plan = prog.plan
     return OpPlan("conv2d", "fwd", plan.method.label(), [want], out, list(prog.program.records),
@@ -254,16 +253,14 @@ def matmul_plan(machine: MachineSpec, a_shape: Sequence[int], b_shape: Sequence[
         total = np.maximum(total, bias_plan.total_bytes + out.bytes_per_tile(nt))
 
     def run(srcs, rearrs, prm):
-        with ExitStack() as locks:
-            lock_arenas(locks, [prog] + [s.prog for s in srcs if isinstance(s, ArenaOutput)])
-            flush(prog)
-            rearrange_into(rearrs[0], srcs[0], dev.arena.data)
+        with leased(prog, srcs) as slot:
+            rearrange_into(rearrs[0], srcs[0], slot.arena.data)
             if b_param:
                 dev.write(x, _transposed(np.asarray(prm["weight"], dtype=wdt)).reshape(x.shape))
             else:
-                rearrange_into(rearrs[1], srcs[1], dev.arena.data)
+                rearrange_into(rearrs[1], srcs[1], slot.arena.data)
             run_program(prog.program, "execute", device=dev)
-            y = _read_output(prog, out, nt)
+            y = _read_output(prog, out, nt, slot.arena.data)
         if bias_plan is not None:
             from .layout import Rearrangement
             ident = Rearrangement(machine, out, out)

@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import _memo
 from ..core import SuperstepRecord
+from .host.arenas import ARENAS
 from .host.buffers import POOL, pooled
 from .layers import BatchNorm2d, Conv2d, PlanContext
 from .layout import Layout, Rearrangement, Resident, linear_layout
@@ -29,6 +30,8 @@ _REARR = _memo.register(_memo.LruCache("nn.rearrangements", maxsize=8192), per_b
 _INPUT_LAYOUTS = _memo.register(_memo.LruCache("nn.input_layouts", maxsize=256), per_batch=True)
 #: the residents' reusable host buffers
 _memo.on_clear(POOL.clear, name="nn.host_buffers")
+#: the conv programs' pooled arenas
+_memo.on_clear(ARENAS.clear, name="nn.host_arenas", info=ARENAS.info)
 #: ops whose output shares its input's buffer (their outputs never give a buffer away)
 _VIEW_METHODS = ("view", "rearrange")
 
@@ -367,6 +370,11 @@ class NetworkProgram:
         with pooled():
             return self._execute(feeds, params)
 
+    def _programs(self) -> list[Any]:
+        """The conv programs the steps run (each once)."""
+        progs = {id(p): p for s in self.steps if (p := s.plan.info.get("program")) is not None}
+        return list(progs.values())
+
     def _execute(self, feeds: dict[str, np.ndarray], params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         nt = self.machine.n_tiles
         live: dict[str, Any] = {}
@@ -378,6 +386,8 @@ class NetworkProgram:
             for src in s.srcs:
                 remaining[src] = remaining.get(src, 0) + 1
         index = param_index(params)
+        # the pooled arenas the convs lease are made as long as the largest one needs
+        ARENAS.reserve(nt, max((p.device.memory.high_water for p in self._programs()), default=0))
         for s in self.steps:
             srcs = [live[n] for n in s.srcs]
             if s.fused:                 # applied by its producer: the same buffer, in place

@@ -11,6 +11,7 @@ import ipukern as ik
 from ipukern.nn import program as C
 from ipukern.nn import plan_context
 from ipukern.nn.arena_out import ArenaOutput
+from ipukern.nn.host.arenas import ARENAS
 from ipukern.nn.compile import compile_network
 from ipukern.nn.layout import Rearrangement, Resident, linear_layout
 from tests._support.threads import race
@@ -77,6 +78,21 @@ def test_kept_outputs_equal_copy_out(model):
         ik.set_num_threads(None)
 
 
+@pytest.mark.parametrize("model", ["mobilenet_v2", "resnet50"])
+def test_pooled_arenas_hold_nothing_a_run_reads(model):
+    """Every run writes all the arena bytes it reads: with each leased arena filled with
+    0xFF first, the outputs are those of the copy-out path, bit for bit."""
+    net, params, prog, feeds = _setup(model)
+    with _copy_out_path(prog):
+        want = _out(prog, feeds, params)
+    ARENAS.poison = True
+    try:
+        got = _out(prog, feeds, params)
+    finally:
+        ARENAS.poison = False
+    assert all(np.array_equal(got[k], want[k]) for k in want)
+
+
 def test_kept_only_for_a_single_conv_reader():
     net, params, prog, feeds = _setup("resnet50")
     readers = {}
@@ -109,12 +125,30 @@ def test_kept_output_survives_its_program_running_again():
     want = step.plan.run([x1], [rearr], prm).to_host()
     kept = step.plan.run([x1], [rearr], prm, keep=True)
     assert isinstance(kept, ArenaOutput) and kept.in_arena
-    other = step.plan.run([x2], [rearr], prm).to_host()       # overwrites the arena
-    assert not kept.in_arena                                  # copied out before that
+    other = step.plan.run([x2], [rearr], prm).to_host()       # runs on another arena
+    assert kept.in_arena and not np.array_equal(other, want)
+    # every pooled arena then holds a kept output: the next run copies the oldest out
+    more = [step.plan.run([x2], [rearr], prm, keep=True) for _ in range(ARENAS.max_idle)]
+    assert not kept.in_arena and all(k.in_arena for k in more[1:])
     assert np.array_equal(kept.to_host().view(np.uint32), want.view(np.uint32))
-    assert not np.array_equal(other, want)
+    assert all(np.array_equal(k.to_host(), other) for k in more)
     with pytest.raises(AttributeError):
         kept.data = np.zeros(1, np.uint8)
+
+
+def test_pooled_arenas_touched_once():
+    """A network's convs share the pooled arenas: a ResNet's run leaves no arena of their
+    own on its programs' devices, and the pool holds a few arenas, each as long as the
+    largest program needs."""
+    net, params, prog, feeds = _setup("resnet50")
+    ARENAS.clear()
+    _out(prog, feeds, params)
+    progs = prog._programs()
+    need = max(p.device.memory.high_water for p in progs)
+    nt = ik.GC200.n_tiles
+    assert len(progs) > 10
+    assert 2 <= ARENAS.nbytes() // (nt * need) <= ARENAS.max_idle
+    assert all(p.device.arena_bytes == 0 for p in progs)    # none kept between runs
 
 
 def test_concurrent_networks_sharing_programs():
