@@ -218,18 +218,12 @@ def training_advantage(ctx: Context, name: str, *, layouts: list[cs.Layout] | No
         net = _net(name)
         ipu = cs.ipu_training(net, system, lays, optimizer=optimizer)
         gpu = cs.gpu_training(net, _gpu_system(), ctx.pick(gpu_batches, gpu_batches[-1:]), optimizer=optimizer)
-        ds = None
-        if not ctx.fast and ipu.samples_per_second is not None:
-            from ..systems import get_system
-            sysd = get_system(system)
-            sysd = sysd.replace(chip=sysd.chip.with_datasheet_exchange())
-            best = [lay for lay in lays if lay.label() == ipu.label]
-            ds = cs.ipu_training(net, sysd, best, optimizer=optimizer)
+        ds = None if ctx.fast else cs.on_datasheet(net, system, lays, ipu, optimizer=optimizer)
         return {"ipu": ipu, "gpu": gpu, "datasheet": ds}
     r = ctx.once(("training", name, system), run)
     ipu, gpu, ds = r["ipu"], r["gpu"], r["datasheet"]
     m = Modelled(basis=PER_CHIP)
-    m.ipu, m.other = _sides(ipu, gpu, f"{name} training ({optimizer}, data parallel per chip)")
+    m.ipu, m.other = _sides(ipu, gpu, f"{name} training ({optimizer})")
     if ipu.per_chip is None or gpu.per_chip is None:
         m.not_modelled = "no fitting configuration: " + (ipu.describe() if ipu.per_chip is None else gpu.describe())
         return m

@@ -9,6 +9,7 @@ the candidate list, which the claim rows state.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -45,7 +46,8 @@ class Best:
         return f"{self.label}: {self.samples_per_second:,.0f} samples/s"
 
 
-def search(candidates: list[tuple[str, Callable[[], Any]]], chips: Callable[[Any], int] | None = None) -> Best:
+def search(candidates: list[tuple[str, Callable[[], Any]]],
+           chips: Callable[[Any], int] | None = None) -> Best:
     """Run ``(label, thunk)`` candidates; a thunk returns an estimate with ``samples_per_second``
     (and ``seconds`` or ``step_seconds``); one that raises (does not fit) is recorded."""
     best = Best()
@@ -64,6 +66,7 @@ def search(candidates: list[tuple[str, Callable[[], Any]]], chips: Callable[[Any
             secs = getattr(est, "step_seconds", None) or getattr(est, "seconds", None)
             best.label, best.samples_per_second, best.seconds = label, sps, secs
             best.chips = chips(est) if chips is not None else 1
+            best.extra = {"stages": getattr(est, "stages", None)}
     return best
 
 
@@ -106,7 +109,8 @@ class Layout:
     recompute: Any = None
 
     def label(self) -> str:
-        rc = "" if self.recompute is None else f", recompute {self.recompute if isinstance(self.recompute, str) else 'layers'}"
+        rc = {None: "", True: ", recompute stage", "auto": ", recompute auto"}.get(
+            self.recompute if not isinstance(self.recompute, list) else "list", ", recompute checkpoints")
         return (f"{self.replicas}x{self.ipus_per_replica} IPUs, mb {self.micro_batch}, "
                 f"ga {self.gradient_accumulation}{rc}")
 
@@ -126,6 +130,25 @@ def ipu_training(net: Any, system: Any, layouts: list[Layout], **options: Any) -
                   chips=lambda est: est.replicas * est.ipus_per_replica)
 
 
+def datasheet_system(system: Any) -> Any:
+    """``system`` with its chips' datasheet IPU-Exchange rate (8 TB/s on the GC200)."""
+    from ..systems import get_system
+    system = get_system(system)
+    return system.replace(chip=system.chip.with_datasheet_exchange())
+
+
+def on_datasheet(net: Any, system: Any, layouts: list[Layout], best: Best, **options: Any) -> Best | None:
+    """The best layout of a search again on the datasheet exchange, with the pipeline split
+    the default search found (so the rerun compares the exchange alone, and skips the
+    ``"auto"`` split search); None when the search found nothing."""
+    if best.samples_per_second is None:
+        return None
+    lay = next(lay for lay in layouts if lay.label() == best.label)
+    if lay.pipeline == "auto" and best.extra.get("stages"):
+        lay = dataclasses.replace(lay, pipeline=[list(s) for s in best.extra["stages"]])
+    return ipu_training(net, datasheet_system(system), [lay], **options)
+
+
 def layer_checkpoints(net: Any) -> list[str]:
     """A recomputation checkpoint at each BERT encoder layer's output (PopART's
     ``recompute_checkpoint_every_layer``, as the MLPerf BERT rows)."""
@@ -133,7 +156,7 @@ def layer_checkpoints(net: Any) -> list[str]:
 
 
 def even_bert_splits(layers: int, stages: int) -> list[str]:
-    """Pipeline split layers that give ``stages`` stages of about equal encoder layer counts
-    (the embeddings with the first stage)."""
-    cuts = sorted({round(i * layers / stages) for i in range(1, stages)} - {0, layers})
+    """Pipeline split layers for ``stages`` stages: the embeddings alone on the first, the
+    encoder layers spread evenly over the others (PopART BERT's ``encoder_start_ipu 1``)."""
+    cuts = sorted({0} | {round(i * layers / (stages - 1)) for i in range(1, stages - 1)})
     return [f"encoder.layer.{c}.attention.self.query" for c in cuts]
