@@ -107,12 +107,15 @@ class Layout:
     ipus_per_replica: int = 1
     pipeline: Any = None
     recompute: Any = None
+    #: further estimate_training options of this candidate, as (name, value) pairs
+    options: tuple[tuple[str, Any], ...] = ()
 
     def label(self) -> str:
         rc = {None: "", True: ", recompute stage", "auto": ", recompute auto"}.get(
             self.recompute if not isinstance(self.recompute, list) else "list", ", recompute checkpoints")
+        opts = "".join(f", {k} {v}" for k, v in self.options)
         return (f"{self.replicas}x{self.ipus_per_replica} IPUs, mb {self.micro_batch}, "
-                f"ga {self.gradient_accumulation}{rc}")
+                f"ga {self.gradient_accumulation}{rc}{opts}")
 
 
 def ipu_training(net: Any, system: Any, layouts: list[Layout], **options: Any) -> Best:
@@ -125,7 +128,7 @@ def ipu_training(net: Any, system: Any, layouts: list[Layout], **options: Any) -
         return estimate_training(net, system, micro_batch=lay.micro_batch,
                                  gradient_accumulation=lay.gradient_accumulation, replicas=lay.replicas,
                                  ipus_per_replica=lay.ipus_per_replica, pipeline=lay.pipeline,
-                                 recompute=lay.recompute, **options)
+                                 recompute=lay.recompute, **(options | dict(lay.options)))
     return search([(lay.label(), lambda lay=lay: run(lay)) for lay in layouts],
                   chips=lambda est: est.replicas * est.ipus_per_replica)
 

@@ -40,9 +40,10 @@ from typing import Any, Callable
 from .._version import schema
 from . import _claim_hw as hw
 from . import _claim_models as cm
-from ._table import read_table, select, write_table
+from ._table import read_table, select
 
-__all__ = ["TOLERANCE", "VERDICTS", "Claim", "ClaimRow", "ClaimsReport", "claims_report", "load_claims", "verdict"]
+__all__ = ["TOLERANCE", "VERDICTS", "Claim", "ClaimRow", "ClaimsReport", "claims_report", "load_claims",
+           "verdict"]
 
 #: model / claim within 1 +- TOLERANCE is "reproduced"
 TOLERANCE = 0.25
@@ -221,7 +222,7 @@ class ClaimsReport:
         w.writeheader()
         w.writerows(rows)
         if path is not None:
-            write_table(path, rows, _FIELDS)
+            Path(path).write_text(buf.getvalue())
         return buf.getvalue()
 
     def to_json(self, path: str | Path | None = None) -> str:
