@@ -23,6 +23,9 @@ def _cmd_claims(args: argparse.Namespace) -> int:
             out.stage(args.markdown).write_text(report.to_markdown() + "\n")
         written = out.commit()
     print(report.format_table())
+    if args.details:
+        print()
+        print(report.format_details())
     if args.json == "-":
         args.json_stream.write(report.to_json() + "\n")
         args.json_stream.flush()
@@ -50,6 +53,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--fast", action="store_true",
                    help="one candidate per search and no datasheet-exchange runs (about half the time; "
                         "every row still gets its model number or reason)")
+    c.add_argument("--details", action="store_true",
+                   help="after the table, every row in full: source, both sides' configurations, basis")
     c.add_argument("--csv", metavar="FILE", help="write one line per claim as CSV")
     c.add_argument("--json", metavar="FILE",
                    help="write the report as JSON ('-': to stdout, the table then goes to stderr)")

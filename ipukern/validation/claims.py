@@ -266,6 +266,25 @@ class ClaimsReport:
         return "\n".join(lines)
 
 
+    def format_details(self) -> str:
+        """Every row in full: the claim and its source, both sides' configurations, the basis,
+        the model's numbers, the ratio and the verdict on each exchange."""
+        out = []
+        for r in self.rows:
+            d = r.to_dict()
+            out += [f"[{d['id']}] {d['statement']}",
+                    f"    claimed: {_num(d['claimed'])} {d['unit']} ({d['kind']}); source: {d['source']}"]
+            out += [f"    {k}: {d[f]}" for k, f in (("IPU side", "ipu_side"), ("other side", "other_side"),
+                                                      ("basis", "basis"), ("note", "note")) if d[f]]
+            out += [f"    model: {_num(d['model_default'])} (47.5 TB/s), {_num(d['model_datasheet'])} (8 TB/s); "
+                    f"model / claim {_num(d['ratio_default'])}, {_num(d['ratio_datasheet'])}",
+                    f"    verdict: {d['verdict']}"]
+            if d["verdict_datasheet"] != d["verdict"]:
+                out.append(f"    verdict on 8 TB/s: {d['verdict_datasheet']}")
+            out.append("")
+        return "\n".join(out).rstrip("\n")
+
+
 def _num(v: float | None) -> str:
     if v is None:
         return "-"
