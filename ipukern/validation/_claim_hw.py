@@ -85,11 +85,13 @@ def _bert_large(ctx: Context) -> dict[str, Any]:
         mk2_split = ["encoder.layer.3.attention.self.query", "encoder.layer.10.attention.self.query",
                      "encoder.layer.17.attention.self.query"]
         mlperf = (("optimizer", "lamb"), ("optimizer_state", "streaming"), ("replicated_sharding", True))
-        mk1_opts = [(("optimizer", "lamb"),), (("optimizer", "sgd_momentum"), ("optimizer_state_dtype", "float16"))]
+        mk1_opts = [(("optimizer", "lamb"),),
+                    (("optimizer", "sgd_momentum"), ("optimizer_state_dtype", "float16"))]
         lays = {"GC200": [cs.Layout(4, mb, 64, ipus_per_replica=4, pipeline=mk2_split, recompute=ckpt,
                                     options=mlperf) for mb in ctx.pick((8, 4), (4,))],
                 "GC2": [cs.Layout(1, 1, 256, ipus_per_replica=16, pipeline=cs.even_bert_splits(24, 16),
-                                  recompute=True, options=o) for o in ctx.pick(tuple(mk1_opts), tuple(mk1_opts[1:]))]}
+                                  recompute=True, options=o)
+                        for o in ctx.pick(tuple(mk1_opts), tuple(mk1_opts[1:]))]}
         out = {}
         for key, system in (("GC200", IPU_POD16), ("GC2", _gc2_system(16))):
             out[key] = cs.ipu_training(net, system, lays[key])
@@ -198,7 +200,8 @@ def datasheet_ratio(ctx: Context, what: str) -> Modelled:
     gpu = dgx.gpu
     if what == "fp32":
         ipu_v, gpu_v = pod.peak_flops("float32"), dgx.n_gpus * gpu.fp32_flops
-        note = (f"FP32 on the A100's CUDA cores ({gpu.fp32_flops / 1e12:.1f} TFLOPS); against its TF32 tensor "
+        note = (f"FP32 on the A100's CUDA cores ({gpu.fp32_flops / 1e12:.1f} TFLOPS); against its "
+                f"TF32 tensor "
                 f"cores ({gpu.tf32_tensor_flops / 1e12:.0f} TFLOPS) the ratio is "
                 f"{pod.peak_flops('float32') / (dgx.n_gpus * gpu.tf32_tensor_flops):.2f}x")
     elif what == "ai":
@@ -207,8 +210,10 @@ def datasheet_ratio(ctx: Context, what: str) -> Modelled:
     else:
         ipu_v = pod.n_ipus * pod.chip.total_bytes + pod.streaming_bytes
         gpu_v = dgx.n_gpus * gpu.memory_bytes
-        note = (f"In-Processor Memory plus Streaming Memory ({pod.streaming_bytes_per_machine / 1e9:.0f} GB per "
-                "machine: the later datasheets' figure; the launch material said 448 GB) against the GPUs' HBM")
+        per_machine = pod.streaming_bytes_per_machine / 1e9
+        note = (f"In-Processor Memory plus Streaming Memory ({per_machine:.0f} GB per "
+                "machine: the later datasheets' figure; the launch material said 448 GB) against "
+                "the GPUs' HBM")
     m = Modelled(ipu=f"{pod.name} ({pod.n_ipus} GC200 presets): {ipu_v:,.4g}",
                  other=f"DGX A100 320 GB ({dgx.n_gpus} x {gpu.name} preset): {gpu_v:,.4g}",
                  basis="the datasheet figures of the presets (ipukern.systems.System, ipukern.gpu.GPUSpec)",
@@ -256,9 +261,11 @@ def per_watt(ctx: Context, side: str) -> Modelled:
     from .. import market
     from ..gpu import A100_40GB
     if side == "ipu":
-        p, flops, who = market.power("GC200"), GC200.peak_flops("float16", "float16"), "GC200 FP16.16 AMP peak"
+        p, flops = market.power("GC200"), GC200.peak_flops("float16", "float16")
+        who = "GC200 FP16.16 AMP peak"
     else:
-        p, flops, who = market.power("A100 SXM 40GB"), A100_40GB.fp16_tensor_flops, "A100 FP16 tensor peak (dense)"
+        p, flops = market.power("A100 SXM 40GB"), A100_40GB.fp16_tensor_flops
+        who = "A100 FP16 tensor peak (dense)"
     m = Modelled(ipu=f"{who} {flops / 1e12:.1f} TFLOPS / {p.label()}" if side == "ipu" else "",
                  other="" if side == "ipu" else f"{who} {flops / 1e12:.1f} TFLOPS / {p.label()}",
                  basis="peak compute of the preset over the sourced power (ipukern.market)",
@@ -270,8 +277,10 @@ def per_watt(ctx: Context, side: str) -> Modelled:
         w_pod = 4 * market.power("IPU-M2000").value
         w_dgx = market.power("DGX A100 640G").value
         if pod.model_throughput and dgx.model_throughput:
-            m.details = {"model_resnet50_images_per_s_per_kW_pod16": round(pod.model_throughput / w_pod * 1e3, 1),
-                         "model_resnet50_images_per_s_per_kW_dgx_a100": round(dgx.model_throughput / w_dgx * 1e3, 1)}
+            m.details = {"model_resnet50_images_per_s_per_kW_pod16":
+                         round(pod.model_throughput / w_pod * 1e3, 1),
+                         "model_resnet50_images_per_s_per_kW_dgx_a100":
+                         round(dgx.model_throughput / w_dgx * 1e3, 1)}
     return m
 
 
@@ -283,7 +292,8 @@ def effnet_b4_pod32(ctx: Context) -> Modelled:
         net = _net("efficientnet_b4")
         lays = [cs.Layout(8, mb, 32, ipus_per_replica=4, pipeline="auto", recompute=True) for mb in (2,)]
         ipu = cs.ipu_training(net, _pod32(), lays)
-        gpu = cs.gpu_training(net, GPUSystem.cluster(DGX_A100_40GB, 16), ctx.pick((32, 64), (64,)), n_gpus=128)
+        gpu = cs.gpu_training(net, GPUSystem.cluster(DGX_A100_40GB, 16), ctx.pick((32, 64), (64,)),
+                              n_gpus=128)
         ds = None if ctx.fast else cs.on_datasheet(net, _pod32(), lays, ipu)
         return {"ipu": ipu, "gpu": gpu, "ds": ds}
     r = ctx.once("effnet_b4", run)

@@ -87,7 +87,8 @@ def _minutes(row: Any, datasheet: bool) -> float | None:
 
 def _config(row: Any) -> str:
     u = row.run
-    return (f"{u.system}: {u.replicas} x {u.ipus_per_replica or 1} {'GPUs' if u.kind == 'gpu_training' else 'IPUs'}, "
+    what = "GPUs" if u.kind == "gpu_training" else "IPUs"
+    return (f"{u.system}: {u.replicas} x {u.ipus_per_replica or 1} {what}, "
             f"micro-batch {u.micro_batch}, accumulation {u.gradient_accumulation}, {u.optimizer}, "
             f"{u.dtype} ({u.id}, the published configuration)")
 
@@ -95,7 +96,8 @@ def _config(row: Any) -> str:
 def mlperf_time(ctx: Context, run_id: str, note: str = "") -> Modelled:
     """Claims 1 and 3: time-to-train of a published MLPerf v1.0 configuration."""
     row = ctx.systems()[run_id]
-    m = Modelled(basis="the published MLPerf configuration as submitted (not re-tuned: the claim is that run)",
+    m = Modelled(basis="the published MLPerf configuration as submitted (not re-tuned: the claim "
+                       "is that run)",
                  note=note)
     side = "ipu" if row.run.kind == "ipu_training" else "other"
     setattr(m, side, _config(row))
@@ -121,7 +123,8 @@ def bert_scaling(ctx: Context) -> Modelled:
     m = Modelled(ipu=f"{_config(small)} -> {_config(big)}",
                  basis="like for like: both closed-division configurations (the only POD64 BERT "
                        "configuration in the table is the closed one)",
-                 note=f"the claim divides a closed-division time (POD16, {claimed['1b']} min, claim 1b) by an "
+                 note=f"the claim divides a closed-division time (POD16, {claimed['1b']} min, "
+                      f"claim 1b) by an "
                       f"open-division one (POD64, {claimed['1d']} min, claim 1d): {as_claimed:.2f}x; the "
                       f"published closed/closed factor is {closed:.2f}x")
     m.default = _ratio(_minutes(small, False), _minutes(big, False))
@@ -139,7 +142,8 @@ def per_dollar(ctx: Context, bench: str) -> Modelled:
     pod, dgx = rows[f"mlperf1.0-{bench}-pod16"], rows[f"mlperf1.0-{bench}-dgxa100"]
     p_pod, p_dgx = price("IPU-POD16"), price("DGX A100 640G")
     m = Modelled(ipu=_config(pod), other=_config(dgx),
-                 basis=f"time-to-train x list price: {p_pod.label()} (IPU-POD16) and {p_dgx.label()} (DGX A100 "
+                 basis=f"time-to-train x list price: {p_pod.label()} (IPU-POD16) and "
+                       f"{p_dgx.label()} (DGX A100 "
                        "640G), the prices of Graphcore's statement (ipukern.market)",
                  note=f"prices: {p_pod.source}; {p_dgx.source}")
 
@@ -177,7 +181,8 @@ def _inference_pair(ctx: Context, name: str, ipu_b: tuple, gpu_b: tuple) -> dict
 def _sides(ipu: cs.Best, gpu: cs.Best, what: str) -> tuple[str, str]:
     return (f"GC200 (47.5 TB/s default exchange), {what}, float16 with half partials; best of "
             f"[{', '.join(ipu.tried)}]: {ipu.describe()}",
-            f"A100 SXM4 40 GB, {what}, float16, GPU stack '{cs.GPU_STACK}'; best of [{', '.join(gpu.tried)}]: "
+            f"A100 SXM4 40 GB, {what}, float16, GPU stack '{cs.GPU_STACK}'; "
+            f"best of [{', '.join(gpu.tried)}]: "
             f"{gpu.describe()}")
 
 
@@ -201,7 +206,8 @@ def inference_advantage(ctx: Context, name: str, *, latency: bool = False) -> Mo
     m.default = ipu.samples_per_second / gpu.samples_per_second
     m.datasheet = None if ds is None else _ratio(ds.samples_per_second, gpu.samples_per_second)
     # IPU-M2000 (4 GC200) against DGX A100 (8 A100): inference replicas exchange nothing
-    m.details = {"m2000_vs_dgx_a100": round(m.default * 4 / 8, 3), "ipu_tried": ipu.tried, "gpu_tried": gpu.tried}
+    m.details = {"m2000_vs_dgx_a100": round(m.default * 4 / 8, 3), "ipu_tried": ipu.tried,
+                 "gpu_tried": gpu.tried}
     return m
 
 
@@ -223,7 +229,8 @@ def training_advantage(ctx: Context, name: str, *, layouts: list[cs.Layout] | No
     def run() -> dict[str, Any]:
         net = _net(name)
         ipu = cs.ipu_training(net, system, lays, optimizer=optimizer)
-        gpu = cs.gpu_training(net, _gpu_system(), ctx.pick(gpu_batches, gpu_batches[-1:]), optimizer=optimizer)
+        gpu = cs.gpu_training(net, _gpu_system(), ctx.pick(gpu_batches, gpu_batches[-1:]),
+                              optimizer=optimizer)
         ds = None if ctx.fast else cs.on_datasheet(net, system, lays, ipu, optimizer=optimizer)
         return {"ipu": ipu, "gpu": gpu, "datasheet": ds}
     r = ctx.once(("training", name, system), run)
@@ -231,7 +238,8 @@ def training_advantage(ctx: Context, name: str, *, layouts: list[cs.Layout] | No
     m = Modelled(basis=PER_CHIP)
     m.ipu, m.other = _sides(ipu, gpu, f"{name} training ({optimizer})")
     if ipu.per_chip is None or gpu.per_chip is None:
-        m.not_modelled = "no fitting configuration: " + (ipu.describe() if ipu.per_chip is None else gpu.describe())
+        m.not_modelled = "no fitting configuration: " + (ipu.describe() if ipu.per_chip is None
+                                                         else gpu.describe())
         return m
     m.default = ipu.per_chip / gpu.per_chip
     m.datasheet = None if ds is None else _ratio(ds.per_chip, gpu.per_chip)
@@ -278,14 +286,16 @@ def bert_base_training(ctx: Context) -> Modelled:
     m.basis = ("per chip, one IPU-M2000 (4 GC200, BERT-Base pipelined over 4 IPUs as Graphcore's "
                "BERT configurations are) against A100 SXM4 40 GB; the GPU side per GPU; equal samples, so "
                "the time ratio is the throughput ratio")
-    m.note = "the 36.3 h absolute needs the pre-training schedule (phase 1/2 steps and batch sizes): not modelled"
+    m.note = ("the 36.3 h absolute needs the pre-training schedule (phase 1/2 steps and batch sizes): "
+              "not modelled")
     return m
 
 
 # =========================================================================== claim 9
 MCMC_MISSING = ("not in the zoo: an HMC leapfrog step needs the gradient of the log-density with respect to "
                 "the parameters fed back into the next forward pass (the training passes give weight "
-                "gradients to an optimizer only), Gaussian momentum draws on the tiles (no random-number op), "
+                "gradients to an optimizer only), Gaussian momentum draws on the tiles (no "
+                "random-number op), "
                 "a Metropolis accept/reject select on a cross-tile reduced scalar, and a GPU-side model of "
                 "TensorFlow Probability's per-op kernels")
 

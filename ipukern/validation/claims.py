@@ -151,7 +151,8 @@ MODELLERS: dict[str, Callable[[cm.Context], cm.Modelled]] = {
     "1c": lambda c: cm.mlperf_time(c, "mlperf1.0-resnet-pod64"),
     "1d": lambda c: cm.mlperf_time(c, "mlperf1.0-bert-pod64",
                                    "the claim is the open-division time; the configuration modelled is the "
-                                   "closed-division one (published 11.08 min), the only POD64 BERT run in the table"),
+                                   "closed-division one (published 11.08 min), the only POD64 "
+                                   "BERT run in the table"),
     "2": cm.bert_scaling,
     "3a": lambda c: cm.mlperf_time(c, "mlperf1.0-resnet-dgxa100"),
     "3b": lambda c: cm.mlperf_time(c, "mlperf1.0-bert-dgxa100"),
@@ -255,12 +256,14 @@ class ClaimsReport:
         for r in self.rows:
             d = r.to_dict()
             v = d["verdict"]
-            lines.append(f"{d['id']:4} {d['topic'][:28]:28} {_num(d['claimed']):>10} {_num(d['model_default']):>10} "
+            lines.append(f"{d['id']:4} {d['topic'][:28]:28} {_num(d['claimed']):>10} "
+                         f"{_num(d['model_default']):>10} "
                          f"{_num(d['model_datasheet']):>10} {_num(d['ratio_default']):>6}  "
                          f"{v if len(v) < 70 else v[:67] + '...'}")
         s = self.summary()
         lines.append("")
-        lines.append(", ".join(f"{n} {v}" for v, n in s.items()) + f" ({len(self.rows)} rows; verdicts on the "
+        lines.append(", ".join(f"{n} {v}" for v, n in s.items())
+                     + f" ({len(self.rows)} rows; verdicts on the "
                      f"default exchange, +-{TOLERANCE:.0%}; the JSON and Markdown outputs carry each row's "
                      "configuration and basis)")
         return "\n".join(lines)
@@ -276,7 +279,8 @@ class ClaimsReport:
                     f"    claimed: {_num(d['claimed'])} {d['unit']} ({d['kind']}); source: {d['source']}"]
             out += [f"    {k}: {d[f]}" for k, f in (("IPU side", "ipu_side"), ("other side", "other_side"),
                                                       ("basis", "basis"), ("note", "note")) if d[f]]
-            out += [f"    model: {_num(d['model_default'])} (47.5 TB/s), {_num(d['model_datasheet'])} (8 TB/s); "
+            out += [f"    model: {_num(d['model_default'])} (47.5 TB/s), "
+                    f"{_num(d['model_datasheet'])} (8 TB/s); "
                     f"model / claim {_num(d['ratio_default'])}, {_num(d['ratio_datasheet'])}",
                     f"    verdict: {d['verdict']}"]
             if d["verdict_datasheet"] != d["verdict"]:
