@@ -332,7 +332,7 @@ def claims_report(claims: Sequence[Claim] | None = None, *, ids: Sequence[str] |
         raise TypeError(f"fast must be a bool, got {type(fast).__name__}")
     table = list(load_claims() if claims is None else claims)
     wanted = select(table, ids, lambda c: c.id, "id")
-    ctx = cm.Context(fast)
+    ctx = cm.Context(fast, {c.id: c.claimed for c in table})
     done: dict[str, cm.Modelled] = {}
     order = [c for c in wanted if c.id not in _DERIVED] + [c for c in wanted if c.id in _DERIVED]
     if any(c.id == "11d" for c in wanted):          # 11d is made of 11a-c
