@@ -271,7 +271,7 @@ def per_watt(ctx: Context, side: str) -> Modelled:
                  basis="peak compute of the preset over the sourced power (ipukern.market)",
                  note=f"power: {p.source} ({p.note})")
     m.default = m.datasheet = flops / 1e12 / p.value
-    if side == "ipu" and "systems" in ctx._cache:
+    if side == "ipu" and ctx.has("systems"):
         rows = ctx.systems()
         pod, dgx = rows["mlperf1.0-resnet-pod16"], rows["mlperf1.0-resnet-dgxa100"]
         w_pod = 4 * market.power("IPU-M2000").value

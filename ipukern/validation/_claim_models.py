@@ -55,6 +55,10 @@ class Context:
             self._cache[key] = fn()
         return self._cache[key]
 
+    def has(self, key: Any) -> bool:
+        """Whether ``key`` was computed already (rows that add to it only when it is free)."""
+        return key in self._cache
+
     def pick(self, full: tuple, fast: tuple) -> tuple:
         return fast if self.fast else full
 

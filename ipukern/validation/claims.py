@@ -106,7 +106,8 @@ class ClaimRow:
 
     def verdict(self, variant: str = "default") -> str:
         value = None if self.model.not_modelled else getattr(self.model, variant)
-        missing = self.model.not_modelled or ("not run in the fast mode" if variant == "datasheet" else "")
+        missing = self.model.not_modelled or (
+            "no run on the datasheet exchange (--fast skips it)" if variant == "datasheet" else "")
         return verdict(value, self.claim.claimed, self.claim.kind, missing=missing if value is None else "")
 
     def to_dict(self) -> dict[str, Any]:
