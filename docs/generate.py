@@ -45,6 +45,12 @@ def _cli(args: list[str]) -> str:
     return "".join(ln for ln in res.stdout.splitlines(keepends=True) if not ln.startswith("wrote "))
 
 
+def _python(code: str) -> str:
+    """stdout of ``python -c CODE`` with this tree's ipukern."""
+    return subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True,
+                          text=True, check=True).stdout
+
+
 def scaling() -> str:
     base = ["scaling", "--layer", "resnext50_c128", "--no-plot", "-q", "--no-progress"]
     return "".join([
@@ -93,9 +99,12 @@ def collectives() -> str:
         "    tot = c.link_seconds + c.sync_seconds + c.add_seconds\n"
         "    print(f'{name:<11} {c.n_ipus:>4}  {c.algorithm:<52} {c.steps:>5} {c.link_seconds*1e3:>9.2f}'\n"
         "          f' {c.sync_seconds*1e3:>9.3f} {c.add_seconds*1e3:>8.3f} {tot*1e3:>9.2f}')\n")
-    res = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True,
-                         text=True, check=True)
-    return res.stdout
+    return _python(code)
+
+
+def market() -> str:
+    """ipukern.market's figures with their sources, and what compare uses for each preset."""
+    return _python("from ipukern.cli.info import market_text\nprint(market_text())\n")
 
 
 def zoo() -> str:
@@ -126,6 +135,7 @@ GENERATORS: dict[str, tuple[Callable[[], str], str, bool]] = {
                 True),
     "collectives": (collectives, "ik.collective_seconds(system, 'all_reduce', 2 * 25.56e6)",
                     True),
+    "market": (market, "ipukern info --market (its market part)", True),
     "validate": (validate, "ipukern validate --no-plot", False),
     "systems": (systems, "ipukern validate --systems", False),
     "inference": (inference, "ipukern validate --inference", False),

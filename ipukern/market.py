@@ -22,11 +22,13 @@ import csv
 import functools
 import math
 import re
+import textwrap
 from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Any
 
-__all__ = ["Figure", "price", "power", "keys", "figures", "for_system"]
+__all__ = ["Figure", "Efficiency", "price", "power", "keys", "figures", "describe", "for_system",
+           "efficiency"]
 
 _UNITS = {"price": "USD", "power": "W"}
 
@@ -73,6 +75,44 @@ class Figure:
         """``"US$150,000"`` or ``"1,100 W"``."""
         return f"US${self.value:,.0f}" if self.unit == "USD" else f"{self.value:,.0f} W"
 
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "value": self.value, "unit": self.unit, "date": self.date,
+                "source": self.source, "note": self.note}
+
+    def footnote(self) -> str:
+        """One line: what, how much, when, from where (and the note)."""
+        note = f"; {self.note}" if self.note else ""
+        date = f" ({self.date})" if self.date else ""
+        return f"{self.key} {self.label()}{date}: {self.source}{note}"
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """A system's throughput per list-price dollar and per watt, with the figures used.
+
+    ``samples_per_second_per_kusd`` (samples/s per US$1,000) and ``samples_per_second_per_watt``
+    are None where no sourced figure exists (no public price for a DGX H100, for example).
+    """
+
+    system: str
+    samples_per_second: float
+    price: Figure | None
+    power: Figure | None
+
+    @property
+    def samples_per_second_per_kusd(self) -> float | None:
+        return None if self.price is None else self.samples_per_second / self.price.value * 1e3
+
+    @property
+    def samples_per_second_per_watt(self) -> float | None:
+        return None if self.power is None else self.samples_per_second / self.power.value
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"samples_per_second_per_kusd": self.samples_per_second_per_kusd,
+                "samples_per_second_per_watt": self.samples_per_second_per_watt,
+                "price": None if self.price is None else self.price.to_dict(),
+                "power": None if self.power is None else self.power.to_dict()}
+
 
 def _norm(name: str) -> str:
     """Case, spaces, ``-`` and ``_`` do not matter: "DGX_A100_320G" finds "DGX A100 320G"."""
@@ -91,9 +131,16 @@ _ALIASES = {
 }
 #: IPU systems priced and powered as so many IPU-M2000 when no figure names them (the IPU-POD
 #: reference designs are M2000s plus host servers and switches: IPU-POD datasheets)
-_IPU_MACHINES = {"IPU-POD16": 4, "IPU-POD64": 16}
+_IPU_MACHINES = {"8x IPU-M2000": 8, "IPU-POD16": 4, "IPU-POD64": 16}
 #: the machine of each IPU chip with figures here
 _MACHINE_OF_CHIP = {"GC200": "IPU-M2000", "BOW": "Bow-2000"}
+#: what a system object must be to take a key's figures by its name: (chip or GPU preset,
+#: IPUs or GPUs per node). A POD16 of GC2 chips, or a DGX_A100 given other GPUs, is not the
+#: product the figure was stated for.
+_PRODUCT = {"IPU-M2000": ("GC200", 4), "8x IPU-M2000": ("GC200", 32), "IPU-POD16": ("GC200", 16),
+            "IPU-POD64": ("GC200", 64), "Bow-2000": ("BOW", 4), "DGX A100 640G": ("A100_80GB", 8),
+            "DGX A100 320G": ("A100_40GB", 8), "DGX H100": ("H100", 8), "DGX-1 V100": ("V100", 8),
+            "DGX-2": ("V100", 16)}
 
 
 @functools.lru_cache(maxsize=1)
@@ -120,6 +167,16 @@ def keys() -> tuple[str, ...]:
 def figures() -> tuple[Figure, ...]:
     """Every figure, in the CSV's order of keys (price before power)."""
     return tuple(f for kinds in _table().values() for k in _UNITS if (f := kinds.get(k)) is not None)
+
+
+def describe(width: int = 100) -> str:
+    """Every figure with its date, source and note, wrapped to ``width`` columns."""
+    wrap = textwrap.TextWrapper(width=width, initial_indent=" " * 6, subsequent_indent=" " * 6)
+    lines = []
+    for f in figures():
+        lines += [f"{f.key:<15} {f.unit:<4} {f.label():>11}  {f.date}", wrap.fill("source: " + f.source)]
+        lines += [wrap.fill("note: " + f.note)] if f.note else []
+    return "\n".join(lines)
 
 
 def _key(name: Any) -> str | None:
@@ -176,6 +233,18 @@ def _ipu_machines(key: str | None, system: Any) -> tuple[str, int] | None:
     return None
 
 
+def _object_key(system: Any) -> str | None:
+    """The key a System / GPUSystem's name means, if the object is that product."""
+    key = _key(system.name)
+    if key not in _PRODUCT:
+        return key
+    if hasattr(system, "gpus_per_node"):
+        made = (getattr(system.gpu, "name", None), system.gpus_per_node)
+    else:
+        made = (getattr(getattr(system, "chip", None), "name", None), getattr(system, "n_ipus", None))
+    return key if made == _PRODUCT[key] else None
+
+
 def for_system(system: Any) -> tuple[Figure | None, Figure | None]:
     """(price, power) of an ipukern system, or of a key / preset name; None where no source exists.
 
@@ -202,7 +271,7 @@ def for_system(system: Any) -> tuple[Figure | None, Figure | None]:
             raise ValueError(f"unknown market key {system!r}; known keys: {', '.join(keys())}")
         obj = None
     elif isinstance(getattr(system, "name", None), str):
-        key, obj = _key(system.name), system
+        key, obj = _object_key(system), system
     else:
         raise TypeError(f"for_system takes a key or an ipukern System / GPUSystem, got "
                         f"{type(system).__name__}")
@@ -229,3 +298,34 @@ def _gpu_system(key: str | None, system: Any) -> tuple[Figure | None, Figure | N
         return None, None
     n = int(system.gpus_per_node) * nodes
     return None, _scaled(_pair(gpu_key)[1], n, f"{n} GPUs at their TDP; no host, switch or cooling")
+
+
+def efficiency(samples_per_second: float, system: Any, *, price_usd: float | None = None) -> Efficiency:
+    """Throughput per US$1,000 and per watt of ``system`` (figures from :func:`for_system`).
+
+    Parameters
+    ----------
+    samples_per_second : float
+        The system's throughput (an estimate's ``samples_per_second``).
+    system : str, ipukern System or ipukern.gpu GPUSystem
+        As :func:`for_system` takes it.
+    price_usd : float, optional
+        A price of your own instead of the sourced one (its source says so).
+
+    Raises
+    ------
+    ValueError
+        A negative or non-finite throughput or price, or an unknown system name.
+    """
+    if isinstance(samples_per_second, bool) or not isinstance(samples_per_second, (int, float)) \
+            or not math.isfinite(samples_per_second) or samples_per_second < 0:
+        raise ValueError(f"samples_per_second must be a finite number >= 0, got {samples_per_second!r}")
+    fig_price, fig_power = for_system(system)
+    name = system if isinstance(system, str) else system.name
+    if price_usd is not None:
+        if isinstance(price_usd, bool) or not isinstance(price_usd, (int, float)) \
+                or not math.isfinite(price_usd) or price_usd <= 0:
+            raise ValueError(f"price_usd must be a positive finite number of US$, got {price_usd!r}")
+        fig_price = Figure(float(price_usd), "USD", "given by the user (not a sourced list price)",
+                           key=name)
+    return Efficiency(name, float(samples_per_second), fig_price, fig_power)

@@ -192,6 +192,14 @@ def test_info(capsys):
     for name in ("GC2", "GC200", "BOW", "A100_40GB", "H100"):
         assert name in out
     assert "8 TB/s instead of the default 47.5 TB/s" in out
+    assert "prices and power: IPU-M2000" in out and "ipukern info --market" in out
+
+
+def test_info_market_lists_every_figure_with_its_source(capsys):
+    assert main(["info", "--market"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("      source: ") == len(ipukern.market.figures())
+    assert "IPU-POD16      price  US$150,000 (IPU-POD16)          power     4,400 W (4 x IPU-M2000)" in out
 
 
 # ----------------------------------------------------------------------------- progress
@@ -264,6 +272,58 @@ def _layer_costs(tmp_path):
     p = tmp_path / "costs.json"
     p.write_text(json.dumps(rows))
     return str(p)
+
+
+def test_compare_prints_per_dollar_and_per_watt_with_sources(tmp_path, capsys):
+    costs = _layer_costs(tmp_path)
+    assert main(["compare", "--costs", costs, "--systems", "POD16,POD64", "--json", str(tmp_path / "c.json"),
+                 "--out", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert "samples/s per $1k" in out and "samples/s per W" in out
+    # one footnote per figure, naming the record and its source
+    assert "[1] POD16 price: IPU-POD16 US$150,000 (2021-06-30): Graphcore" in out
+    assert "[2] POD16 power: 4 x IPU-M2000 4,400 W" in out and "ServeTheHome" in out
+    assert "[3] POD64 price: 16 x IPU-M2000 US$519,200" in out
+    doc = json.loads((tmp_path / "c.json").read_text())
+    pod16 = doc["systems"][0]
+    assert pod16["samples_per_second_per_kusd"] == pytest.approx(pod16["samples_per_second"] / 150)
+    assert pod16["samples_per_second_per_watt"] == pytest.approx(pod16["samples_per_second"] / 4400)
+    assert pod16["samples_per_second_per_musd"] == pytest.approx(pod16["samples_per_second_per_kusd"] * 1e3)
+    assert pod16["price"]["source"].startswith("Graphcore") and pod16["power"]["key"] == "4 x IPU-M2000"
+    rows = list(csv.DictReader((tmp_path / "o" / "compare.csv").open()))
+    assert rows[0]["price_usd"] == "150000.0" and rows[1]["power_w"] == "17600.0"
+
+
+def test_compare_gpu_systems_take_their_own_figures(capsys):
+    assert main(["compare", "resnet8", "--systems", "M2000,DGX_A100_40GB,DGX_H100", "--micro-batch", "4",
+                 "--gpu-batch", "32", "--json", "-"]) == 0
+    m2000, dgx, h100 = json.loads(capsys.readouterr().out)["systems"]
+    assert m2000["price"]["key"] == "IPU-M2000" and m2000["power"]["value"] == 1100
+    assert dgx["price"]["key"] == "DGX A100 320G" and dgx["price"]["date"] == "2020-05-14"
+    assert dgx["samples_per_second_per_watt"] == pytest.approx(dgx["samples_per_second"] / 6500)
+    assert h100["price"] is None and h100["samples_per_second_per_kusd"] is None   # no public price
+    assert h100["power"]["key"] == "DGX H100"
+
+
+def test_compare_a_system_without_a_public_price_shows_a_dash(tmp_path, capsys):
+    mf = tmp_path / "m.toml"
+    mf.write_text(VARIANT_TOML)
+    # a POD16 of a variant chip is not the product the price is for: no figure, not a borrowed one
+    assert main(["compare", "--costs", _layer_costs(tmp_path), "--systems", "POD16",
+                 "--machine-file", str(mf)]) == 0
+    out = capsys.readouterr().out
+    assert "POD16 price" not in out and "POD16 power" not in out
+    assert main(["compare", "--costs", _layer_costs(tmp_path), "--systems", "POD16",
+                 "--prices", "pod16=100000"]) == 0
+    assert "given by the user" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("prices, word", [("POD16=abc", "NAME=PRICE"), ("POD16=-5", "positive"),
+                                          ("POD16=nan", "positive"), ("DGX_A100=1", "not one of --systems")])
+def test_compare_bad_prices_one_line(tmp_path, capsys, prices, word):
+    rc = main(["compare", "--costs", _layer_costs(tmp_path), "--systems", "POD16", "--prices", prices])
+    err = capsys.readouterr().err
+    assert rc == 1 and word in err and len(err.strip().splitlines()) == 1
 
 
 def test_train_writes_into_out_dir_and_traces(tmp_path, capsys):

@@ -85,6 +85,8 @@ def test_for_system_ipu_presets():
     p64, w64 = market.for_system(ik.IPU_POD64)
     assert p64.value == 16 * 32_450 and w64.value == 16 * 1100 and "16 IPU-M2000" in p64.note
     assert market.for_system("POD16") == (p16, w16)
+    p8, w8 = market.for_system("8x IPU-M2000")                 # Graphcore's July 2020 comparison
+    assert p8.value == 259_600 and w8.value == 8 * 1100 and w8.key == "8 x IPU-M2000"
 
 
 def test_for_system_custom_pods_count_their_machines():
@@ -92,8 +94,12 @@ def test_for_system_custom_pods_count_their_machines():
     assert (p.value, w.value) == (8 * 32_450, 8 * 1100)
     p, w = market.for_system(ik.BOW_POD16)
     assert p is None and w.value == 4 * 1700                  # no public Bow price
-    # a chip with no machine figures gets none rather than a borrowed one
+    # a chip with no machine figures gets none rather than a borrowed one, whatever its name
     assert market.for_system(ik.IPU_POD16.replace(chip=ik.GC2, name="IPU-POD16-GC2")) == (None, None)
+    assert market.for_system(ik.IPU_POD16.replace(chip=ik.GC2)) == (None, None)
+    # a GC200 system named POD16 but holding 32 IPUs is priced as its 8 machines
+    p, w = market.for_system(ik.System.pod(32, name="IPU-POD16"))
+    assert (p.key, w.value) == ("8 x IPU-M2000", 8 * 1100)
 
 
 def test_for_system_gpu_systems():
@@ -106,6 +112,9 @@ def test_for_system_gpu_systems():
     two = GPU_SYSTEMS["DGX_A100"].replace(nodes=2, nic_bytes_per_s=200e9)
     p, w = market.for_system(two)
     assert (p.value, w.value) == (600_000, 13_000) and "2 nodes" in p.note
+    other_gpus = GPU_SYSTEMS["DGX_A100"].replace(gpu="A100_40GB")     # still named DGX_A100
+    p, w = market.for_system(other_gpus)                            # not the DGX the price is for
+    assert p is None and (w.key, w.value) == ("8 x A100 SXM 40GB", 8 * 400)
     odd = GPU_SYSTEMS["DGX_A100"].replace(name="4xA100", gpus_per_node=4)
     assert market.for_system(odd) == (None, market.for_system(odd)[1])
     assert market.for_system(odd)[1].value == 4 * 400
@@ -116,3 +125,28 @@ def test_for_system_bad_input():
         market.for_system("POD7")
     with pytest.raises(TypeError, match="for_system takes a key"):
         market.for_system(16)
+
+
+def test_efficiency_divides_by_the_sourced_figures():
+    eff = market.efficiency(15_000.0, ik.IPU_POD16)
+    assert eff.samples_per_second_per_kusd == pytest.approx(15_000 / 150)        # per US$1,000
+    assert eff.samples_per_second_per_watt == pytest.approx(15_000 / 4400)
+    doc = eff.to_dict()
+    assert doc["price"]["key"] == "IPU-POD16" and "graphcore.ai" in doc["price"]["source"]
+    assert doc["power"]["unit"] == "W"
+    h100 = market.efficiency(1.0, "DGX_H100")
+    assert h100.samples_per_second_per_kusd is None and h100.to_dict()["price"] is None
+    own = market.efficiency(1000.0, "DGX_H100", price_usd=500_000)
+    assert own.samples_per_second_per_kusd == pytest.approx(2.0) and "given by the user" in own.price.source
+    assert "US$150,000 (2021-06-30)" in eff.price.footnote()
+
+
+@pytest.mark.parametrize("kw, match", [(dict(samples_per_second=-1.0), "samples_per_second"),
+                                       (dict(samples_per_second=float("inf")), "samples_per_second"),
+                                       (dict(samples_per_second="1"), "samples_per_second"),
+                                       (dict(price_usd=0), "price_usd"),
+                                       (dict(price_usd=True), "price_usd")])
+def test_efficiency_bad_input(kw, match):
+    args = dict(samples_per_second=1.0, system="POD16") | kw
+    with pytest.raises(ValueError, match=match):
+        market.efficiency(**args)

@@ -1,9 +1,9 @@
-"""``ipukern info``: the machine presets and GPU models with their sources."""
+"""``ipukern info``: the machine presets, GPU models and market figures with their sources."""
 from __future__ import annotations
 
 import argparse
 
-from .. import _settings
+from .. import _settings, market
 from ._common import DATASHEET_EXCHANGE, PRESETS
 
 
@@ -34,6 +34,11 @@ def _cmd_info(args: argparse.Namespace) -> int:
     else:
         print("systems: IPU_M2000, IPU_POD16, IPU_POD64, BOW_2000, BOW_POD16, BOW_POD64, "
               f"{', '.join(GPU_SYSTEMS)} (ipukern info --systems for details)")
+    if args.market:
+        print(market_text())
+        print()
+    else:
+        print("prices and power: " + ", ".join(market.keys()) + " (ipukern info --market for sources)")
     print(f"host: {_exchange.max_threads()} threads, OpenMP {'on' if _exchange.has_openmp() else 'off'}")
     print()
     print("settings (environment; value or (default)):")
@@ -41,14 +46,29 @@ def _cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def market_text() -> str:
+    """ipukern.market's figures, then the price and power ``ipukern compare`` uses per preset."""
+    from ..gpu import GPU_SYSTEMS
+    from ..systems import SYSTEM_PRESETS
+
+    def cell(f: market.Figure | None) -> str:
+        return f"{f.label():>11} ({f.key})" if f else f"{'-':>11} (no public figure)"
+    rows = [f"{s.name:<14} price {cell(p):<32} power {cell(w)}"
+            for s in (*dict.fromkeys(SYSTEM_PRESETS.values()), *GPU_SYSTEMS.values())
+            for p, w in [market.for_system(s)]]
+    return "\n".join([market.describe(), "", "what ipukern compare divides by (market.for_system):", *rows])
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     # info
     info = sub.add_parser("info", help="print the machine presets and their sources",
                           description="Print every IPU preset's constants with their public "
                                       "sources, and the host's threads and OpenMP.",
-                          epilog="examples:\n  ipukern info\n  ipukern info --gpus",
+                          epilog="examples:\n  ipukern info\n  ipukern info --gpus\n  ipukern info --market",
                           formatter_class=argparse.RawDescriptionHelpFormatter)
     info.add_argument("--gpus", action="store_true", help="also describe the GPU models")
     info.add_argument("--systems", action="store_true",
                       help="also describe the multi-IPU systems and GPU systems")
+    info.add_argument("--market", action="store_true",
+                      help="also list the sourced list prices and power figures (ipukern.market)")
     info.set_defaults(func=_cmd_info)

@@ -7,7 +7,8 @@ takes per-layer costs (a list of :class:`~ipukern.LayerCost` fields) instead of 
 ``ipukern train MODEL --execute`` runs one real step instead (:mod:`.train_run`; also under
 ``mpiexec -n K``).
 ``ipukern compare MODEL --systems POD16,DGX_A100 [--prices POD16=USD]`` prints
-throughput, time-to-train and throughput per price of each system.
+throughput, time-to-train, and throughput per US$1,000 and per watt of each system from the
+sourced figures of :mod:`ipukern.market` (one footnote per figure; ``--prices`` replaces one).
 """
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ import argparse
 import csv
 import dataclasses
 import json
+import math
 from pathlib import Path
 from typing import Any
 
+from .. import market
 from .._files import read_input_text
 from .._version import schema
 from ..core import TraceEvents
@@ -116,16 +119,22 @@ def _breakdown_csv(est: Any, path: Path) -> None:
                     for r in est.breakdown)
 
 
-def _prices(text: str | None) -> dict[str, float]:
+def _prices(text: str | None, names: list[str]) -> dict[str, float]:
+    """``--prices NAME=USD,...``: positive finite prices of systems that are compared."""
     out: dict[str, float] = {}
     for item in (text or "").split(","):
         if not item:
             continue
         key, _, val = item.partition("=")
         try:
-            out[key.strip().upper()] = float(val)
+            usd = float(val)
         except ValueError:
             raise ValueError(f"--prices wants NAME=PRICE pairs, got {item!r}") from None
+        if not math.isfinite(usd) or usd <= 0:
+            raise ValueError(f"--prices {item!r}: a price is a positive number of US$")
+        if key.strip().upper() not in names:
+            raise ValueError(f"--prices {item!r}: {key.strip()!r} is not one of --systems {','.join(names)}")
+        out[key.strip().upper()] = usd
     return out
 
 
@@ -139,16 +148,17 @@ def _compare_one(args: argparse.Namespace, name: str) -> dict[str, Any]:
         est = estimate_network_gpu(net, args.gpu_batch, name, dtype=args.dtype, training=True,
                                    optimizer=args.optimizer)
         kind, fits, doc = "gpu", True, dataclasses.asdict(est)
+        system: Any = GPU_SYSTEMS[name.replace("-", "_")]
         note = (f"{name}: batch {args.gpu_batch} per GPU as given (--gpu-batch; not tuned)"
                 if args.tune else None)
     elif name.replace("-", "_") in SYSTEM_PRESETS and args.tune:
         from .tune import run_tune
         res = run_tune(_TuneArgs(args), name)
-        est = res.best
+        est, system = res.best, _system(args, name)
         kind, fits, doc = "ipu", True, est.to_dict()
         note = f"{name}: best fitting configuration (ipukern tune): {res.candidates[0].label()}"
     elif name.replace("-", "_") in SYSTEM_PRESETS:
-        est = _estimate(args, name)
+        est, system = _estimate(args, name), _system(args, name)
         note = None
         kind, fits, doc = "ipu", bool(est.info.get("fits", True)), est.to_dict()
     else:
@@ -156,7 +166,7 @@ def _compare_one(args: argparse.Namespace, name: str) -> dict[str, Any]:
         raise ValueError(f"unknown system {name!r}; systems are {known}")
     return {"system": name, "kind": kind, "samples_per_second": est.samples_per_second,
             "time_to_train_s": est.time_to_train(epochs=args.epochs, dataset_size=args.dataset_size),
-            "fits": fits, "estimate": doc, "_est": est, "_note": note}
+            "fits": fits, "estimate": doc, "_est": est, "_note": note, "_system": system}
 
 
 class _TuneArgs:
@@ -172,19 +182,46 @@ class _TuneArgs:
         self.__dict__.setdefault("progress", None)      # compare has no --progress: a TTY decides
 
 
+def _add_market(rows: list[dict[str, Any]], prices: dict[str, float]) -> None:
+    """Per-dollar and per-watt columns from ipukern.market (``--prices`` overrides a price)."""
+    for r in rows:
+        eff = market.efficiency(r["samples_per_second"], r["_system"], price_usd=prices.get(r["system"]))
+        r.update(eff.to_dict(), _eff=eff)
+        per_k = r["samples_per_second_per_kusd"]
+        r["samples_per_second_per_musd"] = None if per_k is None else per_k * 1e3
+
+
+def _print_compare(rows: list[dict[str, Any]]) -> None:
+    """The table, then one footnote per price / power figure it used."""
+    def cell(v: float | None, fmt: str) -> str:
+        return "-" if v is None else format(v, fmt)
+    footnotes: list[str] = []
+
+    def mark(r: dict[str, Any], what: str) -> str:
+        fig = getattr(r["_eff"], what)
+        if fig is None:
+            return " "
+        footnotes.append(f"[{len(footnotes) + 1}] {r['system']} {what}: {fig.footnote()}")
+        return f"[{len(footnotes)}]"
+    print(f"{'system':<14} {'samples/s':>12} {'time to train':>14} {'samples/s per $1k':>22} "
+          f"{'samples/s per W':>20}  memory")
+    for r in rows:
+        per_k, per_w = r["samples_per_second_per_kusd"], r["samples_per_second_per_watt"]
+        print(f"{r['system']:<14} {r['samples_per_second']:>12,.0f} {r['time_to_train_s'] / 60:>10.1f} min "
+              f"{cell(per_k, ',.2f'):>18} {mark(r, 'price'):<3} {cell(per_w, ',.3f'):>16} "
+              f"{mark(r, 'power'):<3}  {'fits' if r['fits'] else 'DOES NOT FIT'}")
+    if footnotes:
+        print("price and power figures (ipukern.market; '-': no public figure):")
+        print("\n".join(footnotes))
+
+
 def _cmd_compare(args: argparse.Namespace) -> int:
-    prices = _prices(args.prices)
     names = [s.strip().upper() for s in args.systems.split(",") if s.strip()]
+    prices = _prices(args.prices, names)
     rows = [_compare_one(args, name) for name in names]
-    for r in rows:
-        r["samples_per_second_per_musd"] = (r["samples_per_second"] / prices[r["system"]] * 1e6
-                                            if r["system"] in prices else None)
+    _add_market(rows, prices)
     # printed only once every system is estimated: a failing one leaves no partial table
-    print(f"{'system':<12} {'samples/s':>12} {'time to train':>14} {'samples/s per $1M':>18}  memory")
-    for r in rows:
-        per = r["samples_per_second_per_musd"]
-        print(f"{r['system']:<12} {r['samples_per_second']:>12,.0f} {r['time_to_train_s'] / 60:>10.1f} min "
-              f"{'-' if per is None else f'{per:,.0f}':>18}  {'fits' if r['fits'] else 'DOES NOT FIT'}")
+    _print_compare(rows)
     notes = [r["_note"] for r in rows if r["_note"]]
     if notes:
         print("\n".join(notes))
@@ -194,7 +231,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         print("(a system marked DOES NOT FIT was estimated with --allow-overflow: its rate is not "
               "reachable as configured)")
     doc = {**schema("compare"), "epochs": args.epochs, "dataset_size": args.dataset_size,
-           "systems": [{k: v for k, v in r.items() if k not in ("_est", "_note")} for r in rows]}
+           "systems": [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]}
 
     def trace(path: Path) -> None:
         events = TraceEvents()
@@ -203,12 +240,13 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         events.document(path, kind="compare", systems=names)
 
     def table(path: Path) -> None:
-        cols = ["system", "kind", "samples_per_second", "time_to_train_s", "samples_per_second_per_musd",
-                "fits"]
+        cols = ["system", "kind", "samples_per_second", "time_to_train_s", "samples_per_second_per_kusd",
+                "samples_per_second_per_watt", "price_usd", "power_w", "fits"]
         with open(path, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
             w.writeheader()
-            w.writerows(rows)
+            w.writerows({**r, "price_usd": r["price"] and r["price"]["value"],
+                         "power_w": r["power"] and r["power"]["value"]} for r in rows)
     out = out_dir(args)
     files = [] if out is None else [(out / "compare.csv", table, False),
                                     (out / "compare.json", lambda p: p.write_text(json.dumps(doc, indent=1)),
@@ -300,8 +338,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--systems", default="POD16,DGX_A100",
                    help="comma-separated IPU system presets and GPU systems (default POD16,DGX_A100)")
     c.add_argument("--prices", default=None, metavar="NAME=USD,...",
-                   help="list price of each system in US dollars (e.g. POD16=150000); adds the "
-                        "samples/s per $1M column")
+                   help="your own price of a system in US dollars (e.g. POD16=150000) instead of "
+                        "the sourced list price (ipukern info --market)")
     c.add_argument("--epochs", type=float, default=1.0,
                    help="epochs for the time-to-train column (default 1)")
     c.add_argument("--gpu-batch", type=int, default=256, help="samples per GPU per step")
