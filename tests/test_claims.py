@@ -136,6 +136,8 @@ def test_cli_writes_the_files_and_json_to_stdout(tmp_path, capsys):
 @pytest.mark.parametrize("argv, match", [
     (["claims", "--ids", "nope"], "unknown id"),
     (["claims", "--ids", ","], "--ids wants"),
+    (["claims", "--ids", "12a", "--csv", "/nonexistent-dir/c.csv"], "no directory"),
+    (["claims", "--ids", "12a", "--markdown", "."], "is a directory"),
 ])
 def test_cli_errors_are_one_line(argv, match, capsys):
     from ipukern.cli import main

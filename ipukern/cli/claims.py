@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from ._common import Outputs, Progress, add_progress_options, progress_enabled
 
@@ -12,6 +13,13 @@ def _cmd_claims(args: argparse.Namespace) -> int:
     ids = [i.strip() for i in args.ids.split(",") if i.strip()] if args.ids else None
     if args.ids is not None and not ids:
         raise ValueError(f"--ids wants comma-separated claim ids (e.g. 1a,2,10b), got {args.ids!r}")
+    for flag in ("csv", "json", "markdown"):       # refuse a bad target before minutes of work
+        target = getattr(args, flag)
+        if target and target != "-":
+            path = Path(target)
+            if path.is_dir() or not path.absolute().parent.is_dir():
+                raise OSError(f"--{flag} {target}: " + ("is a directory" if path.is_dir()
+                                                         else f"no directory {path.absolute().parent}"))
     with Progress("claims", enabled=progress_enabled(args)) as bar:
         report = claims_report(ids=ids, fast=args.fast, progress=bar)
     with Outputs() as out:          # all files or none
