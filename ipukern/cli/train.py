@@ -24,8 +24,9 @@ from ..core import TraceEvents
 from ..systems import (SYSTEM_PRESETS, LayerCost, StageMemoryError, estimate_training, get_system,
                        training_trace)
 from . import train_run
-from ._common import (add_document_views, add_machine_options, add_optimizer, add_optimizer_state_dtype,
-                      out_dir, write_documents)
+from ._common import (Progress, add_document_views, add_machine_options, add_optimizer,
+                      add_optimizer_state_dtype, add_progress_options, out_dir, progress_enabled,
+                      write_documents)
 from ._models import model as _model
 from ._models import pipeline as _pipeline
 
@@ -91,7 +92,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         return train_run.execute(args)
     if args.tiles is not None:
         raise ValueError("--tiles applies to --execute")
-    est = _estimate(args, args.system)
+    with Progress(f"train {args.model or args.costs} on {args.system}", enabled=progress_enabled(args)):
+        est = _estimate(args, args.system)
     print(est.summary())
     if args.epochs is not None:
         t = est.time_to_train(epochs=args.epochs, dataset_size=args.dataset_size)
@@ -169,13 +171,18 @@ class _TuneArgs:
         self.tune_ipus_per_replica = None
         self.replicas = None
         self.pipeline = None
-        self.__dict__.setdefault("progress", None)      # compare has no --progress: a TTY decides
+        self.progress = False          # compare's own line shows the system being tuned
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     prices = _prices(args.prices)
     names = [s.strip().upper() for s in args.systems.split(",") if s.strip()]
-    rows = [_compare_one(args, name) for name in names]
+    rows = []
+    with Progress("compare", enabled=progress_enabled(args)) as bar:
+        for k, name in enumerate(names):
+            bar(k, len(names), name)
+            rows.append(_compare_one(args, name))
+            bar(k + 1, len(names), name)
     for r in rows:
         r["samples_per_second_per_musd"] = (r["samples_per_second"] / prices[r["system"]] * 1e6
                                             if r["system"] in prices else None)
@@ -282,6 +289,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_document_views(t, out_files="train.csv (one row per IPU), train.json and train.png (the "
                                     "pipeline schedule); default: the current directory")
     t.set_defaults(out=".")
+    add_progress_options(t)
     train_run.register_flags(t)
     t.set_defaults(func=_cmd_train)
     c = sub.add_parser("compare", help="training throughput of IPU systems and DGX A100 side by side",
@@ -310,4 +318,5 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "the given one; GPUs stay at --gpu-batch")
     from .tune import add_tune_options
     add_tune_options(c)
+    add_progress_options(c)
     c.set_defaults(func=_cmd_compare)

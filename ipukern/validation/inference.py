@@ -279,6 +279,9 @@ def inference_report(runs: Sequence[PublishedInference] | None = None, *, ids: S
 
     runs = select(list(load_inference() if runs is None else runs), ids, lambda r: r.id, "id")
     rows: list[InferenceRow] = []
+    if hasattr(progress, "set_costs"):     # the ETA's weights: estimates per row (a skip is ~free)
+        progress.set_costs([0.0 if r.not_modelled else len(r.machines) * (len(VARIANTS) if datasheet else 1)
+                            for r in runs])
     for k, run in enumerate(runs):
         row = InferenceRow(run)
         if run.not_modelled:

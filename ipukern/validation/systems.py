@@ -356,6 +356,9 @@ def systems_report(runs: Sequence[PublishedRun] | None = None, *, ids: Sequence[
     runs = select(list(load_published() if runs is None else runs), ids, lambda r: r.id, "id")
     nets: dict[tuple[str, str], Any] = {}
     rows: list[SystemsRow] = []
+    if hasattr(progress, "set_costs"):     # the ETA's weights: estimates per row (a skip is ~free)
+        progress.set_costs([0.0 if r.not_modelled else 1 + (datasheet and r.kind == "ipu_training")
+                            for r in runs])
     for k, run in enumerate(runs):
         row = SystemsRow(run)
         if run.not_modelled:
