@@ -17,6 +17,12 @@ from .._progress import enabled as progress_on
 from ..machine import DATASHEET_EXCHANGE, PRESETS, get_machine, with_exchange_bandwidth
 
 
+class UsageError(ValueError):
+    """A name on the command line that names nothing (an unknown model or system): exit 2,
+    as argparse's own usage errors (an unknown preset, option or number), not 1 (a model
+    error: a layer that does not fit, an unwritable output)."""
+
+
 def progress_enabled(args: argparse.Namespace) -> bool:
     """``--progress`` / ``--no-progress``, else ``IPUKERN_PROGRESS``, else stderr a terminal."""
     return progress_on(getattr(args, "progress", None))

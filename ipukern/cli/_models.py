@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._common import UsageError
+
 
 def model(name: str | None) -> Any:
     """The zoo network called ``name`` (None: none)."""
@@ -15,7 +17,7 @@ def model(name: str | None) -> Any:
     except ImportError:
         raise RuntimeError("the model zoo (ipukern.nn.models) is not in this build; use --costs") from None
     if name not in MODELS:
-        raise ValueError(f"unknown model {name!r}; models are {sorted(MODELS)}")
+        raise UsageError(f"unknown model {name!r}; models are {sorted(MODELS)}")
     return MODELS[name]()
 
 

@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from .._files import read_input_text
+from .._format import fmt_num, format_table
 from .._version import schema
 from ..core import TraceEvents
 from ..systems import (SYSTEM_PRESETS, LayerCost, StageMemoryError, estimate_training, get_system,
                        training_trace)
 from . import train_run
-from ._common import (Progress, add_document_views, add_machine_options, add_optimizer,
+from ._common import (Progress, UsageError, add_document_views, add_machine_options, add_optimizer,
                       add_optimizer_state_dtype, add_progress_options, out_dir, progress_enabled,
                       write_documents)
 from ._models import model as _model
@@ -56,6 +57,8 @@ def _recompute(args: argparse.Namespace) -> Any:
 def _system(args: argparse.Namespace, name: str) -> Any:
     """The preset ``name``; with ``--machine`` / ``--machine-file`` its IPUs are that chip
     (tiles, memory, clock), its links and hosts stay the preset's."""
+    if name.replace("-", "_").upper() not in SYSTEM_PRESETS:
+        raise UsageError(f"unknown system {name!r}; systems are {sorted(SYSTEM_PRESETS)}")
     system = get_system(name)
     if args.machine is None or args.machine == system.chip:
         return system
@@ -155,7 +158,7 @@ def _compare_one(args: argparse.Namespace, name: str) -> dict[str, Any]:
         kind, fits, doc = "ipu", bool(est.info.get("fits", True)), est.to_dict()
     else:
         known = sorted(SYSTEM_PRESETS) + sorted(GPU_SYSTEMS)
-        raise ValueError(f"unknown system {name!r}; systems are {known}")
+        raise UsageError(f"unknown system {name!r}; systems are {known}")
     return {"system": name, "kind": kind, "samples_per_second": est.samples_per_second,
             "time_to_train_s": est.time_to_train(epochs=args.epochs, dataset_size=args.dataset_size),
             "fits": fits, "estimate": doc, "_est": est, "_note": note}
@@ -187,11 +190,11 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         r["samples_per_second_per_musd"] = (r["samples_per_second"] / prices[r["system"]] * 1e6
                                             if r["system"] in prices else None)
     # printed only once every system is estimated: a failing one leaves no partial table
-    print(f"{'system':<12} {'samples/s':>12} {'time to train':>14} {'samples/s per $1M':>18}  memory")
-    for r in rows:
-        per = r["samples_per_second_per_musd"]
-        print(f"{r['system']:<12} {r['samples_per_second']:>12,.0f} {r['time_to_train_s'] / 60:>10.1f} min "
-              f"{'-' if per is None else f'{per:,.0f}':>18}  {'fits' if r['fits'] else 'DOES NOT FIT'}")
+    print(format_table(["system", "samples/s", "time to train", "samples/s per $1M", "memory"],
+                       [[r["system"], fmt_num(r["samples_per_second"]),
+                         fmt_num(r["time_to_train_s"] / 60, 1, " min"),
+                         fmt_num(r["samples_per_second_per_musd"]),
+                         "fits" if r["fits"] else "DOES NOT FIT"] for r in rows], align="lrrrl"))
     notes = [r["_note"] for r in rows if r["_note"]]
     if notes:
         print("\n".join(notes))

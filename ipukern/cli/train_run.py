@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..systems import get_system, run_training_step
+from ._common import UsageError
 
 _MPI_ENV = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS")
 
@@ -40,7 +41,7 @@ def _network(args: argparse.Namespace) -> Any:
     if args.model is None:
         raise ValueError("--execute needs a MODEL (not --costs)")
     if args.model not in MODELS:
-        raise ValueError(f"unknown model {args.model!r}; models are {sorted(MODELS)}")
+        raise UsageError(f"unknown model {args.model!r}; models are {sorted(MODELS)}")
     try:
         return MODELS[args.model](image_size=args.image_size, num_classes=args.classes)
     except TypeError:

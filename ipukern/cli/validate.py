@@ -52,7 +52,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 def _published_report(args: argparse.Namespace, out_dir: Path, flag: str, load: Any, report_fn: Any) -> Any:
     """The report of a published table (``--systems``, ``--inference``) on ``--only``'s rows,
-    its Markdown table printed."""
+    its table printed."""
     if args.group or args.measurements:
         raise ValueError(f"--group and --measurements apply to the measurement table, not {flag}")
     runs = load()
