@@ -225,7 +225,7 @@ class InferenceReport:
         return text
 
     def format_table(self) -> str:
-        """An aligned table (:func:`ipukern._table.format_table`), one line per row and
+        """An aligned table (:func:`ipukern._format.format_table`), one line per row and
         machine: published samples/s and ms per batch, the model's samples/s (default
         exchange and 8 TB/s) and model/published."""
         head = ["id", "batch", "published", "published ms/batch", "machine", "model", "ratio",
