@@ -43,6 +43,7 @@ def test_table_errors():
 @pytest.mark.parametrize("argv", [["network", "nosuchnet"], ["train", "nosuchnet"],
                                   ["train", "resnet50", "--system", "POD17"],
                                   ["compare", "resnet50", "--systems", "POD17"],
+                                  ["tune", "resnet50", "--system", "POD17"],
                                   ["network", "resnet50", "--machine", "GC9"]])
 def test_a_name_that_names_nothing_is_a_usage_error(argv, capsys):
     # an unknown model or system exits 2 like an unknown --machine preset (argparse), in one

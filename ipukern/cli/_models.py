@@ -21,6 +21,15 @@ def model(name: str | None) -> Any:
     return MODELS[name]()
 
 
+def known_system(name: str) -> str:
+    """``name`` if it names an IPU system preset (case and ``-``/``_`` as ``get_system``
+    takes them); otherwise a usage error listing the presets."""
+    from ..systems import SYSTEM_PRESETS
+    if name.replace("-", "_").upper() not in SYSTEM_PRESETS:
+        raise UsageError(f"unknown system {name!r}; systems are {sorted(SYSTEM_PRESETS)}")
+    return name
+
+
 def pipeline(text: str | None) -> Any:
     """A ``--pipeline`` value: ``auto``, or the split layers separated by commas."""
     if text is None or text == "auto":

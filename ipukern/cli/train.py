@@ -28,6 +28,7 @@ from . import train_run
 from ._common import (Progress, UsageError, add_document_views, add_machine_options, add_optimizer,
                       add_optimizer_state_dtype, add_progress_options, out_dir, progress_enabled,
                       write_documents)
+from ._models import known_system
 from ._models import model as _model
 from ._models import pipeline as _pipeline
 
@@ -57,9 +58,7 @@ def _recompute(args: argparse.Namespace) -> Any:
 def _system(args: argparse.Namespace, name: str) -> Any:
     """The preset ``name``; with ``--machine`` / ``--machine-file`` its IPUs are that chip
     (tiles, memory, clock), its links and hosts stay the preset's."""
-    if name.replace("-", "_").upper() not in SYSTEM_PRESETS:
-        raise UsageError(f"unknown system {name!r}; systems are {sorted(SYSTEM_PRESETS)}")
-    system = get_system(name)
+    system = get_system(known_system(name))
     if args.machine is None or args.machine == system.chip:
         return system
     return system.replace(chip=args.machine, name=f"{system.name}-{args.machine.name}")
