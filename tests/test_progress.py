@@ -180,3 +180,39 @@ def test_run_points_hands_the_cost_proxy_to_the_bar():
     out, _ = _pool.run_points(abs, [-1, -2, -3], None, progress=bar, cost=lambda x: -x)
     assert out == [1, 2, 3] and bar._costs == [1.0, 2.0, 3.0]
     assert bar._done_units(2) == 3.0
+
+
+def test_every_long_subcommand_takes_the_progress_options():
+    # each subcommand that can run for seconds draws a line: --progress / --no-progress are
+    # its switches (info and diff read or print in well under a second)
+    import argparse
+
+    from ipukern.cli import build_parser
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    missing = [name for name, p in sub.choices.items() if name not in ("info", "diff")
+               and not {"--progress", "--no-progress"} <= set(p._option_string_actions)]
+    assert missing == []
+
+
+def test_train_and_compare_open_a_line(tmp_path, monkeypatch):
+    # the commands open the shared line, enabled by --progress, off by --no-progress
+    import dataclasses
+    import json
+
+    from ipukern.cli import main, train
+    from ipukern.systems import LayerCost
+    opened = []
+
+    class Recording(Progress):
+        def __init__(self, title, **kw):
+            super().__init__(title, **kw)
+            opened.append((title, self.enabled))
+
+    monkeypatch.setattr(train, "Progress", Recording)
+    costs = tmp_path / "layers.json"
+    costs.write_text(json.dumps([dataclasses.asdict(LayerCost(
+        name=f"l{i}", fwd_cycles=100_000, bwd_cycles=200_000, wu_cycles=10_000, n_params=1 << 18,
+        stash_bytes=1 << 20, out_bytes=1 << 20)) for i in range(4)]))
+    assert main(["train", "--costs", str(costs), "--out", str(tmp_path), "--progress"]) == 0
+    assert main(["compare", "--costs", str(costs), "--systems", "POD16", "--no-progress"]) == 0
+    assert opened == [(f"train {costs} on POD16", True), ("compare", False)]
