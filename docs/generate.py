@@ -4,6 +4,7 @@ Usage::
 
     python docs/generate.py                 # every table (the slow ones take minutes)
     python docs/generate.py scaling collectives
+    python docs/generate.py validation.png   # a figure under docs/, from the command that writes it
     python docs/generate.py --list
 
 Each table is written to ``docs/_generated/<name>.txt`` (committed) and shown in the pages
@@ -148,6 +149,27 @@ GENERATORS: dict[str, tuple[Callable[[], str], str, bool]] = {
 }
 
 
+#: figure file under docs/ -> (the ipukern command that writes it into --out, the file it writes)
+FIGURES: dict[str, tuple[list[str], str]] = {
+    "validation.png": (["validate", "--no-progress", "-q"], "validation.png"),
+    "scaling.png": (["scaling", "--no-progress", "-q"], "scaling.png"),
+}
+
+
+def figure(name: str, dest: Path | None = None) -> Path:
+    """Run the command behind ``docs/<name>`` and copy the figure it writes to ``dest``
+    (default: over ``docs/<name>``)."""
+    args, produced = FIGURES[name]
+    dest = DOCS / name if dest is None else dest
+    with tempfile.TemporaryDirectory() as tmp:
+        res = subprocess.run([sys.executable, "-m", "ipukern", *args, "--out", tmp], cwd=tmp,
+                             env=_env(), capture_output=True, text=True, check=False)
+        if res.returncode != 0:
+            raise RuntimeError(f"ipukern {' '.join(args)} failed:\n{res.stderr[-3000:]}")
+        dest.write_bytes((Path(tmp) / produced).read_bytes())
+    return dest
+
+
 def render(name: str) -> str:
     fn, command, _ = GENERATORS[name]
     body = fn().rstrip("\n") + "\n"
@@ -162,12 +184,17 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.list:
         for name, (_, command, fast) in GENERATORS.items():
-            print(f"{name:<12} {'fast' if fast else 'slow'}  {command}")
+            print(f"{name:<14} {'fast' if fast else 'slow'}  {command}")
+        for name, (cmd, _) in FIGURES.items():
+            print(f"{name:<14} fig   ipukern {' '.join(cmd)} --out DIR")
         return 0
     OUT.mkdir(exist_ok=True)
-    for name in args.names or list(GENERATORS):
+    for name in args.names or [*GENERATORS, *FIGURES]:
+        if name in FIGURES:
+            print(f"wrote {figure(name).relative_to(ROOT)}")
+            continue
         if name not in GENERATORS:
-            ap.error(f"unknown table {name!r} (known: {', '.join(GENERATORS)})")
+            ap.error(f"unknown table or figure {name!r} (known: {', '.join([*GENERATORS, *FIGURES])})")
         (OUT / f"{name}.txt").write_text(render(name), encoding="utf-8")
         print(f"wrote {(OUT / f'{name}.txt').relative_to(ROOT)}")
     return 0

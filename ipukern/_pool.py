@@ -59,7 +59,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import _memo
+from . import _memo, _settings
 
 __all__ = ["AUTO_MARGIN", "check_executor", "pays", "process_pool", "run_points", "worker_count"]
 
@@ -167,6 +167,9 @@ def _ignore_sigint() -> None:
     # Ctrl-C reaches the whole process group: the parent stops the sweep and ends the
     # workers; a worker's own KeyboardInterrupt would only print a traceback. Launched
     # with SIGINT blocked (_sigint_deferred): ignored first, then unblocked.
+    # The parent draws the sweep's progress line; a worker's own (a library step such as a
+    # max-batch search) would garble it on the same terminal.
+    _settings.silence_progress()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
@@ -174,8 +177,13 @@ def _ignore_sigint() -> None:
 
 def run_points(fn: Callable[[Any], Any], items: Sequence[Any], executor: Any = "auto", *,
                progress: Callable[[int, int, str], None] | None = None,
-               label: Callable[[Any], str] = str) -> tuple[list, str]:
+               label: Callable[[Any], str] = str,
+               cost: Callable[[Any], float] | None = None) -> tuple[list, str]:
     """``[fn(x) for x in items]`` serially or on ``executor`` (see the module docstring).
+
+    ``progress(done, total, label)`` is called as each point finishes, in order; ``cost``
+    (a per-item proxy of its host time) is handed to a progress object that takes it
+    (:meth:`ipukern._progress.Progress.set_costs`), so its ETA weighs items that differ a lot.
 
     Returns
     -------
@@ -188,6 +196,8 @@ def run_points(fn: Callable[[Any], Any], items: Sequence[Any], executor: Any = "
     check_executor(executor)
     items = list(items)
     out: list = []
+    if cost is not None and hasattr(progress, "set_costs"):
+        progress.set_costs([cost(x) for x in items])
     if executor is None or not items:
         _serial(fn, items, out, progress, label, stop=None)
         return out, "serial"

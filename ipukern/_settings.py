@@ -12,7 +12,8 @@ import os
 from dataclasses import dataclass
 
 __all__ = ["SETTINGS", "Setting", "cache_dir", "check_built_programs", "fused_exchange",
-           "num_threads", "plan_cache_bytes", "plan_worker", "describe"]
+           "num_threads", "plan_cache_bytes", "plan_worker", "progress", "silence_progress",
+           "describe"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("IPUKERN_CHECK_BUILT_PROGRAMS", "run", "0",
             "1: validate even the exchanges ipukern's own builders mark as trusted (slow; "
             "for checking a builder)"),
+    Setting("IPUKERN_PROGRESS", "run", "on a terminal",
+            "1: progress lines on stderr for long work even when stderr is not a terminal; 0: "
+            "never (the CLI's --progress / --no-progress override it)"),
     Setting("IPUKERN_CACHE_DIR", "run", "$XDG_CACHE_HOME/ipukern/tilefn",
             "where generated tile-function drivers and Numba's cache of them live"),
     Setting("IPUKERN_NO_OPENMP", "build", "0", "1: build the kernels without OpenMP (serial)"),
@@ -95,6 +99,19 @@ def plan_worker() -> bool | None:
     if v not in ("0", "1"):
         raise ValueError(f"IPUKERN_PLAN_WORKER must be 0 or 1, got {v!r}")
     return v == "1"
+
+
+def progress() -> bool | None:
+    """``IPUKERN_PROGRESS``: True (``1``), False (``0``) or None (unset: stderr a terminal decides)."""
+    v = _get("IPUKERN_PROGRESS")
+    if not v:
+        return None
+    return _flag("IPUKERN_PROGRESS", False)
+
+
+def silence_progress() -> None:
+    """Set ``IPUKERN_PROGRESS=0`` in this process (a sweep's worker: the parent draws the line)."""
+    os.environ["IPUKERN_PROGRESS"] = "0"
 
 
 def fused_exchange() -> bool:

@@ -26,7 +26,7 @@ import numpy as np
 
 __all__ = ["plot_scaling", "plot_memory_heatmap", "plot_timeline", "plot_activity", "pipeline_schedule_png",
            "tile_grid_shape", "PLOT_INSTALL_HINT", "have_matplotlib", "plot_network_layers",
-           "plot_network_memory", "figure_classes", "save_figure"]
+           "plot_network_memory", "figure_classes", "save_figure", "wrap_title", "short_name"]
 
 PLOT_INSTALL_HINT = 'plots need matplotlib: pip install "ipukern[plot]" (or pip install matplotlib)'
 
@@ -51,6 +51,20 @@ def figure_classes() -> tuple[Any, Any]:
     except ImportError as e:  # pragma: no cover - exercised by monkeypatching in tests
         raise ImportError(PLOT_INSTALL_HINT) from e
     return Figure, FigureCanvasAgg
+
+
+def wrap_title(text: str, width_in: float, fontsize: float) -> str:
+    """``text`` wrapped to lines that fit ``width_in`` inches at ``fontsize`` points
+    (constrained layout makes room for a tall title, never for a title wider than the
+    figure: that one is cut)."""
+    import textwrap
+    chars = max(20, int(width_in * 72 / (0.56 * fontsize)))   # ~0.56 em per character (DejaVu Sans)
+    return "\n".join(textwrap.fill(line, chars) for line in text.split("\n"))
+
+
+def short_name(name: str, n: int = 26) -> str:
+    """A layer name for a tick label: at most ``n`` characters, the end kept (it says which)."""
+    return name if len(name) <= n else "…" + name[-(n - 1):]
 
 
 def save_figure(fig: Any, path: str | Path, dpi: int) -> Path:
@@ -187,7 +201,8 @@ def _scaling_grid(Figure: Any, size: str, n: int, ncols: int) -> tuple[Any, Any]
     """The figure and its ``n`` rows of ``ncols`` panels for this size."""
     width = FIGURE_WIDTHS[size]
     if size == "column":                               # one panel per row, legends below
-        fig = Figure(figsize=(width, 2.4 * n * ncols + 1.6), layout="constrained")
+        # 1.75 in a panel: four panels and the legend stay within a page's text block (9 in)
+        fig = Figure(figsize=(width, 1.75 * n * ncols + 1.6), layout="constrained")
         flat = fig.subplots(n * ncols, 1, squeeze=False)
         return fig, [[flat[bi * ncols + k][0] for k in range(ncols)] for bi in range(n)]
     if size == "double":
@@ -198,8 +213,11 @@ def _scaling_grid(Figure: Any, size: str, n: int, ncols: int) -> tuple[Any, Any]
 
 
 def _series(ax: Any, st: _ScalingStyle, li: int, lay: str, ls: Any, pts: list) -> None:
-    """One layer's line on a panel, its dense point as a star."""
-    xs, ys, _ = zip(*pts)
+    """One layer's line on a panel over its grouped points; its dense point a star on its
+    own (not joined: the channels per group between the last group size and dense, e.g.
+    32-64 of a 144-channel layer, were not run)."""
+    line = [p for p in pts if not p[2]] or pts
+    xs, ys, _ = zip(*line)
     ax.plot(xs, ys, linestyle=ls, marker=st.marker[lay], ms=st.msize[lay],
             lw=st.lwidth[lay], color=st.colours[li], zorder=st.zorder[lay],
             markeredgecolor="white", markeredgewidth=0.4)
@@ -420,7 +438,7 @@ def plot_memory_heatmap(profile: Any, path: str | Path, *, title: str | None = N
                  f"max {rep.max_bytes / 1024:.1f} KiB (tile {rep.busiest_tile}, "
                  f"{100 * rep.max_bytes / rep.tile_bytes:.0f}% of {tile_kib:.0f} KiB SRAM), "
                  f"mean {rep.mean_bytes / 1024:.1f} KiB, min {rep.min_bytes / 1024:.1f} KiB")
-    ax.set_title(title, fontsize=10)
+    ax.set_title(wrap_title(title, 7.5, 10), fontsize=10)
 
     # per-category breakdown: busiest tile and mean tile
     bx = fig.add_subplot(gs[1])
@@ -477,7 +495,7 @@ def plot_timeline(profile: Any, path: str | Path, *, title: str | None = None,
                 t += cyc
         ax.annotate(f"{s.total_cycles:,}", (t, i), xytext=(4, 0), textcoords="offset points",
                     va="center", fontsize=8)
-    labels = [f"#{s.index} {s.name} [{s.category}]" for s in shown]
+    labels = [f"#{s.index} {short_name(s.name, 48)} [{s.category}]" for s in shown]
     ax.set_yticks(range(len(shown)), labels, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlim(0, max(total, 1) * 1.12)
@@ -500,7 +518,7 @@ def plot_timeline(profile: Any, path: str | Path, *, title: str | None = None,
                  + (f", {profile.tflops:.1f} TFLOP/s" if getattr(profile, "flops", 0) else ""))
         if len(steps) > len(shown):
             title += f" (first {len(shown)} of {len(steps)} supersteps shown)"
-    ax.set_title(title, fontsize=10)
+    ax.set_title(wrap_title(title, 8.5, 10), fontsize=10)
     return save_figure(fig, path, dpi)
 
 
@@ -509,11 +527,13 @@ def pipeline_schedule_png(est: Any, path: str | Path, *, dpi: int = 120) -> Path
     each pipeline cycle a stage is busy with one micro-batch's forward and backward (it idles
     for the rest of the cycle, the slowest stage's time), links + syncs close the cycle;
     fill and drain show as the empty cycles at the ends; then all-reduce and optimizer."""
+    from matplotlib.patches import Patch
     Figure, Canvas = figure_classes()
     s_count, m = est.ipus_per_replica, est.gradient_accumulation
     cycle = est.info["pipeline_cycle_s"]
     rows = [r for r in est.breakdown if r["replica"] == 0]
-    fig = Figure(figsize=(10, 1.0 + 0.5 * s_count))
+    # at least 2.6 in tall: one stage drew 10 x 1.5 in (1200 x 180 px), its x label cut
+    fig = Figure(figsize=(10, 2.6 + 0.45 * s_count), layout="constrained")
     Canvas(fig)
     ax = fig.add_subplot(1, 1, 1)
     end = (m + s_count - 1) * cycle
@@ -527,26 +547,53 @@ def pipeline_schedule_png(est: Any, path: str | Path, *, dpi: int = 120) -> Path
         upd = r["all_reduce_s"] + r["optimizer_s"] + r["streaming_s"]
         ax.broken_barh([(end * 1e3, upd * 1e3)], (s - 0.4, 0.8), color=PHASE_COLOURS["sync"])
     ax.set_yticks(range(s_count))
-    ax.set_yticklabels([f"IPU {r['ipu']}: {r['layers']}" for r in rows], fontsize=7)
+    ax.set_yticklabels([f"IPU {r['ipu']}: {short_name(str(r['layers']), 40)}" for r in rows], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("time (ms)")
-    ax.set_title(f"{est.system}: {s_count}-stage pipeline, {m} micro-batches, {est.replicas} replicas "
-                 "(blue compute, orange links/sync/idle, red all-reduce + optimizer)", fontsize=8)
+    handles = [Patch(color=PHASE_COLOURS["compute"], label="compute (one micro-batch, fwd + bwd)"),
+               Patch(color=PHASE_COLOURS["exchange"], alpha=0.35, label="links, syncs, idle"),
+               Patch(color=PHASE_COLOURS["sync"], label="all-reduce + optimizer")]
+    fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=8, frameon=False)
+    ax.set_title(wrap_title(f"{est.system}: {s_count}-stage pipeline, {m} micro-batches, "
+                            f"{est.replicas} replicas (replica 0 shown)", 9.5, 9), fontsize=9)
     return save_figure(fig, path, dpi)
 
 
 # =========================================================================== networks
+#: at most this many layer names on a network plot's x axis (every k-th beyond it)
+MAX_LAYER_TICKS = 160
+
+
+def _layer_axis(ax: Any, profile: Any) -> None:
+    """Layer names (and pass, for training) as the x tick labels of a network plot."""
+    rows = profile.layers
+    step = max(1, math.ceil(len(rows) / MAX_LAYER_TICKS))
+    idx = list(range(0, len(rows), step))
+    training = any(r.get("pass") not in (None, "fwd") for r in rows)
+    names = [short_name(rows[i]["name"]) + (f" ({rows[i]['pass']})" if training else "") for i in idx]
+    ax.set_xticks(idx, names, rotation=90, fontsize=5 if len(idx) > 60 else 6)
+    ax.set_xlim(-0.6, len(rows) - 0.4)
+    ax.set_xlabel("layer (program order" + (f"; every {step}th named)" if step > 1 else ")"))
+
+
+def _network_figure(profile: Any) -> Any:
+    Figure, _ = figure_classes()
+    n = min(len(profile.layers), MAX_LAYER_TICKS)
+    return Figure(figsize=(max(8.0, 0.085 * n + 3), 5.6), layout="constrained")
+
+
 def plot_network_layers(profile: Any, path: str | Path, *, title: str | None = None,
                         dpi: int = 120) -> Path:
     """Time per layer of a :class:`~ipukern.nn.NetworkProfile`, one bar per layer pass,
     coloured by category (conv, matmul, elementwise, pool, norm, ...), with the inserted
-    rearrangement exchanges stacked on top."""
+    rearrangement exchanges stacked on top; the layers are named on the x axis."""
+    from matplotlib.patches import Patch
+
     from .nn.profile import CATEGORY
-    Figure, _ = figure_classes()
     rows = profile.layers
     cats = sorted({CATEGORY.get(r["op"], r["op"]) for r in rows})
     colours = dict(zip(cats, _layer_colours(len(cats)), strict=True))
-    fig = Figure(figsize=(max(8.0, 0.06 * len(rows) + 4), 4.5))
+    fig = _network_figure(profile)
     ax = fig.add_subplot(1, 1, 1)
     us = 1e6 / profile.machine.clock_hz
     x = list(range(len(rows)))
@@ -554,44 +601,43 @@ def plot_network_layers(profile: Any, path: str | Path, *, title: str | None = N
     rea = [r["rearrange"] * us for r in rows]
     ax.bar(x, own, width=0.9, color=[colours[CATEGORY.get(r["op"], r["op"])] for r in rows])
     ax.bar(x, rea, width=0.9, bottom=own, color="0.6", hatch="//", label="rearrange")
-    from matplotlib.patches import Patch
     handles = [Patch(color=colours[c], label=c) for c in cats]
     handles.append(Patch(color="0.6", hatch="//", label="rearrange"))
-    ax.legend(handles=handles, fontsize=8, ncol=2)
-    ax.set_xlabel("layer (program order)")
+    fig.legend(handles=handles, fontsize=8, loc="outside right upper")
+    _layer_axis(ax, profile)
     ax.set_ylabel("time (us)")
-    ax.set_title(title or f"{profile.label}: time per layer, batch {profile.batch} "
-                          f"({profile.seconds * 1e3:.2f} ms total)")
-    fig.tight_layout()
+    text = title or (f"{profile.label}: time per layer, batch {profile.batch} "
+                     f"({profile.seconds * 1e3:.2f} ms total)")
+    ax.set_title(wrap_title(text, fig.get_figwidth() - 2, 11), fontsize=11)
     return save_figure(fig, path, dpi)
 
 
 def plot_network_memory(profile: Any, path: str | Path, *, title: str | None = None,
                         dpi: int = 120) -> Path:
     """Peak per-tile memory at each layer step of a network program, with the tile's
-    memory and the reserve as lines."""
-    Figure, _ = figure_classes()
-    fig = Figure(figsize=(9, 4.5))
+    memory and the reserve as lines; the layers are named on the x axis."""
+    fig = _network_figure(profile)
     ax = fig.add_subplot(1, 1, 1)
     mem = profile._memory
     kib = [v / 1024 for v in profile.step_peak_bytes]
     ax.plot(range(len(kib)), kib, "-", lw=1.5, label="peak live bytes per tile (busiest tile)")
     ax.axhline(mem["budget_bytes"] / 1024, color="C3", ls="--", label="tile memory (budget)")
     ax.axhline(mem["reserve_bytes"] / 1024, color="0.5", ls=":", label="reserve (code, stacks)")
-    ax.set_xlabel("layer step (program order)")
+    _layer_axis(ax, profile)
     ax.set_ylabel("KiB per tile")
-    ax.set_title(title or f"{profile.label}: memory over the program, batch {profile.batch}")
+    text = title or f"{profile.label}: memory over the program, batch {profile.batch}"
+    ax.set_title(wrap_title(text, fig.get_figwidth() - 0.5, 11), fontsize=11)
     ax.legend(fontsize=8)
-    fig.tight_layout()
     return save_figure(fig, path, dpi)
 
 
 # =========================================================================== tile activity
 def plot_activity(profile: Any, path: str | Path, *, title: str | None = None,
                   max_supersteps: int = 60, dpi: int = 120) -> Path:
-    """Tiles busy and idle in each superstep's compute phase, and the compute imbalance.
+    """Tiles computing and tiles exchanging in each superstep, and the compute imbalance.
 
-    Bars: tiles that compute (busy) and tiles that do not (idle) out of all tiles; line
+    Bars, side by side: tiles that compute and tiles that send or receive in the exchange,
+    out of all tiles (a tile may do both; one doing neither is idle); line
     (right axis): slowest / mean compute cycles over the busy tiles (1 = balanced), the
     timeline's compute time divided by what a perfectly balanced split would take.
 
@@ -615,11 +661,14 @@ def plot_activity(profile: Any, path: str | Path, *, title: str | None = None,
     n_tiles = profile.machine.n_tiles
     x = np.arange(len(steps))
     busy = np.array([s.tiles_computing for s in steps])
+    exch = np.array([s.tiles_exchanging for s in steps])
     imb = np.array([s.compute_imbalance if s.compute_cycles else np.nan for s in steps])
-    fig = Figure(figsize=(max(6.0, 0.45 * len(steps) + 3), 4.2), layout="constrained")
+    fig = Figure(figsize=(max(7.0, 0.45 * len(steps) + 3), 4.8), layout="constrained")
     ax = fig.add_subplot()
-    ax.bar(x, busy, color=PHASE_COLOURS["compute"], label="tiles computing")
-    ax.bar(x, n_tiles - busy, bottom=busy, color="0.85", label="tiles idle")
+    # exchanging tiles were drawn as idle: they are busy with the exchange
+    ax.bar(x - 0.2, busy, width=0.4, color=PHASE_COLOURS["compute"], label="tiles computing")
+    ax.bar(x + 0.2, exch, width=0.4, color=PHASE_COLOURS["exchange"], label="tiles exchanging")
+    ax.axhline(n_tiles, color="0.6", lw=0.8)
     ax.set_ylim(0, n_tiles * 1.05)
     ax.set_ylabel(f"tiles (of {n_tiles})")
     ax.set_xticks(x, [f"#{s.index} {s.name}" for s in steps], rotation=45, ha="right",
@@ -629,12 +678,12 @@ def plot_activity(profile: Any, path: str | Path, *, title: str | None = None,
     bx.axhline(1.0, color="0.5", lw=0.8, ls=":")
     top = np.nanmax(imb) if np.isfinite(imb).any() else 1.0
     bx.set_ylim(0, max(2.0, top * 1.15))
-    bx.set_ylabel("compute imbalance (slowest / mean busy tile)")
+    bx.set_ylabel("compute imbalance\n(slowest / mean busy tile)")
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = bx.get_legend_handles_labels()
     ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="lower right")
     if title is None:
         label = getattr(profile, "label", "") or ""
         title = f"Tile activity per superstep{': ' + label if label else ''} on {profile.machine.name}"
-    ax.set_title(title, fontsize=10)
+    ax.set_title(wrap_title(title, fig.get_figwidth() - 1.5, 10), fontsize=10)
     return save_figure(fig, path, dpi)

@@ -77,6 +77,18 @@ def _label(cfg: dict) -> str:
     return str(cfg.get("net", ""))
 
 
+def _cost(cfg: dict) -> float:
+    """A point's cost proxy for the progress ETA: its layer count (planning them dominates;
+    a zoo network is built here in a few ms, again in the worker)."""
+    net = cfg.get("net")
+    if net is None:
+        return 1.0
+    try:
+        return float(len(resolve_net(net, cfg.get("model_kwargs")).layers))
+    except (TypeError, ValueError, AttributeError):   # the point itself reports a bad config
+        return 1.0
+
+
 def network_sweep(configs: Iterable[dict], *, executor: Any = "auto",
                   progress: Callable[[int, int, str], None] | None = None,
                   max_batch: bool = False) -> list:
@@ -109,7 +121,7 @@ def network_sweep(configs: Iterable[dict], *, executor: Any = "auto",
         raise TypeError(f"max_batch must be True or False, got {max_batch!r}")
     fn = functools.partial(_network_point, max_batch=True) if max_batch else _network_point
     return run_points(fn, _check(configs, estimate_network), executor, progress=progress,
-                      label=_label)[0]
+                      label=_label, cost=_cost)[0]
 
 
 def training_sweep(configs: Iterable[dict], *, executor: Any = "auto",
@@ -119,4 +131,4 @@ def training_sweep(configs: Iterable[dict], *, executor: Any = "auto",
     ``executor`` and ``progress`` as :func:`network_sweep`. Returns TrainingEstimates."""
     from .systems import estimate_training
     return run_points(_training_point, _check(configs, estimate_training), executor,
-                      progress=progress, label=_label)[0]
+                      progress=progress, label=_label, cost=_cost)[0]

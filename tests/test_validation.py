@@ -121,9 +121,12 @@ def test_measurement_table_errors(tmp_path):
 
 
 def test_validate_cli_bad_input_one_line(tmp_path, capsys):
-    assert main(["validate", "--out", str(tmp_path), "--group", "nope", "--no-plot"]) == 1
+    # an unknown group is a usage error (exit 2), like an unknown model or preset
+    assert main(["validate", "--out", str(tmp_path), "--group", "nope", "--no-plot"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "unknown group" in err[0]
+    assert len(err) == 1 and "unknown group" in err[0] and "--help" in err[0]
+    assert main(["validate", "--systems", "--only", "nope", "--out", str(tmp_path)]) == 2
+    assert "unknown id" in capsys.readouterr().err
     f = tmp_path / "file"
     f.write_text("x")
     assert main(["validate", "--out", str(f), "--no-plot"]) == 1

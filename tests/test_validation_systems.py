@@ -65,7 +65,7 @@ def test_gpu_rows_modelled_with_ratios(tmp_path):
     assert res.model_datasheet is None                                  # an IPU-only variant
     data = json.loads(rep.to_json(tmp_path / "s.json"))
     assert data["summary"]["modelled"] == 2 and len(data["rows"]) == 2
-    assert "| mlperf1.0-resnet-dgxa100 |" in rep.format_table()
+    assert any(ln.startswith("mlperf1.0-resnet-dgxa100 ") for ln in rep.format_table().splitlines())
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,8 @@ Subcommands
 ``ipukern diff``     compare two profiles (``--json`` outputs) per superstep and category.
 
 Exit codes: 0 success; 2 usage errors (argparse: bad option, unparsable number, unknown
-preset, missing argument), in one line naming the command, with a pointer to its ``--help``;
+preset, missing argument; an unknown model or system name), in one line naming the
+command, with a pointer to its ``--help``;
 1 model errors and unwritable outputs, reported in one line (an impossible layer,
 a layer that does not fit the tiles, a number too large, a missing compiled kernel, --out
 naming a file); 130 interrupted (Ctrl-C), also one line. Outputs are written under
@@ -43,7 +44,7 @@ from typing import NoReturn, Sequence
 
 from ..core import TileMemoryError
 from . import claims, diff, explore, info, layer, network, scaling, train, tune, validate
-from ._common import Progress
+from ._common import Progress, UsageError
 
 __all__ = ["main", "build_parser", "Progress"]
 
@@ -122,6 +123,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141                                    # 128 + SIGPIPE, what a shell reports
+    except UsageError as e:
+        # a name that names nothing: a usage error like argparse's own (exit 2, same form)
+        msg = " ".join(str(e).split())
+        print(f"ipukern {args.command}: error: {msg} (see 'ipukern {args.command} --help')",
+              file=sys.stderr)
+        return 2
     except (TileMemoryError, MemoryError, ValueError, TypeError, ArithmeticError, RuntimeError,
             OSError) as e:
         msg = " ".join(str(e).split()) or type(e).__name__

@@ -9,96 +9,23 @@ import shutil
 import stat
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
-from typing import Any, Callable, Sequence, TextIO
+from typing import Any, Callable, Sequence
 
+from .._progress import Progress as Progress  # the subcommands' progress line, re-exported
+from .._progress import enabled as progress_on
 from ..machine import DATASHEET_EXCHANGE, PRESETS, get_machine, with_exchange_bandwidth
 
 
-class Progress:
-    """A dependency-free progress bar / elapsed-time indicator on one stderr line.
-
-    Nothing is drawn for the first ``delay`` seconds, so quick jobs print nothing. Call the
-    object as ``progress(done, total, label)`` (the sweep's callback signature); use it as a
-    context manager to get a ticking "elapsed" line for a single long call and to clear the
-    line at the end.
-    """
-
-    def __init__(self, title: str, *, enabled: bool, stream: TextIO | None = None,
-                 delay: float = 1.0, width: int = 28):
-        self.title = title
-        self.enabled = enabled
-        self.stream = stream if stream is not None else sys.stderr
-        self.delay = delay
-        self.width = width
-        self.t0 = time.perf_counter()
-        self._drawn = 0
-        self._state: tuple[int, int, str] | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-
-    def __call__(self, done: int, total: int, label: str = "") -> None:
-        self._state = (done, total, label)
-        self._draw()
-
-    def _draw(self) -> None:
-        if not self.enabled:
-            return
-        elapsed = time.perf_counter() - self.t0
-        if elapsed < self.delay:
-            return
-        if self._state is None:
-            line = f"{self.title} ... {elapsed:.0f} s"
-        else:
-            done, total, label = self._state
-            frac = done / total if total else 1.0
-            fill = int(round(self.width * frac))
-            eta = elapsed / done * (total - done) if done else float("nan")
-            eta_txt = f", ~{eta:.0f} s left" if done and done < total else ""
-            line = (f"{self.title} [{'#' * fill}{'.' * (self.width - fill)}] {done}/{total} "
-                    f"{elapsed:.0f} s{eta_txt}  {label}")
-        with self._lock:
-            pad = max(0, self._drawn - len(line))
-            self.stream.write("\r" + line + " " * pad)
-            self.stream.flush()
-            self._drawn = len(line)
-
-    def _tick(self) -> None:
-        while not self._stop.wait(0.25):
-            self._draw()
-
-    def __enter__(self) -> "Progress":
-        if self.enabled:
-            self._thread = threading.Thread(target=self._tick, daemon=True)
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Stop ticking and erase the line."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-        with self._lock:
-            if self._drawn:
-                self.stream.write("\r" + " " * self._drawn + "\r")
-                self.stream.flush()
-                self._drawn = 0
+class UsageError(ValueError):
+    """A name on the command line that names nothing (an unknown model or system): exit 2,
+    as argparse's own usage errors (an unknown preset, option or number), not 1 (a model
+    error: a layer that does not fit, an unwritable output)."""
 
 
 def progress_enabled(args: argparse.Namespace) -> bool:
-    if args.progress is not None:
-        return args.progress
-    try:
-        return sys.stderr.isatty()
-    except (AttributeError, ValueError):
-        return False
+    """``--progress`` / ``--no-progress``, else ``IPUKERN_PROGRESS``, else stderr a terminal."""
+    return progress_on(getattr(args, "progress", None))
 
 
 # =========================================================================== parsing helpers

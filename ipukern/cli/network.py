@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import (Progress, add_document_views, add_machine_options, add_optimizer,
+from ._common import (Progress, UsageError, add_document_views, add_machine_options, add_optimizer,
                       add_optimizer_state_dtype, add_progress_options, out_dir, progress_enabled,
                       write_documents)
 
@@ -13,7 +13,7 @@ def _cmd_network(args: argparse.Namespace) -> int:
     from .. import nn, plots
     models = nn.models.MODELS
     if args.model not in models:
-        raise ValueError(f"unknown model {args.model!r}; choose from {', '.join(models)}")
+        raise UsageError(f"unknown model {args.model!r}; choose from {', '.join(models)}")
     kw = {}
     if args.model.startswith("bert"):
         if args.image_size is not None:

@@ -27,8 +27,10 @@ from ..core import TraceEvents
 from ..systems import (SYSTEM_PRESETS, LayerCost, StageMemoryError, estimate_training, get_system,
                        training_trace)
 from . import train_run
-from ._common import (add_document_views, add_machine_options, add_optimizer, add_optimizer_state_dtype,
-                      out_dir, write_documents)
+from ._common import (Progress, UsageError, add_document_views, add_machine_options, add_optimizer,
+                      add_optimizer_state_dtype, add_progress_options, out_dir, progress_enabled,
+                      write_documents)
+from ._models import known_system
 from ._models import model as _model
 from ._models import pipeline as _pipeline
 
@@ -58,7 +60,7 @@ def _recompute(args: argparse.Namespace) -> Any:
 def _system(args: argparse.Namespace, name: str) -> Any:
     """The preset ``name``; with ``--machine`` / ``--machine-file`` its IPUs are that chip
     (tiles, memory, clock), its links and hosts stay the preset's."""
-    system = get_system(name)
+    system = get_system(known_system(name))
     if args.machine is None or args.machine == system.chip:
         return system
     return system.replace(chip=args.machine, name=f"{system.name}-{args.machine.name}")
@@ -94,7 +96,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         return train_run.execute(args)
     if args.tiles is not None:
         raise ValueError("--tiles applies to --execute")
-    est = _estimate(args, args.system)
+    with Progress(f"train {args.model or args.costs} on {args.system}", enabled=progress_enabled(args)):
+        est = _estimate(args, args.system)
     print(est.summary())
     if args.epochs is not None:
         t = est.time_to_train(epochs=args.epochs, dataset_size=args.dataset_size)
@@ -163,7 +166,7 @@ def _compare_one(args: argparse.Namespace, name: str) -> dict[str, Any]:
         kind, fits, doc = "ipu", bool(est.info.get("fits", True)), est.to_dict()
     else:
         known = sorted(SYSTEM_PRESETS) + sorted(GPU_SYSTEMS)
-        raise ValueError(f"unknown system {name!r}; systems are {known}")
+        raise UsageError(f"unknown system {name!r}; systems are {known}")
     return {"system": name, "kind": kind, "samples_per_second": est.samples_per_second,
             "time_to_train_s": est.time_to_train(epochs=args.epochs, dataset_size=args.dataset_size),
             "fits": fits, "estimate": doc, "_est": est, "_note": note, "_system": system}
@@ -179,7 +182,7 @@ class _TuneArgs:
         self.tune_ipus_per_replica = None
         self.replicas = None
         self.pipeline = None
-        self.__dict__.setdefault("progress", None)      # compare has no --progress: a TTY decides
+        self.progress = False          # compare's own line shows the system being tuned
 
 
 def _add_market(rows: list[dict[str, Any]], prices: dict[str, float]) -> None:
@@ -218,7 +221,12 @@ def _print_compare(rows: list[dict[str, Any]]) -> None:
 def _cmd_compare(args: argparse.Namespace) -> int:
     names = [s.strip().upper() for s in args.systems.split(",") if s.strip()]
     prices = _prices(args.prices, names)
-    rows = [_compare_one(args, name) for name in names]
+    rows = []
+    with Progress("compare", enabled=progress_enabled(args)) as bar:
+        for k, name in enumerate(names):
+            bar(k, len(names), name)
+            rows.append(_compare_one(args, name))
+            bar(k + 1, len(names), name)
     _add_market(rows, prices)
     # printed only once every system is estimated: a failing one leaves no partial table
     _print_compare(rows)
@@ -320,6 +328,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_document_views(t, out_files="train.csv (one row per IPU), train.json and train.png (the "
                                     "pipeline schedule); default: the current directory")
     t.set_defaults(out=".")
+    add_progress_options(t)
     train_run.register_flags(t)
     t.set_defaults(func=_cmd_train)
     c = sub.add_parser("compare", help="training throughput of IPU systems and DGX A100 side by side",
@@ -348,4 +357,5 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "the given one; GPUs stay at --gpu-batch")
     from .tune import add_tune_options
     add_tune_options(c)
+    add_progress_options(c)
     c.set_defaults(func=_cmd_compare)

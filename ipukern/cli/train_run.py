@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..systems import get_system, run_training_step
+from ._common import Progress, UsageError, progress_enabled
 
 _MPI_ENV = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS")
 
@@ -40,7 +41,7 @@ def _network(args: argparse.Namespace) -> Any:
     if args.model is None:
         raise ValueError("--execute needs a MODEL (not --costs)")
     if args.model not in MODELS:
-        raise ValueError(f"unknown model {args.model!r}; models are {sorted(MODELS)}")
+        raise UsageError(f"unknown model {args.model!r}; models are {sorted(MODELS)}")
     try:
         return MODELS[args.model](image_size=args.image_size, num_classes=args.classes)
     except TypeError:
@@ -76,12 +77,15 @@ def execute(args: argparse.Namespace) -> int:
         pipeline = [s for s in pipeline.split(",") if s]
     comm = _comm()
     rank = 0 if comm is None else comm.Get_rank()
+    # one line for the job: rank 0's (the other ranks' would garble the same terminal)
+    bar = Progress(f"train --execute {args.model}", enabled=rank == 0 and progress_enabled(args))
     try:
-        run = run_training_step(net, x, labels, net.init_params(args.seed), system=system, replicas=reps,
-                                ipus_per_replica=args.ipus_per_replica, pipeline=pipeline,
-                                gradient_accumulation=args.gradient_accumulation,
-                                micro_batch=args.micro_batch, optimizer=args.optimizer,
-                                comm=comm, bn_replica_group=args.bn_group)
+        with bar:
+            run = run_training_step(net, x, labels, net.init_params(args.seed), system=system, replicas=reps,
+                                    ipus_per_replica=args.ipus_per_replica, pipeline=pipeline,
+                                    gradient_accumulation=args.gradient_accumulation,
+                                    micro_batch=args.micro_batch, optimizer=args.optimizer,
+                                    comm=comm, bn_replica_group=args.bn_group)
     except Exception:
         if rank:
             return 1                       # rank 0 reports the (same) error in one line

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..systems import SYSTEM_PRESETS
 from ..systems.tune import DEFAULT_MAX_GLOBAL_BATCH, tune
+from ._models import known_system
 from ._models import model as _model
 from ._models import pipeline as _pipeline
 from ._common import (Progress, add_optimizer, add_optimizer_state_dtype, add_progress_options,
@@ -41,7 +42,7 @@ def run_tune(args: argparse.Namespace, system: str, net=None):
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    res = run_tune(args, args.system)
+    res = run_tune(args, known_system(args.system))
     print(res.summary(max_rows=args.top))
     if args.json:
         text = json.dumps(res.to_dict(), indent=1, default=str)

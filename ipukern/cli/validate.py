@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ._common import Progress, add_progress_options, progress_enabled
+from ._common import Progress, UsageError, add_progress_options, progress_enabled
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
@@ -27,6 +27,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         raise ValueError("--only selects rows of --systems or --inference")
     measurements = validation.load_measurements(args.measurements)
     groups = [g.strip() for g in args.group.split(",") if g.strip()] if args.group else None
+    _names_known(groups, {m.group for m in measurements}, "--group", "group")
     with Progress("validate", enabled=progress_enabled(args)) as bar:
         result = validation.run(measurements, groups=groups, progress=bar)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -50,13 +51,21 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _names_known(names: list[str] | None, known: set[str], flag: str, what: str) -> None:
+    """A name that names nothing is a usage error (exit 2), as an unknown model or preset."""
+    bad = [n for n in names or () if n not in known]
+    if bad:
+        raise UsageError(f"{flag}: unknown {what}(s) {bad}; {what}s are {sorted(known)}")
+
+
 def _published_report(args: argparse.Namespace, out_dir: Path, flag: str, load: Any, report_fn: Any) -> Any:
     """The report of a published table (``--systems``, ``--inference``) on ``--only``'s rows,
-    its Markdown table printed."""
+    its table printed."""
     if args.group or args.measurements:
         raise ValueError(f"--group and --measurements apply to the measurement table, not {flag}")
     runs = load()
     ids = [i.strip() for i in args.only.split(",") if i.strip()] if args.only else None
+    _names_known(ids, {r.id for r in runs}, "--only", "id")
     with Progress(f"validate {flag}", enabled=progress_enabled(args)) as bar:
         report = report_fn(runs, ids=ids, progress=bar)
     out_dir.mkdir(parents=True, exist_ok=True)

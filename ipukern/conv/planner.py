@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from .._format import fmt_bytes
 from ..core.cost import ceil_div
 from ..core import TileMemoryError
 from ..machine import MachineSpec
@@ -192,7 +193,7 @@ class PlanCandidate:
 
     def describe(self) -> str:
         if not self.fits:
-            return (f"{self.method.label()}: does not fit (needs {self.estimated_bytes_per_tile} B "
+            return (f"{self.method.label()}: does not fit (needs {fmt_bytes(self.estimated_bytes_per_tile)} "
                     f"on its busiest tile with {self.serial} serial slices)")
         s = self.split
         serial = f", {self.serial} serial slices" if self.serial > 1 else ""
@@ -306,11 +307,15 @@ def _plan_bounded(p: ConvParams, machine: MachineSpec, bias: bool, method: str |
     need, cand, serial = found.smallest
     raise TileMemoryError(
         f"no plan for {p.describe()} fits {machine.name}'s tiles, even with serial splits: the "
-        f"smallest busiest-tile requirement found is {need} B "
+        f"smallest busiest-tile requirement found is {fmt_bytes(need)} "
         f"({cand.label()}, {serial} serial slices) but the budget is "
-        f"{machine.tile_budget_bytes} B per tile ({machine.tile_bytes} B minus "
-        f"{machine.reserved_bytes_per_tile} B reserved)",
+        f"{_budget(machine)}",
         tile=-1, requested=int(need), used=0, budget=machine.tile_budget_bytes)
+
+
+def _budget(machine: MachineSpec) -> str:
+    return (f"{fmt_bytes(machine.tile_budget_bytes)} per tile ({fmt_bytes(machine.tile_bytes)} minus "
+            f"{fmt_bytes(machine.reserved_bytes_per_tile)} reserved)")
 
 
 #: why a vertex method can have no valid split at all (see search._channel_axes, search._split_vectors)
@@ -332,10 +337,9 @@ def _check_fits_chip(p: ConvParams, machine: MachineSpec) -> None:
     if per_tile > machine.tile_budget_bytes:
         raise TileMemoryError(
             f"no plan for {p.describe()} fits {machine.name}'s tiles: the smallest busiest-tile "
-            f"requirement found is {per_tile} B (its input, weights and output, {need} B, "
-            f"spread evenly over {machine.n_tiles} tiles) but the budget is "
-            f"{machine.tile_budget_bytes} B per tile ({machine.tile_bytes} B minus "
-            f"{machine.reserved_bytes_per_tile} B reserved)",
+            f"requirement found is {fmt_bytes(per_tile)} (its input, weights and output, "
+            f"{fmt_bytes(need)}, spread evenly over {machine.n_tiles:,} tiles) but the budget is "
+            f"{_budget(machine)}",
             tile=-1, requested=int(per_tile), used=0, budget=machine.tile_budget_bytes)
 
 
@@ -399,8 +403,8 @@ def plan_expanded(p: ConvParams, machine: MachineSpec, dims: str, *, bias: bool 
     nbytes = inner.estimated_bytes_per_tile + t["bytes"]
     if nbytes > machine.tile_budget_bytes:
         raise ValueError(f"expandDims {dims} of {p.describe()}: the expanded conv and its "
-                         f"transform need {nbytes} B on the busiest tile, the budget is "
-                         f"{machine.tile_budget_bytes} B")
+                         f"transform need {fmt_bytes(nbytes)} on the busiest tile, the budget is "
+                         f"{fmt_bytes(machine.tile_budget_bytes)}")
     return replace(inner, params=p, expand_dims=dims,
                    **with_transform(inner.estimated_cycles, nbytes, inner.breakdown, t))
 

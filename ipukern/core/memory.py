@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._checks import as_int
+from .._format import fmt_bytes, fmt_num, format_table
 from ..machine import MachineSpec
 
 __all__ = ["TileMemoryError", "TileMemory", "MemoryReport", "Allocation", "Arena", "CATEGORIES"]
@@ -197,22 +198,24 @@ class MemoryReport:
         return np.flatnonzero(self.per_tile > self.tile_bytes)
 
     def summary(self) -> str:
-        """Text table: one row per category, max / mean / min bytes per tile."""
-        rows = [f"memory per tile on {self.machine} ({self.tile_bytes} B/tile)",
-                f"  {'category':<12}{'max B':>10}{'mean B':>12}{'min B':>10}"]
-        for cat, arr in self.by_category.items():
-            rows.append(f"  {cat:<12}{int(arr.max()):>10}{arr.mean():>12.0f}{int(arr.min()):>10}")
+        """Text table: one row per category, max / mean / min bytes per tile (grouped)."""
         tot = self.per_tile
-        rows.append(f"  {'total':<12}{int(tot.max()):>10}{tot.mean():>12.0f}{int(tot.min()):>10}"
-                    f"   busiest tile {self.busiest_tile}")
-        rows.append("  as PopVision's lines (max B per tile; source):")
-        for line in self.popvision():
-            rows.append(f"    {line['line']:<30}{line['max']:>10}  {line['source']}")
+        rows = [[cat, fmt_num(int(arr.max())), fmt_num(arr.mean()), fmt_num(int(arr.min()))]
+                for cat, arr in self.by_category.items()]
+        rows.append(["total", fmt_num(int(tot.max())), fmt_num(tot.mean()), fmt_num(int(tot.min())),
+                     f"busiest tile {self.busiest_tile}"])
+        lines = [f"memory per tile on {self.machine} ({fmt_bytes(self.tile_bytes)}/tile)",
+                 format_table(["category", "max B", "mean B", "min B", ""], rows, align="lrrrl",
+                              indent="  "),
+                 "  as PopVision's lines (max B per tile; source):",
+                 format_table(["line", "max B", "source"],
+                              [[ln["line"], fmt_num(ln["max"]), ln["source"]] for ln in self.popvision()],
+                              align="lrl", indent="    ")]
         over = self.overflow_tiles
         if over.size:
-            rows.append(f"  OVER BUDGET on {over.size} tiles (first: tile {int(over[0])}, "
-                        f"{int(tot[over[0]])} B > {self.tile_bytes} B)")
-        return "\n".join(rows)
+            lines.append(f"  OVER BUDGET on {over.size} tiles (first: tile {int(over[0])}, "
+                         f"{fmt_bytes(tot[over[0]])} > {fmt_bytes(self.tile_bytes)})")
+        return "\n".join(lines)
 
     def popvision(self) -> list[dict]:
         """The report regrouped into PopVision's lines (see ``POPVISION_LINES``): for each,

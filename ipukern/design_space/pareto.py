@@ -69,7 +69,7 @@ def plot_pareto(rows: list[dict], path: str | Path, costs: list[str] | None = No
         if not any(c in r for r in rows):
             raise ValueError(f"plot_pareto: cost {c!r} is not a column of the results")
     networks = list(dict.fromkeys(r["network"] for r in rows))
-    fig = Figure(figsize=(4.6 * len(costs), 3.8))
+    fig = Figure(figsize=(4.6 * len(costs), 3.8), layout="constrained")
     axes = fig.subplots(1, len(costs), squeeze=False)
     for ax, cost in zip(axes[0], costs):
         for i, net in enumerate(networks):
@@ -86,7 +86,6 @@ def plot_pareto(rows: list[dict], path: str | Path, costs: list[str] | None = No
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].legend(fontsize=8)
     fig.suptitle("throughput vs cost: points and Pareto fronts per network")
-    fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=110)
     return path

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .. import _progress
 from ..core import TileMemoryError
 from .compile import compile_network
 from .layers import PlanContext
@@ -67,8 +68,11 @@ def search_max_batch(fits: Callable[[int], bool] | None, start: int = 1,
         raise ValueError(f"search_max_batch: limit must be at least 1, got {limit}")
     start, limit = int(start), int(limit)
     got: dict[int, float] = {}
+    tried: list[int] = []
 
     def ok(b: int) -> bool:
+        tried.append(b)
+        _progress.note(f"batch {b} (trial {len(tried)})")
         if spare is None:
             return bool(fits(b))
         got[b] = float(spare(b))

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _progress
 from .._version import schema
 from ..core import SuperstepRecord
 from .views import network_to_pandas, network_trace
@@ -119,7 +120,10 @@ class NetworkProfile:
     @property
     def memory(self) -> dict[str, Any]:
         if "max_batch" not in self._memory:
-            self._memory["max_batch"] = self._max_batch_fn() if self._max_batch_fn else None
+            # the search re-plans the network at several batches (seconds to minutes): it
+            # says so on stderr (the command's progress line, or its own; see _progress)
+            with _progress.task("max batch search"):
+                self._memory["max_batch"] = self._max_batch_fn() if self._max_batch_fn else None
         return self._memory
 
     def by_category(self) -> dict[str, int]:

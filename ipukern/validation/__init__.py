@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..machine import MachineSpec, get_machine
+from .._format import Rest, format_table
 from .._version import schema
 from ._table import read_table, select, write_table
 from .models import MODELLERS, parse_params
@@ -152,30 +153,32 @@ class ValidationResult:
 
     def format_summary(self) -> str:
         """The per-group table: points, MAPE, geomean ratio and log-Pearson per variant."""
-        head = (f"{'group':34} {'points':>6} {'modelled':>8}  "
-                + "  ".join(f"{v + ' MAPE':>14} {'ratio':>6} {'r(log)':>6}" for v in VARIANTS))
-        lines = [head]
+        head = ["group", "points", "modelled"]
+        for v in VARIANTS:
+            head += [f"{v} MAPE", "ratio", "r(log)"]
+        rows = []
         for g, per in self.summary.items():
             first = per[next(iter(VARIANTS))]
-            cells = []
+            row = [g[:34], first["points"], first["modelled"]]
             for v in VARIANTS:
                 s = per[v]
-                cells.append(f"{_fmt(s.get('mape_pct'), '%'):>14} {_fmt(s.get('geomean_ratio')):>6} "
-                             f"{_fmt(s.get('pearson_log')):>6}")
-            lines.append(f"{g[:34]:34} {first['points']:>6} {first['modelled']:>8}  " + "  ".join(cells))
-        return "\n".join(lines)
+                row += [_fmt(s.get("mape_pct"), "%"), _fmt(s.get("geomean_ratio")),
+                        _fmt(s.get("pearson_log"))]
+            rows.append(row)
+        return format_table(head, rows, align="l" + "r" * (len(head) - 1))
 
     def format_rows(self) -> str:
         """Every point: measured, model (default / datasheet), ratio, or why it is not modelled."""
-        lines = [f"{'id':40} {'unit':8} {'measured':>10} {'model':>10} {'datasheet':>10} {'ratio':>6}"]
+        rows = []
         for r in self.rows:
             m = r.measurement
+            cells = [m.id[:40], m.unit, f"{m.measured:.4g}"]
             if r.reason:
-                lines.append(f"{m.id[:40]:40} {m.unit:8} {m.measured:>10.4g}   not modelled: {r.reason}")
+                rows.append(cells + [Rest(f"not modelled: {r.reason}")])
                 continue
-            lines.append(f"{m.id[:40]:40} {m.unit:8} {m.measured:>10.4g} {r.model['default']:>10.4g} "
-                         f"{r.model['datasheet']:>10.4g} {r.ratio('default'):>6.2f}")
-        return "\n".join(lines)
+            rows.append(cells + [f"{r.model['default']:.4g}", f"{r.model['datasheet']:.4g}",
+                                 f"{r.ratio('default'):.2f}"])
+        return format_table(["id", "unit", "measured", "model", "datasheet", "ratio"], rows, align="llrrrr")
 
 
 def _fmt(v: Any, suffix: str = "") -> str:

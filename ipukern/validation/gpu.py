@@ -28,6 +28,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from .._format import MISSING, fmt_num, format_table
 from .._version import schema
 
 __all__ = ["KernelGroup", "E2ERow", "GPUValidationReport", "gpu_report"]
@@ -153,32 +154,28 @@ class GPUValidationReport:
         }
 
     def format_table(self) -> str:
-        lines = ["GPU kernels (NeuSight single-kernel latencies; fitted = seen by python -m ipukern.gpu.fit)",
-                 f"{'gpu':16s} {'split':5s} {'op class':11s} {'rows':>5s} {'fitted':>6s} {'MAPE':>7s} "
-                 f"{'model/meas':>10s}"]
-        for g in self.kernels:
-            fitted = "yes" if g.fitted else "no"
-            lines.append(f"{g.gpu:16s} {g.split:5s} {g.op_class:11s} {g.rows:5d} {fitted:>6s} "
-                         f"{g.mape:6.1f}% {g.geomean_ratio:10.2f}")
-        lines += ["", "End to end (NeuSight measured, eager PyTorch FP32; error = prediction / measured - 1; "
-                      "none of these rows is fitted)",
-                  f"{'gpu':24s} {'config':26s} {'measured ms':>11s} {'ipukern':>8s} {'NeuSight':>8s} "
-                  f"{'roofline':>8s} {'Habitat':>8s}"]
-
         def pct(v: float | None) -> str:
-            return "-" if v is None else f"{100 * v:+.0f}%"
+            return MISSING if v is None else f"{100 * v:+.0f}%"
 
-        for r in self.e2e:
-            lines.append(f"{r.gpu:24s} {r.config:26s} {r.measured_ms:11.1f} {pct(r.error()):>8s} "
-                         f"{pct(r.error('neusight')):>8s} {pct(r.error('roofline')):>8s} "
-                         f"{pct(r.error('habitat')):>8s}")
-        lines += ["", "MLPerf Training DGX A100 (stack mlperf; model / published throughput)"]
-        for r in self.mlperf:
-            ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}"
-            lines.append(f"{r['id']:28s} published {r['published']:>9,.0f}  model {r['model'] or 0:>9,.0f}  "
-                         f"ratio {ratio}")
-        lines += ["", f"not priced: {len(self.skipped)} end-to-end rows (multi-GPU, -fusion, no op graph)"]
-        return "\n".join(lines)
+        kernels = format_table(["gpu", "split", "op class", "rows", "fitted", "MAPE", "model/meas"],
+                               [[g.gpu, g.split, g.op_class, g.rows, "yes" if g.fitted else "no",
+                                 f"{g.mape:.1f}%", f"{g.geomean_ratio:.2f}"] for g in self.kernels],
+                               align="lllrrrr")
+        e2e = format_table(["gpu", "config", "measured ms", "ipukern", "NeuSight", "roofline", "Habitat"],
+                           [[r.gpu, r.config, f"{r.measured_ms:.1f}", pct(r.error()),
+                             *(pct(r.error(k)) for k in ("neusight", "roofline", "habitat"))]
+                            for r in self.e2e],
+                           align="llrrrrr")
+        mlperf = format_table(["id", "published", "model", "ratio"],
+                              [[r["id"], fmt_num(r["published"]), fmt_num(r["model"] or 0),
+                                fmt_num(r["ratio"], 2)] for r in self.mlperf], align="lrrr")
+        return "\n".join([
+            "GPU kernels (NeuSight single-kernel latencies; fitted = seen by python -m ipukern.gpu.fit)",
+            kernels, "",
+            "End to end (NeuSight measured, eager PyTorch FP32; error = prediction / measured - 1; "
+            "none of these rows is fitted)", e2e, "",
+            "MLPerf Training DGX A100 (stack mlperf; model / published throughput)", mlperf, "",
+            f"not priced: {len(self.skipped)} end-to-end rows (multi-GPU, -fusion, no op graph)"])
 
     def to_json(self, path: str | Path | None = None) -> str:
         text = json.dumps({**schema("validation.gpu"), "summary": self.summary(),

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ._table import build_network, geomean, read_table, select, write_table
+from .._format import Rest, fmt_num, format_table
 from .._version import schema
 
 __all__ = ["CARDS", "InferenceReport", "InferenceRow", "PublishedInference", "inference_report",
@@ -224,27 +225,25 @@ class InferenceReport:
         return text
 
     def format_table(self) -> str:
-        """A Markdown table, one line per row and machine: published samples/s and ms per
-        batch, the model's samples/s (default exchange and 8 TB/s) and model/published."""
-        lines = ["| id | batch | published | published ms/batch | machine | model | ratio | "
-                 "model, 8 TB/s exchange | ratio |", "|" + "---|" * 9]
+        """An aligned table (:func:`ipukern._format.format_table`), one line per row and
+        machine: published samples/s and ms per batch, the model's samples/s (default
+        exchange and 8 TB/s) and model/published."""
+        head = ["id", "batch", "published", "published ms/batch", "machine", "model", "ratio",
+                "model, 8 TB/s exchange", "ratio"]
+        lines = []
         for r in self.rows:
             u = r.run
-            cells = [u.id, str(u.batch), f"{_num(u.published_throughput)} {u.unit}",
+            cells = [u.id, str(u.batch), f"{fmt_num(u.published_throughput)} {u.unit}",
                      f"{u.published_seconds_per_batch * 1e3:.2f}"]
             if r.reason:
-                lines.append("| " + " | ".join(cells) + f" | not modelled: {r.reason} | | | | |")
+                lines.append(cells + [Rest(f"not modelled: {r.reason}")])
                 continue
             for m in u.machines:
                 fit = "" if r.memory.get(m, {}).get("fits", True) else " (does not fit)"
-                vals = [m, _num(r.model.get((m, "default"))) + fit, _num(r.ratio(m), 2),
-                        _num(r.model.get((m, "datasheet"))), _num(r.ratio(m, "datasheet"), 2)]
-                lines.append("| " + " | ".join(cells + vals) + " |")
-        return "\n".join(lines)
-
-
-def _num(v: float | None, nd: int = 0) -> str:
-    return "-" if v is None else f"{v:,.{nd}f}"
+                lines.append(cells + [m, fmt_num(r.model.get((m, "default"))) + fit, fmt_num(r.ratio(m), 2),
+                                      fmt_num(r.model.get((m, "datasheet"))),
+                                      fmt_num(r.ratio(m, "datasheet"), 2)])
+        return format_table(head, lines, align="lrrrlrrrr")
 
 
 def _machine(name: str, io_tiles: int, datasheet: bool) -> Any:
@@ -279,6 +278,9 @@ def inference_report(runs: Sequence[PublishedInference] | None = None, *, ids: S
 
     runs = select(list(load_inference() if runs is None else runs), ids, lambda r: r.id, "id")
     rows: list[InferenceRow] = []
+    if hasattr(progress, "set_costs"):     # the ETA's weights: estimates per row (a skip is ~free)
+        progress.set_costs([0.0 if r.not_modelled else len(r.machines) * (len(VARIANTS) if datasheet else 1)
+                            for r in runs])
     for k, run in enumerate(runs):
         row = InferenceRow(run)
         if run.not_modelled:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..plots import figure_classes, save_figure
+from ..plots import figure_classes, save_figure, wrap_title
 
 __all__ = ["plot_validation"]
 
@@ -22,7 +22,7 @@ def plot_validation(result: Any, path: str | Path, *, band: float = 0.25, dpi: i
     from . import VARIANTS
     Figure, _ = figure_classes()
     variants = list(VARIANTS)
-    fig = Figure(figsize=(5.2 * len(variants), 5.0))
+    fig = Figure(figsize=(5.2 * len(variants), 5.0), layout="constrained")
     axes = [fig.add_subplot(1, len(variants), i + 1) for i in range(len(variants))]
     values = [v for r in result.rows for v in [r.measurement.measured, *r.model.values()] if r.model]
     lo = min(values) / 2 if values else 1.0
@@ -51,9 +51,8 @@ def plot_validation(result: Any, path: str | Path, *, band: float = 0.25, dpi: i
         ax.set_ylim(lo, hi)
         ax.set_xlabel("measured (each group's unit)")
         ax.set_ylabel("ipukern model")
-        ax.set_title(f"{var}: {VARIANTS[var]}", fontsize=8)
+        ax.set_title(wrap_title(f"{var}: {VARIANTS[var]}", 4.6, 8), fontsize=8)
         ax.grid(True, which="major", alpha=0.3)
         ax.legend(fontsize=6.5, loc="upper left")
     fig.suptitle("ipukern vs published IPU measurements", fontsize=11)
-    fig.tight_layout()
     return save_figure(fig, path, dpi)

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._format import MISSING, fmt_num, format_table
 from .._version import schema
 from ._table import build_network, geomean, read_table, select, write_table
 
@@ -279,38 +280,34 @@ class SystemsReport:
         return out
 
     def format_table(self) -> str:
-        """A Markdown table: published and model throughput and time-to-train, ratios."""
-        lines = ["| id | system | config | published | model | ratio | model, 8 TB/s exchange | ratio | "
-                 "published min | model min | ratio | model bound by |", "|" + "---|" * 12]
+        """An aligned table (:func:`ipukern._format.format_table`): published and model
+        throughput and time-to-train, ratios, what bounds the model (or why a row is not
+        modelled)."""
+        head = ["id", "system", "config", "published", "model", "ratio", "model, 8 TB/s exchange", "ratio",
+                "published min", "model min", "ratio", "model bound by"]
+        lines = []
         for r in self.rows:
             u = r.run
             cfg = (f"{u.replicas}x{u.ipus_per_replica or 1}, mb {u.micro_batch}, ga {u.gradient_accumulation}"
-                   if u.replicas else "-")
+                   if u.replicas else MISSING)
             if r.reason:
-                lines.append(f"| {u.id} | {u.system} | {cfg} | {_num(u.published_throughput)} {u.unit} | "
-                             f"not modelled: {r.reason} | | | | {_num(u.published_minutes, 2)} | | | |")
+                lines.append([u.id, u.system, cfg, f"{fmt_num(u.published_throughput)} {u.unit}",
+                              *[MISSING] * 4, fmt_num(u.published_minutes, 2), MISSING, MISSING,
+                              f"not modelled: {r.reason}"])
                 continue
-            lines.append(f"| {u.id} | {u.system} | {cfg} | {_num(u.published_throughput)} | "
-                         f"{_num(r.model_throughput)} | {_num(r.throughput_ratio, 2)} | "
-                         f"{_num(r.model_datasheet)} | {_num(r.datasheet_ratio, 2)} | "
-                         f"{_num(u.published_minutes, 2)} | {_num(r.model_minutes, 2)} | "
-                         f"{_num(r.minutes_ratio, 2)} | {r.how} |")
-        return "\n".join(lines)
+            lines.append([u.id, u.system, cfg, fmt_num(u.published_throughput), fmt_num(r.model_throughput),
+                          fmt_num(r.throughput_ratio, 2), fmt_num(r.model_datasheet),
+                          fmt_num(r.datasheet_ratio, 2), fmt_num(u.published_minutes, 2),
+                          fmt_num(r.model_minutes, 2), fmt_num(r.minutes_ratio, 2), r.how])
+        return format_table(head, lines, align="lllrrrrrrrrl")
 
     def format_scaling(self) -> str:
-        lines = ["| round | benchmark | published POD64/POD16 throughput | model | "
-                 "published time POD16/POD64 | model |", "|---|---|---|---|---|---|"]
-        for s in self.scaling:
-            lines.append(f"| {s['round']} | {s['benchmark']} | {_num(s['published_throughput_factor'], 2)} | "
-                         f"{_num(s['model_throughput_factor'], 2)} | {_num(s['published_time_factor'], 2)} | "
-                         f"{_num(s['model_time_factor'], 2)} |")
-        return "\n".join(lines)
-
-
-def _num(v: float | None, nd: int = 0) -> str:
-    if v is None:
-        return "-"
-    return f"{v:,.{nd}f}"
+        head = ["round", "benchmark", "published POD64/POD16 throughput", "model",
+                "published time POD16/POD64", "model"]
+        keys = ("published_throughput_factor", "model_throughput_factor", "published_time_factor",
+                "model_time_factor")
+        return format_table(head, [[s["round"], s["benchmark"], *(fmt_num(s[k], 2) for k in keys)]
+                                   for s in self.scaling], align="llrrrr")
 
 
 def _scaling(rows: list[SystemsRow]) -> list[dict]:
@@ -356,6 +353,9 @@ def systems_report(runs: Sequence[PublishedRun] | None = None, *, ids: Sequence[
     runs = select(list(load_published() if runs is None else runs), ids, lambda r: r.id, "id")
     nets: dict[tuple[str, str], Any] = {}
     rows: list[SystemsRow] = []
+    if hasattr(progress, "set_costs"):     # the ETA's weights: estimates per row (a skip is ~free)
+        progress.set_costs([0.0 if r.not_modelled else 1 + (datasheet and r.kind == "ipu_training")
+                            for r in runs])
     for k, run in enumerate(runs):
         row = SystemsRow(run)
         if run.not_modelled:

@@ -309,7 +309,7 @@ def test_cli_network_training_errors(capsys):
 
 def test_cli_network_errors(capsys):
     from ipukern.cli import main
-    assert main(["network", "nosuchnet", "--no-progress"]) == 1
+    assert main(["network", "nosuchnet", "--no-progress"]) == 2     # a usage error, as an unknown --machine
     assert "unknown model 'nosuchnet'" in capsys.readouterr().err
     assert main(["network", "bert_base", "--image-size", "32", "--no-progress"]) == 1
 

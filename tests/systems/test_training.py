@@ -197,8 +197,9 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     assert "POD16" in out and "POD64" in out
     assert main(["compare", "--costs", f, "--training", "--systems", "DGX_A100"]) == 1
     assert "need a MODEL" in capsys.readouterr().err
-    # a failing system after a good one: one error line and no partial table
-    assert main(["compare", "--costs", f, "--training", "--systems", "POD16,NOPE"]) == 1
+    # a failing system after a good one: one error line and no partial table (an unknown
+    # name is a usage error: exit 2, like an unknown --machine)
+    assert main(["compare", "--costs", f, "--training", "--systems", "POD16,NOPE"]) == 2
     cap = capsys.readouterr()
     assert cap.out == "" and len(cap.err.strip().splitlines()) == 1 and "NOPE" in cap.err
 

@@ -1,0 +1,56 @@
+"""ipukern._format: the one table and units helper of printed output, and the CLI's
+exit-code convention for names that name nothing."""
+import pytest
+
+from ipukern._format import MISSING, Rest, fmt_bytes, fmt_num, format_table
+from ipukern.cli import main
+
+
+def test_numbers_and_bytes():
+    assert fmt_num(1234567.891) == "1,234,568" and fmt_num(0.5, 2) == "0.50"
+    assert fmt_num(None) == MISSING == "-" and fmt_num(12.5, 1, "%") == "12.5%"
+    assert fmt_bytes(638976) == "638,976 B"
+    assert fmt_bytes(638976, "KiB") == "624.0 KiB" and fmt_bytes(3 * 2**19, "MiB") == "1.5 MiB"
+    assert fmt_bytes(None) == MISSING
+    with pytest.raises(ValueError, match="unit"):
+        fmt_bytes(1, "kB")
+
+
+def test_table_aligns_text_left_and_numbers_right():
+    text = format_table(["name", "tiles", "ratio"], [["gc200", "1,472", "1.03"], ["bow-long", "16", MISSING]])
+    assert text.splitlines() == ["name      tiles  ratio",
+                                 "gc200     1,472   1.03",
+                                 "bow-long     16      -"]
+
+
+def test_a_rest_cell_is_free_text_that_does_not_widen_its_column():
+    rows = [["a", "GC200", "16,032"], ["b", Rest("not modelled: packing of several sequences")],
+            ["c", "BOW"]]
+    text = format_table(["id", "machine", "model"], rows)
+    lines = text.splitlines()
+    assert lines[1] == "a   GC200    16,032"
+    assert lines[2] == "b   not modelled: packing of several sequences"
+    assert lines[3] == "c   BOW"                  # a plain short row is padded
+
+
+def test_table_errors():
+    with pytest.raises(ValueError, match="3 cells for 2 headers"):
+        format_table(["a", "b"], [[1, 2, 3]])
+    with pytest.raises(ValueError, match="align"):
+        format_table(["a", "b"], [[1, 2]], align="lx")
+
+
+@pytest.mark.parametrize("argv", [["network", "nosuchnet"], ["train", "nosuchnet"],
+                                  ["train", "resnet50", "--system", "POD17"],
+                                  ["compare", "resnet50", "--systems", "POD17"],
+                                  ["tune", "resnet50", "--system", "POD17"],
+                                  ["network", "resnet50", "--machine", "GC9"]])
+def test_a_name_that_names_nothing_is_a_usage_error(argv, capsys):
+    # an unknown model or system exits 2 like an unknown --machine preset (argparse), in one
+    # line pointing at the command's --help; model errors (does not fit) stay 1
+    try:
+        code = main([*argv, "--no-progress"])
+    except SystemExit as e:                    # argparse's own usage errors
+        code = e.code
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "--help" in err, err
