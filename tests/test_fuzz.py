@@ -12,7 +12,6 @@ ones. ``IPUKERN_FUZZ_STATS=1`` prints how many calls ended in each outcome (with
 """
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 
 import pytest
@@ -21,51 +20,14 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from tests._support.fuzz_worker import serve  # noqa: E402
+from tests._support.fuzz_worker import Worker  # noqa: E402
 
 CALL_TIMEOUT = 120          # s; the first call compiles or loads the tile functions
 
 
-class Worker:
-    """One spawned process running fuzz targets; restarted after a crash or a hang."""
-
-    def __init__(self):
-        self.proc = None
-        self.conn = None
-
-    def _start(self):
-        ctx = mp.get_context("spawn")
-        self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=serve, args=(child,), daemon=True)
-        self.proc.start()
-        child.close()
-
-    def call(self, name, *args):
-        if self.proc is None or not self.proc.is_alive():
-            self._start()
-        self.conn.send((name, args))
-        if not self.conn.poll(CALL_TIMEOUT):
-            self.proc.kill()
-            self.proc.join()
-            self.proc = None
-            return "hang", "", f"no answer in {CALL_TIMEOUT} s"
-        try:
-            return self.conn.recv()
-        except EOFError:
-            self.proc.join()
-            code = self.proc.exitcode
-            self.proc = None
-            return "crash", "", f"worker died with exit code {code} (negative: signal)"
-
-    def close(self):
-        if self.proc is not None and self.proc.is_alive():
-            self.conn.send(None)
-            self.proc.join(10)
-
-
 @pytest.fixture(scope="module")
 def worker():
-    w = Worker()
+    w = Worker(timeout=CALL_TIMEOUT)
     yield w
     w.close()
     if os.environ.get("IPUKERN_FUZZ_STATS"):

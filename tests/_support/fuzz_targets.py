@@ -20,11 +20,6 @@ from tests._support.reference import conv2d_nchw, exchange as ref_exchange
 ALLOWED = (ValueError, TypeError, ik.TileMemoryError)
 
 
-def call(name: str, args) -> None:
-    """Run the target called ``name`` on ``args`` (the worker's entry point)."""
-    globals()[name](*args)
-
-
 def _machine(n_tiles: int) -> ik.MachineSpec:
     return ik.GC200.replace(n_tiles=n_tiles, name=f"GC200-{n_tiles}")
 
