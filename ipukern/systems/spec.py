@@ -56,6 +56,8 @@ IPU_LINK_DOMAIN = 64
 #: the largest pod System.pod builds: 256 POD64 domains, 64x Graphcore's largest system
 #: (POD256, S: Graphcore POD256 datasheet); a bound on the link tables, not a hardware figure.
 MAX_IPUS = 64 * 256
+#: routes a System keeps (src, dst -> path); a cache bound, not a hardware figure
+_MAX_ROUTES = 1 << 16
 #: links across a rung (4 "intra-card" + 2 "cross-routing") and per rail direction, from
 #: PopLibs' IPUModel [S16 poplibs_test/Util.cpp]; 6 + 2 + 2 = 10 IPU-Links per IPU [S6].
 RUNG_LINKS, RAIL_LINKS = 6, 2
@@ -189,7 +191,7 @@ class System:
                 raise SystemConfigError(f"two links join IPUs {ln.a} and {ln.b}; give one bundle")
             seen.add((ln.a, ln.b))
         object.__setattr__(self, "links", links)
-        object.__setattr__(self, "_parents", {})
+        object.__setattr__(self, "_routes", {})
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -285,10 +287,16 @@ class System:
 
     def link(self, a: int, b: int) -> Link:
         """The link bundle joining IPUs ``a`` and ``b`` (KeyError if none)."""
-        for ln in self.links:
-            if (ln.a, ln.b) == (min(a, b), max(a, b)):
-                return ln
-        raise KeyError(f"{self.name}: no link between IPU {a} and IPU {b}")
+        index = self.__dict__.get("_link_index")
+        if index is None:           # a dict, not a scan: routes of a 16,384-IPU pod ask ~10^5 times
+            index = {}
+            for ln in self.links:
+                index.setdefault((ln.a, ln.b), ln)
+            object.__setattr__(self, "_link_index", index)
+        ln = index.get((min(a, b), max(a, b)))
+        if ln is None:
+            raise KeyError(f"{self.name}: no link between IPU {a} and IPU {b}")
+        return ln
 
     def neighbours(self, ipu: int) -> list[int]:
         """IPUs one link away, in increasing order."""
@@ -298,30 +306,43 @@ class System:
         """IPUs on the minimum-hop path ``src -> dst`` (inclusive); ties go to lower ids."""
         self._check_ipu(src)
         self._check_ipu(dst)
-        parent = self._parents.get(src)
-        if parent is None:
-            parent = self._parents[src] = self._bfs(src)
-        if dst != src and parent[dst] < 0:
-            raise SystemConfigError(f"{self.name}: IPU {dst} is not reachable from IPU {src}")
-        path = [dst]
-        while path[-1] != src:
-            path.append(int(parent[path[-1]]))
-        return path[::-1]
+        if dst != src and dst in self._neighbour_sets()[src]:
+            return [src, dst]       # the only 1-hop path; no search (ring neighbours mostly)
+        key = (src, dst)
+        path = self._routes.get(key)
+        if path is None:
+            if len(self._routes) >= _MAX_ROUTES:      # bounded: a big pod has n^2 pairs
+                self._routes.clear()
+            path = self._routes[key] = self._bfs(src, dst)
+        return list(path)
 
-    def _bfs(self, src: int) -> np.ndarray:
+    def _bfs(self, src: int, dst: int) -> tuple[int, ...]:
+        """Breadth-first from ``src`` until ``dst`` is found (parents are final once set, so
+        the path is the full search's): O(IPUs within the distance), not O(n) per source."""
         adj = self._adjacency()
-        parent = np.full(self.n_ipus, -1, dtype=np.int64)
-        parent[src] = src
+        parent = {src: src}
         frontier = [src]
-        while frontier:
+        while frontier and dst not in parent:
             nxt = []
             for u in frontier:
                 for v in adj[u]:
-                    if parent[v] < 0:
+                    if v not in parent:
                         parent[v] = u
                         nxt.append(v)
             frontier = nxt
-        return parent
+        if dst not in parent:
+            raise SystemConfigError(f"{self.name}: IPU {dst} is not reachable from IPU {src}")
+        path = [dst]
+        while path[-1] != src:
+            path.append(parent[path[-1]])
+        return tuple(path[::-1])
+
+    def _neighbour_sets(self) -> list[set[int]]:
+        sets = self.__dict__.get("_adj_sets")
+        if sets is None:
+            sets = [set(a) for a in self._adjacency()]
+            object.__setattr__(self, "_adj_sets", sets)
+        return sets
 
     def _adjacency(self) -> list[list[int]]:
         adj = self.__dict__.get("_adj")
