@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from .._checks import check_depth, show
 from ..machine import BOW, GC200, MachineSpec, get_machine
 
 __all__ = [
@@ -131,7 +132,7 @@ def _positive(owner: str, name: str, v: Any, *, integer: bool = False, zero: boo
     if not ok or isinstance(v, bool) or (v < 0 if zero else v <= 0):
         kind = "int" if integer else "number"
         raise SystemConfigError(f"{owner}.{name} must be a {'non-negative' if zero else 'positive'} "
-                           f"{kind}, got {v!r}")
+                           f"{kind}, got {show(v)}")
 
 
 @dataclass(frozen=True)
@@ -170,6 +171,11 @@ class System:
     sources: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):      # before any message repr()s a value
+            if f.name != "links":               # Link objects; checked one by one below
+                check_depth(getattr(self, f.name), f"System.{f.name}")
+        if not isinstance(self.name, str):
+            raise SystemConfigError(f"System.name must be a str, got {type(self.name).__name__}")
         if not isinstance(self.chip, MachineSpec):
             object.__setattr__(self, "chip", _chip(self.chip))
         _positive("System", "n_ipus", self.n_ipus, integer=True)
@@ -214,7 +220,7 @@ class System:
             Other :class:`System` fields (``n_hosts``, ``streaming_bytes_per_second``, ...).
         """
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise SystemConfigError(f"a pod needs a positive int number of IPUs, got {n!r}")
+            raise SystemConfigError(f"a pod needs a positive int number of IPUs, got {show(n)}")
         if n > MAX_IPUS:
             raise SystemConfigError(f"a pod of {n} IPUs is beyond the {MAX_IPUS} IPUs modelled "
                                     "(the largest Graphcore system, a POD256, has 256)")
@@ -223,7 +229,7 @@ class System:
                                "or a multiple of 4")
         if (not isinstance(domain_ipus, int) or isinstance(domain_ipus, bool) or domain_ipus < 4
                 or domain_ipus % IPUS_PER_MACHINE):
-            raise SystemConfigError(f"domain_ipus must be a positive multiple of 4, got {domain_ipus!r}")
+            raise SystemConfigError(f"domain_ipus must be a positive multiple of 4, got {show(domain_ipus)}")
         if n > domain_ipus and n % domain_ipus:
             raise SystemConfigError(f"beyond {domain_ipus} IPUs a system is whole IPU-Link domains joined "
                                     f"by GW-Links; {n} is not a multiple of {domain_ipus}")
@@ -254,6 +260,7 @@ class System:
         links = changes.pop("links", self.links)
         if "link_latency_s" in changes:
             lat = changes.pop("link_latency_s")
+            check_depth(lat, "link_latency_s")
             links = tuple(dataclasses.replace(ln, latency_s=lat) for ln in links)
         if "link_bandwidth_scale" in changes:
             s = changes.pop("link_bandwidth_scale")
