@@ -23,7 +23,7 @@ pytest.importorskip("torch")
 from tests._support.fuzz_worker import Worker  # noqa: E402
 from tests._support.torch_fuzz import module_source  # noqa: E402
 
-CASES = int(os.environ.get("IPUKERN_TORCH_FUZZ_CASES", "150"))
+CASES = int(os.environ.get("IPUKERN_TORCH_FUZZ_CASES", "200"))
 HANG = 60                   # s per case (the bound); the first also starts torch
 STATS: collections.Counter = collections.Counter()
 
