@@ -1,7 +1,10 @@
 """Fuzz suite: the public API driven with hostile inputs, as a user would not.
 
 Hypothesis draws the inputs here; a worker process (spawned, so a segfault or abort cannot
-take the test runner down) calls the targets in ``tests/_support/fuzz_targets.py``. Each call must end in
+take the test runner down) calls the targets in ``tests/_support/fuzz_targets.py``: raw
+exchange tables (checked and ``validate=False``), grids and halos, sends, tile functions,
+MachineSpec fields, machine files, op shapes and values, ``available_memory_proportion`` on
+tiny tiles, pods and their collectives, and the command line. Each call must end in
 a result that matches an independent reference or in an allowed, clear error
 (ValueError, TypeError, TileMemoryError); a crash, a hang, another exception type or a
 wrong answer fails the test with the input that caused it (shrunk by hypothesis).
