@@ -7,9 +7,14 @@ and lies in the range the caller names; the error says which argument and why.
 from __future__ import annotations
 
 import numbers
+import reprlib
 from typing import Any, Sequence
 
-__all__ = ["as_int", "as_shape", "MAX_DIM"]
+__all__ = ["as_int", "as_shape", "check_depth", "show", "MAX_DIM", "MAX_NESTING"]
+
+#: deepest nesting of lists / tuples / dicts a spec field may have (the real ones have 2):
+#: deeper values made repr() in the error message, or the reader, raise RecursionError
+MAX_NESTING = 16
 
 #: largest size of one dimension: products of a few dimensions must stay inside int64
 MAX_DIM = 2**31 - 1
@@ -39,3 +44,28 @@ def as_shape(shape: Any, name: str, *, minimum: int = 1) -> tuple[int, ...]:
         shape = (shape,)
     return tuple(as_int(s, f"{name}[{i}]", minimum=minimum, maximum=MAX_DIM)
                  for i, s in enumerate(shape))
+
+
+def check_depth(value: Any, name: str, limit: int = MAX_NESTING) -> None:
+    """ValueError naming ``name`` if ``value`` nests containers more than ``limit`` levels
+    (checked without recursion, before anything formats or walks the value)."""
+    stack = [(value, 0)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, (list, tuple, set, frozenset, dict)):
+            if depth >= limit:
+                raise ValueError(f"{name}: nested more than {limit} levels deep (a spec field "
+                                 "holds numbers, names or short tables)")
+            items = v.items() if isinstance(v, dict) else v
+            for x in items:
+                stack.append((x, depth + 1))
+
+
+_SHOW = reprlib.Repr()          # keyword arguments only from Python 3.12
+_SHOW.maxlevel, _SHOW.maxstring, _SHOW.maxother = 3, 60, 60
+
+
+def show(value: Any) -> str:
+    """``repr(value)`` for an error message, shortened and depth-limited (a repr of a list
+    nested thousands deep raises RecursionError; of a huge one, fills the screen)."""
+    return _SHOW.repr(value)

@@ -55,6 +55,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10 reads TOML with the tomli backport (a dependency there)
     import tomli as tomllib
 
+from ._checks import check_depth, show
 from ._files import read_input_text
 from .dtypes import DTYPES, canonical_dtype
 
@@ -95,7 +96,7 @@ _INT_LIMITS = {"n_tiles": 2**24, "tile_bytes": 2**32, "n_workers": 64, "vector_w
 def _check_int(fname: str, v: Any, low: int) -> int:
     if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < low:
         want = "a positive int" if low == 1 else "an int >= 0"
-        raise ValueError(f"MachineSpec.{fname} must be {want}, got {v!r}")
+        raise ValueError(f"MachineSpec.{fname} must be {want}, got {show(v)}")
     return int(v)
 
 
@@ -104,7 +105,7 @@ def _check_float(fname: str, v: Any, *, positive: bool) -> None:
           and (v > 0 if positive else v >= 0))
     if not ok:
         want = "a finite number > 0" if positive else "a finite number >= 0"
-        raise ValueError(f"MachineSpec.{fname} must be {want}, got {v!r}")
+        raise ValueError(f"MachineSpec.{fname} must be {want}, got {show(v)}")
 
 
 def _derived_number(fname: str, v: Any) -> float:
@@ -172,6 +173,8 @@ class MachineSpec:
 
     # ------------------------------------------------------------------ validation
     def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):      # before any message repr()s a value
+            check_depth(getattr(self, f.name), f"MachineSpec.{f.name}")
         if not isinstance(self.name, str):
             raise ValueError(f"MachineSpec.name must be a str, got {self.name!r}")
         if self.generation not in ("Mk1", "Mk2"):
@@ -460,6 +463,9 @@ def machine_from_toml(path: str | Path) -> MachineSpec:
         doc = tomllib.loads(read_input_text(path, "machine file", MAX_MACHINE_FILE_BYTES))
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"machine file {path}: not valid TOML ({e})") from None
+    except RecursionError:      # tomllib parses nested arrays and tables recursively
+        raise ValueError(f"machine file {path}: arrays or tables nested too deeply") from None
+    check_depth(doc, f"machine file {path}")
     fields = _fields()
     settable = [n for n in fields if n not in ("amp_conv_units", "sources")]
     unknown = sorted(set(doc) - set(settable) - set(_DERIVED) - set(_SPECIAL))

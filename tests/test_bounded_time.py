@@ -109,3 +109,20 @@ def test_train_with_a_proportion_below_one_byte_ends(tmp_path):
                          text=True, timeout=240, env=dict(os.environ, PYTHONPATH=ROOT),
                          cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
+
+
+def test_a_collective_on_the_largest_pod_ends():
+    """collective_seconds on System.pod(MAX_IPUS) searched a route from every IPU over the
+    whole pod and scanned every link per hop (past 120 s, found by tests/test_fuzz.py); one
+    IPU more is refused up front."""
+    out = _ok(_py("""
+        import ipukern as ik
+        from ipukern.systems.spec import MAX_IPUS
+        s = ik.System.pod(MAX_IPUS)
+        print("SECONDS", ik.collective_seconds(s, "all_reduce", 1e6).seconds > 0)
+        try:
+            ik.System.pod(MAX_IPUS + 64)
+        except ValueError as e:
+            print("REFUSED", e)
+    """))
+    assert "SECONDS True" in out and "REFUSED" in out

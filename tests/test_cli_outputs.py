@@ -108,3 +108,47 @@ def test_empty_batch_blames_batch_and_leaves_no_folder(tmp_path, capsys):
     assert e.value.code == 2
     assert "--batch" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def _profile_json(tmp_path, name: str) -> str:
+    path = tmp_path / name
+    assert main(["conv", "--shape", "1,8,8,8", "--gpu", "none", "--json", str(path)]) == 0
+    return str(path)
+
+
+def test_diff_json_keeps_links_and_devices(tmp_path, capsys):
+    """``diff --json`` opened its target for writing itself: a failed dump left half a file
+    and a symlink or /dev/null was not treated as the other outputs are."""
+    a = _profile_json(tmp_path, "a.json")
+    real = tmp_path / "real.json"
+    real.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    assert main(["diff", a, a, "--json", str(link)]) == 0
+    assert link.is_symlink() and '"' in real.read_text()
+    hard = tmp_path / "hard.json"
+    os.link(real, hard)
+    assert main(["diff", a, a, "--json", str(hard)]) == 0
+    assert os.stat(hard).st_ino == os.stat(real).st_ino
+    dev = _null_device(tmp_path)
+    assert main(["diff", a, a, "--json", dev]) == 0
+    assert stat.S_ISCHR(os.stat(dev).st_mode)
+
+
+def test_validate_failing_writer_leaves_no_half_written_folder(tmp_path, monkeypatch, capsys):
+    """``validate`` wrote validation.csv, then .json, then the plot into --out one by one:
+    a failure in a later one left the earlier ones behind. Staged through Outputs now."""
+    from ipukern.validation import inference
+
+    def broken(self, path=None):
+        raise OSError("disk full")
+    monkeypatch.setattr(inference.InferenceReport, "to_json", broken)
+    out = tmp_path / "o"
+    rc = main(["validate", "--inference", "--only", "poprt-bert-base-sl128-b16", "--out", str(out),
+               "--no-progress"])
+    assert rc == 1 and "disk full" in capsys.readouterr().err
+    assert not out.exists() or list(out.iterdir()) == []
+    monkeypatch.undo()
+    assert main(["validate", "--inference", "--only", "poprt-bert-base-sl128-b16", "--out", str(out),
+                 "--no-progress"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["inference.csv", "inference.json"]

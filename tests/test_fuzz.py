@@ -1,7 +1,10 @@
 """Fuzz suite: the public API driven with hostile inputs, as a user would not.
 
 Hypothesis draws the inputs here; a worker process (spawned, so a segfault or abort cannot
-take the test runner down) calls the targets in ``tests/_support/fuzz_targets.py``. Each call must end in
+take the test runner down) calls the targets in ``tests/_support/fuzz_targets.py``: raw
+exchange tables (checked and ``validate=False``), grids and halos, sends, tile functions,
+MachineSpec fields, machine files, op shapes and values, ``available_memory_proportion`` on
+tiny tiles, pods and their collectives, and the command line. Each call must end in
 a result that matches an independent reference or in an allowed, clear error
 (ValueError, TypeError, TileMemoryError); a crash, a hang, another exception type or a
 wrong answer fails the test with the input that caused it (shrunk by hypothesis).
@@ -12,7 +15,6 @@ ones. ``IPUKERN_FUZZ_STATS=1`` prints how many calls ended in each outcome (with
 """
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 
 import pytest
@@ -21,51 +23,14 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from tests._support.fuzz_worker import serve  # noqa: E402
+from tests._support.fuzz_worker import Worker  # noqa: E402
 
 CALL_TIMEOUT = 120          # s; the first call compiles or loads the tile functions
 
 
-class Worker:
-    """One spawned process running fuzz targets; restarted after a crash or a hang."""
-
-    def __init__(self):
-        self.proc = None
-        self.conn = None
-
-    def _start(self):
-        ctx = mp.get_context("spawn")
-        self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=serve, args=(child,), daemon=True)
-        self.proc.start()
-        child.close()
-
-    def call(self, name, *args):
-        if self.proc is None or not self.proc.is_alive():
-            self._start()
-        self.conn.send((name, args))
-        if not self.conn.poll(CALL_TIMEOUT):
-            self.proc.kill()
-            self.proc.join()
-            self.proc = None
-            return "hang", "", f"no answer in {CALL_TIMEOUT} s"
-        try:
-            return self.conn.recv()
-        except EOFError:
-            self.proc.join()
-            code = self.proc.exitcode
-            self.proc = None
-            return "crash", "", f"worker died with exit code {code} (negative: signal)"
-
-    def close(self):
-        if self.proc is not None and self.proc.is_alive():
-            self.conn.send(None)
-            self.proc.join(10)
-
-
 @pytest.fixture(scope="module")
 def worker():
-    w = Worker()
+    w = Worker(timeout=CALL_TIMEOUT)
     yield w
     w.close()
     if os.environ.get("IPUKERN_FUZZ_STATS"):
@@ -111,9 +76,9 @@ def copy_tables(draw):
 
 
 @FUZZ
-@given(case=copy_tables(), seed=st.integers(0, 9))
-def test_fuzz_device_exchange(worker, case, seed):
-    check(worker, "exchange_table", *case, seed)
+@given(case=copy_tables(), seed=st.integers(0, 9), validate=st.booleans())
+def test_fuzz_device_exchange(worker, case, seed, validate):
+    check(worker, "exchange_table", *case, seed, validate)
 
 
 @st.composite
@@ -204,6 +169,42 @@ def test_fuzz_op_values(worker, kind, m, k, n, order, seed):
         check(worker, "op_values", kind, (m, k), (k, n), order, seed)
     else:
         check(worker, "op_values", kind, (1, k, m + 2, n + 2), (m, k, 3, 3), order, seed)
+
+
+TOML_VALUES = st.sampled_from(["1", "0", "-1", "1472", "2.5", "1e-300", "1e309", "nan", "inf", "true",
+                               '"x"', '"GC200"', '"BOW"', "[1, 2]", "[[1]]", "[]", "{}", "{a = 1}",
+                               "9223372036854775808", "1_000_000", '""', "[[1, 2, 3]]"])
+TOML_KEYS = st.sampled_from(SPEC_FIELDS + ["base", "name", "amp_conv_units", "coeff_load_bytes_per_cycle",
+                                           "nonsense", "sources"])
+
+
+@FUZZ
+@given(lines=st.lists(st.tuples(TOML_KEYS, TOML_VALUES), max_size=4, unique_by=lambda kv: kv[0]),
+       head=st.sampled_from(['base = "GC200"\n'] * 4 + ['base = "BOW"\n', "", "[section]\n", "x = \n",
+                             "= 1\n", "base = 1\nbase = 2\n", "\x00"]),
+       conv=st.booleans())
+def test_fuzz_machine_file(worker, lines, head, conv):
+    text = head + "".join(f"{k} = {v}\n" for k, v in lines if not (k == "base" and "base" in head))
+    check(worker, "machine_file", text, conv)
+
+
+@FUZZ
+@given(amp=st.one_of(st.floats(allow_nan=True, allow_infinity=True),
+                     st.sampled_from([True, False, 1, 0, None, "0.6", 1e-9, 1e-300, 5e-324, 1.0, 0.6])),
+       tile_bytes=st.one_of(st.integers(1, 4096), st.just(638_976)),
+       c=st.integers(1, 16), hw=st.integers(1, 14), k=st.integers(1, 16))
+def test_fuzz_conv_memory(worker, amp, tile_bytes, c, hw, k):
+    check(worker, "conv_memory", amp, tile_bytes, (1, c, hw, hw), (k, c, 3, 3))
+
+
+@FUZZ
+@given(n=st.one_of(st.integers(-2, 300),
+                   st.sampled_from([512, 4096, 16_384, 16_448, 64 * 4096, 2**70, True])),
+       op=st.sampled_from(["all_reduce", "reduce_scatter", "all_gather", "broadcast", "nonsense"]),
+       nbytes=st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-1, 2**64)),
+       domain=st.sampled_from([64, 4, 16, 0, -1]))
+def test_fuzz_system_collective(worker, n, op, nbytes, domain):
+    check(worker, "system_collective", n, op, nbytes, domain)
 
 
 CLI_VALUES = st.sampled_from(["", "0", "1", "-1", "3", "8", "1,2", "99999999999999999999", "abc", "nan",

@@ -1,6 +1,8 @@
 """The cache registry (:mod:`ipukern._memo`): bounded LRU caches, one clear, one report."""
 import threading
 
+import numpy as np
+
 import pytest
 
 import ipukern as ik
@@ -11,6 +13,7 @@ import ipukern.systems.stage_memory  # noqa: F401
 import ipukern.systems.train_run  # noqa: F401
 from ipukern import _memo
 from ipukern.nn import convops
+from tests._support.nets import tiny_cnn
 
 
 def test_bounded_by_entries_in_lru_order():
@@ -110,3 +113,46 @@ def test_every_lru_cache_is_bounded():
         if name in ("conv.planner", "nn.host_buffers", "systems.with_loss") or name.startswith("test."):
             continue          # cleared by their owners' functions / bounded by live networks
         assert v["max_entries"] is not None or v["max_bytes"] is not None, name
+
+
+def test_network_caches_stay_bounded_over_batches_1_to_40():
+    """Issue 36 item 5: estimates at batches 1..40 (ResNet-50 in the issue: 7.1 GB) kept
+    every batch's network program, op plans, conv programs and copy tables, each cache far
+    from its entry bound. The four are bounded by the host bytes their values keep alive
+    (``_memo.host_nbytes``); here with small bounds so the test binds them on a small net."""
+    from ipukern.nn import compile as ncompile
+    from ipukern.nn import convops, program
+    caches = [ncompile._PROGRAMS, convops._PROGRAMS, program._PLANS, program._REARR]
+    old = [c.limits() for c in caches]
+    limit = 256 << 10
+    ik.clear_plan_cache()
+    try:
+        for c in caches:
+            c.set_limits(max_bytes=limit)
+        net = tiny_cnn(loss=False)
+        peak = 0
+        for batch in range(1, 41):
+            ik.estimate_network(net, batch=batch, allow_overflow=True)
+            for c in caches:
+                assert c.nbytes() <= limit, (c.name, batch, c.nbytes())
+            held = _memo.host_nbytes([c.values() for c in caches])
+            peak = max(peak, held)
+            assert held <= len(caches) * limit, (batch, held)
+        assert peak > limit                 # the bound did bind
+    finally:
+        for c, (n, b) in zip(caches, old):
+            c.set_limits(maxsize=n, max_bytes=b)
+        ik.clear_plan_cache()
+
+
+def test_host_nbytes_counts_each_buffer_once():
+    a = np.zeros(1000, np.uint8)
+
+    class Holder:
+        def __init__(self):
+            self.views = [a[:10], a[5:], a]
+            self.more = {"b": np.ones(24, np.float64)}
+            self.self = self
+
+    assert _memo.host_nbytes(Holder()) == 1000 + 24 * 8
+    assert _memo.host_nbytes((a, a, [a])) == 1000

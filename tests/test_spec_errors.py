@@ -11,7 +11,15 @@ from ipukern import Device
 from ipukern.machine import GC200, MachineSpec, machine_from_toml
 from ipukern.systems.spec import System
 
-BAD = [1, 2.5, "x", None, -1, 0, float("nan"), float("inf"), 2**70, (1,), [1, [2]], {}, True, 1e300]
+#: a list nested 5,000 deep: repr() of it (in an error message) raised RecursionError
+DEEP: list = [1]
+for _ in range(5000):
+    DEEP = [DEEP]
+BAD = [1, 2.5, "x", None, -1, 0, float("nan"), float("inf"), 2**70, (1,), [1, [2]], {}, True, 1e300, DEEP]
+
+
+def _id(v) -> str:
+    return "deep" if v is DEEP else repr(v)
 #: what a bare Python error says; a field-named message never does
 BARE = ("not iterable", "has no len()", "not supported between", "division by zero",
         "recursion", "too large to convert")
@@ -27,12 +35,12 @@ def _check(fn, *names: str) -> None:
 
 
 @pytest.mark.parametrize("field", [f.name for f in dataclasses.fields(MachineSpec) if f.name != "sources"])
-@pytest.mark.parametrize("value", BAD, ids=repr)
+@pytest.mark.parametrize("value", BAD, ids=_id)
 def test_machine_spec_field(field, value):
     _check(lambda: GC200.replace(**{field: value}), field)
 
 
-@pytest.mark.parametrize("value", BAD, ids=repr)
+@pytest.mark.parametrize("value", BAD, ids=_id)
 @pytest.mark.parametrize("key,names", [("exchange_bandwidth", ("exchange_b",)), ("clock_ghz", ("clock",))])
 def test_machine_spec_derived(key, names, value):
     _check(lambda: GC200.replace(**{key: value}), *names)
@@ -41,18 +49,18 @@ def test_machine_spec_derived(key, names, value):
 @pytest.mark.parametrize("field", ["chip", "n_ipus", "links", "n_hosts", "host_bytes_per_second",
                                    "streaming_bytes_per_machine", "streaming_bytes_per_second",
                                    "sync_latency_per_hop_s", "domain_ipus"])
-@pytest.mark.parametrize("value", BAD, ids=repr)
+@pytest.mark.parametrize("value", BAD, ids=_id)
 def test_system_field(field, value):
     _check(lambda: System.pod(4).replace(**{field: value}), field, "link", "IPU")
 
 
-@pytest.mark.parametrize("value", BAD, ids=repr)
+@pytest.mark.parametrize("value", BAD, ids=_id)
 @pytest.mark.parametrize("key", ["link_latency_s", "link_bandwidth_scale"])
 def test_system_link_rewrites(key, value):
     _check(lambda: System.pod(4).replace(**{key: value}), key, "latency", "bandwidth")
 
 
-@pytest.mark.parametrize("value", BAD, ids=repr)
+@pytest.mark.parametrize("value", BAD, ids=_id)
 @pytest.mark.parametrize("key", ["n", "chip", "domain_ipus"])
 def test_pod_arguments(key, value):
     kw = {"n": 4, key: value}
@@ -72,6 +80,17 @@ def test_machine_file_values(tmp_path, line):
     f.write_text(f'base = "GC200"\n{line}\n')
     key = line.split(" =")[0]
     _check(lambda: machine_from_toml(f), key, "sources")
+
+
+@pytest.mark.parametrize("text", ["n_tiles = " + "[" * 5000 + "]" * 5000,
+                                  "x = " + "{a = " * 3000 + "1" + "}" * 3000,
+                                  "amp_conv_units = " + "[" * 40 + "]" * 40])
+def test_machine_file_nested_too_deeply(tmp_path, text):
+    """tomllib parses nesting recursively: RecursionError instead of a named error."""
+    f = tmp_path / "m.toml"
+    f.write_text(f'base = "GC200"\n{text}\n')
+    with pytest.raises(ValueError, match="machine file .*(nested|not valid TOML)"):
+        machine_from_toml(f)
 
 
 def test_coeff_load_of_one_estimates():

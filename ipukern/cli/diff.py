@@ -37,8 +37,8 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     if args.json == "-":
         args.json_stream.write(json.dumps(diff, indent=1) + "\n")
     elif args.json:
-        with open(args.json, "w") as f:
-            json.dump(diff, f, indent=1)
+        from ._common import write_output
+        write_output(args.json, json.dumps(diff, indent=1).encode())   # atomic; devices kept
         print(f"wrote {args.json}")
     return 0
 

@@ -6,7 +6,23 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ._common import Progress, UsageError, add_progress_options, progress_enabled
+from ._common import Outputs, Progress, UsageError, add_progress_options, progress_enabled
+
+
+def _write_files(out_dir: Path, files: list[tuple[str, Any, bool]]) -> list[Path]:
+    """``(name, writer(path), is_plot)`` files into ``out_dir`` through :class:`Outputs`:
+    staged, then written all together (atomic, devices and links kept), so a failing
+    writer leaves nothing half-written; a plot without matplotlib is skipped with a note."""
+    with Outputs() as out:
+        for name, writer, is_plot in files:
+            try:
+                writer(out.stage(out_dir / name))
+            except ImportError as e:
+                if not is_plot:
+                    raise
+                out.drop(out_dir / name)
+                print(f"{name} not written: {e}", file=sys.stderr)
+        return out.commit()
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
@@ -35,15 +51,11 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         print(result.format_rows())
         print()
     print(result.format_summary())
-    written = [result.to_csv(out_dir / "validation.csv")]
-    result.to_json(out_dir / "validation.json")
-    written.append(out_dir / "validation.json")
+    files = [("validation.csv", result.to_csv, False), ("validation.json", result.to_json, False)]
     if not args.no_plot:
         from ..validation.plot import plot_validation
-        try:
-            written.append(plot_validation(result, out_dir / "validation.png"))
-        except ImportError as e:
-            print(f"validation.png not written: {e}", file=sys.stderr)
+        files.append(("validation.png", lambda p: plot_validation(result, p), True))
+    written = _write_files(out_dir, files)
     if not args.quiet:
         print("\nMAPE = mean |model - measured| / measured; ratio = geometric mean of model/measured; "
               "r(log) = Pearson correlation of log values.")
@@ -75,8 +87,8 @@ def _published_report(args: argparse.Namespace, out_dir: Path, flag: str, load: 
 
 def _write(report: Any, out_dir: Path, stem: str) -> list[Path]:
     """``<stem>.csv`` and ``<stem>.json`` of a published-table report; the paths written."""
-    report.to_json(out_dir / f"{stem}.json")
-    return [report.to_csv(out_dir / f"{stem}.csv"), out_dir / f"{stem}.json"]
+    return _write_files(out_dir, [(f"{stem}.csv", report.to_csv, False),
+                                  (f"{stem}.json", report.to_json, False)])
 
 
 def _cmd_systems(args: argparse.Namespace, out_dir: Path) -> int:
@@ -109,8 +121,7 @@ def _cmd_gpu(args: argparse.Namespace, out_dir: Path) -> int:
         report = gpu_report(progress=bar)
     out_dir.mkdir(parents=True, exist_ok=True)
     print(report.format_table())
-    report.to_json(out_dir / "gpu_validation.json")
-    written = [report.to_csv(out_dir / "gpu_validation.csv"), out_dir / "gpu_validation.json"]
+    written = _write(report, out_dir, "gpu_validation")
     if not args.quiet:
         s = report.summary()
         print("\nheld-out kernels (H100, L4; never fitted), MAPE per op class:")

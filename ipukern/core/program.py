@@ -70,6 +70,15 @@ def check_arena(data: Any, rows_needed: int, row_needed: int, what: str,
                     "allocate the buffers on the device before running")
 
 
+def _trusted_column(label: str, values: Any) -> np.ndarray:
+    """A column of a trusted (``validate=False``) table: the builders' signed-int arrays as
+    they are; anything else (a caller's list, 2**63, floats) is checked as user input, so the
+    flag never turns a bad value into an OverflowError or a silent truncation."""
+    if isinstance(values, np.ndarray) and values.dtype.kind == "i":
+        return np.ascontiguousarray(values, np.int64).reshape(-1)
+    return as_int_array(label, values, np.int64, ExchangeError)
+
+
 class Exchange:
     """A table of tile-to-tile byte copies executed in one exchange phase.
 
@@ -127,8 +136,9 @@ class Exchange:
             order = check_exchange_table(st, so, dt, do, nb, machine.n_tiles, row, name,
                                          ExchangeError)
         else:
-            st, so, dt, do, nb = (np.ascontiguousarray(v, np.int64).reshape(-1) for v in (
-                src_tile, src_offset, dst_tile, dst_offset, nbytes))
+            st, so, dt, do, nb = (_trusted_column(label, v) for label, v in (
+                ("src_tile", src_tile), ("src_offset", src_offset), ("dst_tile", dst_tile),
+                ("dst_offset", dst_offset), ("nbytes", nbytes)))
             if not (st.size == so.size == dt.size == do.size == nb.size):
                 raise ExchangeError(f"{name}: copy table columns differ in length "
                                     f"({st.size}, {so.size}, {dt.size}, {do.size}, {nb.size})")

@@ -14,7 +14,8 @@ from .program import NetworkProgram
 __all__ = ["clear_network_caches", "compile_network", "trial_caches"]
 
 PROGRAM_CACHE_SIZE = 16
-_PROGRAMS = _memo.register(_memo.LruCache("nn.programs", maxsize=PROGRAM_CACHE_SIZE), per_batch=True)
+_PROGRAMS = _memo.register(_memo.LruCache("nn.programs", maxsize=PROGRAM_CACHE_SIZE, **_memo.HOST_BOUND),
+                           per_batch=True)
 
 
 def clear_network_caches() -> None:

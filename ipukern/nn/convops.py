@@ -41,7 +41,7 @@ __all__ = ["built_keys", "conv_plan", "conv_program", "matmul_params", "matmul_p
 #: shape share one. A compiled network's steps hold their own programs, so a bound here only
 #: limits the sharing (an estimate of ResNet-50 training builds about 150).
 PROGRAM_CACHE_SIZE = 1024
-_PROGRAMS = _memo.register(_memo.LruCache("nn.conv_programs", maxsize=PROGRAM_CACHE_SIZE),
+_PROGRAMS = _memo.register(_memo.LruCache("nn.conv_programs", maxsize=PROGRAM_CACHE_SIZE, **_memo.HOST_BOUND),
                            per_batch=True)
 #: activations a conv's bias pass can apply in execute mode (add_bias's ``act`` codes)
 _FUSED_ACTS = {"relu": 1, "relu6": 2}

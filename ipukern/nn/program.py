@@ -24,9 +24,10 @@ from .ops import OpPlan, fold_weight
 __all__ = ["NetworkProgram", "Step", "bn_folds", "param_index"]
 
 #: op plans by layer signature, context, shapes and (layout-sensitive layers) input layouts
-_PLANS = _memo.register(_memo.LruCache("nn.op_plans", maxsize=8192), per_batch=True)
+_PLANS = _memo.register(_memo.LruCache("nn.op_plans", maxsize=8192, **_memo.HOST_BOUND), per_batch=True)
 #: rearrangements by (source, destination) layout objects (entries hold both layouts)
-_REARR = _memo.register(_memo.LruCache("nn.rearrangements", maxsize=8192), per_batch=True)
+_REARR = _memo.register(_memo.LruCache("nn.rearrangements", maxsize=8192, **_memo.HOST_BOUND),
+                        per_batch=True)
 _INPUT_LAYOUTS = _memo.register(_memo.LruCache("nn.input_layouts", maxsize=256), per_batch=True)
 #: the residents' reusable host buffers
 _memo.on_clear(POOL.clear, name="nn.host_buffers")

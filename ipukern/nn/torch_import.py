@@ -137,8 +137,10 @@ def from_torch(module: Any, example_input: Any, *, name: str | None = None) -> N
         import torch.nn as tnn
     except ImportError as e:  # pragma: no cover - torch is optional
         raise ImportError("ik.from_torch needs PyTorch (pip install torch)") from e
-    x = torch.as_tensor(np.asarray(example_input, dtype=np.float32)) if not torch.is_tensor(example_input) \
-        else example_input.float()
+    # a copy: the shape pass runs the module, and an in-place step on its input (x.relu_())
+    # would otherwise rewrite the caller's array or tensor
+    x = torch.tensor(np.asarray(example_input, dtype=np.float32)) if not torch.is_tensor(example_input) \
+        else example_input.detach().float().clone()
     was_training = module.training
     module.eval()
     try:

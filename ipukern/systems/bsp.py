@@ -259,6 +259,8 @@ class SystemDevice:
             raise SystemConfigError(f"{self.system.name} has {self.system.n_ipus} IPUs; cannot use {n!r}")
         self.n_ipus = n
         self.devices = [Device(self.system.chip, allow_overflow=allow_overflow) for _ in range(n)]
+        #: ipu -> (offsets, bytes per tile) of the shared receive area (see ``scratch``)
+        self._scratch: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.comm = comm
         if comm is not None:
             size, rank = comm.Get_size(), comm.Get_rank()
@@ -308,6 +310,20 @@ class SystemDevice:
         out = self.devices[ipu].read(part) if self.rank == owner else np.empty(part.shape, part.dtype)
         self.comm.Bcast(out.reshape(-1).view(np.uint8), root=owner)
         return out
+
+    def scratch(self, ipu: int, nbytes_per_tile: np.ndarray) -> np.ndarray:
+        """Offsets of a receive area on IPU ``ipu`` with at least ``nbytes_per_tile[t]`` bytes
+        on tile t, live only within one program's supersteps (a collective's incoming chunks).
+        Every program built on this device shares it, as Poplar overlaps variables that are
+        not always live, so building a collective again costs no tile memory; a larger need
+        allocates a larger area (the bump allocator cannot grow one in place)."""
+        need = np.asarray(nbytes_per_tile, dtype=np.int64)
+        have = self._scratch.get(ipu)
+        if have is None or (need > have[1]).any():
+            size = need if have is None else np.maximum(need, have[1])
+            have = (self.devices[ipu].alloc("collective receive area", size, "exchange"), size)
+            self._scratch[ipu] = have
+        return have[0]
 
     # ------------------------------------------------------------------ programs
     def link_exchange(self, src_ipu: Any, src_tile: Any, src_offset: Any, dst_ipu: Any,

@@ -100,8 +100,10 @@ class _Layout:
         return local
 
     def alloc_recv(self) -> None:
+        # the device's shared receive area: a collective built again (each training step,
+        # each replica group) reuses it instead of allocating tile memory every time
         for i in self.t.ipus:
-            self.recv[i] = self.dev.devices[i].alloc(f"{self.name}.recv", self._recv_need, "exchange")
+            self.recv[i] = self.dev.scratch(i, self._recv_need)
 
 
 @dataclass

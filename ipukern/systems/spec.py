@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from .._checks import check_depth, show
 from ..machine import BOW, GC200, MachineSpec, get_machine
 
 __all__ = [
@@ -56,6 +57,8 @@ IPU_LINK_DOMAIN = 64
 #: the largest pod System.pod builds: 256 POD64 domains, 64x Graphcore's largest system
 #: (POD256, S: Graphcore POD256 datasheet); a bound on the link tables, not a hardware figure.
 MAX_IPUS = 64 * 256
+#: routes a System keeps (src, dst -> path); a cache bound, not a hardware figure
+_MAX_ROUTES = 1 << 16
 #: links across a rung (4 "intra-card" + 2 "cross-routing") and per rail direction, from
 #: PopLibs' IPUModel [S16 poplibs_test/Util.cpp]; 6 + 2 + 2 = 10 IPU-Links per IPU [S6].
 RUNG_LINKS, RAIL_LINKS = 6, 2
@@ -129,7 +132,7 @@ def _positive(owner: str, name: str, v: Any, *, integer: bool = False, zero: boo
     if not ok or isinstance(v, bool) or (v < 0 if zero else v <= 0):
         kind = "int" if integer else "number"
         raise SystemConfigError(f"{owner}.{name} must be a {'non-negative' if zero else 'positive'} "
-                           f"{kind}, got {v!r}")
+                           f"{kind}, got {show(v)}")
 
 
 @dataclass(frozen=True)
@@ -168,6 +171,11 @@ class System:
     sources: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):      # before any message repr()s a value
+            if f.name != "links":               # Link objects; checked one by one below
+                check_depth(getattr(self, f.name), f"System.{f.name}")
+        if not isinstance(self.name, str):
+            raise SystemConfigError(f"System.name must be a str, got {type(self.name).__name__}")
         if not isinstance(self.chip, MachineSpec):
             object.__setattr__(self, "chip", _chip(self.chip))
         _positive("System", "n_ipus", self.n_ipus, integer=True)
@@ -189,7 +197,7 @@ class System:
                 raise SystemConfigError(f"two links join IPUs {ln.a} and {ln.b}; give one bundle")
             seen.add((ln.a, ln.b))
         object.__setattr__(self, "links", links)
-        object.__setattr__(self, "_parents", {})
+        object.__setattr__(self, "_routes", {})
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -212,7 +220,7 @@ class System:
             Other :class:`System` fields (``n_hosts``, ``streaming_bytes_per_second``, ...).
         """
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise SystemConfigError(f"a pod needs a positive int number of IPUs, got {n!r}")
+            raise SystemConfigError(f"a pod needs a positive int number of IPUs, got {show(n)}")
         if n > MAX_IPUS:
             raise SystemConfigError(f"a pod of {n} IPUs is beyond the {MAX_IPUS} IPUs modelled "
                                     "(the largest Graphcore system, a POD256, has 256)")
@@ -221,7 +229,7 @@ class System:
                                "or a multiple of 4")
         if (not isinstance(domain_ipus, int) or isinstance(domain_ipus, bool) or domain_ipus < 4
                 or domain_ipus % IPUS_PER_MACHINE):
-            raise SystemConfigError(f"domain_ipus must be a positive multiple of 4, got {domain_ipus!r}")
+            raise SystemConfigError(f"domain_ipus must be a positive multiple of 4, got {show(domain_ipus)}")
         if n > domain_ipus and n % domain_ipus:
             raise SystemConfigError(f"beyond {domain_ipus} IPUs a system is whole IPU-Link domains joined "
                                     f"by GW-Links; {n} is not a multiple of {domain_ipus}")
@@ -252,6 +260,7 @@ class System:
         links = changes.pop("links", self.links)
         if "link_latency_s" in changes:
             lat = changes.pop("link_latency_s")
+            check_depth(lat, "link_latency_s")
             links = tuple(dataclasses.replace(ln, latency_s=lat) for ln in links)
         if "link_bandwidth_scale" in changes:
             s = changes.pop("link_bandwidth_scale")
@@ -285,10 +294,16 @@ class System:
 
     def link(self, a: int, b: int) -> Link:
         """The link bundle joining IPUs ``a`` and ``b`` (KeyError if none)."""
-        for ln in self.links:
-            if (ln.a, ln.b) == (min(a, b), max(a, b)):
-                return ln
-        raise KeyError(f"{self.name}: no link between IPU {a} and IPU {b}")
+        index = self.__dict__.get("_link_index")
+        if index is None:           # a dict, not a scan: routes of a 16,384-IPU pod ask ~10^5 times
+            index = {}
+            for ln in self.links:
+                index.setdefault((ln.a, ln.b), ln)
+            object.__setattr__(self, "_link_index", index)
+        ln = index.get((min(a, b), max(a, b)))
+        if ln is None:
+            raise KeyError(f"{self.name}: no link between IPU {a} and IPU {b}")
+        return ln
 
     def neighbours(self, ipu: int) -> list[int]:
         """IPUs one link away, in increasing order."""
@@ -298,30 +313,43 @@ class System:
         """IPUs on the minimum-hop path ``src -> dst`` (inclusive); ties go to lower ids."""
         self._check_ipu(src)
         self._check_ipu(dst)
-        parent = self._parents.get(src)
-        if parent is None:
-            parent = self._parents[src] = self._bfs(src)
-        if dst != src and parent[dst] < 0:
-            raise SystemConfigError(f"{self.name}: IPU {dst} is not reachable from IPU {src}")
-        path = [dst]
-        while path[-1] != src:
-            path.append(int(parent[path[-1]]))
-        return path[::-1]
+        if dst != src and dst in self._neighbour_sets()[src]:
+            return [src, dst]       # the only 1-hop path; no search (ring neighbours mostly)
+        key = (src, dst)
+        path = self._routes.get(key)
+        if path is None:
+            if len(self._routes) >= _MAX_ROUTES:      # bounded: a big pod has n^2 pairs
+                self._routes.clear()
+            path = self._routes[key] = self._bfs(src, dst)
+        return list(path)
 
-    def _bfs(self, src: int) -> np.ndarray:
+    def _bfs(self, src: int, dst: int) -> tuple[int, ...]:
+        """Breadth-first from ``src`` until ``dst`` is found (parents are final once set, so
+        the path is the full search's): O(IPUs within the distance), not O(n) per source."""
         adj = self._adjacency()
-        parent = np.full(self.n_ipus, -1, dtype=np.int64)
-        parent[src] = src
+        parent = {src: src}
         frontier = [src]
-        while frontier:
+        while frontier and dst not in parent:
             nxt = []
             for u in frontier:
                 for v in adj[u]:
-                    if parent[v] < 0:
+                    if v not in parent:
                         parent[v] = u
                         nxt.append(v)
             frontier = nxt
-        return parent
+        if dst not in parent:
+            raise SystemConfigError(f"{self.name}: IPU {dst} is not reachable from IPU {src}")
+        path = [dst]
+        while path[-1] != src:
+            path.append(parent[path[-1]])
+        return tuple(path[::-1])
+
+    def _neighbour_sets(self) -> list[set[int]]:
+        sets = self.__dict__.get("_adj_sets")
+        if sets is None:
+            sets = [set(a) for a in self._adjacency()]
+            object.__setattr__(self, "_adj_sets", sets)
+        return sets
 
     def _adjacency(self) -> list[list[int]]:
         adj = self.__dict__.get("_adj")

@@ -23,6 +23,10 @@ CASES = {
     "Exchange, negative size": "Exchange(dev.machine, [0], [0], [1], [0], [-8], validate=False)",
     "Exchange, columns of different lengths":
         "Exchange(dev.machine, [0, 1], [0], [1], [0], [8], validate=False)",
+    # found by tests/test_fuzz.py: a bare OverflowError (the checked path named the column)
+    "device, size of 2**63": "dev.exchange([0, 0], [0, 0], [0, 0], [0, 0], [0, 2**63], validate=False)",
+    "device, offset of 2**64": "dev.exchange([0], [2**64], [1], [0], [8], validate=False)",
+    "device, fractional size": "dev.exchange([0], [0], [1], [0], [5.5], validate=False)",
 }
 
 

@@ -117,3 +117,17 @@ def test_every_module_constant_is_in_the_table():
     from ipukern.nn.torch_table import module_entries
     for t, e in module_entries(tnn).items():
         assert set(getattr(t, "__constants__", ())) <= {a.name for a in e.args}, t.__name__
+
+
+@pytest.mark.parametrize("as_tensor", [False, True])
+def test_tracing_leaves_the_example_input_alone(as_tensor):
+    """The shape pass runs the module: an in-place step on its input (found by the fuzz,
+    tests/nn/test_torch_fuzz.py seed 2) rewrote the caller's array, so the run that followed
+    saw sigmoid(x) as its input and differed from torch."""
+    x = _x()
+    given = torch.from_numpy(x.copy()) if as_tensor else x.copy()
+    m = _fn(lambda s, x: F.adaptive_avg_pool2d(x.sigmoid_(), 2))
+    net = ik.from_torch(m, given)
+    np.testing.assert_array_equal(np.asarray(given), x)
+    _matches(m, x)
+    assert net.inputs

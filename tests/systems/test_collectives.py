@@ -248,3 +248,49 @@ def test_grouped_all_reduce_sums_each_group():
             np.testing.assert_allclose(dev.read(t, i), want, rtol=1e-5, atol=1e-6)
     with pytest.raises(ik.SystemConfigError, match="overlap"):
         ik.all_reduce(dev, t, groups=[[0, 1], [1, 2]])
+
+
+def _used(dev):
+    return [d.memory.used.copy() for d in dev.devices]
+
+
+@pytest.mark.parametrize("build", [
+    lambda dev, t: ik.all_reduce(dev, t),
+    lambda dev, t: ik.reduce_scatter(dev, t)[0],
+    lambda dev, t: ik.all_gather(dev, t),
+    lambda dev, t: ik.broadcast(dev, t, 0),
+    lambda dev, t: ik.all_reduce(dev, t, groups=[[0, 1], [2, 3]]),
+])
+def test_collectives_built_again_take_no_more_tile_memory(build):
+    """Issue 36 item 5: each collective built on a SystemDevice allocated a new receive
+    buffer on every IPU, so a loop building one per step ran the tiles out of memory. They
+    share the device's receive area now: the 2nd..10th build leave every tile's use as the
+    first left it, and the last program built still runs."""
+    dev, t, xs = make(4, 1000)
+    build(dev, t)
+    after_first = _used(dev)
+    for _ in range(9):
+        prog = build(dev, t)
+    for a, b in zip(after_first, _used(dev)):
+        np.testing.assert_array_equal(a, b)
+    dev.run(prog)
+
+
+def test_a_larger_collective_grows_the_shared_receive_area_once():
+    dev, t, xs = make(4, 1000)
+    big = dev.add_tensor("big", (4000,), "float32", ik.TileMapping.linear(4000, 16))
+    for i, x in enumerate(xs):
+        dev.write(big, i, np.tile(x, 4))
+    ik.all_reduce(dev, t)
+    small_used = _used(dev)
+    prog = ik.all_reduce(dev, big)
+    grown = _used(dev)
+    assert all((g >= s).all() and (g > s).any() for g, s in zip(grown, small_used))
+    ik.all_reduce(dev, t)              # fits the grown area: nothing more
+    ik.all_reduce(dev, big)
+    for a, b in zip(grown, _used(dev)):
+        np.testing.assert_array_equal(a, b)
+    dev.run(prog)
+    ref = ring_fold([np.tile(x, 4) for x in xs], dev.system.ring(), big)
+    for i in range(4):
+        np.testing.assert_allclose(dev.read(big, i), ref, rtol=1e-6)
