@@ -157,3 +157,20 @@ def test_one_optimizer_traffic_table():
     assert optim.OPTIMIZER_WORDS == {"sgd": 3, "sgd_momentum": 5, "adam": 7, "lamb": 10, "lars": 7}
     for name, words in optim.OPTIMIZER_WORDS.items():
         assert words >= 3 + 2 * optim.OPTIMIZER_STATE_WORDS[name]
+
+
+def test_repeated_estimate_reuses_launches_but_sees_a_changed_network():
+    """A warm estimate replays cached launches: equal to the cold one, and a layer added to
+    the same network object (a new version) is priced, as a fresh identical network is."""
+    net = tiny()
+    kw = dict(training=True, stack="pytorch-eager")
+    cold = gpu.estimate_network_gpu(net, 4, "DGX_A100", **kw)
+    assert gpu.estimate_network_gpu(net, 4, "DGX_A100", **kw) == cold
+    y = net.add(ik.nn.Linear(10, 10), "fc", name="fc2")
+    net.output(y)
+    grown = gpu.estimate_network_gpu(net, 4, "DGX_A100", **kw)
+    fresh = tiny()
+    fresh.output(fresh.add(ik.nn.Linear(10, 10), "fc", name="fc2"))
+    assert grown == gpu.estimate_network_gpu(fresh, 4, "DGX_A100", **kw)
+    assert grown.n_params == cold.n_params + 110 and len(grown.layers) == len(cold.layers) + 1
+    assert grown.step_seconds > cold.step_seconds

@@ -56,6 +56,7 @@ A100's EPYC) has 22.5/19.0 GB/s and 2 us (tuning.cc:179-182, 230-231).
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -157,6 +158,7 @@ def _channel_speed(per_gpu_gbps: float, speeds: Sequence[float], cc: int) -> flo
     return speed
 
 
+@functools.lru_cache(maxsize=1024)    # pure in its arguments; a step prices ~20 buckets
 def _bus_bandwidths(n: int, nodes: int, intra_gbps: float, inter_gbps: float, arch: str,
                     intra_link: str) -> tuple[dict[tuple[str, str], float], float]:
     """NCCL's bus bandwidth (GB/s) per (algorithm, protocol), tuning.cc:306-335, and the
@@ -187,6 +189,7 @@ def _bus_bandwidths(n: int, nodes: int, intra_gbps: float, inter_gbps: float, ar
     return out, nch
 
 
+@functools.lru_cache(maxsize=1024)
 def _latency_us(algorithm: str, p: int, n: int, nodes: int, intra_link: str) -> float:
     """NCCL's latency (us) of one all-reduce, tuning.cc:384-417."""
     ppn = n // nodes

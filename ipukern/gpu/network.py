@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .. import _memo
 from ..dtypes import DTYPES
 from ..ops import OPTIMIZER_WORDS
 from .comm import ddp_exposed_seconds
@@ -80,18 +81,30 @@ def _layer_params(net: Any) -> dict[str, list[int]]:
     return out
 
 
-def network_timeline(net: Any, batch: int, target: GPUTarget, stack: SoftwareStack, *,
-                     training: bool, optimizer: str = "sgd_momentum",
-                     all_reduce: Callable[[float], float] | None = None,
-                     optimizer_shards: int = 1) -> Timeline:
-    """Play one forward pass (or training step) of ``net`` at ``batch`` on one GPU.
+@dataclass(frozen=True)
+class _Priced:
+    """A network's launches at one batch on one target and stack, each priced."""
 
-    ``all_reduce`` (bytes -> seconds) prices one DDP bucket of gradients in the target's
-    dtype; None: a single GPU.
-    ``optimizer_shards``: this GPU updates 1/shards of the parameters (a sharded optimizer)."""
+    lowered: tuple
+    fwd_t: np.ndarray           # forward launch seconds, program order
+    bwd_t: np.ndarray           # backward launch seconds, reverse layer order
+    owner: tuple[int, ...]      # layer index of each backward launch
+    params: dict[str, list[int]]
+
+
+#: priced launches by network version, batch, target, stack and mode: what a repeated
+#: estimate of the same network (other systems, GPU counts, overlap, optimizers) shares.
+#: Only the timeline and the all-reduce are played again.
+PRICED_CACHE_SIZE = 64
+_PRICED = _memo.register(_memo.LruCache("gpu.priced_launches", maxsize=PRICED_CACHE_SIZE),
+                         per_batch=True)
+
+
+def _price_launches(net: Any, batch: int, target: GPUTarget, stack: SoftwareStack,
+                    training: bool) -> _Priced:
     gpu, dtype, tf32, direct_curve = target.gpu, target.dtype, target.tf32, target.direct_curve
-    lowered = lower_network(net, batch, gpu, stack, dtype, training=training, tf32=tf32,
-                            direct_curve=direct_curve)
+    lowered = tuple(lower_network(net, batch, gpu, stack, dtype, training=training, tf32=tf32,
+                                  direct_curve=direct_curve))
     price: dict[KernelCall, float] = {}
 
     def t(call: KernelCall) -> float:
@@ -101,8 +114,58 @@ def network_timeline(net: Any, batch: int, target: GPUTarget, stack: SoftwareSta
                                             direct_curve=direct_curve).seconds
         return s
 
-    fwd_calls = [c for lk in lowered for c in lk.forward]
-    fwd_t = np.array([t(c) for c in fwd_calls], dtype=np.float64)
+    fwd_t = np.array([t(c) for lk in lowered for c in lk.forward], dtype=np.float64)
+    owner = tuple(li for li in reversed(range(len(lowered))) for _ in lowered[li].backward)
+    bwd_t = np.array([t(c) for li in reversed(range(len(lowered))) for c in lowered[li].backward],
+                     dtype=np.float64)
+    for a in (fwd_t, bwd_t):
+        a.flags.writeable = False
+    return _Priced(lowered, fwd_t, bwd_t, owner, _layer_params_of(net) if training else {})
+
+
+def _priced(net: Any, batch: int, target: GPUTarget, stack: SoftwareStack, training: bool) -> _Priced:
+    key = (id(net), net.version, batch, target, stack, training)
+    try:
+        hit = _PRICED.get(key)
+    except TypeError:           # an unhashable custom curve or stack: price without caching
+        return _price_launches(net, batch, target, stack, training)
+    if hit is not None and hit[0] is net:
+        return hit[1]
+    res = _price_launches(net, batch, target, stack, training)
+    _PRICED.put(key, (net, res))
+    return res
+
+
+_PARAMS = _memo.register(_memo.LruCache("gpu.layer_params", maxsize=PRICED_CACHE_SIZE))
+
+
+def _layer_params_of(net: Any) -> dict[str, list[int]]:
+    """:func:`_layer_params`, kept per network version (they do not depend on the batch)."""
+    key = (id(net), net.version)
+    hit = _PARAMS.get(key)
+    if hit is not None and hit[0] is net:
+        return hit[1]
+    res = _layer_params(net)
+    _PARAMS.put(key, (net, res))
+    return res
+
+
+def network_param_count(net: Any) -> int:
+    """Parameters of ``net`` (``net.n_params``: the same per-layer shapes), cached."""
+    return sum(sum(v) for v in _layer_params_of(net).values())
+
+
+def network_timeline(net: Any, batch: int, target: GPUTarget, stack: SoftwareStack, *,
+                     training: bool, optimizer: str = "sgd_momentum",
+                     all_reduce: Callable[[float], float] | None = None,
+                     optimizer_shards: int = 1) -> Timeline:
+    """Play one forward pass (or training step) of ``net`` at ``batch`` on one GPU.
+
+    ``all_reduce`` (bytes -> seconds) prices one DDP bucket of gradients in the target's
+    dtype; None: a single GPU.
+    ``optimizer_shards``: this GPU updates 1/shards of the parameters (a sharded optimizer)."""
+    pr = _priced(net, batch, target, stack, bool(training))
+    lowered, fwd_t = pr.lowered, pr.fwd_t
     host = stack.host_per_op_s
     fwd_end, waited = play_launches(fwd_t, host, 0.0, 0.0)
     t_fwd = float(fwd_end[-1]) if fwd_end.size else 0.0
@@ -118,24 +181,19 @@ def network_timeline(net: Any, batch: int, target: GPUTarget, stack: SoftwareSta
         return Timeline(rows, t_fwd, 0.0, 0.0, 0.0, 0.0, 0, issued, waited / max(issued, 1),
                         float(fwd_t.sum()))
     order = list(range(len(lowered)))[::-1]
-    bwd_calls, owner = [], []
-    for li in order:
-        for c in lowered[li].backward:
-            bwd_calls.append(c)
-            owner.append(li)
-    bwd_t = np.array([t(c) for c in bwd_calls], dtype=np.float64)
+    bwd_t, owner = pr.bwd_t, pr.owner
     bwd_end, w2 = play_launches(bwd_t, host, issued * host, t_fwd)
     t_bwd_end = float(bwd_end[-1]) if bwd_end.size else t_fwd
     for li, s in zip(owner, bwd_t):
         rows[li]["backward_s"] += float(s)
         rows[li]["kernels"] += 1
     # gradients: ready when the owning layer's last backward kernel ends
-    params = _layer_params(net)
+    params = pr.params
     last_end: dict[int, float] = {}
     for li, e in zip(owner, bwd_end):
         last_end[li] = float(e) - t_fwd
     ready, sizes = [], []
-    grad_bytes = DTYPES[dtype].itemsize
+    grad_bytes = DTYPES[target.dtype].itemsize
     for li in order:
         for n in params.get(lowered[li].name, []):
             ready.append(last_end.get(li, t_bwd_end - t_fwd))
@@ -149,8 +207,9 @@ def network_timeline(net: Any, batch: int, target: GPUTarget, stack: SoftwareSta
     n_tensors = sum(len(v) for v in params.values())
     launches = max(1, math.ceil(n_tensors / _TENSORS_PER_LAUNCH)) if n_tensors else 0
     opt_bytes = OPTIMIZER_WORDS[optimizer] * 4 * n_params / optimizer_shards
-    opt_t = np.full(launches, t(KernelCall("optimizer", "optimizer step",
-                                           nbytes=math.ceil(opt_bytes / max(launches, 1)))))
+    opt_call = KernelCall("optimizer", "optimizer step", nbytes=math.ceil(opt_bytes / max(launches, 1)))
+    opt_t = np.full(launches, kernel_seconds(opt_call, target.gpu, target.dtype, tf32=target.tf32,
+                                             direct_curve=target.direct_curve).seconds)
     opt_end, w3 = play_launches(opt_t, host, (issued + bwd_t.size) * host, t_bwd_end + exposed)
     t_opt = (float(opt_end[-1]) - t_bwd_end - exposed) if opt_end.size else 0.0
     total = issued + bwd_t.size + opt_t.size

@@ -23,7 +23,7 @@ from ..ops import OPTIMIZER_WORDS
 from ..systems.training import training_samples
 from .model import get_efficiency_curve
 from .kernels import GPUTarget
-from .network import network_timeline
+from .network import network_param_count, network_timeline
 from .stacks import SoftwareStack, get_stack
 from .systems import DGX_A100, GPU_SYSTEMS, GPUSystem, get_gpu_system, gpu_all_reduce_seconds
 
@@ -122,7 +122,7 @@ def estimate_network_gpu(net: Any, batch: int, system: GPUSystem | str = DGX_A10
     tl = network_timeline(net, batch, GPUTarget(gpu, dt, use_tf32, curve), st, training=bool(training),
                           optimizer=optimizer, all_reduce=bucket if (training and n > 1) else None,
                           optimizer_shards=n if st.distributes(optimizer) else 1)
-    n_params = int(net.n_params)
+    n_params = network_param_count(net)
     exposed, comm = tl.exposed_all_reduce_seconds, tl.all_reduce_seconds
     if training and n > 1 and (not overlap or st.distributes(optimizer)):
         comm = gpu_all_reduce_seconds(system, n_params * grad_bytes, n)
