@@ -78,7 +78,9 @@ def test_cli_tune_json(capsys):
 
 @pytest.mark.parametrize("args, word", [(["--micro-batch", "0"], "micro_batch"),
                                         (["--replicas", "3"], "replicas"),
-                                        (["--pipeline", "nolayer"], "nolayer")])
+                                        (["--pipeline", "nolayer"], "nolayer"),
+                                        (["--compare-chips", "GC2"], "--compare-chips"),
+                                        (["--chip", "GC9"], "GC9")])
 def test_cli_bad_inputs_one_line(capsys, args, word):
     rc = main(["tune", "resnet8", "--system", "M2000", "--no-progress", *args])
     err = capsys.readouterr().err
@@ -90,3 +92,35 @@ def test_compare_tune_says_so(capsys):
                "--available-memory-proportion", "0.6"])
     out = capsys.readouterr().out
     assert rc == 0 and "best fitting configuration" in out
+
+
+def test_compare_chips_each_at_its_best(net):
+    res = ik.compare_chips(net, ik.on_chip("M2000", "GC2"), "M2000", **SMALL)
+    assert res.a.system == "IPU-M2000 (GC2)" and res.b.system == "IPU-M2000"
+    assert res.a.best.info["fits"] and res.b.best.info["fits"]
+    assert res.ratio == pytest.approx(res.b.samples_per_second / res.a.samples_per_second)
+    # each side is tune's own answer on its system, not one configuration for both
+    alone = ik.tune(net, ik.on_chip("M2000", "GC2"), **SMALL)
+    assert alone.best_config == res.a.best_config
+    a, b, ratio = res
+    assert "each at its best" in res.summary()
+
+
+def test_compare_chips_by_model_name():
+    with pytest.raises(ValueError, match="model: unknown model 'nonet'"):
+        ik.compare_chips("nonet", "M2000", "M2000")
+
+
+def test_on_chip_keeps_the_system():
+    gc2 = ik.on_chip("POD16", "GC2")
+    assert gc2.chip.name == "GC2" and gc2.n_ipus == 16 and gc2.links == ik.get_system("POD16").links
+    assert ik.on_chip("POD16", "GC200") is ik.get_system("POD16")
+    with pytest.raises(ValueError, match="GC9"):
+        ik.on_chip("POD16", "GC9")
+
+
+def test_cli_compare_chips(capsys):
+    rc = main(["tune", "resnet8", "--system", "M2000", "--compare-chips", "GC2,GC200", "--micro-batch", "4",
+               "--available-memory-proportion", "0.6", "--max-global-batch", "64", "--no-progress"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "IPU-M2000 / IPU-M2000 (GC2)" in out

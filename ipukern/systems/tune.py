@@ -34,16 +34,17 @@ import dataclasses
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from .._checks import as_int
+from ..machine import MachineSpec, get_machine
 from ..nn.checkpoints import network_checkpoints
 from .config import GCL_REPLICA_SIZES, TrainingConfig
 from .spec import System, get_system
 from .training import StageMemoryError, TrainingEstimate, _costs_from_network, _split, estimate_training
 
 __all__ = ["tune", "TuneResult", "TuneCandidate", "DEFAULT_MAX_GLOBAL_BATCH", "AMP_VALUES",
-           "RECOMPUTE_MODES", "MICRO_BATCH_LADDER"]
+           "RECOMPUTE_MODES", "MICRO_BATCH_LADDER", "compare_chips", "ChipComparison", "on_chip"]
 
 #: Default bound on replicas x micro-batch x gradient accumulation. Throughput alone always
 #: favours a larger global batch (more micro-batches per step amortise its fixed costs), but
@@ -653,3 +654,77 @@ def tune(net: Any, system: System | str = "POD16", *,
     best_est = dataclasses.replace(search.estimate(win, overflow=win.ipus_per_replica == 1)[0])
     return TuneResult(best_est, win, _ranked(search), system.name, gb if gb is not None else math.inf,
                       search.evaluations)
+
+
+def on_chip(system: System | str, chip: MachineSpec | str) -> System:
+    """``system`` with every IPU a ``chip`` (e.g. a POD16 of Mk1 GC2s), named
+    ``"IPU-POD16 (GC2)"``; links, hosts and sync stay the system's (a simplification for a
+    Mk1 system: its IPU-Server's PCIe C2 cards are not modelled apart)."""
+    system, chip = get_system(system), get_machine(chip)
+    if chip == system.chip:
+        return system
+    return system.replace(chip=chip, name=f"{system.name} ({chip.name})")
+
+
+class ChipComparison(NamedTuple):
+    """What :func:`compare_chips` returns: each system's :class:`TuneResult` and ``ratio``,
+    the best samples/s of ``b`` over that of ``a`` (``b`` is that many times faster)."""
+
+    a: TuneResult
+    b: TuneResult
+    ratio: float
+
+    def summary(self, max_rows: int = 3) -> str:
+        """Both winners (with ``max_rows`` runners-up each) and the ratio."""
+        return "\n".join([self.a.summary(max_rows), "", self.b.summary(max_rows), "",
+                          f"{self.b.system} / {self.a.system}: {self.ratio:.2f}x "
+                          f"(each at its best fitting configuration)"])
+
+    def to_dict(self) -> dict:
+        return {"a": self.a.to_dict(), "b": self.b.to_dict(), "ratio": self.ratio}
+
+
+def compare_chips(model: Any, system_a: System | str, system_b: System | str = "POD16",
+                  **tune_kwargs: Any) -> ChipComparison:
+    """Train ``model`` on two systems, each at its own best fitting configuration
+    (:func:`tune`), and the ratio of their throughputs: the Mk1 vs Mk2 question ("GC200 vs
+    GC2: BERT-Large training 9.3x") answered as Graphcore ran it, each chip with the
+    micro-batch, recomputation and pipeline its memory allows, not one configuration for
+    both.
+
+    Parameters
+    ----------
+    model : ipukern.nn.Network or str
+        A network, or a model name of :data:`ipukern.nn.models.MODELS` (e.g. ``"resnet50"``).
+    system_a, system_b : System or preset name
+        E.g. ``on_chip("POD16", "GC2")`` and ``"POD16"``.
+    **tune_kwargs
+        Passed to both :func:`tune` calls (``max_global_batch``, ``bn_replica_group``,
+        ``sample_bytes``, fixed options, ...).
+
+    Returns
+    -------
+    ChipComparison
+        ``(a, b, ratio)``, ``ratio = b.samples_per_second / a.samples_per_second``.
+
+    Raises
+    ------
+    ValueError
+        An unknown model name, or a bad :func:`tune` option (naming it).
+    StageMemoryError
+        No configuration searched fits one of the systems.
+    """
+    net = _network(model)
+    a = tune(net, system_a, **tune_kwargs)
+    b = tune(net, system_b, **tune_kwargs)
+    return ChipComparison(a, b, b.samples_per_second / a.samples_per_second)
+
+
+def _network(model: Any) -> Any:
+    """A network, or the zoo network called ``model``."""
+    if not isinstance(model, str):
+        return model
+    from ..nn.models import MODELS
+    if model not in MODELS:
+        raise ValueError(f"model: unknown model {model!r}; models are {sorted(MODELS)}")
+    return MODELS[model]()
