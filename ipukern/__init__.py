@@ -61,8 +61,8 @@ __all__ = [
     "BOW_2000", "BOW_POD16", "BOW_POD64", "SystemDevice", "SystemProgram", "SystemSuperstep",
     "SystemTensor", "LinkExchange", "all_reduce", "reduce_scatter", "all_gather", "broadcast",
     "collective_seconds", "CollectiveCost", "LayerCost", "StageMemoryError", "TrainingEstimate",
-    "estimate_training", "TrainingRun", "run_training_step", "tune", "TuneResult", "TuneCandidate", "compare_chips",
-    "ChipComparison", "on_chip",
+    "estimate_training", "TrainingRun", "run_training_step", "tune", "TuneResult", "TuneCandidate",
+    "compare_chips", "ChipComparison", "on_chip",
     "network_sweep", "training_sweep",
     "tile_function", "TileFunction", "TileFunctionError", "TileFunctionCompileError", "TileShape",
 ]

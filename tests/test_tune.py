@@ -1,4 +1,6 @@
 """ipukern.tune: the best fitting training configuration (small network, small system)."""
+import dataclasses
+
 import pytest
 
 import ipukern as ik
@@ -124,3 +126,40 @@ def test_cli_compare_chips(capsys):
                "--available-memory-proportion", "0.6", "--max-global-batch", "64", "--no-progress"])
     out = capsys.readouterr().out
     assert rc == 0 and "IPU-M2000 / IPU-M2000 (GC2)" in out
+
+
+def _tune_cold(net, system, reuse, **kw):
+    import importlib
+    mod = importlib.import_module("ipukern.systems.tune")
+    old = mod.REUSE_PLANS
+    mod.REUSE_PLANS = reuse
+    ik.nn.clear_network_caches()          # each run plans from scratch, not from the other's
+    try:
+        return ik.tune(net, system, **kw)
+    finally:
+        mod.REUSE_PLANS = old
+
+
+@pytest.mark.parametrize("system", ["M2000", ik.on_chip("M2000", "GC2")], ids=["GC200", "GC2"])
+def test_plan_reuse_changes_no_answer(net, system):
+    kw = dict(max_micro_batch=8, max_global_batch=32, available_memory_proportion=(0.6, 0.3, 0.15))
+    fast, slow = _tune_cold(net, system, True, **kw), _tune_cold(net, system, False, **kw)
+    assert fast.best_config == slow.best_config
+    assert fast.samples_per_second == slow.samples_per_second
+    assert [(c.config, c.why, c.samples_per_second) for c in fast.candidates] == \
+        [(c.config, c.why, c.samples_per_second) for c in slow.candidates]
+
+
+def test_plan_reuse_is_scoped():
+    from ipukern.conv import ConvParams
+    from ipukern.machine import GC200
+    from ipukern.nn.convops import pass_program, reuse_across_proportions
+    ik.nn.clear_network_caches()
+    p = ConvParams.from_shapes((1, 16, 8, 8), (16, 16, 1, 1), dtype="float16", partials="float16")
+    with reuse_across_proportions():
+        hi = pass_program(p, GC200, 0.6)
+        lo = pass_program(p, GC200, 0.3)
+    assert hi.plan.temp_bytes <= int(GC200.tile_bytes * 0.3) and lo is hi    # reused
+    own = pass_program(p, GC200, 0.3)                                           # outside: planned
+    assert own is not hi
+    assert dataclasses.replace(lo.plan, temp_bytes_bound=own.plan.temp_bytes_bound) == own.plan

@@ -44,7 +44,7 @@ __all__ = [
     "SystemProgram", "SystemSuperstep", "SystemTensor", "all_gather", "all_reduce", "broadcast",
     "collective_seconds", "concurrent", "concurrent_seconds", "get_system", "reduce_scatter",
     "LayerCost", "StageMemoryError", "TrainingEstimate", "estimate_training",
-    "TrainingRun", "run_training_step", "TrainingConfig", "TuneCandidate", "TuneResult", "tune", "compare_chips",
-    "ChipComparison", "on_chip",
+    "TrainingRun", "run_training_step", "TrainingConfig", "TuneCandidate", "TuneResult", "tune",
+    "compare_chips", "ChipComparison", "on_chip",
     "diff_trainings", "format_training_diff", "training_schedule", "training_trace",
 ]

@@ -33,12 +33,15 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
 
 from .._checks import as_int
 from ..machine import MachineSpec, get_machine
 from ..nn.checkpoints import network_checkpoints
+from ..nn.compile import trial_caches
+from ..nn.convops import reuse_across_proportions
 from .config import GCL_REPLICA_SIZES, TrainingConfig
 from .spec import System, get_system
 from .training import StageMemoryError, TrainingEstimate, _costs_from_network, _split, estimate_training
@@ -65,6 +68,11 @@ RECOMPUTE_MODES = (False, "auto", True)
 #: batch bound) is added as the top step
 MICRO_BATCH_LADDER = (1, 2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112,
                       128, 160, 192, 224, 256)
+
+#: the search reuses a conv pass's plan at a smaller proportion when it meets that bound
+#: (:func:`ipukern.nn.convops.reuse_across_proportions`); False plans every pass at every
+#: proportion (the baseline ``bench/test_bench_tune.py`` and ``tests/test_tune.py`` compare with)
+REUSE_PLANS = True
 
 @dataclass(frozen=True)
 class TuneCandidate:
@@ -195,8 +203,10 @@ class _Family:
 
 
 class _Search:
-    def __init__(self, net: Any, system: System, base: TrainingConfig, progress: Any) -> None:
+    def __init__(self, net: Any, system: System, base: TrainingConfig, progress: Any,
+                 limits: tuple = (None, 256, False)) -> None:
         self.net, self.system, self.base, self.progress = net, system, base, progress
+        self.limits = limits
         self.est: dict[TrainingConfig, tuple[TrainingEstimate | None, str]] = {}
         self.bounds: dict[tuple, float] = {}
         self.rows: dict[TrainingConfig, TuneCandidate] = {}
@@ -574,6 +584,18 @@ def _ranked(search: _Search) -> tuple[TuneCandidate, ...]:
     return tuple(rows)
 
 
+def _reuse_scope() -> ExitStack:
+    """The search's scope: with :data:`REUSE_PLANS`, plans reused across proportions, and
+    what they made dropped with the scope (the per-batch caches' new entries), so no
+    estimate outside a search ever sees a plan the planner did not choose for its own
+    proportion."""
+    scope = ExitStack()
+    if REUSE_PLANS:
+        scope.enter_context(trial_caches())
+        scope.enter_context(reuse_across_proportions())
+    return scope
+
+
 def tune(net: Any, system: System | str = "POD16", *,
          max_global_batch: int | None = DEFAULT_MAX_GLOBAL_BATCH, max_micro_batch: int = 256,
          pipelines: bool | None = None, progress: Any = None, **options: Any) -> TuneResult:
@@ -647,11 +669,11 @@ def tune(net: Any, system: System | str = "POD16", *,
         fams = [f for f in fams if f.ipr == 1] or fams
     if not fams:
         raise ValueError(f"max_global_batch={gb} leaves no micro-batch for {layouts[0][1]} replicas")
-    search = _Search(net, system, base, progress)
-    search.limits = (gb, max_mb, fx.micro_batch is not None)
-    search.run(fams, pipelines)
-    win = search.best[1]
-    best_est = dataclasses.replace(search.estimate(win, overflow=win.ipus_per_replica == 1)[0])
+    search = _Search(net, system, base, progress, (gb, max_mb, fx.micro_batch is not None))
+    with _reuse_scope():
+        search.run(fams, pipelines)
+        win = search.best[1]
+        best_est = dataclasses.replace(search.estimate(win, overflow=win.ipus_per_replica == 1)[0])
     return TuneResult(best_est, win, _ranked(search), system.name, gb if gb is not None else math.inf,
                       search.evaluations)
 
