@@ -163,3 +163,15 @@ def test_plan_reuse_is_scoped():
     own = pass_program(p, GC200, 0.3)                                           # outside: planned
     assert own is not hi
     assert dataclasses.replace(lo.plan, temp_bytes_bound=own.plan.temp_bytes_bound) == own.plan
+
+
+def test_published_mk1_config_names_real_layers():
+    from ipukern.systems.tune import PUBLISHED_MK1, published_mk1
+    from ipukern.systems.training import _split
+    cfg = PUBLISHED_MK1["resnet50"]
+    names = [n for n, _ in MODELS["resnet50"]().layers]
+    stages = _split(names, cfg["pipeline"], cfg["ipus_per_replica"])
+    assert [s[-1] for s in stages[:3]] == ["layer1.2.relu3", "layer2.3.relu3", "layer3.5.relu3"]
+    assert cfg["replicas"] * cfg["ipus_per_replica"] == 16
+    with pytest.raises(ValueError, match="model: no published Mk1 configuration of 'resnet8'"):
+        published_mk1("resnet8", "POD16")

@@ -10,7 +10,8 @@ import json
 from pathlib import Path
 
 from ..systems import SYSTEM_PRESETS
-from ..systems.tune import DEFAULT_MAX_GLOBAL_BATCH, ChipComparison, on_chip, tune
+from ..systems.tune import (DEFAULT_MAX_GLOBAL_BATCH, PUBLISHED_MK1, ChipComparison, on_chip,
+                            published_mk1, tune)
 from ._models import model as _model
 from ._models import pipeline as _pipeline
 from ._common import (Progress, add_optimizer, add_optimizer_state_dtype, add_progress_options,
@@ -51,6 +52,20 @@ def _chips(text: str) -> tuple[str, str]:
     return chips[0], chips[1]
 
 
+def _published_rows(args: argparse.Namespace, net, systems, results) -> None:
+    """Graphcore's public Mk1 configuration beside the winner, on each Mk1 system compared."""
+    if args.model not in PUBLISHED_MK1:
+        return
+    for system, res in zip(systems, results):
+        if system.chip.generation != "Mk1":
+            continue
+        row = published_mk1(args.model, system, net)
+        fits = "fits" if row.fits else "DOES NOT FIT"
+        print(f"published Mk1 configuration on {system.name}: {row.label()}: "
+              f"{row.samples_per_second:,.0f} samples/s ({fits}); the best found is "
+              f"{res.samples_per_second / row.samples_per_second:.2f}x it")
+
+
 def _cmd_tune(args: argparse.Namespace) -> int:
     if args.compare_chips:
         if args.chip:
@@ -59,6 +74,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         a, b = (run_tune(args, on_chip(args.system, c), net) for c in _chips(args.compare_chips))
         res = ChipComparison(a, b, b.samples_per_second / a.samples_per_second)
         print(res.summary(max_rows=args.top))
+        _published_rows(args, net, (on_chip(args.system, c) for c in _chips(args.compare_chips)), (a, b))
     else:
         res = run_tune(args, on_chip(args.system, args.chip) if args.chip else args.system)
         print(res.summary(max_rows=args.top))

@@ -47,7 +47,7 @@ from .spec import System, get_system
 from .training import StageMemoryError, TrainingEstimate, _costs_from_network, _split, estimate_training
 
 __all__ = ["tune", "TuneResult", "TuneCandidate", "DEFAULT_MAX_GLOBAL_BATCH", "AMP_VALUES",
-           "RECOMPUTE_MODES", "MICRO_BATCH_LADDER", "compare_chips", "ChipComparison", "on_chip"]
+           "RECOMPUTE_MODES", "MICRO_BATCH_LADDER", "compare_chips", "ChipComparison", "on_chip", "PUBLISHED_MK1", "published_mk1"]
 
 #: Default bound on replicas x micro-batch x gradient accumulation. Throughput alone always
 #: favours a larger global batch (more micro-batches per step amortise its fixed costs), but
@@ -750,3 +750,44 @@ def _network(model: Any) -> Any:
     if model not in MODELS:
         raise ValueError(f"model: unknown model {model!r}; models are {sorted(MODELS)}")
     return MODELS[model]()
+
+
+#: Graphcore's public Mk1 training configurations, by zoo model. ResNet-50 on 16 GC2s:
+#: graphcore/examples applications/tensorflow/cnns/training/configs.yml, ``mk1_resnet50_16ipus``:
+#: 4 replicas x 4 shards, micro-batch 4, gradient accumulation 64, pipeline splits
+#: stage1/unit3/relu, stage2/unit4/relu, stage3/unit6/relu (after layer1, layer2 and layer3:
+#: the next stages start at layer2.0 / layer3.0 / layer4.0 here), enable_recomputation (stage
+#: recomputation), half partials; precision unset, so train.py's default 16.16 (float16
+#: weights and optimizer state, as ``validation/published_systems.csv`` reads the MLPerf
+#: configs). Simplification: its availableMemoryProportion list (0.6 x 6, 0.16, 0.2) is one
+#: proportion here, 0.6; no published throughput goes with it.
+PUBLISHED_MK1: dict[str, dict[str, Any]] = {
+    "resnet50": dict(replicas=4, ipus_per_replica=4, micro_batch=4, gradient_accumulation=64,
+                     pipeline=["layer2.0.conv1", "layer3.0.conv1", "layer4.0.conv1"], recompute=True,
+                     dtype="float16", partials="half", optimizer_state_dtype="float16",
+                     available_memory_proportion=0.6),
+}
+
+
+def published_mk1(model: str, system: System | str, net: Any = None) -> TuneCandidate:
+    """:data:`PUBLISHED_MK1`'s configuration of ``model`` estimated on ``system`` (e.g.
+    ``on_chip("POD16", "GC2")``), as a row to set beside :func:`tune`'s winner: its samples/s
+    (with memory ignored when it does not fit) and whether it fits, and why not.
+
+    Raises
+    ------
+    ValueError
+        ``model`` has no published Mk1 configuration here.
+    """
+    if model not in PUBLISHED_MK1:
+        raise ValueError(f"model: no published Mk1 configuration of {model!r}; "
+                         f"there is one of {sorted(PUBLISHED_MK1)}")
+    net = _network(model) if net is None else net
+    cfg = TrainingConfig.of(None, dict(PUBLISHED_MK1[model]))
+    why = "published Mk1 configuration (graphcore/examples configs.yml)"
+    try:
+        e = estimate_training(net, system, cfg)
+        return TuneCandidate(cfg, e.samples_per_second, True, why)
+    except StageMemoryError as err:
+        e = estimate_training(net, system, cfg.replace(allow_overflow=True))
+        return TuneCandidate(cfg, e.samples_per_second, False, f"{why}; {_short_reason(str(err))}")
