@@ -47,7 +47,8 @@ from .spec import System, get_system
 from .training import StageMemoryError, TrainingEstimate, _costs_from_network, _split, estimate_training
 
 __all__ = ["tune", "TuneResult", "TuneCandidate", "DEFAULT_MAX_GLOBAL_BATCH", "AMP_VALUES",
-           "RECOMPUTE_MODES", "MICRO_BATCH_LADDER", "compare_chips", "ChipComparison", "on_chip", "PUBLISHED_MK1", "published_mk1"]
+           "RECOMPUTE_MODES", "MICRO_BATCH_LADDER", "compare_chips", "ChipComparison", "on_chip",
+           "PUBLISHED_MK1", "published_mk1"]
 
 #: Default bound on replicas x micro-batch x gradient accumulation. Throughput alone always
 #: favours a larger global batch (more micro-batches per step amortise its fixed costs), but
