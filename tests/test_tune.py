@@ -175,3 +175,19 @@ def test_published_mk1_config_names_real_layers():
     assert cfg["replicas"] * cfg["ipus_per_replica"] == 16
     with pytest.raises(ValueError, match="model: no published Mk1 configuration of 'resnet8'"):
         published_mk1("resnet8", "POD16")
+
+
+def test_published_mk1_row_in_compare_chips(monkeypatch, capsys):
+    import importlib
+    mod = importlib.import_module("ipukern.systems.tune")    # ipukern.systems.tune is the function
+    # a published-style configuration of the small network (the ResNet-50 one takes minutes)
+    monkeypatch.setitem(mod.PUBLISHED_MK1, "resnet8", dict(
+        replicas=2, ipus_per_replica=2, micro_batch=2, gradient_accumulation=4, pipeline=["layer2.0.conv1"],
+        recompute=True, available_memory_proportion=0.6))
+    row = mod.published_mk1("resnet8", ik.on_chip("M2000", "GC2"), sample_bytes=1024, micro_batch=99)
+    assert row.config.micro_batch == 2 and row.config.sample_bytes == 1024      # searched fields stay
+    assert row.fits and row.samples_per_second > 0
+    rc = main(["tune", "resnet8", "--system", "M2000", "--compare-chips", "GC2,GC200", "--micro-batch", "2",
+               "--available-memory-proportion", "0.6", "--max-global-batch", "16", "--no-progress"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "published Mk1 configuration on IPU-M2000 (GC2)" in out

@@ -770,10 +770,16 @@ PUBLISHED_MK1: dict[str, dict[str, Any]] = {
 }
 
 
-def published_mk1(model: str, system: System | str, net: Any = None) -> TuneCandidate:
+def published_mk1(model: str, system: System | str, net: Any = None, **options: Any) -> TuneCandidate:
     """:data:`PUBLISHED_MK1`'s configuration of ``model`` estimated on ``system`` (e.g.
     ``on_chip("POD16", "GC2")``), as a row to set beside :func:`tune`'s winner: its samples/s
     (with memory ignored when it does not fit) and whether it fits, and why not.
+
+    ``options``: other :class:`~ipukern.systems.TrainingConfig` fields, e.g. the
+    ``sample_bytes`` / ``bn_replica_group`` / ``optimizer_state_dtype`` a :func:`tune` call
+    was given, so that the row and the winner differ only in what :func:`tune` searches (the
+    published layout, micro-batch, accumulation, split, recomputation and proportion are kept;
+    None values are ignored).
 
     Raises
     ------
@@ -784,7 +790,10 @@ def published_mk1(model: str, system: System | str, net: Any = None) -> TuneCand
         raise ValueError(f"model: no published Mk1 configuration of {model!r}; "
                          f"there is one of {sorted(PUBLISHED_MK1)}")
     net = _network(model) if net is None else net
-    cfg = TrainingConfig.of(None, dict(PUBLISHED_MK1[model]))
+    fixed = PUBLISHED_MK1[model]
+    rest = {k: v for k, v in options.items() if v is not None and k not in _FIXABLE}
+    cfg = TrainingConfig.of(None, {**fixed, **{k: v for k, v in rest.items() if k not in
+                                                ("dtype", "partials")}})
     why = "published Mk1 configuration (graphcore/examples configs.yml)"
     try:
         e = estimate_training(net, system, cfg)
