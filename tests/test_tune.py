@@ -31,6 +31,17 @@ def test_winner_fits_and_is_fastest(result, net):
     assert result.best.global_batch <= 64
 
 
+def test_refine_tries_a_smaller_micro_batch_with_more_accumulation(result):
+    # within max_global_batch (64) the accumulation is whole, so the largest micro-batch below
+    # the winner's with more accumulation may be faster: the search must have estimated it
+    win = result.best_config
+    acc = lambda mb: max(1, 64 // (win.replicas * mb))  # noqa: E731
+    more = next(b for b in range(win.micro_batch - 1, 0, -1) if acc(b) > acc(win.micro_batch))
+    tried = {(c.config.micro_batch, c.config.recompute, c.config.available_memory_proportion)
+             for c in result.candidates if c.fits is not None}
+    assert (more, win.recompute, win.available_memory_proportion) in tried
+
+
 def test_runners_up_say_why(result):
     rest = result.candidates[1:]
     assert rest and all(c.why and c.why != "best" for c in rest)

@@ -424,19 +424,31 @@ class _Search:
         return lo
 
     def refine(self, f: _Family) -> None:
-        """Integers between the winner's ladder step and the next one that did not fit."""
+        """Integers between the winner's ladder step and the next one that did not fit; then
+        the largest smaller micro-batch with more gradient accumulation: within
+        ``max_global_batch`` the accumulation is a whole number, so a slightly smaller
+        micro-batch can amortise the step's fixed costs over a larger global batch (on
+        ResNet-50 POD16, 23 x 11 beats 24 x 10), against the ladder search's assumption."""
         mb = self.best[1].micro_batch
         lad = f.ladder
         k = lad.index(mb) if mb in lad else None
-        if k is None or k + 1 >= len(lad):
+        if k is not None and k + 1 < len(lad):
+            lo, hi = mb, lad[k + 1]
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if self.fits(self.config(f, mid)):
+                    lo = mid
+                else:
+                    hi = mid
+        if self.limits[2]:                  # the micro-batch is fixed
             return
-        lo, hi = mb, lad[k + 1]
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if self.fits(self.config(f, mid)):
-                lo = mid
-            else:
-                hi = mid
+        win = None
+        while win is not self.best[1]:      # down while that wins
+            win = self.best[1]
+            mb = win.micro_batch
+            more = next((b for b in range(mb - 1, 0, -1) if f.accumulation(b) > f.accumulation(mb)), None)
+            if more is not None:
+                self.fits(self.config(f, more))
 
 
 def _first_overflow(e: TrainingEstimate, system: System) -> str:
