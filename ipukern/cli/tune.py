@@ -108,8 +108,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                               "  ipukern tune resnet50 --system POD16 --bn-group 2 --sample-bytes 150528  "
                               "# the MLPerf v1.0 options\n"
                               "  ipukern tune resnet8 --system M2000 --json -\n"
-                              "  ipukern tune resnet50 --system POD16 --compare-chips GC2,GC200  "
-                              "# Mk1 vs Mk2, each at its best",
+                              "  ipukern tune resnet8 --system M2000 --compare-chips GC2,GC200 "
+                              "--max-global-batch 64  # Mk1 vs Mk2, each at its best",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", help="model name from ipukern.nn.models (e.g. resnet50)")
     p.add_argument("--system", default="POD16", help=f"one of {sorted(SYSTEM_PRESETS)}")
