@@ -26,7 +26,8 @@ from .systems import (BOW_2000, BOW_POD16, BOW_POD64, IPU_M2000, IPU_POD16, IPU_
                       SystemSuperstep, SystemTensor, all_gather, all_reduce, broadcast,
                       collective_seconds, get_system, reduce_scatter,
                       LayerCost, StageMemoryError, TrainingEstimate, TrainingRun, estimate_training,
-                      run_training_step, TuneCandidate, TuneResult, tune)
+                      run_training_step, TuneCandidate, TuneResult, tune,
+                      compare_chips, ChipComparison, on_chip)
 from .graph.tilefn import TileFunction, TileFunctionCompileError, TileFunctionError, TileShape, tile_function
 
 # submodules users reach as ipukern.gpu / ipukern.scaling / ipukern.plots / ipukern.market
@@ -61,6 +62,7 @@ __all__ = [
     "SystemTensor", "LinkExchange", "all_reduce", "reduce_scatter", "all_gather", "broadcast",
     "collective_seconds", "CollectiveCost", "LayerCost", "StageMemoryError", "TrainingEstimate",
     "estimate_training", "TrainingRun", "run_training_step", "tune", "TuneResult", "TuneCandidate",
+    "compare_chips", "ChipComparison", "on_chip",
     "network_sweep", "training_sweep",
     "tile_function", "TileFunction", "TileFunctionError", "TileFunctionCompileError", "TileShape",
 ]

@@ -1,6 +1,8 @@
 """``ipukern tune MODEL --system POD16``: the best fitting training configuration
 (:func:`ipukern.tune`): the winner and the runners-up with why each lost; ``--json PATH``
-writes the result (``-``: to stdout, the report then goes to stderr)."""
+writes the result (``-``: to stdout, the report then goes to stderr). ``--chip GC2`` tunes the
+system with that chip; ``--compare-chips GC2,GC200`` tunes it with each and prints the ratio
+(:func:`ipukern.compare_chips`)."""
 from __future__ import annotations
 
 import argparse
@@ -8,7 +10,8 @@ import json
 from pathlib import Path
 
 from ..systems import SYSTEM_PRESETS
-from ..systems.tune import DEFAULT_MAX_GLOBAL_BATCH, tune
+from ..systems.tune import (DEFAULT_MAX_GLOBAL_BATCH, PUBLISHED_MK1, ChipComparison, on_chip,
+                            published_mk1, tune)
 from ._models import known_system
 from ._models import model as _model
 from ._models import pipeline as _pipeline
@@ -29,7 +32,8 @@ def run_tune(args: argparse.Namespace, system: str, net=None):
         recompute = "auto" if names == ["auto"] else names
     elif getattr(args, "recompute", False):
         recompute = True
-    with Progress(f"tune {args.model} on {system}", enabled=progress_enabled(args)) as prog:
+    label = system if isinstance(system, str) else system.name
+    with Progress(f"tune {args.model} on {label}", enabled=progress_enabled(args)) as prog:
         return tune(net, system, max_global_batch=args.max_global_batch,
                     micro_batch=args.tune_micro_batch, replicas=args.replicas,
                     ipus_per_replica=args.tune_ipus_per_replica,
@@ -41,9 +45,45 @@ def run_tune(args: argparse.Namespace, system: str, net=None):
                     sample_bytes=getattr(args, "sample_bytes", None))
 
 
+def _chips(text: str) -> tuple[str, str]:
+    """``--compare-chips A,B``: two chip names."""
+    chips = [c.strip() for c in text.split(",") if c.strip()]
+    if len(chips) != 2:
+        raise ValueError(f"--compare-chips takes two chips, e.g. GC2,GC200; got {text!r}")
+    return chips[0], chips[1]
+
+
+def _published_rows(args: argparse.Namespace, net, systems, results) -> None:
+    """Graphcore's public Mk1 configuration beside the winner, on each Mk1 system compared."""
+    if args.model not in PUBLISHED_MK1:
+        return
+    for system, res in zip(systems, results):
+        if system.chip.generation != "Mk1":
+            continue
+        # the published layout, batch, split, recomputation and proportion with this run's
+        # other options, so that the row and the winner differ only in what tune searches
+        row = published_mk1(args.model, system, net, sample_bytes=getattr(args, "sample_bytes", None),
+                            bn_replica_group=args.bn_group, optimizer=args.optimizer,
+                            optimizer_state_dtype=args.optimizer_state_dtype)
+        fits = "fits" if row.fits else row.why.split("; ", 1)[-1] + ", memory ignored"
+        print(f"published Mk1 configuration on {system.name} (this run's other options): {row.label()}: "
+              f"{row.samples_per_second:,.0f} samples/s ({fits}); the best found is "
+              f"{res.samples_per_second / row.samples_per_second:.2f}x it")
+
+
 def _cmd_tune(args: argparse.Namespace) -> int:
-    res = run_tune(args, known_system(args.system))
-    print(res.summary(max_rows=args.top))
+    known_system(args.system)
+    if args.compare_chips:
+        if args.chip:
+            raise ValueError("give --chip or --compare-chips, not both")
+        net = _model(args.model)
+        a, b = (run_tune(args, on_chip(args.system, c), net) for c in _chips(args.compare_chips))
+        res = ChipComparison(a, b, b.samples_per_second / a.samples_per_second)
+        print(res.summary(max_rows=args.top))
+        _published_rows(args, net, (on_chip(args.system, c) for c in _chips(args.compare_chips)), (a, b))
+    else:
+        res = run_tune(args, on_chip(args.system, args.chip) if args.chip else args.system)
+        print(res.summary(max_rows=args.top))
     if args.json:
         text = json.dumps(res.to_dict(), indent=1, default=str)
         if args.json == "-":
@@ -69,11 +109,17 @@ def register(sub: argparse._SubParsersAction) -> None:
                               "  ipukern tune resnet50 --system POD16\n"
                               "  ipukern tune resnet50 --system POD16 --bn-group 2 --sample-bytes 150528  "
                               "# the MLPerf v1.0 options\n"
-                              "  ipukern tune resnet8 --system M2000 --json -",
+                              "  ipukern tune resnet8 --system M2000 --json -\n"
+                              "  ipukern tune resnet8 --system M2000 --compare-chips GC2,GC200 "
+                              "--max-global-batch 64  # Mk1 vs Mk2, each at its best",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", help="model name from ipukern.nn.models (e.g. resnet50)")
     p.add_argument("--system", default="POD16", help=f"one of {sorted(SYSTEM_PRESETS)}")
     add_tune_options(p)
+    p.add_argument("--chip", default=None, metavar="CHIP",
+                   help="the system with this chip in every IPU (GC2, GC200, BOW; default the system's)")
+    p.add_argument("--compare-chips", default=None, metavar="A,B",
+                   help="tune the system with chip A and with chip B; print both and B's speed-up over A")
     p.add_argument("--micro-batch", dest="tune_micro_batch", type=int, default=None,
                    help="fix the micro-batch (default: searched)")
     p.add_argument("--replicas", type=int, default=None, help="fix the replicas (default: searched)")

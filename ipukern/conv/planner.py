@@ -75,6 +75,10 @@ class ConvPlan:
         The per-tile bound on temporary bytes the plan was chosen under (PopLibs'
         ``availableMemoryProportion`` of the tile, :func:`plan_direct`); 0 when no plan met
         it and the conv was planned against the tile budget alone.
+    temp_bytes : int
+        The planner's estimate of the busiest tile's temporary bytes (all but the output;
+        of the expanded conv for an expandDims plan), what ``temp_bytes_bound`` was checked
+        against. A statistic: plans compare equal without it.
     """
 
     params: ConvParams
@@ -89,6 +93,7 @@ class ConvPlan:
     n_candidates: int = field(default=0, compare=False)
     expand_dims: str = ""
     temp_bytes_bound: int = 0
+    temp_bytes: int = field(default=0, compare=False)
 
     @property
     def conv_params(self) -> ConvParams:
@@ -297,7 +302,8 @@ def _plan_bounded(p: ConvParams, machine: MachineSpec, bias: bool, method: str |
         return ConvPlan(params=p, machine=machine, method=found.method, split=b.split,
                         serial=b.serial, bias=bias, estimated_cycles=b.cycles,
                         estimated_bytes_per_tile=b.nbytes, breakdown=b.breakdown,
-                        n_candidates=found.n_scored, temp_bytes_bound=temp_bound or 0)
+                        n_candidates=found.n_scored, temp_bytes_bound=temp_bound or 0,
+                        temp_bytes=b.temp)
     if found.smallest is None:
         # no candidate got as far as sizing a tile: every split was invalid for the methods
         tried = sorted({c.method for c in found.tried})

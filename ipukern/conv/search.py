@@ -338,6 +338,7 @@ class _Scored(NamedTuple):
     split: Split | None     # None only for search()'s seed plan of ``beat`` cycles
     serial: int
     breakdown: dict
+    temp: int = 0           # its temporary bytes (all but the output), as the bound sees them
 
 
 class _MethodScore(NamedTuple):
@@ -403,7 +404,7 @@ def _score_method(p: ConvParams, machine: MachineSpec, cand: VertexMethod, bias:
                  "cast": int(k * costs["cast_c"][j]), "bias": int(k * costs["bias_c"][j]),
                  "sync": int(costs["sync"][j])}
     return _MethodScore(n_all, _Scored(int(costs["total"][j]), int(c.mem[j]), split, k,
-                                       breakdown), smallest)
+                                       breakdown, int(c.mem[j] - c.out_b[j])), smallest)
 
 
 def _split_vectors(p: ConvParams, machine: MachineSpec, cand: VertexMethod,

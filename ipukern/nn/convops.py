@@ -16,13 +16,16 @@ share (:mod:`ipukern.nn.host.arenas`): nothing in it outlives the run.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
 
 from .. import _memo
-from ..conv import MAX_INPUT_OWNERS, ConvParams, ConvProgram, bias_codelets, build_conv_program, plan_conv
+from ..conv import (AVAILABLE_MEMORY_PROPORTION, MAX_INPUT_OWNERS, ConvParams, ConvProgram, bias_codelets,
+                    build_conv_program, plan_conv, temp_bytes_bound)
 from ..conv.host import BuiltPass, take, take_built
 from ..ops import matmul_conv_params
 from ..core import run_program
@@ -35,7 +38,7 @@ from .layout import Layout, Resident, lazy_layout
 from .ops import OpPlan, affine_plan, fold_weight
 
 __all__ = ["built_keys", "conv_plan", "conv_program", "matmul_params", "matmul_plan",
-           "pass_program"]
+           "pass_program", "reuse_across_proportions"]
 
 #: conv programs kept, by (params, machine, bias, resident input, amp): layers of equal
 #: shape share one. A compiled network's steps hold their own programs, so a bound here only
@@ -48,6 +51,61 @@ _FUSED_ACTS = {"relu": 1, "relu6": 2}
 #: passes only costed (never executed from here), as a planning worker built them
 _PASSES = _memo.register(_memo.LruCache("nn.conv_passes", maxsize=PROGRAM_CACHE_SIZE),
                          per_batch=True)
+
+
+#: inside :func:`reuse_across_proportions`: (kind, params, machine, bias, resident input) ->
+#: {amp: the program ("program") or costed pass ("pass") used at that proportion}
+_SEEN: ContextVar[dict | None] = ContextVar("ipukern_nn_reuse_across_proportions", default=None)
+
+
+@contextmanager
+def reuse_across_proportions() -> Iterator[None]:
+    """A scope in which a conv pass planned at one availableMemoryProportion is reused at a
+    smaller one when its temporary bytes meet the smaller bound (:func:`ipukern.tune`'s
+    shortcut; its results are dropped with the scope's caches, see there).
+
+    Why it is nearly always the plan the planner would choose: the planner keeps the fastest
+    plan whose temporary bytes meet the bound, so a plan that won among more candidates and
+    meets the smaller bound also wins among fewer. Not always: within 0.5% of the fastest it
+    prefers simpler plans, and a split that needed more serial slices under the smaller bound
+    is a new candidate (:mod:`ipukern.conv.search`). So it is a scoped shortcut, not the
+    planner: only the plan of the nearest larger proportion used in the scope is considered,
+    only when that plan met its own bound, and the plan keeps the bound it was chosen under."""
+    token = _SEEN.set({})
+    try:
+        yield
+    finally:
+        _SEEN.reset(token)
+
+
+def _amp_value(amp: float | None) -> float:
+    return AVAILABLE_MEMORY_PROPORTION if amp is None else amp
+
+
+def _reused(kind: str, key: tuple) -> Any:
+    """Inside :func:`reuse_across_proportions`: the ``kind`` of the nearest larger
+    proportion if its plan met that bound and meets this one, else None."""
+    seen = _SEEN.get()
+    if seen is None:
+        return None
+    mine = _amp_value(key[4])
+    used = seen.get((kind, *key[:4]), {})
+    larger = [a for a in used if _amp_value(a) > mine]
+    if not larger:
+        return None
+    got = used[min(larger, key=_amp_value)]
+    plan = got.plan
+    if plan.temp_bytes_bound and plan.temp_bytes <= temp_bytes_bound(key[1], key[4]):
+        return got
+    return None
+
+
+def _note(kind: str, key: tuple, got: Any) -> Any:
+    """Record what ``key`` used (inside :func:`reuse_across_proportions`)."""
+    seen = _SEEN.get()
+    if seen is not None:
+        seen.setdefault((kind, *key[:4]), {})[key[4]] = got
+    return got
 
 
 def built_keys() -> set[tuple]:
@@ -70,10 +128,12 @@ def conv_program(params: ConvParams, machine: MachineSpec, bias: bool, *,
     shares one plan, so the few owners of each block would hold all those layers' weights.
     """
     key = (params, machine, bias, resident_input, amp)
-    prog = _PROGRAMS.get(key)
+    prog = _reused("program", key)    # first: what a scope reuses must not depend on the cache
+    if prog is None:
+        prog = _PROGRAMS.get(key)
     if prog is None:
         prog = _PROGRAMS.setdefault(key, _build(params, machine, bias, resident_input, amp))
-    return prog
+    return _note("program", key, prog)
 
 
 def _build(params: ConvParams, machine: MachineSpec, bias: bool, resident_input: bool,
@@ -97,6 +157,9 @@ def pass_program(params: ConvParams, machine: MachineSpec, amp: float | None = N
     training estimate at batch 16) would otherwise stay alive in the program cache, so
     later builds grew the heap into fresh pages (page faults) instead of reusing them."""
     key = (params, machine, False, False, amp)
+    got = _reused("pass", key)        # first: what a scope reuses must not depend on the cache
+    if got is not None:
+        return _note("pass", key, got)
     prog = _PROGRAMS.get(key)
     built = _PASSES.get(key) if prog is None else None
     if prog is None and built is None:
@@ -105,9 +168,9 @@ def pass_program(params: ConvParams, machine: MachineSpec, amp: float | None = N
             p = _build(params, machine, False, False, amp)
             built = BuiltPass(p.plan, tuple(p.program.records), p.device.memory.used)
         built = _PASSES.setdefault(key, built)
-    if built is not None:
-        return built
-    return BuiltPass(prog.plan, tuple(prog.program.records), prog.device.memory.used)
+    if built is None:
+        built = BuiltPass(prog.plan, tuple(prog.program.records), prog.device.memory.used)
+    return _note("pass", key, built)
 
 
 def _read_output(prog: ConvProgram, out: Layout, nt: int, arena: np.ndarray) -> Resident:

@@ -22,7 +22,7 @@ from .collectives import (
 from .config import TrainingConfig
 from .views import diff_trainings, format_training_diff, training_schedule, training_trace
 from .training import LayerCost, StageMemoryError, TrainingEstimate, estimate_training
-from .tune import TuneCandidate, TuneResult, tune
+from .tune import ChipComparison, TuneCandidate, TuneResult, compare_chips, on_chip, tune
 from .train_run import TrainingRun, run_training_step
 from .spec import (
     BOW_2000,
@@ -45,5 +45,6 @@ __all__ = [
     "collective_seconds", "concurrent", "concurrent_seconds", "get_system", "reduce_scatter",
     "LayerCost", "StageMemoryError", "TrainingEstimate", "estimate_training",
     "TrainingRun", "run_training_step", "TrainingConfig", "TuneCandidate", "TuneResult", "tune",
+    "compare_chips", "ChipComparison", "on_chip",
     "diff_trainings", "format_training_diff", "training_schedule", "training_trace",
 ]

@@ -33,17 +33,23 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from .._checks import as_int
+from ..machine import MachineSpec, get_machine
 from ..nn.checkpoints import network_checkpoints
-from .config import GCL_REPLICA_SIZES, TrainingConfig
+from ..nn.compile import trial_caches
+from ..nn.convops import reuse_across_proportions
+from .config import TrainingConfig
 from .spec import System, get_system
-from .training import StageMemoryError, TrainingEstimate, _costs_from_network, _split, estimate_training
+from .training import StageMemoryError, TrainingEstimate, _costs_from_network, estimate_training
+from .tune_space import _FIXABLE, _as_list, _Fixed, _fixed_options, _layouts
 
 __all__ = ["tune", "TuneResult", "TuneCandidate", "DEFAULT_MAX_GLOBAL_BATCH", "AMP_VALUES",
-           "RECOMPUTE_MODES", "MICRO_BATCH_LADDER"]
+           "RECOMPUTE_MODES", "MICRO_BATCH_LADDER", "compare_chips", "ChipComparison", "on_chip",
+           "PUBLISHED_MK1", "published_mk1"]
 
 #: Default bound on replicas x micro-batch x gradient accumulation. Throughput alone always
 #: favours a larger global batch (more micro-batches per step amortise its fixed costs), but
@@ -64,6 +70,11 @@ RECOMPUTE_MODES = (False, "auto", True)
 #: batch bound) is added as the top step
 MICRO_BATCH_LADDER = (1, 2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112,
                       128, 160, 192, 224, 256)
+
+#: the search reuses a conv pass's plan at a smaller proportion when it meets that bound
+#: (:func:`ipukern.nn.convops.reuse_across_proportions`); False plans every pass at every
+#: proportion (the baseline ``bench/test_bench_tune.py`` and ``tests/test_tune.py`` compare with)
+REUSE_PLANS = True
 
 @dataclass(frozen=True)
 class TuneCandidate:
@@ -194,8 +205,10 @@ class _Family:
 
 
 class _Search:
-    def __init__(self, net: Any, system: System, base: TrainingConfig, progress: Any) -> None:
+    def __init__(self, net: Any, system: System, base: TrainingConfig, progress: Any,
+                 limits: tuple = (None, 256, False)) -> None:
         self.net, self.system, self.base, self.progress = net, system, base, progress
+        self.limits = limits
         self.est: dict[TrainingConfig, tuple[TrainingEstimate | None, str]] = {}
         self.bounds: dict[tuple, float] = {}
         self.rows: dict[TrainingConfig, TuneCandidate] = {}
@@ -411,19 +424,31 @@ class _Search:
         return lo
 
     def refine(self, f: _Family) -> None:
-        """Integers between the winner's ladder step and the next one that did not fit."""
+        """Integers between the winner's ladder step and the next one that did not fit; then
+        the largest smaller micro-batch with more gradient accumulation: within
+        ``max_global_batch`` the accumulation is a whole number, so a slightly smaller
+        micro-batch can amortise the step's fixed costs over a larger global batch (on
+        ResNet-50 POD16, 23 x 11 beats 24 x 10), against the ladder search's assumption."""
         mb = self.best[1].micro_batch
         lad = f.ladder
         k = lad.index(mb) if mb in lad else None
-        if k is None or k + 1 >= len(lad):
+        if k is not None and k + 1 < len(lad):
+            lo, hi = mb, lad[k + 1]
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if self.fits(self.config(f, mid)):
+                    lo = mid
+                else:
+                    hi = mid
+        if self.limits[2]:                  # the micro-batch is fixed
             return
-        lo, hi = mb, lad[k + 1]
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if self.fits(self.config(f, mid)):
-                lo = mid
-            else:
-                hi = mid
+        win = None
+        while win is not self.best[1]:      # down while that wins
+            win = self.best[1]
+            mb = win.micro_batch
+            more = next((b for b in range(mb - 1, 0, -1) if f.accumulation(b) > f.accumulation(mb)), None)
+            if more is not None:
+                self.fits(self.config(f, more))
 
 
 def _first_overflow(e: TrainingEstimate, system: System) -> str:
@@ -433,92 +458,6 @@ def _first_overflow(e: TrainingEstimate, system: System) -> str:
         if not r["fits"]:
             return _no_fit(r["stage"], e.stages[r["stage"]], r, system.chip)
     return ""
-
-
-def _as_list(v: Any, default: tuple, name: str) -> list:
-    """A searched option: None -> the defaults, a tuple -> those candidates, else one value."""
-    if v is None:
-        return list(default)
-    if isinstance(v, tuple) and name != "recompute":
-        return list(v)
-    return [v]
-
-
-#: the searched options that :func:`tune` fixes when given (TrainingConfig fields)
-_FIXABLE = ("micro_batch", "gradient_accumulation", "replicas", "ipus_per_replica", "pipeline",
-            "recompute", "available_memory_proportion")
-
-
-@dataclass
-class _Fixed:
-    """The searched options a :func:`tune` call fixed, validated (None: searched)."""
-
-    micro_batch: int | None = None
-    gradient_accumulation: int | None = None
-    replicas: int | None = None
-    ipus_per_replica: int | None = None
-    pipeline: Any = None
-    recompute: Any = None
-    available_memory_proportion: Any = None
-
-
-def _fixed_options(options: dict, names: list[str]) -> tuple[_Fixed, dict]:
-    """Split ``options`` into the fixed searched ones (validated) and the pass-through rest."""
-    if "allow_overflow" in options:
-        raise TypeError("tune does not take allow_overflow=")
-    fx = _Fixed(**{k: options.pop(k) for k in _FIXABLE if k in options})
-    for k in ("micro_batch", "gradient_accumulation"):
-        if getattr(fx, k) is not None:
-            setattr(fx, k, as_int(getattr(fx, k), k, minimum=1))
-    p = fx.pipeline
-    if p is not None and not (isinstance(p, str) and p == "auto"):
-        if isinstance(p, str) or not isinstance(p, (list, tuple)):
-            raise ValueError(f"pipeline must be 'auto' or a list of split layers or stage lists, got {p!r}")
-        stages = len(p) if p and all(isinstance(x, (list, tuple)) for x in p) else len(p) + 1
-        if fx.ipus_per_replica is not None and fx.ipus_per_replica != stages:
-            raise ValueError(f"pipeline has {stages} stages but ipus_per_replica is {fx.ipus_per_replica}")
-        _split(names, p, stages)                         # ValueError naming an unknown layer
-        fx.ipus_per_replica = stages
-    elif p is not None:
-        fx.pipeline = None                               # "auto" is what every pipelined layout gets
-    if fx.ipus_per_replica is not None:
-        fx.ipus_per_replica = as_int(fx.ipus_per_replica, "ipus_per_replica", minimum=1)
-        if fx.ipus_per_replica not in GCL_REPLICA_SIZES:
-            raise ValueError(f"ipus_per_replica must be one of {GCL_REPLICA_SIZES} (GCL replica sizes), "
-                             f"got {fx.ipus_per_replica}")
-    if fx.replicas is not None:
-        fx.replicas = as_int(fx.replicas, "replicas", minimum=1)
-    return fx, options
-
-
-def _layouts(system: System, fx: _Fixed, base: TrainingConfig, n_layers: int) -> list[tuple[int, int]]:
-    """The (IPUs per replica, replicas) layouts searched."""
-    n = system.n_ipus
-    if fx.replicas is not None and fx.ipus_per_replica is None and \
-            (n % fx.replicas or n // fx.replicas not in GCL_REPLICA_SIZES):
-        ok = [n // s for s in GCL_REPLICA_SIZES if n % s == 0]
-        raise ValueError(f"replicas={fx.replicas} does not divide {system.name}'s {n} IPUs into GCL replica "
-                         f"sizes {GCL_REPLICA_SIZES}; give one of {ok}")
-    layouts = []
-    for s in GCL_REPLICA_SIZES:
-        if fx.ipus_per_replica is not None and s != fx.ipus_per_replica:
-            continue
-        r = fx.replicas if fx.replicas is not None else n // s
-        if r * s > n or (fx.replicas is None and n % s):
-            if fx.ipus_per_replica is not None:
-                raise ValueError(f"ipus_per_replica={s} x replicas={r} needs {r * s} IPUs; "
-                                 f"{system.name} has {n}")
-            continue
-        if r % base.bn_replica_group:
-            if fx.ipus_per_replica is not None or fx.replicas is not None:
-                raise ValueError(f"bn_replica_group={base.bn_replica_group} must divide the {r} replicas")
-            continue
-        if s <= n_layers:
-            layouts.append((s, r))
-    if not layouts:
-        raise ValueError(f"no layout of {system.name}'s {n} IPUs fits the given replicas / ipus_per_replica "
-                         f"/ bn_replica_group")
-    return layouts
 
 
 def _families(layouts: list[tuple[int, int]], fx: _Fixed, base: TrainingConfig, max_mb: int,
@@ -571,6 +510,18 @@ def _ranked(search: _Search) -> tuple[TuneCandidate, ...]:
         return (rank, -(c.samples_per_second or 0.0))
     rows.sort(key=order)                                  # stable: ties keep the search order
     return tuple(rows)
+
+
+def _reuse_scope() -> ExitStack:
+    """The search's scope: with :data:`REUSE_PLANS`, plans reused across proportions, and
+    what they made dropped with the scope (the per-batch caches' new entries), so no
+    estimate outside a search ever sees a plan the planner did not choose for its own
+    proportion."""
+    scope = ExitStack()
+    if REUSE_PLANS:
+        scope.enter_context(trial_caches())
+        scope.enter_context(reuse_across_proportions())
+    return scope
 
 
 def tune(net: Any, system: System | str = "POD16", *,
@@ -646,10 +597,134 @@ def tune(net: Any, system: System | str = "POD16", *,
         fams = [f for f in fams if f.ipr == 1] or fams
     if not fams:
         raise ValueError(f"max_global_batch={gb} leaves no micro-batch for {layouts[0][1]} replicas")
-    search = _Search(net, system, base, progress)
-    search.limits = (gb, max_mb, fx.micro_batch is not None)
-    search.run(fams, pipelines)
-    win = search.best[1]
-    best_est = dataclasses.replace(search.estimate(win, overflow=win.ipus_per_replica == 1)[0])
+    search = _Search(net, system, base, progress, (gb, max_mb, fx.micro_batch is not None))
+    with _reuse_scope():
+        search.run(fams, pipelines)
+        win = search.best[1]
+        best_est = dataclasses.replace(search.estimate(win, overflow=win.ipus_per_replica == 1)[0])
     return TuneResult(best_est, win, _ranked(search), system.name, gb if gb is not None else math.inf,
                       search.evaluations)
+
+
+def on_chip(system: System | str, chip: MachineSpec | str) -> System:
+    """``system`` with every IPU a ``chip`` (e.g. a POD16 of Mk1 GC2s), named
+    ``"IPU-POD16 (GC2)"``; links, hosts and sync stay the system's (a simplification for a
+    Mk1 system: its IPU-Server's PCIe C2 cards are not modelled apart)."""
+    system, chip = get_system(system), get_machine(chip)
+    if chip == system.chip:
+        return system
+    return system.replace(chip=chip, name=f"{system.name} ({chip.name})")
+
+
+class ChipComparison(NamedTuple):
+    """What :func:`compare_chips` returns: each system's :class:`TuneResult` and ``ratio``,
+    the best samples/s of ``b`` over that of ``a`` (``b`` is that many times faster)."""
+
+    a: TuneResult
+    b: TuneResult
+    ratio: float
+
+    def summary(self, max_rows: int = 3) -> str:
+        """Both winners (with ``max_rows`` runners-up each) and the ratio."""
+        return "\n".join([self.a.summary(max_rows), "", self.b.summary(max_rows), "",
+                          f"{self.b.system} / {self.a.system}: {self.ratio:.2f}x "
+                          f"(each at its best fitting configuration)"])
+
+    def to_dict(self) -> dict:
+        return {"a": self.a.to_dict(), "b": self.b.to_dict(), "ratio": self.ratio}
+
+
+def compare_chips(model: Any, system_a: System | str, system_b: System | str = "POD16",
+                  **tune_kwargs: Any) -> ChipComparison:
+    """Train ``model`` on two systems, each at its own best fitting configuration
+    (:func:`tune`), and the ratio of their throughputs: the Mk1 vs Mk2 question ("GC200 vs
+    GC2: BERT-Large training 9.3x") answered as Graphcore ran it, each chip with the
+    micro-batch, recomputation and pipeline its memory allows, not one configuration for
+    both.
+
+    Parameters
+    ----------
+    model : ipukern.nn.Network or str
+        A network, or a model name of :data:`ipukern.nn.models.MODELS` (e.g. ``"resnet50"``).
+    system_a, system_b : System or preset name
+        E.g. ``on_chip("POD16", "GC2")`` and ``"POD16"``.
+    **tune_kwargs
+        Passed to both :func:`tune` calls (``max_global_batch``, ``bn_replica_group``,
+        ``sample_bytes``, fixed options, ...).
+
+    Returns
+    -------
+    ChipComparison
+        ``(a, b, ratio)``, ``ratio = b.samples_per_second / a.samples_per_second``.
+
+    Raises
+    ------
+    ValueError
+        An unknown model name, or a bad :func:`tune` option (naming it).
+    StageMemoryError
+        No configuration searched fits one of the systems.
+    """
+    net = _network(model)
+    a = tune(net, system_a, **tune_kwargs)
+    b = tune(net, system_b, **tune_kwargs)
+    return ChipComparison(a, b, b.samples_per_second / a.samples_per_second)
+
+
+def _network(model: Any) -> Any:
+    """A network, or the zoo network called ``model``."""
+    if not isinstance(model, str):
+        return model
+    from ..nn.models import MODELS
+    if model not in MODELS:
+        raise ValueError(f"model: unknown model {model!r}; models are {sorted(MODELS)}")
+    return MODELS[model]()
+
+
+#: Graphcore's public Mk1 training configurations, by zoo model. ResNet-50 on 16 GC2s:
+#: graphcore/examples applications/tensorflow/cnns/training/configs.yml, ``mk1_resnet50_16ipus``:
+#: 4 replicas x 4 shards, micro-batch 4, gradient accumulation 64, pipeline splits
+#: stage1/unit3/relu, stage2/unit4/relu, stage3/unit6/relu (after layer1, layer2 and layer3:
+#: the next stages start at layer2.0 / layer3.0 / layer4.0 here), enable_recomputation (stage
+#: recomputation), half partials; precision unset, so train.py's default 16.16 (float16
+#: weights and optimizer state, as ``validation/published_systems.csv`` reads the MLPerf
+#: configs). Simplification: its availableMemoryProportion list (0.6 x 6, 0.16, 0.2) is one
+#: proportion here, 0.6; no published throughput goes with it.
+PUBLISHED_MK1: dict[str, dict[str, Any]] = {
+    "resnet50": dict(replicas=4, ipus_per_replica=4, micro_batch=4, gradient_accumulation=64,
+                     pipeline=["layer2.0.conv1", "layer3.0.conv1", "layer4.0.conv1"], recompute=True,
+                     dtype="float16", partials="half", optimizer_state_dtype="float16",
+                     available_memory_proportion=0.6),
+}
+
+
+def published_mk1(model: str, system: System | str, net: Any = None, **options: Any) -> TuneCandidate:
+    """:data:`PUBLISHED_MK1`'s configuration of ``model`` estimated on ``system`` (e.g.
+    ``on_chip("POD16", "GC2")``), as a row to set beside :func:`tune`'s winner: its samples/s
+    (with memory ignored when it does not fit) and whether it fits, and why not.
+
+    ``options``: other :class:`~ipukern.systems.TrainingConfig` fields, e.g. the
+    ``sample_bytes`` / ``bn_replica_group`` / ``optimizer_state_dtype`` a :func:`tune` call
+    was given, so that the row and the winner differ only in what :func:`tune` searches (the
+    published layout, micro-batch, accumulation, split, recomputation and proportion are kept;
+    None values are ignored).
+
+    Raises
+    ------
+    ValueError
+        ``model`` has no published Mk1 configuration here.
+    """
+    if model not in PUBLISHED_MK1:
+        raise ValueError(f"model: no published Mk1 configuration of {model!r}; "
+                         f"there is one of {sorted(PUBLISHED_MK1)}")
+    net = _network(model) if net is None else net
+    fixed = PUBLISHED_MK1[model]
+    rest = {k: v for k, v in options.items() if v is not None and k not in _FIXABLE}
+    cfg = TrainingConfig.of(None, {**fixed, **{k: v for k, v in rest.items() if k not in
+                                                ("dtype", "partials")}})
+    why = "published Mk1 configuration (graphcore/examples configs.yml)"
+    try:
+        e = estimate_training(net, system, cfg)
+        return TuneCandidate(cfg, e.samples_per_second, True, why)
+    except StageMemoryError as err:
+        e = estimate_training(net, system, cfg.replace(allow_overflow=True))
+        return TuneCandidate(cfg, e.samples_per_second, False, f"{why}; {_short_reason(str(err))}")
