@@ -25,8 +25,9 @@ parameter copied 2L times. ``X^T`` is made once by a Permute (a costed rearrange
 Stated scope (what the existing ops cannot express; the docs list it too): the Metropolis
 accept is not in the network. It needs (1) the potential energy's data term
 ``sum(y * z - softplus(z))`` (TFP computes it beside every gradient): a softplus, i.e. a log,
-for which the project has no sourced UnaryOp cycle figure; (2) an element-wise compare of
-``log u`` with the energy change and a select between the proposal and the current state.
+which no layer computes (the UnaryOp cycle table prices exp, rsqrt and inverse only); (2)
+an element-wise compare of ``log u`` with the energy change and a select between the
+proposal and the current state.
 The network computes everything else: the L leapfrog steps and the kinetic energies
 ``0.5 * |p|^2`` before and after (a reduction written as a matmul with a constant 0.5 row,
 the input ``half``). Left out per leapfrog step: the log-probability value TFP evaluates
