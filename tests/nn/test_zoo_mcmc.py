@@ -111,3 +111,18 @@ def test_hmc_step_structure_and_pricing():
 def test_bad_arguments_name_the_field(kw, match):
     with pytest.raises(ValueError, match=match):
         hmc_logistic(**kw)
+
+
+def test_hmc_step_is_thread_count_independent():
+    net = hmc_logistic(96, 7, 2, 5, step_size=0.03)
+    f = feeds(96, 7, 5, 1, 1.0, seed=5)
+    runs = []
+    try:
+        for n in (1, 2):
+            ik.set_num_threads(n)
+            runs.append(ik.run_network(net, f, {}, machine=SMALL))
+    finally:
+        ik.set_num_threads(None)
+    for name in net.outputs:
+        assert np.array_equal(runs[0].outputs[name], runs[1].outputs[name]), name
+    assert runs[0].profile.total_cycles == runs[1].profile.total_cycles
