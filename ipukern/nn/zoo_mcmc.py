@@ -6,9 +6,11 @@ Probability" (graphcore.ai/mk1-benchmarks, "MCMC Probabilistic Model: Training")
 a "representative finance workload for alpha estimation"; that workload's model and data
 are not public. The public stand-in used here is the canonical HMC benchmark posterior:
 Bayesian logistic regression on the UCI Statlog German credit data (1000 rows, 24 numeric
-features plus an intercept column; the posterior of Hoffman & Gelman 2014, "The No-U-Turn
+features plus an intercept column: the data set of Hoffman & Gelman 2014, "The No-U-Turn
 Sampler", sec. 4, and of TFP's inference_gym ``GermanCreditNumericLogisticRegression``), with
-an isotropic normal prior ``theta ~ N(0, sigma^2 I)``.
+an isotropic normal prior ``theta ~ N(0, sigma^2 I)`` (``prior_scale`` sigma; the default 1 is
+inference_gym's standard normal). Only the shapes matter to the cost; the tests feed random
+data of those shapes.
 
 What one step computes (``tfp.mcmc.HamiltonianMonteCarlo`` with TFP's
 ``SimpleLeapfrogIntegrator``, in its order): the momentum takes a half step on the gradient
