@@ -78,6 +78,14 @@ def inference() -> str:
     return _cli(["validate", "--inference", "--no-progress"])
 
 
+def claims() -> str:
+    """Graphcore's claims next to the model (``ipukern claims``, which writes no files)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        res = subprocess.run([sys.executable, "-m", "ipukern", "claims", "--details", "--no-progress"],
+                             cwd=tmp, env=_env(), capture_output=True, text=True, check=True)
+    return res.stdout
+
+
 def collectives() -> str:
     """Gradient all-reduce of ResNet-50's 25.56 M fp16 parameters, closed form."""
     code = (
@@ -132,6 +140,7 @@ GENERATORS: dict[str, tuple[Callable[[], str], str, bool]] = {
     "systems": (systems, "ipukern validate --systems", False),
     "inference": (inference, "ipukern validate --inference", False),
     "gpu": (gpu, "ipukern validate --gpu", True),
+    "claims": (claims, "ipukern claims --details", False),
     "zoo": (zoo, "python bench/zoo_transforms.py 8", False),
     "bench": (bench, "python -m pytest bench/test_bench_{conv,matmul,exchange,tilefn}.py "
                      "--benchmark-only --benchmark-json=run.json && python bench/report.py run.json",

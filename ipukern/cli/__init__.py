@@ -17,6 +17,8 @@ Subcommands
                      per-layer table and totals; CSV, JSON, time-per-layer and memory PNGs.
 ``ipukern validate`` the model next to published measurements of real IPUs: ratio per point,
                      MAPE / correlation per group; validation.csv, .json and .png.
+``ipukern claims``   Graphcore's public claims next to the model: the configuration of both
+                     sides, the model's number, model / claim and a verdict per claim.
 ``ipukern diff``     compare two profiles (``--json`` outputs) per superstep and category.
 
 Exit codes: 0 success; 2 usage errors (argparse: bad option, unparsable number, unknown
@@ -40,13 +42,13 @@ import sys
 from typing import NoReturn, Sequence
 
 from ..core import TileMemoryError
-from . import diff, explore, info, layer, network, scaling, train, tune, validate
+from . import claims, diff, explore, info, layer, network, scaling, train, tune, validate
 from ._common import Progress
 
 __all__ = ["main", "build_parser", "Progress"]
 
 #: subcommand modules, each with ``register(subparsers)``; parser order = help order
-COMMANDS = (scaling, layer, info, validate, train, tune, network, explore, diff)
+COMMANDS = (scaling, layer, info, validate, claims, train, tune, network, explore, diff)
 
 
 def _installed_version() -> str:
