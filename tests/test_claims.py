@@ -89,10 +89,27 @@ def test_preset_rows_compute_from_the_presets():
     import ipukern as ik
     assert rows["14a"].model.default == pytest.approx(ik.IPU_POD64.peak_flops("float16", "float16") / 1e15)
     assert rows["11g"].model.default == pytest.approx(1472 / 1216)
-    for key in ("9a", "12d", "15a", "16c"):                 # data or software: not the model's
+    for key in ("12d", "15a", "16c"):                       # data or software: not the model's
         assert rows[key].verdict().startswith("not modelled: "), key
     for r in rep.rows:
         assert r.verdict().split(":")[0] in cl.VERDICTS
+
+
+def test_mcmc_row_runs_the_zoo_hmc_step_on_both_sides():
+    """Claim 9a: the zoo's HMC step, chain-steps per second of one GC200 over one A100, each
+    at its best chain count (fast mode: 1024 chains), recomputed here from the estimates."""
+    import ipukern as ik
+    from ipukern.gpu import DGX_A100_40GB, estimate_network_gpu
+    row = cl.claims_report(ids=["9a"], fast=True).rows[0]
+    m = row.model
+    assert not m.not_modelled and "hmc_logistic" in m.ipu and "hmc_logistic" in m.other
+    assert "1024 chains" in m.ipu and "float32" in m.other and "per chip" in m.basis
+    net = ik.models.hmc_logistic(chains=1024)
+    ipu = ik.estimate_network(net, batch=1, dtype="float32", partials="float").seconds
+    gpu = estimate_network_gpu(net, 1, DGX_A100_40GB, dtype="float32", n_gpus=1, stack="mlperf").step_seconds
+    assert m.default == pytest.approx(gpu / ipu)
+    assert row.verdict() == cl.verdict(gpu / ipu, 15.0)
+    assert "Metropolis accept" in m.note
 
 
 @pytest.mark.slow

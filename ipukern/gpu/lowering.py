@@ -89,6 +89,14 @@ class _Ctx:
         return (self.stack.fuses("attention") and self.producer_op(node.inputs[0]) == "matmul"
                 and "matmul" in self.consumer_ops(name))
 
+    def attention_matmul(self, name: str) -> bool:
+        """A batched matmul of an attention pattern under ``attention`` fusion: the scores
+        product (it feeds a softmax) or the context product (it reads one). Any other matmul
+        of two activations (an HMC step's ``X theta``) is a plain batched GEMM."""
+        node = self.net.nodes[name]
+        return (self.stack.fuses("attention")
+                and ("softmax" in self.consumer_ops(name) or self.producer_op(node.inputs[0]) == "softmax"))
+
     def residual_dropout(self, name: str) -> bool:
         """A residual add into a layer norm of a token model in training: it carries the
         sub-layer's hidden dropout (Vaswani et al. 2017, section 5.4 "Residual Dropout";
@@ -303,7 +311,7 @@ def lower_network(net: Any, batch: int, gpu: GPUSpec, stack: SoftwareStack, dtyp
         elif op == "linear":
             fwd, bwd = _linear(ctx, name, layer, ins, shapes[name])
         elif op == "matmul":
-            fwd, bwd = (_attention_matmul(ctx, name, ins) if stack.fuses("attention")
+            fwd, bwd = (_attention_matmul(ctx, name, ins) if ctx.attention_matmul(name)
                         else _matmul(ctx, name, ins))
         else:
             fwd, bwd = _memory_layer(ctx, name, layer, ins, shapes[name])

@@ -332,9 +332,3 @@ def sdk(ctx: Context, run_id: str | None) -> Modelled:
         row = ctx.systems()[run_id]
         m.details = {"sdk21_configuration": run_id, "model_throughput_sdk21": row.model_throughput}
     return m
-
-
-def mcmc(ctx: Context) -> Modelled:
-    from ._claim_models import MCMC_MISSING
-    return Modelled(basis="the claim's network is not in ipukern's zoo", not_modelled=MCMC_MISSING)
-

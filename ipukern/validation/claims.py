@@ -167,7 +167,7 @@ MODELLERS: dict[str, Callable[[cm.Context], cm.Modelled]] = {
     "7": lambda c: cm.training_advantage(c, "resnext50_32x4d"),
     "8a": cm.bert_base_same_latency,
     "8b": cm.bert_base_training,
-    "9a": hw.mcmc,
+    "9a": cm.mcmc,
     "9b": lambda c: cm.small_model(c, "vae_dense"),
     "9c": lambda c: cm.small_model(c, "mlp_sales"),
     "9d": lambda c: cm.small_model(c, "deeprec_autoencoder"),

@@ -240,3 +240,16 @@ def test_grouped_conv_backward_has_its_own_structure():
     launch = kernel_seconds(ik.gpu.kernels.KernelCall("copy", nbytes=0), A100_40GB, "float16").seconds
     assert t(wgrad) - launch == pytest.approx(GROUPED_WGRAD_TO_FORWARD * (t(fwd) - launch), rel=1e-6)
     assert t(dgrad) != pytest.approx(t(fwd))        # read off the curve at its own width
+
+
+def test_attention_fusion_takes_only_attention_matmuls():
+    """Under the mlperf stack's attention fusion, BERT's scores product is the fused kernel
+    and its context product launches nothing; a matmul of two activations outside an
+    attention pattern (the HMC step's X theta and X^T r) stays a batched GEMM."""
+    from ipukern.gpu import estimate_network_gpu
+    bert = estimate_network_gpu(ik.models.bert_base(), 2, "DGX_A100", n_gpus=1, stack="mlperf")
+    why = {row["name"]: row["why"] for row in bert.layers if row["op"] == "matmul"}
+    assert set(why.values()) == {"fused attention", "no kernel (view or fused)"}
+    hmc = estimate_network_gpu(ik.models.hmc_logistic(200, 25, 2, 8), 1, "DGX_A100", n_gpus=1, stack="mlperf")
+    rows = [row for row in hmc.layers if row["op"] == "matmul"]
+    assert len(rows) == 6 and all(row["why"] == "batched matmul" for row in rows)
