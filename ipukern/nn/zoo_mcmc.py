@@ -51,9 +51,14 @@ GERMAN_CREDIT_ROWS = 1000
 GERMAN_CREDIT_FEATURES = 24 + 1
 
 
-def _positive_int(what: str, v) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ValueError(f"hmc_logistic: {what} must be a positive int, got {v!r}")
+#: the step is unrolled (about six layers per leapfrog step): a bound keeps a huge count
+#: from building a network for ever
+MAX_LEAPFROG_STEPS = 1000
+
+
+def _positive_int(what: str, v, maximum: int = 2**31 - 1) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= maximum:
+        raise ValueError(f"hmc_logistic: {what} must be a positive int, got {v!r} (at most {maximum})")
     return v
 
 
@@ -95,7 +100,8 @@ def hmc_logistic(n_data: int = GERMAN_CREDIT_ROWS, n_features: int = GERMAN_CRED
     chains are this project's choice (the claim's configuration is not published).
     """
     n, d = _positive_int("n_data", n_data), _positive_int("n_features", n_features)
-    steps, c = _positive_int("leapfrog_steps", leapfrog_steps), _positive_int("chains", chains)
+    steps = _positive_int("leapfrog_steps", leapfrog_steps, MAX_LEAPFROG_STEPS)
+    c = _positive_int("chains", chains)
     eps = _positive_float("step_size", step_size)
     prior_var = _positive_float("prior_scale", prior_scale) ** 2
     net = Network("hmc_logistic")

@@ -126,3 +126,9 @@ def test_hmc_step_is_thread_count_independent():
     for name in net.outputs:
         assert np.array_equal(runs[0].outputs[name], runs[1].outputs[name]), name
     assert runs[0].profile.total_cycles == runs[1].profile.total_cycles
+
+
+def test_huge_leapfrog_count_is_refused_before_building():
+    # the step is unrolled: 2**70 steps must be a clear error, not a network built for ever
+    with pytest.raises(ValueError, match="leapfrog_steps must be a positive int, got 1180591620717411303424"):
+        ik.models.hmc_logistic(leapfrog_steps=2**70)
