@@ -73,11 +73,12 @@ LAUNCH_S = 1e-6
 #: single call see it (the floor of NeuSight's single-kernel rows); fitted.
 EAGER_HOST_S = 27.99e-6
 
-# fitted by `python -m ipukern.gpu.fit` (values and training error: docs/gpu-model.rst)
+# fitted by `python -m ipukern.gpu.fit --gemm-only` (training loss 0.2636; values and the
+# held-out error: docs/gpu-model.rst), with cuBLAS' SIMT GEMMs priced without split-K
 GEMM_CALIBRATION = GemmCalibration(
-    simt_efficiency=0.9981, simt_warps=4.0, simt_reuse=15.3611, k_overhead=2.5204,
-    memory_efficiency=0.5601, launch_s=LAUNCH_S,
-    sustained_clock=(("P4", 0.6008), ("T4", 0.5557)),
+    simt_efficiency=0.9566, simt_warps=4.0, simt_reuse=8.6751, k_overhead=8.5024,
+    memory_efficiency=0.5377, launch_s=LAUNCH_S,
+    sustained_clock=(("P4", 0.5803), ("T4", 0.5580)),
     # tensor cores: not fitted (NeuSight is FP32 only); see the module docstring
     tensor_efficiency=0.80, tensor_warps=6.0,
 )

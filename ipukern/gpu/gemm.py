@@ -15,7 +15,9 @@ model prices one launch from the structure of that grid:
   and B fit in half the L2 they are read from DRAM once (L2 reuse), else once per wave;
   C is written once. Time = max(compute, DRAM traffic / (e_mem x bandwidth));
 * **split-K**: K cut into ``s`` slices multiplies the tiles (filling the SMs on small M x N)
-  and adds a memory-bound reduction of the ``s`` fp32 partial C's;
+  and adds a memory-bound reduction of the ``s`` fp32 partial C's. Only where the library
+  does it (``GemmProblem.split_k``): tensor-core GEMMs and cuDNN's weight gradients, not
+  cuBLAS' FP32 SIMT GEMMs (one kernel over the whole K, :mod:`ipukern.gpu.kernels`);
 * the **candidate** (tile, split) with the least time wins, as cuBLAS' heuristics aim to.
 
 The efficiency constants ``e_sat``, ``w0``, ``k_overhead``, ``e_mem`` are empirical. They
@@ -96,7 +98,9 @@ class GemmProblem:
     ``elem`` / ``out_elem`` are bytes per operand and per C element (``out_elem`` 0: as
     ``elem``); ``peak`` the FLOP/s of the family (FP32 CUDA-core, TF32 or FP16 tensor);
     ``tensor`` picks tensor-core tiles; ``a_bytes`` the unique DRAM bytes of all A operands
-    when fewer than ``batch*m*k*elem`` (a conv's input under implicit GEMM).
+    when fewer than ``batch*m*k*elem`` (a conv's input under implicit GEMM). ``split_k``:
+    whether the library may split K over several blocks (False: cuBLAS' FP32 SIMT GEMMs,
+    one kernel over the whole K).
     """
 
     m: int
@@ -108,6 +112,7 @@ class GemmProblem:
     peak: float = 0.0
     tensor: bool = False
     a_bytes: int | None = None
+    split_k: bool = True
 
     def __post_init__(self) -> None:
         for name in ("m", "n", "k", "batch"):
@@ -116,6 +121,8 @@ class GemmProblem:
                 raise ValueError(f"GEMM {name} must be an int >= 1, got {v!r}")
         if not (self.peak > 0 and math.isfinite(self.peak)):
             raise ValueError(f"GEMM peak must be a positive FLOP/s, got {self.peak!r}")
+        if not isinstance(self.split_k, bool):
+            raise TypeError(f"GEMM split_k must be a bool, got {self.split_k!r}")
         if not self.out_elem:
             object.__setattr__(self, "out_elem", self.elem)
 
@@ -212,7 +219,7 @@ def _candidate(gpu: GPUSpec, pr: GemmProblem, tile: Tile, split: int,
 def _gemm_cached(gpu: GPUSpec, pr: GemmProblem, cal: GemmCalibration) -> GemmTime:
     best: GemmTime | None = None
     for tile in tiles_for(pr.tensor):
-        for split in _SPLITS:
+        for split in (_SPLITS if pr.split_k else (1,)):
             c = _candidate(gpu, pr, tile, split, cal)
             if c is not None and (best is None or c.seconds < best.seconds):
                 best = c

@@ -31,6 +31,13 @@ from .specs import GPUSpec
 __all__ = ["GPUTarget", "KernelCall", "KernelPrice", "kernel_seconds", "conv_kernels"]
 
 
+#: FP32 SIMT GEMMs that may split K: only cuDNN's weight-gradient kernels (their long
+#: reduction over N*Ho*Wo; cuDNN names them ``*_stridedB_splitK_*``). cuBLAS' SIMT sgemm
+#: kernels run the whole K in one kernel: NeuSight's traces show one launch (no split-K
+#: reduction) in 2,682 of its 2,700 linear/bmm rows, on every GPU. Tensor-core GEMMs split.
+SIMT_SPLIT_K_LABELS = frozenset({"implicit GEMM wgrad", "direct grouped conv wgrad"})
+
+
 @dataclass(frozen=True)
 class KernelCall:
     """One launch.
@@ -87,7 +94,8 @@ def kernel_seconds(call: KernelCall, gpu: GPUSpec, dtype: str, *, tf32: bool = F
     if call.kind == "gemm":
         peak, _, tensor = gpu._peak(dtype, tf32)
         pr = GemmProblem(call.m, call.n, call.k, call.batch, elem, peak=peak, tensor=tensor,
-                         a_bytes=None if call.a_bytes < 0 else call.a_bytes)
+                         a_bytes=None if call.a_bytes < 0 else call.a_bytes,
+                         split_k=tensor or call.label in SIMT_SPLIT_K_LABELS)
         g = gemm_seconds(gpu, pr, calibration=gemm_calibration)
         return KernelPrice(g.seconds, g.bound, f"{g.tile} split-k {g.split_k}, {g.waves:.2f} waves",
                            g.compute_seconds, g.memory_seconds + g.reduce_seconds)
@@ -104,7 +112,8 @@ def kernel_seconds(call: KernelCall, gpu: GPUSpec, dtype: str, *, tf32: bool = F
         launch = memory_seconds(gpu, "copy", 0, calibration=memory_calibration).seconds
         detail = f"direct grouped conv, cpg {call.cpg}"
         if call.m:      # the dense conv's GEMM (m, n, k): its rate caps the grouped kernel's
-            dense = gemm_seconds(gpu, GemmProblem(call.m, call.n, call.k, 1, elem, peak=peak, tensor=tensor),
+            dense = gemm_seconds(gpu, GemmProblem(call.m, call.n, call.k, 1, elem, peak=peak, tensor=tensor,
+                                                  split_k=tensor or call.label in SIMT_SPLIT_K_LABELS),
                                  calibration=gemm_calibration)
             floor = dense.compute_seconds * call.flops / (2.0 * call.m * call.n * call.k)
             if floor > t_c:

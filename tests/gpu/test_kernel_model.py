@@ -69,6 +69,24 @@ def test_tensor_cores_are_faster_and_below_peak(gpu):
     assert flops / t16.seconds > 0.5 * cal.tensor_efficiency * peak      # a large GEMM is near it
 
 
+def test_split_k_only_where_the_library_splits():
+    # cuBLAS' FP32 SIMT GEMMs run one kernel over the whole K (NeuSight's traces), so a
+    # linear launch never splits; cuDNN's weight gradient and tensor-core GEMMs may
+    from ipukern.gpu.kernels import KernelCall
+    g = A100_40GB
+    long_k = dict(m=64, n=64, k=1 << 20)
+    lin = kernel_seconds(KernelCall("gemm", "linear", **long_k), g, "float32")
+    wgrad = kernel_seconds(KernelCall("gemm", "implicit GEMM wgrad", **long_k), g, "float32")
+    tc = kernel_seconds(KernelCall("gemm", "linear", **long_k), g, "float16")
+    assert "split-k 1," in lin.detail
+    assert "split-k 1," not in wgrad.detail and wgrad.seconds < lin.seconds
+    assert "split-k 1," not in tc.detail
+    no_split = gemm_seconds(g, GemmProblem(64, 64, 1 << 20, peak=g.fp32_flops, split_k=False))
+    assert no_split.split_k == 1 and no_split.seconds == pytest.approx(lin.seconds, rel=1e-12)
+    with pytest.raises(TypeError, match="split_k must be a bool"):
+        GemmProblem(4, 4, 4, peak=1e12, split_k=1)
+
+
 def test_gemm_is_deterministic_and_cached():
     a = gemm_seconds(H100, GemmProblem(1000, 333, 77, batch=5, peak=H100.fp32_flops, tensor=False))
     b = gemm_seconds(H100, GemmProblem(1000, 333, 77, batch=5, peak=H100.fp32_flops, tensor=False))
