@@ -30,7 +30,7 @@ from .measured import _VECTOR
 from .network import play_launches
 from .specs import GPUSpec
 
-__all__ = ["TraceStep", "LAYER_BOUNDS", "trace_configs", "trace_step"]
+__all__ = ["TraceStep", "LAYER_BOUNDS", "trace_configs", "trace_step", "node_seconds"]
 
 #: model -> (first, last) node of its one traced layer (NeuSight's aggregator)
 LAYER_BOUNDS = {
@@ -122,3 +122,33 @@ def trace_step(config: str, num_layer: int, gpu: GPUSpec, *, training: bool,
     ends_b, _ = play_launches(bw, host_per_launch_s, fw.size * host_per_launch_s, t_fw)
     t_bw = (float(ends_b[-1]) - t_fw) if ends_b.size else 0.0
     return TraceStep(t_fw, t_bw, int(fw.size + bw.size))
+
+
+@functools.lru_cache(maxsize=None)
+def _node_calls(config: str) -> dict[str, tuple[tuple, tuple]]:
+    """node name -> (forward calls, backward calls without AccumulateGrad), as NeuSight's
+    per-op labels time them (``bw_latency`` leaves the accumulation out)."""
+    ref = resources.files("ipukern.gpu").joinpath(f"data/neusight/opgraph/{config}.csv")
+    if not ref.is_file():
+        raise ValueError(f"no NeuSight op graph {config!r}; graphs are {trace_configs()}")
+    with ref.open("r", encoding="utf-8", newline="") as f:
+        return {r["Name"]: (tuple(_call(o) for o in ast.literal_eval(r["FwOps"])),
+                            tuple(_call(o) for o in ast.literal_eval(r["BwOps"])))
+                for r in csv.DictReader(f)}
+
+
+def node_seconds(config: str, name: str, gpu: GPUSpec, *, backward: bool = False,
+                 host_per_launch_s: float = EAGER_HOST_S) -> float | None:
+    """One traced node's forward (or backward) as CUDA events around the eager op see it:
+    its launches played with the host cost per launch. None when it launches nothing."""
+    calls = _node_calls(config).get(name)
+    if calls is None:
+        raise ValueError(f"op graph {config!r} has no node {name!r}")
+    launches = calls[1] if backward else calls[0]
+    if not launches:
+        return None
+    times = np.array([kernel_seconds(c, gpu, "float32").seconds for c in launches], dtype=np.float64)
+    # each launch is issued after the host's dispatch, as in the single-kernel rows
+    # (ipukern.gpu.measured: measured = host + kernel)
+    ends, _ = play_launches(times, host_per_launch_s, host_per_launch_s, 0.0)
+    return float(ends[-1])

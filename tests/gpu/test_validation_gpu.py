@@ -49,6 +49,30 @@ def test_end_to_end_peer_table(report):
     assert back["summary"]["e2e_rows"] == 70
 
 
+def test_per_op_peer_table(report):
+    # every held-out GPU of ops.csv, the same rows for every method, only the classes compared
+    groups = {(g.gpu, g.op_class): g for g in report.ops}
+    assert {g for g, _ in groups} == {"H100", "L4", "A100_PCIE_80GB"}
+    assert {c for _, c in groups} == {"linear", "bmm", "layernorm", "softmax"}
+    assert report.ops_left_out > 0 and all(g.rows > 0 for g in report.ops)
+    assert all(np.isfinite([g.mape, g.neusight_mape, g.roofline_mape, g.habitat_mape]).all()
+               for g in report.ops)
+    assert "Per op" in report.format_table() and "per_op_mape" in report.summary()
+
+
+def test_node_seconds_is_host_then_kernels():
+    from ipukern.gpu.calibration import EAGER_HOST_S
+    from ipukern.gpu.kernels import KernelCall, kernel_seconds
+    from ipukern.gpu.traces import node_seconds
+    name = "bert_encoder_layer_0_attention_self_query"
+    t = node_seconds("bert_large-train-512-2", name, H100)
+    k = kernel_seconds(KernelCall("gemm", "linear", m=1024, n=1024, k=1024), H100, "float32").seconds
+    assert t == pytest.approx(EAGER_HOST_S + k, rel=1e-12)
+    assert node_seconds("bert_large-train-512-2", name, H100, backward=True) > t
+    with pytest.raises(ValueError, match="has no node 'nope'"):
+        node_seconds("bert_large-train-512-2", "nope", H100)
+
+
 def test_trace_layers_repeat():
     cfg = "bert_large-train-512-8"
     assert cfg in trace_configs() and set(LAYER_BOUNDS) >= {c.split("-")[0] for c in trace_configs()}
