@@ -66,7 +66,7 @@ from ..core.tensor import expand, split_candidates
 from ..dtypes import DTYPES
 from ..machine import MachineSpec
 from .estimators import (VertexMethod, candidate_methods, conv_vertex_cycles_array,
-                         direct_output_candidates, vertex_field)
+                         direct_output_candidates, vertex_cycles_lower_bound, vertex_field)
 from .estimators import candidates as _estimator_candidates
 from .layout import MAX_INPUT_OWNERS, Split
 from .params import ConvParams
@@ -174,6 +174,8 @@ def search(p: ConvParams, machine: MachineSpec, *, bias: bool, method: str | Non
             continue
         # a method can only replace a best plan without serial slices by beating its cycles
         beat = best[2].cycles if best is not None and best[2].serial == 1 else None
+        if PRUNE and beat is not None and _method_work_bound(p, machine, cand) > beat * (1 + NEAR_TIE):
+            continue     # _beat_prune would drop every split vector (see _method_work_bound)
         res = _score_method(p, machine, cand, bias, serials, best[2].cycles if best else None, fg,
                             beat=beat, temp_bound=temp_bound)
         if res is None:
@@ -189,6 +191,21 @@ def search(p: ConvParams, machine: MachineSpec, *, bias: bool, method: str | Non
     if best is None or best[1] is None:
         return SearchResult(None, None, n_scored, smallest, cands)
     return SearchResult(best[1], best[2], n_scored, smallest, cands)
+
+
+def _method_work_bound(p: ConvParams, machine: MachineSpec, cand: VertexMethod) -> float:
+    """A lower bound on the busiest tile's vertex cycles for every split of ``p`` with
+    ``cand`` (0 when the estimators give no work bound): the whole conv's work bound
+    (:func:`~.estimators.vertex_cycles_lower_bound`) spread evenly over the machine. Per
+    axis the busiest tile's padded size times the split covers the conv's padded size, and
+    a split uses at most every tile, so no split's busiest tile does less. :func:`search`
+    skips a method by it before building its split table; :func:`_beat_prune` would drop
+    every one of them."""
+    work = vertex_cycles_lower_bound(machine, cand, conv_groups=p.groups,
+                                     in_chans=p.in_per_group, out_chans=p.out_per_group,
+                                     positions=p.batch * p.out_h * p.out_w,
+                                     kernel_h=p.kernel_h, kernel_w=p.kernel_w)
+    return 0.0 if work is None else work / machine.n_tiles
 
 
 def score_each_method(p: ConvParams, machine: MachineSpec, *, bias: bool
@@ -615,8 +632,10 @@ def _beat_prune(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: Tabl
     vertex with K_t out-chans (the vertex estimates are affine in the out-chan groups with
     non-negative terms, so s slices cost at least one of K_t), the exchange of its inputs
     and, when weights move at all, K_t's weights (the exchange costs are subadditive), and
-    one superstep per stage of one slice. Checked first with the compute lower bound in
-    place of the vertex, which is cheaper."""
+    one superstep per stage of one slice. Checked first with lower bounds in place of the
+    vertex, which are cheaper: the useful MACs at the method's peak rate and, where the
+    estimators give one, the vertex's own work bound (:func:`~.estimators.
+    vertex_cycles_lower_bound`; both bound the vertex with K_t out-chans from below)."""
     cut = beat * (1 + NEAR_TIE)
     kk = c.KH_t * p.kernel_w
     w_b = c.G_t * c.K_t * c.C_t * kk * DTYPES[p.dtype].itemsize
@@ -624,7 +643,15 @@ def _beat_prune(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: Tabl
     fixed = (exchange_cycles(_input_receive(p, machine, c) + w_eff, machine, with_overhead=True)
              + _syncs(c, bias, 1) * machine.sync_cycles)
     macs = c.G_t * c.C_t * c.K_t * c.B_t * c.OR * c.OC * kk
-    keep = np.flatnonzero(fixed + macs / cand.macs_per_cycle_bound(machine) <= cut)
+    bound = macs / cand.macs_per_cycle_bound(machine)
+    # the method's own work bound (channel padding included) is far tighter for a vertex
+    # whose grouping the tile's channels do not fill, e.g. a 16-channel AMP on depthwise
+    work = vertex_cycles_lower_bound(machine, cand, conv_groups=c.G_t, in_chans=c.C_t,
+                                     out_chans=c.K_t, positions=c.B_t * c.OR * c.OC,
+                                     kernel_h=c.KH_t, kernel_w=p.kernel_w)
+    if work is not None:
+        bound = np.maximum(bound, work)
+    keep = np.flatnonzero(fixed + bound <= cut)
     if not keep.size:
         return None
     c, fixed = c.take(keep), fixed[keep]
