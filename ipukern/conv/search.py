@@ -76,7 +76,7 @@ from .sizing import Table, fewest_serial_slices, with_windows
 __all__ = ["SearchResult", "search", "score_each_method", "vertex_candidates",
            "writes_output_type", "in_chan_splits", "clear_planner_caches",
            "MAX_SINGLE_STAGE_DEPTH", "DEEP_SPLIT_RATIO", "LB_SLACK", "NEAR_TIE", "BNB_SEED",
-           "PRUNE", "KERNEL_SPLITS"]
+           "PRUNE", "KERNEL_SPLITS", "method_work_bound"]
 
 #: input-channel splits below this depth are reduced in one stage and all scored; deeper
 #: ones are reduced in 2-3 stages (PopLibs' ConvReducePlan.cpp, reference §4.3)
@@ -174,8 +174,8 @@ def search(p: ConvParams, machine: MachineSpec, *, bias: bool, method: str | Non
             continue
         # a method can only replace a best plan without serial slices by beating its cycles
         beat = best[2].cycles if best is not None and best[2].serial == 1 else None
-        if PRUNE and beat is not None and _method_work_bound(p, machine, cand) > beat * (1 + NEAR_TIE):
-            continue     # _beat_prune would drop every split vector (see _method_work_bound)
+        if PRUNE and beat is not None and method_work_bound(p, machine, cand) > beat * (1 + NEAR_TIE):
+            continue     # _beat_prune would drop every split vector (see method_work_bound)
         res = _score_method(p, machine, cand, bias, serials, best[2].cycles if best else None, fg,
                             beat=beat, temp_bound=temp_bound)
         if res is None:
@@ -193,14 +193,15 @@ def search(p: ConvParams, machine: MachineSpec, *, bias: bool, method: str | Non
     return SearchResult(best[1], best[2], n_scored, smallest, cands)
 
 
-def _method_work_bound(p: ConvParams, machine: MachineSpec, cand: VertexMethod) -> float:
+def method_work_bound(p: ConvParams, machine: MachineSpec, cand: VertexMethod) -> float:
     """A lower bound on the busiest tile's vertex cycles for every split of ``p`` with
     ``cand`` (0 when the estimators give no work bound): the whole conv's work bound
     (:func:`~.estimators.vertex_cycles_lower_bound`) spread evenly over the machine. Per
     axis the busiest tile's padded size times the split covers the conv's padded size, and
-    a split uses at most every tile, so no split's busiest tile does less. :func:`search`
-    skips a method by it before building its split table; :func:`_beat_prune` would drop
-    every one of them."""
+    a split uses at most every tile, so no split's busiest tile does less (serial slices
+    together do at least the whole tile's work). :func:`search` skips a method by it before
+    building its split table (:func:`_beat_prune` would drop every one of them), and
+    :func:`~.expand.expanded_lower_bound` bounds an expandDims candidate with it."""
     work = vertex_cycles_lower_bound(machine, cand, conv_groups=p.groups,
                                      in_chans=p.in_per_group, out_chans=p.out_per_group,
                                      positions=p.batch * p.out_h * p.out_w,
@@ -521,7 +522,8 @@ def _costs(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: Table, bi
     bias, syncs. Returns the rows costed (indices into ``c``, ascending) and their costs.
 
     Branch and bound, exact: the vertex, the input exchange and the syncs are costed for
-    every row; they bound its total from below (the other terms are >= 0). The rows of
+    every row; with the first stage of its reduction or its cast (:func:`_finishing_bound`)
+    they bound its total from below (the other terms are >= 0). The rows of
     least bound are costed in full first; a row whose bound exceeds their best total by
     more than ``NEAR_TIE`` can be neither the fastest nor a near tie, so it is dropped.
     Rows beyond ``beat`` (by the same margin) are dropped too: a pick slower than ``beat``
@@ -541,6 +543,7 @@ def _costs(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: Table, bi
     ex_in = exchange_cycles(in_eff + w_eff, machine, with_overhead=True)
     sync = _syncs(c, bias, c.serial) * machine.sync_cycles
     lower = ex_in + c.serial * conv + sync
+    bound = _finishing_bound(p, machine, c, lower) if PRUNE else lower
 
     def full(rows: np.ndarray) -> dict[str, np.ndarray]:
         r = c.take(rows)
@@ -560,15 +563,32 @@ def _costs(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: Table, bi
     rows = np.arange(len(lower))
     if PRUNE:
         if beat is not None:
-            rows = np.flatnonzero(lower <= beat * (1 + NEAR_TIE))
+            rows = np.flatnonzero(bound <= beat * (1 + NEAR_TIE))
             if not rows.size:
                 # nothing here beats ``beat``: report the least bound's row (it loses anyway)
                 rows = np.array([int(np.argmin(lower))])
         if rows.size > BNB_SEED:
-            seed = rows[np.argpartition(lower[rows], BNB_SEED - 1)[:BNB_SEED]]
+            seed = rows[np.argpartition(bound[rows], BNB_SEED - 1)[:BNB_SEED]]
             cut = full(seed)["total"].min() * (1 + NEAR_TIE)
-            rows = rows[lower[rows] <= cut]     # keeps the seed's fastest row at least
+            rows = rows[bound[rows] <= cut]     # keeps the seed's fastest row at least
     return rows, full(rows)
+
+
+def _finishing_bound(p: ConvParams, machine: MachineSpec, c: Table,
+                     lower: np.ndarray) -> np.ndarray:
+    """``lower`` plus what every slice's finishing costs at least once: the first
+    reduction stage's exchange (exactly :func:`_reduction_cycles`' stage-1 term) or the
+    cast of the slice's partials. Still a lower bound of the total, and a much tighter one
+    where the reduction decides (the expandDims convs of a dense layer), so the branch
+    and bound of :func:`_costs` costs fewer rows in full."""
+    size = ceil_div(c.out_s, c.f1)
+    red1 = exchange_cycles((c.f1 - 1) * size * DTYPES[p.partials].itemsize, machine,
+                           with_overhead=True)
+    out = lower + np.where(c.R > 1, red1, 0)
+    if c.cast_needed.any():
+        out = out + np.where(c.cast_needed,
+                             cast_cycles_array(machine, c.out_s, p.partials, p.dtype), 0)
+    return out
 
 
 def _vertex_cycles(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: Table,
