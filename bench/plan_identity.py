@@ -14,9 +14,10 @@ Usage::
 
     PYTHONPATH=OLD_TREE python bench/plan_identity.py record old.json
     PYTHONPATH=NEW_TREE python bench/plan_identity.py record new.json
-    python bench/plan_identity.py compare old.json new.json
+    PYTHONPATH=NEW_TREE python bench/plan_identity.py compare old.json new.json
 
-About 2,800 distinct passes; 75-100 s of planning on one core.
+About 2,800 distinct passes; 65-115 s of planning on one core (main 5dbd548 vs this tree,
+2026-12-03: 2,845 plans compared, 0 differ).
 """
 from __future__ import annotations
 
