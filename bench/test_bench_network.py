@@ -2,8 +2,8 @@
 CPU on the same network, weights and input in the same run; estimate_network timings.
 
 Targets (issue 11): run_network >= 0.5x torch eager for MobileNetV2 and ResNet-50 at batch
-8, 224x224; estimate_network(resnet50, batch=16, training=True) cold <= 2 s (empty plan
-caches), warm <= 50 ms; the inference estimate is timed the same way. With benchmarks
+8, 224x224; estimate_network(resnet50, batch=16) cold <= 2 s (empty plan caches), warm <= 50
+ms; the training estimate cold <= 1 s (issue 33; it was 2 s), warm <= 50 ms. With benchmarks
 disabled (the test-suite run) the same code runs once at 32x32, batch 1, as a smoke test.
 """
 import os
@@ -78,7 +78,8 @@ def _planner_seconds():
 @pytest.mark.benchmark(group="network")
 @pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
 def test_estimate_network_resnet50(benchmark, training):
-    """Cold (empty plan caches) and warm estimate; target cold <= 2 s, warm <= 50 ms."""
+    """Cold (empty plan caches) and warm estimate; target cold <= 2 s (training: 1 s), warm
+    <= 50 ms."""
     size, batch = (224, 16) if not benchmark.disabled else (32, 1)
     net = ik.models.resnet50(image_size=size)
 
@@ -107,10 +108,11 @@ def test_estimate_network_resnet50(benchmark, training):
     warm = benchmark(estimate)
     assert warm.total_cycles == cold.total_cycles
     warm_s = measured_seconds(benchmark)
+    target = 1.0 if training else 2.0
     benchmark.extra_info.update({
         "training": training, "cold_seconds": cold_s, "batch": batch, "image_size": size,
-        "target_cold_seconds": 2.0, "target_warm_seconds": 0.05,
-        "meets_cold_target": cold_s <= 2.0,
+        "target_cold_seconds": target, "target_warm_seconds": 0.05,
+        "meets_cold_target": cold_s <= target,
         "meets_warm_target": (warm_s <= 0.05) if warm_s else None,
         "baseline": "plan_conv alone for the distinct conv passes, same run",
         "planner_seconds": planner_s, "distinct_conv_passes": n_passes,

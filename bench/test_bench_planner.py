@@ -1,8 +1,9 @@
 """Host time of ``estimate_conv2d``: cold (plan + build the exact program + cost it) and warm
 (plan cached), for the layers the scaling sweep is made of.
 
-Target: a cold estimate <= 20 ms per layer, so a sweep of ~70 points stays well
-under the 60 s budget on a 2-core machine.
+Target (issue 33): a cold estimate <= 15 ms on every layer here (it was <= 20 ms, issue 11:
+a sweep of ~70 points well under the 60 s budget on a 2-core machine), and >= 1000x faster
+than SCALE-Sim 3.0 on ResNet-50's 3x3 layer (``ratio_vs_scalesim_seconds``).
 
 Same-run baseline: the *planner alone* (``plan_conv``: enumerate methods and split
 vectors, score them with closed forms, keep the best that fits). It is the irreducible
@@ -29,8 +30,12 @@ from ipukern.conv import ConvParams, plan_conv
 
 from timing import best_seconds, measured_seconds
 
-TARGET_S = 0.020
+TARGET_S = 0.015
 SCALESIM_CYCLES_PER_S = 8_000   # peers-and-gpu.md: ~7-9 k simulated cycles/s
+#: SCALE-Sim 3.0 on ResNet-50's 3x3 conv2 layer (56x56, 64->64): 19.7 s (issue 33's run;
+#: reference/peers-and-gpu.md measured 6.8 s on a 128x128 and 30.7 s on a 32x32 array)
+SCALESIM_RESNET50_3X3_S = 19.7
+TARGET_VS_SCALESIM = 1000
 
 LAYERS = {
     # ResNeXt-50 conv2-stage 3x3 at batch 8: dense, ResNeXt's 32 groups, depthwise
@@ -39,6 +44,8 @@ LAYERS = {
     "resnext_g128": ((8, 128, 56, 56), (128, 1, 3, 3), 1, 128),
     # EfficientNet-B0 stage-3 depthwise 5x5
     "effnet_dw5": ((8, 240, 28, 28), (240, 1, 5, 5), 2, 240),
+    # ResNet-50 conv2 3x3 at batch 8, the layer timed against SCALE-Sim
+    "resnet50_3x3": ((8, 64, 56, 56), (64, 64, 3, 3), 1, 1),
 }
 
 
@@ -75,6 +82,10 @@ def _record(benchmark, layer, prof, mode):
         simulated_cycles_per_host_s=(prof.total_cycles / t) if (t and mode == "cold") else None,
         ratio_vs_scalesim_cycles_per_s=(prof.total_cycles / t / SCALESIM_CYCLES_PER_S)
         if (t and mode == "cold") else None)
+    if t and mode == "cold" and layer == "resnet50_3x3":
+        benchmark.extra_info.update(
+            ratio_vs_scalesim_seconds=SCALESIM_RESNET50_3X3_S / t,
+            meets_scalesim_target=SCALESIM_RESNET50_3X3_S / t >= TARGET_VS_SCALESIM)
 
 
 @pytest.mark.benchmark(group="planner")

@@ -55,7 +55,7 @@ from ..core import split_bounds
 from ..machine import MachineSpec
 from .layout import geometry, owned_input_segments
 from .params import ConvParams, expanded_params
-from .search import vertex_candidates
+from .search import method_work_bound, vertex_candidates
 
 __all__ = ["box_row_step", "transform_estimate", "transform_copy_cycles", "source_boxes",
            "with_transform", "expanded_lower_bound", "transform_lower_bound"]
@@ -154,8 +154,9 @@ def with_transform(cycles: int, nbytes: int, breakdown: dict, t: dict) -> dict:
 
 def expanded_lower_bound(p: ConvParams, machine: MachineSpec, dims: str, bias: bool = False) -> int:
     """A lower bound on :func:`~.planner.plan_expanded`'s cycles for any split, without planning:
-    the expanded conv's MACs spread over every tile at the fastest candidate's peak rate
-    (the planner's own bound), two supersteps (exchange-in, one slice), and the transform's
+    the expanded conv's least compute bound over its vertex candidates (each the larger of
+    its MACs spread over every tile at the candidate's peak rate and its work bound,
+    :func:`~.search.method_work_bound`), two supersteps (exchange-in, one slice), and the transform's
     copy of an even share of the expanded input plus its superstep. The busiest owner of
     the largest window core writes at least that share: the cores partition the expanded
     input over the blocks, each shared by at most out-chans owners."""
@@ -164,8 +165,9 @@ def expanded_lower_bound(p: ConvParams, machine: MachineSpec, dims: str, bias: b
     cands = vertex_candidates(e, machine)
     if not cands:
         return 0
-    rate = max(c.macs_per_cycle_bound(machine) for c in cands)
-    conv = int(e.macs / (nt * rate))
+    # the plan's method, whichever it is, is bounded by its rate and by its own work bound
+    conv = int(min(max(e.macs / (nt * c.macs_per_cycle_bound(machine)),
+                       method_work_bound(e, machine, c)) for c in cands))
     return conv + 2 * machine.sync_cycles + transform_lower_bound(p, machine, dims)
 
 

@@ -66,7 +66,7 @@ from ..core.tensor import expand, split_candidates
 from ..dtypes import DTYPES
 from ..machine import MachineSpec
 from .estimators import (VertexMethod, candidate_methods, conv_vertex_cycles_array,
-                         direct_output_candidates, vertex_field)
+                         direct_output_candidates, vertex_cycles_lower_bound, vertex_field)
 from .estimators import candidates as _estimator_candidates
 from .layout import MAX_INPUT_OWNERS, Split
 from .params import ConvParams
@@ -76,7 +76,7 @@ from .sizing import Table, fewest_serial_slices, with_windows
 __all__ = ["SearchResult", "search", "score_each_method", "vertex_candidates",
            "writes_output_type", "in_chan_splits", "clear_planner_caches",
            "MAX_SINGLE_STAGE_DEPTH", "DEEP_SPLIT_RATIO", "LB_SLACK", "NEAR_TIE", "BNB_SEED",
-           "PRUNE", "KERNEL_SPLITS"]
+           "PRUNE", "KERNEL_SPLITS", "method_work_bound"]
 
 #: input-channel splits below this depth are reduced in one stage and all scored; deeper
 #: ones are reduced in 2-3 stages (PopLibs' ConvReducePlan.cpp, reference §4.3)
@@ -174,6 +174,8 @@ def search(p: ConvParams, machine: MachineSpec, *, bias: bool, method: str | Non
             continue
         # a method can only replace a best plan without serial slices by beating its cycles
         beat = best[2].cycles if best is not None and best[2].serial == 1 else None
+        if PRUNE and beat is not None and method_work_bound(p, machine, cand) > beat * (1 + NEAR_TIE):
+            continue     # _beat_prune would drop every split vector (see method_work_bound)
         res = _score_method(p, machine, cand, bias, serials, best[2].cycles if best else None, fg,
                             beat=beat, temp_bound=temp_bound)
         if res is None:
@@ -189,6 +191,22 @@ def search(p: ConvParams, machine: MachineSpec, *, bias: bool, method: str | Non
     if best is None or best[1] is None:
         return SearchResult(None, None, n_scored, smallest, cands)
     return SearchResult(best[1], best[2], n_scored, smallest, cands)
+
+
+def method_work_bound(p: ConvParams, machine: MachineSpec, cand: VertexMethod) -> float:
+    """A lower bound on the busiest tile's vertex cycles for every split of ``p`` with
+    ``cand`` (0 when the estimators give no work bound): the whole conv's work bound
+    (:func:`~.estimators.vertex_cycles_lower_bound`) spread evenly over the machine. Per
+    axis the busiest tile's padded size times the split covers the conv's padded size, and
+    a split uses at most every tile, so no split's busiest tile does less (serial slices
+    together do at least the whole tile's work). :func:`search` skips a method by it before
+    building its split table (:func:`_beat_prune` would drop every one of them), and
+    :func:`~.expand.expanded_lower_bound` bounds an expandDims candidate with it."""
+    work = vertex_cycles_lower_bound(machine, cand, conv_groups=p.groups,
+                                     in_chans=p.in_per_group, out_chans=p.out_per_group,
+                                     positions=p.batch * p.out_h * p.out_w,
+                                     kernel_h=p.kernel_h, kernel_w=p.kernel_w)
+    return 0.0 if work is None else work / machine.n_tiles
 
 
 def score_each_method(p: ConvParams, machine: MachineSpec, *, bias: bool
@@ -504,7 +522,8 @@ def _costs(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: Table, bi
     bias, syncs. Returns the rows costed (indices into ``c``, ascending) and their costs.
 
     Branch and bound, exact: the vertex, the input exchange and the syncs are costed for
-    every row; they bound its total from below (the other terms are >= 0). The rows of
+    every row; with the first stage of its reduction or its cast (:func:`_finishing_bound`)
+    they bound its total from below (the other terms are >= 0). The rows of
     least bound are costed in full first; a row whose bound exceeds their best total by
     more than ``NEAR_TIE`` can be neither the fastest nor a near tie, so it is dropped.
     Rows beyond ``beat`` (by the same margin) are dropped too: a pick slower than ``beat``
@@ -524,6 +543,7 @@ def _costs(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: Table, bi
     ex_in = exchange_cycles(in_eff + w_eff, machine, with_overhead=True)
     sync = _syncs(c, bias, c.serial) * machine.sync_cycles
     lower = ex_in + c.serial * conv + sync
+    bound = _finishing_bound(p, machine, c, lower) if PRUNE else lower
 
     def full(rows: np.ndarray) -> dict[str, np.ndarray]:
         r = c.take(rows)
@@ -543,15 +563,32 @@ def _costs(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: Table, bi
     rows = np.arange(len(lower))
     if PRUNE:
         if beat is not None:
-            rows = np.flatnonzero(lower <= beat * (1 + NEAR_TIE))
+            rows = np.flatnonzero(bound <= beat * (1 + NEAR_TIE))
             if not rows.size:
                 # nothing here beats ``beat``: report the least bound's row (it loses anyway)
                 rows = np.array([int(np.argmin(lower))])
         if rows.size > BNB_SEED:
-            seed = rows[np.argpartition(lower[rows], BNB_SEED - 1)[:BNB_SEED]]
+            seed = rows[np.argpartition(bound[rows], BNB_SEED - 1)[:BNB_SEED]]
             cut = full(seed)["total"].min() * (1 + NEAR_TIE)
-            rows = rows[lower[rows] <= cut]     # keeps the seed's fastest row at least
+            rows = rows[bound[rows] <= cut]     # keeps the seed's fastest row at least
     return rows, full(rows)
+
+
+def _finishing_bound(p: ConvParams, machine: MachineSpec, c: Table,
+                     lower: np.ndarray) -> np.ndarray:
+    """``lower`` plus what every slice's finishing costs at least once: the first
+    reduction stage's exchange (exactly :func:`_reduction_cycles`' stage-1 term) or the
+    cast of the slice's partials. Still a lower bound of the total, and a much tighter one
+    where the reduction decides (the expandDims convs of a dense layer), so the branch
+    and bound of :func:`_costs` costs fewer rows in full."""
+    size = ceil_div(c.out_s, c.f1)
+    red1 = exchange_cycles((c.f1 - 1) * size * DTYPES[p.partials].itemsize, machine,
+                           with_overhead=True)
+    out = lower + np.where(c.R > 1, red1, 0)
+    if c.cast_needed.any():
+        out = out + np.where(c.cast_needed,
+                             cast_cycles_array(machine, c.out_s, p.partials, p.dtype), 0)
+    return out
 
 
 def _vertex_cycles(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: Table,
@@ -615,8 +652,10 @@ def _beat_prune(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: Tabl
     vertex with K_t out-chans (the vertex estimates are affine in the out-chan groups with
     non-negative terms, so s slices cost at least one of K_t), the exchange of its inputs
     and, when weights move at all, K_t's weights (the exchange costs are subadditive), and
-    one superstep per stage of one slice. Checked first with the compute lower bound in
-    place of the vertex, which is cheaper."""
+    one superstep per stage of one slice. Checked first with lower bounds in place of the
+    vertex, which are cheaper: the useful MACs at the method's peak rate and, where the
+    estimators give one, the vertex's own work bound (:func:`~.estimators.
+    vertex_cycles_lower_bound`; both bound the vertex with K_t out-chans from below)."""
     cut = beat * (1 + NEAR_TIE)
     kk = c.KH_t * p.kernel_w
     w_b = c.G_t * c.K_t * c.C_t * kk * DTYPES[p.dtype].itemsize
@@ -624,7 +663,15 @@ def _beat_prune(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: Tabl
     fixed = (exchange_cycles(_input_receive(p, machine, c) + w_eff, machine, with_overhead=True)
              + _syncs(c, bias, 1) * machine.sync_cycles)
     macs = c.G_t * c.C_t * c.K_t * c.B_t * c.OR * c.OC * kk
-    keep = np.flatnonzero(fixed + macs / cand.macs_per_cycle_bound(machine) <= cut)
+    bound = macs / cand.macs_per_cycle_bound(machine)
+    # the method's own work bound (channel padding included) is far tighter for a vertex
+    # whose grouping the tile's channels do not fill, e.g. a 16-channel AMP on depthwise
+    work = vertex_cycles_lower_bound(machine, cand, conv_groups=c.G_t, in_chans=c.C_t,
+                                     out_chans=c.K_t, positions=c.B_t * c.OR * c.OC,
+                                     kernel_h=c.KH_t, kernel_w=p.kernel_w)
+    if work is not None:
+        bound = np.maximum(bound, work)
+    keep = np.flatnonzero(fixed + bound <= cut)
     if not keep.size:
         return None
     c, fixed = c.take(keep), fixed[keep]

@@ -14,8 +14,8 @@ import pytest
 from ipukern.conv.estimators import (
     TileConv, VertexMethod, amp_1x1_cycles, amp_nx1_cycles, amp_uses_1x1, candidate_methods,
     cast_cycles, combine_group_factors, conv_vertex_cycles, conv_vertex_cycles_array,
-    hmac_cycles, reduce_cycles, slic_cycles, useful_macs, vmac_cycles, worker_segments,
-    zeroing_cycles,
+    hmac_cycles, reduce_cycles, slic_cycles, useful_macs, vertex_cycles_lower_bound, vmac_cycles,
+    worker_segments, zeroing_cycles,
 )
 from ipukern.machine import GC2, GC200
 
@@ -495,6 +495,47 @@ def test_candidates_gc200_half_half():
     assert sorted(m.in_chans_per_group for m in by["HMAC"]) == [2, 4, 6, 8, 16]
     assert {m.conv_groups_per_group for m in by["VMAC"]} == {4, 8, 16}
     assert ms[0] == HH16
+
+
+def test_work_bound_holds_for_every_candidate():
+    # vertex_cycles_lower_bound (the planner prunes whole methods and split vectors by it)
+    # must bound the estimators from below on any tile: small and large fields, rows of 1-9
+    # positions (the short-row and entry constants), padded channels, kernel rows that do
+    # not fill the weight height, combined groups, stride 1 and 2, both machines
+    rng = np.random.default_rng(0)
+    fields = [(1, 1, 1), (1, 1, 2), (1, 2, 3), (2, 3, 5), (1, 7, 9), (3, 1, 13), (1, 56, 56),
+              (1, 1, 3000)]
+    checked = set()
+    for machine, dt, pt in itertools.product((GC200, GC2), ("half", "float"), ("half", "float")):
+        if dt == "float" and pt == "half":
+            continue
+        for g, c, k, kh, kw, sw in [(16, 1, 1, 3, 3, 1), (240, 1, 1, 5, 5, 2), (1, 16, 16, 1, 1, 1),
+                                    (4, 8, 8, 5, 5, 1), (32, 4, 4, 3, 3, 2), (1, 3, 64, 7, 7, 2),
+                                    (2, 24, 40, 1, 4, 1)]:
+            for m in candidate_methods(machine, dt, pt, c, k, kw, sw, n_groups=g):
+                n = 64
+                b, h, w = (np.array([fields[i][j] for i in rng.integers(0, len(fields), n)])
+                           for j in range(3))
+                gt, ct, kt = (rng.integers(1, v + 1, n) for v in (g, c, k))
+                kht = rng.integers(1, kh + 1, n)
+                try:
+                    cyc = conv_vertex_cycles_array(machine, m, conv_groups=gt, in_chans=ct,
+                                                   out_chans=kt, batch=b, out_h=h, out_w=w,
+                                                   kernel_h=kht, kernel_w=kw, stride=(1, sw))
+                except ValueError:
+                    continue
+                lb = vertex_cycles_lower_bound(machine, m, conv_groups=gt, in_chans=ct,
+                                               out_chans=kt, positions=b * h * w,
+                                               kernel_h=kht, kernel_w=kw)
+                if lb is None:
+                    continue
+                assert (lb <= cyc).all(), (m.label(), machine.name)
+                # and a real bound, not 0: within 4x of the estimate on large fields, where
+                # the fixed overheads it leaves out are small
+                big = b * h * w >= 3000
+                assert (4 * lb[big] >= cyc[big]).all(), (m.label(), machine.name)
+                checked.add(m.method)
+    assert checked == {"AMP", "SLIC", "HMAC"}
 
 
 def test_candidates_float_partials_and_mk1():

@@ -59,11 +59,13 @@ import numpy as np
 from ...core.cost import cast_cycles, reduce_cycles  # shared with the built-in vertices
 from ...machine import MachineSpec
 from ._common import _check_machine, _Dims, _total, _vertex_dims, worker_segments, zeroing_cycles
-from .amp import _amp_1x1_parts, _amp_nx1_parts, amp_1x1_cycles, amp_nx1_cycles, amp_uses_1x1
+from .amp import (_amp_1x1_parts, _amp_nx1_parts, amp_1x1_cycles, amp_cycles_lower_bound,
+                  amp_nx1_cycles, amp_uses_1x1)
 from .candidates import candidate_methods, combine_group_factors, direct_output_candidates
-from .hmac import _hmac_dot_cycles, _hmac_parts, _hmac_uses_1x1, hmac_cycles
+from .hmac import (_hmac_dot_cycles, _hmac_parts, _hmac_uses_1x1, hmac_cycles,
+                   hmac_cycles_lower_bound)
 from .methods import METHODS, TileConv, VertexCost, VertexMethod, _positive_int, useful_macs
-from .slic import _check_slic_tile, _slic_parts, slic_cycles
+from .slic import _check_slic_tile, _slic_parts, slic_cycles, slic_cycles_lower_bound
 from .vmac import _check_vmac_tile, _vmac_parts, vmac_cycles
 
 
@@ -73,7 +75,7 @@ __all__ = [
     "useful_macs",
     "amp_uses_1x1", "amp_nx1_cycles", "amp_1x1_cycles", "slic_cycles", "vmac_cycles",
     "hmac_cycles", "zeroing_cycles", "cast_cycles", "reduce_cycles",
-    "conv_vertex_cycles", "conv_vertex_cycles_array", "vertex_field",
+    "conv_vertex_cycles", "conv_vertex_cycles_array", "vertex_field", "vertex_cycles_lower_bound",
 ]
 
 
@@ -186,6 +188,26 @@ def conv_vertex_cycles(machine: MachineSpec, method: VertexMethod, tile: TileCon
                                                              "workers", "zeroing")}
     return VertexCost(cycles=sum(public.values()), breakdown=MappingProxyType(public),
                       why=_why(machine, method, tile, vertex, parts), vertex=vertex)
+
+
+def vertex_cycles_lower_bound(machine: MachineSpec, method: VertexMethod, *, conv_groups: Any,
+                              in_chans: Any, out_chans: Any, positions: Any, kernel_h: Any,
+                              kernel_w: Any) -> Any:
+    """A lower bound on :func:`conv_vertex_cycles_array` for tiles of these sizes
+    (``positions`` = batch x out_h x out_w, however the vertex field is shaped), or None
+    when the method has none beyond the useful-MACs one
+    (:meth:`VertexMethod.macs_per_cycle_bound`; VMAC). AMP:
+    :func:`.amp.amp_cycles_lower_bound`, SLIC: :func:`.slic.slic_cycles_lower_bound`, HMAC:
+    :func:`.hmac.hmac_cycles_lower_bound`."""
+    if method.method == "VMAC":
+        return None
+    d = _vertex_dims(method, _Dims(conv_groups, in_chans, out_chans, 1, 1, positions,
+                                   kernel_h, kernel_w))
+    if method.method == "SLIC":
+        return slic_cycles_lower_bound(method, d)
+    if method.method == "HMAC":
+        return hmac_cycles_lower_bound(machine, method, d)
+    return amp_cycles_lower_bound(machine, method, d)
 
 
 def conv_vertex_cycles_array(machine: MachineSpec, method: VertexMethod, *, conv_groups: Any,

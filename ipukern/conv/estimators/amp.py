@@ -17,7 +17,7 @@ from ._common import (BRNZDEC_STALL_CYCLES, ZERO_RETENTION_CYCLES, _check_kind, 
                       _vertex_dims, _where, _zero_cycles)
 from .methods import _FLOAT, _HALF, TileConv, VertexMethod
 
-__all__ = ["amp_uses_1x1", "amp_nx1_cycles", "amp_1x1_cycles"]
+__all__ = ["amp_uses_1x1", "amp_nx1_cycles", "amp_1x1_cycles", "amp_cycles_lower_bound"]
 
 # "Worker" constants are in worker instruction cycles; a tile runs its slowest worker
 # n_workers times over (barrel scheduling).
@@ -235,6 +235,25 @@ def _amp_1x1_parts(machine: MachineSpec, method: VertexMethod, d: _Dims) -> dict
     return {"weight_load": weight_load, "workers": work, "zeroing": 0,
             "supervisor": total - weight_load - work,
             "_groups": (n_cg, n_ig, n_og), "_kernel": 1, "_passes": passes}
+
+
+def amp_cycles_lower_bound(machine: MachineSpec, method: VertexMethod, d: _Dims) -> Any:
+    """A lower bound on both AMP vertices' cycles (nx1 and 1x1) for the vertex dims ``d``:
+    every run (conv group x in-group x out-group x kernel load x output pass) streams each
+    of the tile's output positions through the AMP at ``amp_cycles_per_position``.
+
+    Why it holds: every work-list entry of n positions costs at least ``core * n`` (the
+    entry constants above exceed ``3 * core``), the slowest worker times the worker count
+    bounds the sum over workers, and every other term of both estimates is >= 0. Unlike the
+    planner's useful-MACs bound it counts the channel padding to the method's grouping and
+    the kernel rows padded to the weight height, so a 16-channel AMP on a depthwise tile is
+    bounded by its real work (the search prunes with it: :func:`~ipukern.conv.search`)."""
+    n_runs = (ceil_div(d.groups, method.conv_groups_per_group)
+              * ceil_div(d.in_chans, method.in_chans_per_group)
+              * ceil_div(d.out_chans, method.out_chans_per_group)
+              * ceil_div(d.kernel_h, method.amp_weight_height) * d.kernel_w
+              * (method.out_chans_per_group // method.conv_units))
+    return n_runs * (d.batch * d.out_h * d.out_w) * machine.amp_cycles_per_position(method.in_dtype)
 
 
 def amp_nx1_cycles(machine: MachineSpec, method: VertexMethod, tile: TileConv) -> int:

@@ -15,7 +15,7 @@ from ._common import (ZERO_RETENTION_CYCLES, _check_kind, _check_machine,
                       _vertex_dims, _where, _zero_cycles)
 from .methods import _FLOAT, _HALF, TileConv, VertexMethod
 
-__all__ = ["hmac_cycles"]
+__all__ = ["hmac_cycles", "hmac_cycles_lower_bound"]
 
 # ---- HMAC (ConvPartialHorizontalMac): getConvPartialHorizontalMac*, getDenseDotProductCycles
 HMAC_SUPERVISOR_CYCLES = {_FLOAT: 58, _HALF: 65}   # keyed by input dtype
@@ -120,6 +120,25 @@ def _hmac_parts(machine: MachineSpec, method: VertexMethod, d: _Dims, use_1x1: A
     return {"weight_load": 0, "workers": work, "zeroing": zeroing,
             "supervisor": total - work, "_groups": (n_cg, n_ig, n_og),
             "_kernel": d.kernel_h * d.kernel_w, "_passes": 1}
+
+
+def hmac_cycles_lower_bound(machine: MachineSpec, method: VertexMethod, d: _Dims) -> Any:
+    """A lower bound on the HMAC vertex's cycles (both variants) for the vertex dims ``d``:
+    every (conv group, in-group, out-group, kernel tap) pays each output position's
+    cheapest per-position cost (the 1x1 single-channel loop, else the channel loop).
+
+    Why it holds: the busiest worker's positions times the worker count cover the tile's
+    positions, and every other term (segments, retention-adjusted worker set-up,
+    supervisor, zeroing) is >= 0. The non-literal estimate, which the planner uses."""
+    dot = _hmac_dot_cycles(machine, method)
+    out_loops = (method.out_chans_per_group // 2 if method.partials_dtype == _HALF
+                 else method.out_chans_per_group)
+    per_pos = (HMAC_1X1_POSITION_CYCLES + dot if out_loops == 1
+               else HMAC_POSITION_CYCLES + out_loops * dot)
+    n_runs = (ceil_div(d.groups, method.conv_groups_per_group)
+              * ceil_div(d.in_chans, method.in_chans_per_group)
+              * ceil_div(d.out_chans, method.out_chans_per_group) * d.kernel_h * d.kernel_w)
+    return n_runs * (d.batch * d.out_h * d.out_w) * per_pos
 
 
 def hmac_cycles(machine: MachineSpec, method: VertexMethod, tile: TileConv, *,

@@ -18,7 +18,7 @@ from ._common import (BRNZDEC_STALL_CYCLES, _check_kind, _check_machine,
 from .methods import _FLOAT, TileConv, VertexMethod
 from .methods import SLIC_WINDOW_WIDTH
 
-__all__ = ["slic_cycles", "SLIC_WINDOW_WIDTH"]
+__all__ = ["slic_cycles", "slic_cycles_lower_bound", "SLIC_WINDOW_WIDTH"]
 
 # ---- SLIC (ConvPartial1xNSLIC): getConvPartialSlic*
 
@@ -132,6 +132,22 @@ def _slic_parts(machine: MachineSpec, method: VertexMethod, d: _Dims, stride_w: 
     return {"weight_load": weight_load, "workers": work, "zeroing": 0,
             "supervisor": total - weight_load - work, "_groups": (n_cgg, 1, 1),
             "_kernel": n_sub, "_passes": passes}
+
+
+def slic_cycles_lower_bound(method: VertexMethod, d: _Dims) -> Any:
+    """A lower bound on the SLIC vertex's cycles for the vertex dims ``d``: each conv-group
+    block runs every sub-kernel over all of the tile's output positions, one cycle per
+    position per input pass (and per 4-group stride when cgpg > 4).
+
+    Why it holds: every row segment of n positions costs at least n per pass (stride 2:
+    2n; the short-row constants exceed the loop threshold), the slowest worker times the
+    worker count bounds the sum over workers, and every other term is >= 0 (the
+    non-literal estimate, which the planner uses)."""
+    strides = max(1, method.conv_groups_per_group // 4)
+    passes = 1 if method.slic_chains == 4 else 2
+    n_cgg = ceil_div(d.groups, method.conv_groups_per_group)
+    n_sub = ceil_div(d.kernel_w, SLIC_WINDOW_WIDTH) * d.kernel_h
+    return n_cgg * n_sub * strides * passes * (d.batch * d.out_h * d.out_w)
 
 
 def _check_slic_tile(method: VertexMethod, d: _Dims, stride_w: int) -> None:
