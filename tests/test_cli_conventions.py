@@ -1,8 +1,9 @@
 """Command-line conventions shared by every subcommand (version, output to stdout, ...)."""
 from __future__ import annotations
 
-import json
 import argparse
+import contextlib
+import json
 import os
 import re
 import subprocess
@@ -67,7 +68,24 @@ def test_diff_command_bad_input_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("ipukern diff: error:") and "not an ipukern profile" in err
     assert "\n" not in err
-    assert main(["diff", str(tmp_path / "missing.json"), str(bad)]) == 1
+    assert main(["diff", str(tmp_path / "missing.json"), str(bad)]) == 2     # names nothing
+
+
+@pytest.mark.parametrize("argv", [
+    ["network", "nosuchnet"], ["network", "resnet8", "--machine", "NOPE"],
+    ["train", "--costs", "{missing}", "--system", "M2000"], ["diff", "{missing}", "{missing}"],
+    ["conv", "--machine-file", "{missing}"], ["scaling", "--layers", "{missing}"],
+    ["validate", "--measurements", "{missing}", "--no-plot"], ["compare", "resnet8", "--systems", "POD17"]])
+def test_a_name_or_file_that_names_nothing_exits_2(argv, tmp_path, capsys):
+    """One code for an unknown model, machine, system and a missing input file (docs/usage)."""
+    missing = str(tmp_path / "missing.file")
+    argv = [a.replace("{missing}", missing) for a in argv]
+    argv += ["--out", str(tmp_path)] * (argv[0] == "validate")
+    with pytest.raises(SystemExit) if "--machine" in " ".join(argv) else contextlib.nullcontext() as e:
+        rc = main(argv)
+    rc = e.value.code if e is not None else rc
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and "--help" in err, err
 
 
 def _subparsers():
@@ -179,3 +197,33 @@ def test_json_dash_with_both_bandwidths_is_one_json_document(capsys):
                  "--json", "-"]) == 0
     docs = json.loads(capsys.readouterr().out)
     assert [d["machine"] for d in docs] == ["GC200", "GC200-xch8TB"]
+
+
+def test_report_commands_write_no_files_unless_asked(tmp_path, monkeypatch, capsys):
+    """train, compare and network print a report; files only with --out / --json / --trace."""
+    costs = tmp_path / "in" / "costs.json"
+    costs.parent.mkdir()
+    costs.write_text(json.dumps([dict(name=f"l{i}", fwd_cycles=1000, bwd_cycles=2000, wu_cycles=500,
+                                      n_params=10_000, stash_bytes=4096, out_bytes=2048) for i in range(4)]))
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    assert main(["train", "--costs", str(costs), "--system", "M2000", "--micro-batch", "2"]) == 0
+    assert main(["compare", "--costs", str(costs), "--systems", "POD16"]) == 0
+    assert main(["network", "resnet8", "--batch", "2", "--no-progress"]) == 0
+    assert "wrote" not in capsys.readouterr().out
+    assert list(work.iterdir()) == []
+
+
+def test_partials_defaults_follow_one_documented_rule():
+    """float (PopLibs' default) for one op and the op sweep; half (the published network runs)
+    for networks, training and tuning; every --help says which and why."""
+    _, commands = _subparsers()
+    want = {"conv": "float", "matmul": "float", "scaling": "float", "network": "half",
+            "train": "half", "compare": "half", "tune": "half"}
+    for name, default in want.items():
+        action = next(a for a in commands[name]._actions if a.dest == "partials")
+        assert action.default == default, name
+        assert f"default {default}:" in action.help and ("PopLibs" in action.help), name
+    usage = (ROOT / "docs" / "usage.rst").read_text(encoding="utf-8")
+    assert "PopLibs' default partialsType" in usage

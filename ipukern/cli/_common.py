@@ -359,8 +359,7 @@ def write_views(profile: Any, args: argparse.Namespace, *, suffix: str = "") -> 
 def add_common(p: argparse.ArgumentParser, *, machine_default: str = "GC200") -> None:
     p.add_argument("--dtype", choices=["float16", "float32"], default="float16",
                    help="input dtype (default float16)")
-    p.add_argument("--partials", choices=["float", "half"], default="float",
-                   help="IPU accumulation dtype (default float: fp16->fp32 AMP, 125 TFLOP/s on GC200)")
+    add_partials(p, "float")
     p.add_argument("--exchange-bandwidth", type=bandwidth_list, default=[None], metavar="B/s",
                    help="aggregate on-chip exchange bandwidth in B/s: 'default' (47.5e12 on GC200), "
                         "'datasheet' (8e12, the GC200 datasheet's IPU-Exchange figure), a number "
@@ -368,6 +367,24 @@ def add_common(p: argparse.ArgumentParser, *, machine_default: str = "GC200") ->
     p.add_argument("--gpu-efficiency", choices=["cudnn", "optimized"], default="cudnn",
                    help="GPU software the GPU model stands for (default cudnn)")
     add_progress_options(p)
+
+
+#: why each default (docs/usage.rst, "Defaults"): one op is planned as PopLibs plans it by
+#: default; a network or a training step as Graphcore's published runs of it were configured
+_PARTIALS_WHY = {
+    "float": "default float: PopLibs' default partialsType for convolutions and matmuls "
+             "(fp16->fp32 AMP, 125 TFLOP/s on GC200)",
+    "half": "default half: the setting of Graphcore's published network runs (MLPerf ResNet-50, "
+            "BERT), which ipukern validate compares with; float is PopLibs' single-op default; "
+            "float32 inputs accumulate in float either way",
+}
+
+
+def add_partials(p: argparse.ArgumentParser, default: str) -> None:
+    """``--partials half|float`` with the documented default of the command's kind: float for
+    one op or a sweep of ops, half for networks, training and tuning."""
+    p.add_argument("--partials", choices=["float", "half"], default=default,
+                   help=f"conv/matmul accumulation dtype ({_PARTIALS_WHY[default]})")
 
 
 def add_progress_options(p: argparse.ArgumentParser) -> None:
@@ -428,7 +445,8 @@ def add_document_views(p: argparse.ArgumentParser, *, out_files: str) -> None:
                    help="write the result as JSON ('-': to stdout, the report then goes to stderr)")
     p.add_argument("--trace", metavar="PATH",
                    help="write a Chrome/Perfetto trace-event JSON (open in ui.perfetto.dev)")
-    p.add_argument("--out", metavar="DIR", help=f"write {out_files} into this directory")
+    p.add_argument("--out", metavar="DIR",
+                   help=f"write {out_files} into this directory (default: no files)")
 
 
 def out_dir(args: argparse.Namespace) -> Path | None:

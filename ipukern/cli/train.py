@@ -28,8 +28,8 @@ from ..systems import (SYSTEM_PRESETS, LayerCost, StageMemoryError, estimate_tra
                        training_trace)
 from . import train_run
 from ._common import (Progress, UsageError, add_document_views, add_machine_options, add_optimizer,
-                      add_optimizer_state_dtype, add_progress_options, out_dir, progress_enabled,
-                      write_documents)
+                      add_optimizer_state_dtype, add_partials, add_progress_options, out_dir,
+                      progress_enabled, write_documents)
 from ._models import known_system
 from ._models import model as _model
 from ._models import pipeline as _pipeline
@@ -277,8 +277,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pipeline", default=None, help="'auto' or comma-separated split layers")
     p.add_argument("--dtype", default="float16", choices=["float16", "float32"],
                    help="activation and weight dtype (default float16)")
-    p.add_argument("--partials", default="half", choices=["half", "float"],
-                   help="accumulation dtype of the convolutions and matmuls (default half)")
+    add_partials(p, "half")
     p.add_argument("--recompute", action="store_true",
                    help="re-run each stage's forward in its backward; stash only the stage input")
     p.add_argument("--checkpoints", default=None, metavar="L1,L2",
@@ -326,8 +325,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--epochs", type=float, default=None,
                    help="also report the time to train this many epochs")
     add_document_views(t, out_files="train.csv (one row per IPU), train.json and train.png (the "
-                                    "pipeline schedule); default: the current directory")
-    t.set_defaults(out=".")
+                                    "pipeline schedule)")
     add_progress_options(t)
     train_run.register_flags(t)
     t.set_defaults(func=_cmd_train)

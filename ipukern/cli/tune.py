@@ -15,7 +15,7 @@ from ..systems.tune import (DEFAULT_MAX_GLOBAL_BATCH, PUBLISHED_MK1, ChipCompari
 from ._models import known_system
 from ._models import model as _model
 from ._models import pipeline as _pipeline
-from ._common import (Progress, add_optimizer, add_optimizer_state_dtype, add_progress_options,
+from ._common import (Progress, add_optimizer, add_optimizer_state_dtype, add_partials, add_progress_options,
                       progress_enabled)
 
 
@@ -132,8 +132,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="fix the proportion (default: 0.6, 0.3 and 0.15 are tried)")
     p.add_argument("--dtype", default="float16", choices=["float16", "float32"],
                    help="activation and weight dtype (default float16)")
-    p.add_argument("--partials", default="half", choices=["half", "float"],
-                   help="accumulation dtype of the convolutions and matmuls (default half)")
+    add_partials(p, "half")
     add_optimizer(p)
     add_optimizer_state_dtype(p)
     p.add_argument("--bn-group", type=int, default=1, metavar="N",
