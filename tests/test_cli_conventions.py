@@ -227,3 +227,22 @@ def test_partials_defaults_follow_one_documented_rule():
         assert f"default {default}:" in action.help and ("PopLibs" in action.help), name
     usage = (ROOT / "docs" / "usage.rst").read_text(encoding="utf-8")
     assert "PopLibs' default partialsType" in usage
+
+
+def test_conv_and_matmul_take_out_dir_like_the_other_commands(tmp_path, capsys):
+    """--out DIR on the single-op commands: the profile's JSON, trace and plots, one set per
+    machine variant; nothing else in the directory."""
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "o"
+    assert main(["matmul", "--shape", "64,64,64", "--gpu", "none", "--out", str(out)]) == 0
+    assert main(["conv", "--shape", "1,16,8,8", "--gpu", "none", "--out", str(out),
+                 "--exchange-bandwidth", "both"]) == 0
+    names = {p.name for p in out.iterdir()}
+    for stem in ("matmul", "conv", "conv-GC200-xch8TB"):
+        assert {f"{stem}.json", f"{stem}.trace.json", f"{stem}_memory.png", f"{stem}_timeline.png",
+                f"{stem}_activity.png"} <= names, names
+    assert len(names) == 15
+    assert json.loads((out / "conv.json").read_text())["schema"] == "ipukern.profile"
+    assert "conv.trace.json (open it in ui.perfetto.dev" in capsys.readouterr().out
+    (tmp_path / "file").write_text("x")
+    assert main(["conv", "--shape", "1,16,8,8", "--gpu", "none", "--out", str(tmp_path / "file")]) == 1

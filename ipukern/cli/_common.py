@@ -327,22 +327,43 @@ def _with_suffix(path: str, suffix: str) -> str:
     return str(p.with_name(p.stem + suffix + p.suffix))
 
 
+#: the plots of a single-op profile: (option, file name ending under --out, plots function)
+_PROFILE_PLOTS = (("memory_png", "_memory.png", "plot_memory_heatmap"),
+                  ("timeline_png", "_timeline.png", "plot_timeline"),
+                  ("activity_png", "_activity.png", "plot_activity"))
+
+
+def _view_targets(args: argparse.Namespace, suffix: str) -> tuple[list[str], list[str], list]:
+    """(JSON paths, trace paths, [(PNG path, plots function)]): the options' own paths, then
+    the ``--out DIR`` set (``conv.json``, ``conv.trace.json``, ``conv_memory.png``, ...)."""
+    jsons = [_with_suffix(args.json, suffix)] if args.json and args.json != "-" else []
+    traces = [_with_suffix(args.trace, suffix)] if args.trace else []
+    pngs = [(_with_suffix(getattr(args, opt), suffix), fn) for opt, _, fn in _PROFILE_PLOTS
+            if getattr(args, opt)]
+    directory = out_dir(args)
+    if directory is not None:
+        directory.mkdir(parents=True, exist_ok=True)
+        stem = str(directory / f"{args.command}{suffix}")
+        jsons.append(f"{stem}.json")
+        traces.append(f"{stem}.trace.json")
+        pngs += [(stem + end, fn) for _, end, fn in _PROFILE_PLOTS]
+    return jsons, traces, pngs
+
+
 def write_views(profile: Any, args: argparse.Namespace, *, suffix: str = "") -> None:
-    """The files asked for with --json / --trace / --*-png, all or none, under exactly the
-    names given (a PNG path without an extension still gets PNG data under that name);
-    ``suffix`` goes before each file's extension (one set of files per machine variant)."""
+    """The files asked for with --json / --trace / --*-png (under exactly the names given; a
+    PNG path without an extension still gets PNG data under that name) and ``--out DIR``'s
+    set, all or none; ``suffix`` goes before each file's extension (one set of files per
+    machine variant)."""
     if args.json == "-":
         args.json_stream.write(profile.to_json(indent=1) + "\n")
         args.json_stream.flush()
-    trace = _with_suffix(args.trace, suffix) if args.trace else None
+    jsons, traces, pngs = _view_targets(args, suffix)
     with Outputs() as out:
-        if args.json and args.json != "-":
-            out.stage(_with_suffix(args.json, suffix)).write_text(profile.to_json(indent=1))
-        if trace:
-            profile.to_trace(out.stage(trace))
-        pngs = [(_with_suffix(opt, suffix), fn) for opt, fn in (
-            (args.memory_png, "plot_memory_heatmap"), (args.timeline_png, "plot_timeline"),
-            (args.activity_png, "plot_activity")) if opt]
+        for path in jsons:
+            out.stage(path).write_text(profile.to_json(indent=1))
+        for path in traces:
+            profile.to_trace(out.stage(path))
         if pngs:
             from .. import plots
             try:
@@ -352,7 +373,7 @@ def write_views(profile: Any, args: argparse.Namespace, *, suffix: str = "") -> 
                 print(f"profile PNGs not written: {plots.PLOT_INSTALL_HINT}", file=sys.stderr)
                 out.drop(*(p for p, _ in pngs))
         for path in out.commit():
-            note = " (open it in ui.perfetto.dev or chrome://tracing)" if str(path) == trace else ""
+            note = " (open it in ui.perfetto.dev or chrome://tracing)" if str(path) in traces else ""
             print(f"wrote {path}{note}")
 
 
@@ -425,6 +446,9 @@ def add_views(p: argparse.ArgumentParser) -> None:
     p.add_argument("--activity-png", metavar="PATH",
                    help="write tiles busy/idle and the compute imbalance per superstep "
                         "(the suffix picks PNG, PDF or SVG)")
+    p.add_argument("--out", metavar="DIR",
+                   help=f"write {p.prog.split()[-1]}.json, {p.prog.split()[-1]}.trace.json and the memory, "
+                        "timeline and activity PNGs into this directory (default: no files)")
 
 
 # =========================================================================== document commands
