@@ -246,3 +246,17 @@ def test_conv_and_matmul_take_out_dir_like_the_other_commands(tmp_path, capsys):
     assert "conv.trace.json (open it in ui.perfetto.dev" in capsys.readouterr().out
     (tmp_path / "file").write_text("x")
     assert main(["conv", "--shape", "1,16,8,8", "--gpu", "none", "--out", str(tmp_path / "file")]) == 1
+
+
+def test_tune_writes_json_with_a_schema_a_trace_and_out_dir(tmp_path, capsys):
+    argv = ["tune", "resnet8", "--system", "M2000", "--max-global-batch", "16", "--micro-batch", "4",
+            "--replicas", "4", "--ipus-per-replica", "1", "--no-progress"]
+    views = ["--json", "-", "--trace", str(tmp_path / "t.json"), "--out", str(tmp_path / "o")]
+    assert main([*argv, *views]) == 0
+    cap = capsys.readouterr()
+    doc = json.loads(cap.out)
+    assert doc["schema"] == "ipukern.tune" and doc["schema_version"] >= 1 and doc["best"]
+    assert json.loads((tmp_path / "o" / "tune.json").read_text()) == doc
+    trace = json.loads((tmp_path / "t.json").read_text())
+    assert trace["otherData"]["kind"] == "tune" and any(e["ph"] == "X" for e in trace["traceEvents"])
+    assert "ui.perfetto.dev" in cap.err                       # the report went to stderr
