@@ -8,11 +8,16 @@ import stat
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MAX_INPUT_FILE_BYTES", "read_input_bytes", "read_input_text"]
+__all__ = ["MAX_INPUT_FILE_BYTES", "InputFileNotFound", "read_input_bytes", "read_input_text"]
 
 #: the largest input file read (bytes): far above any machine file, profile JSON or layer
 #: list ipukern writes (a ResNet-50 training profile is a few MiB)
 MAX_INPUT_FILE_BYTES = 256 * 1024 * 1024
+
+
+class InputFileNotFound(FileNotFoundError):
+    """A file the user named does not exist: the command line treats it as a name that names
+    nothing (exit 2, like an unknown model or machine), not as a failure of the model."""
 
 
 def read_input_bytes(path: Any, what: str = "input file",
@@ -27,8 +32,10 @@ def read_input_bytes(path: Any, what: str = "input file",
     ValueError
         ``path`` is not a regular file (a device, FIFO, socket or directory), or is larger
         than ``max_bytes``; the message names ``what`` and the path.
+    InputFileNotFound
+        ``path`` does not exist (a ``FileNotFoundError``).
     OSError
-        The file cannot be opened (missing, no permission).
+        The file cannot be opened (no permission).
     """
     p = Path(path)
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
@@ -36,6 +43,8 @@ def read_input_bytes(path: Any, what: str = "input file",
         fd = os.open(p, flags)
     except IsADirectoryError:
         raise ValueError(f"{what} {p}: is a directory, not a regular file") from None
+    except FileNotFoundError:
+        raise InputFileNotFound(f"{what} {p}: no such file") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):

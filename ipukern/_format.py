@@ -4,7 +4,8 @@ numbers and missing values, written the same way by every command and report.
 Conventions (issue 35): tables are aligned plain text (no Markdown), text columns flush left
 and numeric columns flush right, missing values ``-``; byte counts are grouped integers with
 the unit (``638,976 B``), or KiB / MiB with one decimal where a table compares sizes; other
-counts are grouped (``1,472``).
+counts are grouped (``1,472``). A table whose columns are all byte counts may name the unit
+once in each header (``max B``) instead of in every cell.
 """
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ class Rest(str):
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *,
-                 align: str | None = None, indent: str = "", gap: int = 2) -> str:
+                 align: str | None = None, indent: str = "", gap: int = 2, rule: bool = False) -> str:
     """Rows under headers, columns aligned.
 
     Parameters
@@ -65,6 +66,8 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *,
     align : str, optional
         One ``"l"`` or ``"r"`` per column; default: right for columns whose cells are all
         numbers (or missing), left otherwise.
+    rule : bool
+        A line of dashes under the headers (the sweep tables, read as a grid).
     """
     n = len(headers)
     cells, rests = [], []
@@ -89,4 +92,7 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *,
         parts = [c.rjust(w) if a == "r" else c.ljust(w) for c, w, a in zip(row, widths, align)]
         return indent + sep.join(parts + ([rest] if rest is not None else [])).rstrip()
 
-    return "\n".join([line(list(headers), None)] + [line(r, x) for r, x in zip(cells, rests)])
+    head = [line(list(headers), None)]
+    if rule:
+        head.append(indent + sep.join("-" * w for w in widths))
+    return "\n".join(head + [line(r, x) for r, x in zip(cells, rests)])

@@ -94,6 +94,11 @@ class Eta:
         return max(0.0, (total - c_last) / rate - (t - t_last))
 
 
+#: tqdm's line with counts (a sweep) and without (one long call, ticking)
+_TQDM_COUNTS = "{desc}: {bar} {n_fmt}/{total_fmt} {elapsed}{postfix}"
+_TQDM_ELAPSED = "{desc} ... {elapsed}{postfix}"
+
+
 def _tqdm() -> Any:
     try:
         from tqdm import tqdm
@@ -202,8 +207,10 @@ class Progress:
         # since-the-start average, or a smoothing of it)
         if self._bar is None:
             self._bar = self._tq(total=None, desc=self.title, file=self.stream, leave=False,
-                                 dynamic_ncols=True, bar_format="{desc}: {bar} {n_fmt}/{total_fmt} "
-                                 "{elapsed}{postfix}")
+                                 dynamic_ncols=True, bar_format=_TQDM_ELAPSED)
+        # a single long call has no counts: elapsed time and the step's label only (tqdm's
+        # own format would show an empty bar and "0/?")
+        self._bar.bar_format = _TQDM_ELAPSED if self._state is None else _TQDM_COUNTS
         if self._state is not None:
             done, total = self._state
             self._bar.total, self._bar.n = total, done
@@ -221,6 +228,7 @@ class Progress:
     def __enter__(self) -> "Progress":
         _ACTIVE.append(self)
         if self.enabled:
+            self._draw()                    # at once when there is no delay; ticks after that
             self._thread = threading.Thread(target=self._tick, daemon=True)
             self._thread.start()
         return self

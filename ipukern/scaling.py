@@ -70,6 +70,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from ._files import read_input_text
+from ._format import MISSING
+from ._format import format_table as format_text_table
 from ._pool import run_points
 from .dtypes import canonical_dtype, partials_dtype
 from .gpu import A100_40GB, GPUSpec, estimate_conv, get_efficiency_curve, get_gpu
@@ -613,6 +615,30 @@ def _fmt_tf(x: float) -> str:
     return f"{x:.3g}" if x < 100 else f"{x:.0f}"
 
 
+def _sweep_cells(by_dev: dict[str, SweepRow], ipu_names: list[str], gpu_names: list[str],
+                 pairs: list[tuple[str, str]], show_method: bool) -> list[str]:
+    """One (layer, batch, cpg) line of :func:`format_table`."""
+    any_row = next(iter(by_dev.values()))
+    cpg = f"{any_row.channels_per_group}" + ("*" if any_row.dense else "")
+    line = [any_row.layer, str(any_row.batch), cpg, str(any_row.groups), f"{any_row.flops / 1e9:.3g}"]
+    for m in ipu_names:
+        r = by_dev.get(m)
+        if r is None:
+            line += [MISSING, MISSING] + ([MISSING] if show_method else [])
+            continue
+        line += [_fmt_tf(r.tflops), f"{100 * r.utilisation:.0f}%"]
+        if show_method:
+            line.append(_short_method(r.method))
+    for g in gpu_names:
+        r = by_dev.get(g)
+        line += [MISSING, MISSING] if r is None else [_fmt_tf(r.tflops), r.gpu_bound or MISSING]
+    for m, g in pairs:
+        r = by_dev.get(m)
+        v = r.ratios.get(g) if r is not None else None
+        line.append(MISSING if v is None else f"{v:.2f}x")
+    return line
+
+
 def format_table(rows: Sequence[SweepRow], *, show_method: bool = True) -> str:
     """Aligned text table, one line per (layer, batch, cpg).
 
@@ -629,52 +655,24 @@ def format_table(rows: Sequence[SweepRow], *, show_method: bool = True) -> str:
             names.append(r.device)
         points.setdefault(r.key, {})[r.device] = r
     header = ["layer", "N", "cpg", "groups", "GFLOP"]
-    align = ["<", ">", ">", ">", ">"]
+    align = "lrrrr"
     for m in ipu_names:
         header += [f"{m} TF/s", "util"] + (["method"] if show_method else [])
-        align += [">", ">"] + (["<"] if show_method else [])
+        align += "rr" + ("l" if show_method else "")
     for g in gpu_names:
         header += [f"{g} TF/s", "bound"]
-        align += [">", "<"]
+        align += "rl"
     pairs = [(m, g) for m in ipu_names for g in gpu_names]
     for m, g in pairs:
         header.append("IPU/GPU" if len(pairs) == 1 else f"{m}/{g}")
-        align.append(">")
-    body = []
-    for by_dev in points.values():
-        any_row = next(iter(by_dev.values()))
-        cpg = f"{any_row.channels_per_group}" + ("*" if any_row.dense else "")
-        line = [any_row.layer, str(any_row.batch), cpg, str(any_row.groups),
-                f"{any_row.flops / 1e9:.3g}"]
-        for m in ipu_names:
-            r = by_dev.get(m)
-            if r is None:
-                line += ["-", "-"] + (["-"] if show_method else [])
-                continue
-            line += [_fmt_tf(r.tflops), f"{100 * r.utilisation:.0f}%"]
-            if show_method:
-                line.append(_short_method(r.method))
-        for g in gpu_names:
-            r = by_dev.get(g)
-            line += ["-", "-"] if r is None else [_fmt_tf(r.tflops), r.gpu_bound or "-"]
-        for m, g in pairs:
-            r = by_dev.get(m)
-            v = r.ratios.get(g) if r is not None else None
-            line.append("-" if v is None else f"{v:.2f}x")
-        body.append(line)
-    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h)
-              for i, h in enumerate(header)]
-
-    def fmt(cells: list[str]) -> str:
-        return "  ".join(f"{c:{a}{w}}" for c, a, w in zip(cells, align, widths)).rstrip()
-
-    out = [fmt(header), "  ".join("-" * w for w in widths)]
-    prev_layer = None
-    for b in body:
-        if prev_layer is not None and b[0] != prev_layer:
-            out.append("")
-        prev_layer = b[0]
-        out.append(fmt(b))
+        align += "r"
+    body = [_sweep_cells(by_dev, ipu_names, gpu_names, pairs, show_method) for by_dev in points.values()]
+    lines = format_text_table(header, body, align=align, rule=True).split("\n")
+    out = lines[:2]
+    for prev, b, text in zip([None] + body, body, lines[2:]):
+        if prev is not None and b[0] != prev[0]:
+            out.append("")                       # a blank line between layers
+        out.append(text)
     dtype = rows[0].dtype if rows else "?"
     partials = rows[0].partials if rows else "?"
     out.append("")

@@ -1,8 +1,9 @@
 """Command-line conventions shared by every subcommand (version, output to stdout, ...)."""
 from __future__ import annotations
 
-import json
 import argparse
+import contextlib
+import json
 import os
 import re
 import subprocess
@@ -67,7 +68,24 @@ def test_diff_command_bad_input_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("ipukern diff: error:") and "not an ipukern profile" in err
     assert "\n" not in err
-    assert main(["diff", str(tmp_path / "missing.json"), str(bad)]) == 1
+    assert main(["diff", str(tmp_path / "missing.json"), str(bad)]) == 2     # names nothing
+
+
+@pytest.mark.parametrize("argv", [
+    ["network", "nosuchnet"], ["network", "resnet8", "--machine", "NOPE"],
+    ["train", "--costs", "{missing}", "--system", "M2000"], ["diff", "{missing}", "{missing}"],
+    ["conv", "--machine-file", "{missing}"], ["scaling", "--layers", "{missing}"],
+    ["validate", "--measurements", "{missing}", "--no-plot"], ["compare", "resnet8", "--systems", "POD17"]])
+def test_a_name_or_file_that_names_nothing_exits_2(argv, tmp_path, capsys):
+    """One code for an unknown model, machine, system and a missing input file (docs/usage)."""
+    missing = str(tmp_path / "missing.file")
+    argv = [a.replace("{missing}", missing) for a in argv]
+    argv += ["--out", str(tmp_path)] * (argv[0] == "validate")
+    with pytest.raises(SystemExit) if "--machine" in " ".join(argv) else contextlib.nullcontext() as e:
+        rc = main(argv)
+    rc = e.value.code if e is not None else rc
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and "--help" in err, err
 
 
 def _subparsers():
@@ -179,3 +197,66 @@ def test_json_dash_with_both_bandwidths_is_one_json_document(capsys):
                  "--json", "-"]) == 0
     docs = json.loads(capsys.readouterr().out)
     assert [d["machine"] for d in docs] == ["GC200", "GC200-xch8TB"]
+
+
+def test_report_commands_write_no_files_unless_asked(tmp_path, monkeypatch, capsys):
+    """train, compare and network print a report; files only with --out / --json / --trace."""
+    costs = tmp_path / "in" / "costs.json"
+    costs.parent.mkdir()
+    costs.write_text(json.dumps([dict(name=f"l{i}", fwd_cycles=1000, bwd_cycles=2000, wu_cycles=500,
+                                      n_params=10_000, stash_bytes=4096, out_bytes=2048) for i in range(4)]))
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    assert main(["train", "--costs", str(costs), "--system", "M2000", "--micro-batch", "2"]) == 0
+    assert main(["compare", "--costs", str(costs), "--systems", "POD16"]) == 0
+    assert main(["network", "resnet8", "--batch", "2", "--no-progress"]) == 0
+    assert "wrote" not in capsys.readouterr().out
+    assert list(work.iterdir()) == []
+
+
+def test_partials_defaults_follow_one_documented_rule():
+    """float (PopLibs' default) for one op and the op sweep; half (the published network runs)
+    for networks, training and tuning; every --help says which and why."""
+    _, commands = _subparsers()
+    want = {"conv": "float", "matmul": "float", "scaling": "float", "network": "half",
+            "train": "half", "compare": "half", "tune": "half"}
+    for name, default in want.items():
+        action = next(a for a in commands[name]._actions if a.dest == "partials")
+        assert action.default == default, name
+        assert f"default {default}:" in action.help and ("PopLibs" in action.help), name
+    usage = (ROOT / "docs" / "usage.rst").read_text(encoding="utf-8")
+    assert "PopLibs' default partialsType" in usage
+
+
+def test_conv_and_matmul_take_out_dir_like_the_other_commands(tmp_path, capsys):
+    """--out DIR on the single-op commands: the profile's JSON, trace and plots, one set per
+    machine variant; nothing else in the directory."""
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "o"
+    assert main(["matmul", "--shape", "64,64,64", "--gpu", "none", "--out", str(out)]) == 0
+    assert main(["conv", "--shape", "1,16,8,8", "--gpu", "none", "--out", str(out),
+                 "--exchange-bandwidth", "both"]) == 0
+    names = {p.name for p in out.iterdir()}
+    for stem in ("matmul", "conv", "conv-GC200-xch8TB"):
+        assert {f"{stem}.json", f"{stem}.trace.json", f"{stem}_memory.png", f"{stem}_timeline.png",
+                f"{stem}_activity.png"} <= names, names
+    assert len(names) == 15
+    assert json.loads((out / "conv.json").read_text())["schema"] == "ipukern.profile"
+    assert "conv.trace.json (open it in ui.perfetto.dev" in capsys.readouterr().out
+    (tmp_path / "file").write_text("x")
+    assert main(["conv", "--shape", "1,16,8,8", "--gpu", "none", "--out", str(tmp_path / "file")]) == 1
+
+
+def test_tune_writes_json_with_a_schema_a_trace_and_out_dir(tmp_path, capsys):
+    argv = ["tune", "resnet8", "--system", "M2000", "--max-global-batch", "16", "--micro-batch", "4",
+            "--replicas", "4", "--ipus-per-replica", "1", "--no-progress"]
+    views = ["--json", "-", "--trace", str(tmp_path / "t.json"), "--out", str(tmp_path / "o")]
+    assert main([*argv, *views]) == 0
+    cap = capsys.readouterr()
+    doc = json.loads(cap.out)
+    assert doc["schema"] == "ipukern.tune" and doc["schema_version"] >= 1 and doc["best"]
+    assert json.loads((tmp_path / "o" / "tune.json").read_text()) == doc
+    trace = json.loads((tmp_path / "t.json").read_text())
+    assert trace["otherData"]["kind"] == "tune" and any(e["ph"] == "X" for e in trace["traceEvents"])
+    assert "ui.perfetto.dev" in cap.err                       # the report went to stderr

@@ -6,7 +6,9 @@ those tables against the command run now: in full for the ones that take seconds
 (``tests/test_docs.py`` re-runs scaling and collectives; here validate and gpu), row by row
 for the slow reports (``--systems``, ``--inference``: two rows each, their cells compared).
 README's grouped-conv scaling table is left to ``docs/_generated/scaling.txt`` and its own
-regeneration.
+regeneration; the prose numbers README and docs/usage quote from that table (peak advantages,
+utilisation ranges, the batch-1 tie, the datasheet exchange's cost) are recomputed from it at
+the end of this file, each found by its sentence so a reworded page fails rather than passes.
 """
 from __future__ import annotations
 
@@ -166,3 +168,73 @@ def test_validation_figure_is_current(tmp_path):
     fresh = _generate_module().figure("validation.png", tmp_path / "v.png")
     assert size(fresh) == size(ROOT / "docs" / "validation.png"), \
         "docs/validation.png is stale: python docs/generate.py validation.png"
+
+
+# ----------------------------------------------------------------------------- prose numbers
+def _sweep() -> dict[tuple[str, int, str], dict[str, float]]:
+    """``docs/_generated/scaling.txt`` as (block, batch, cpg) -> GFLOP, IPU and GPU TF/s, util
+    (%) and the IPU/GPU ratio; blocks "default", "datasheet" and "optimized" in file order."""
+    out = {}
+    blocks = _generated("scaling").split("\n# ")
+    for name, block in zip(("default", "datasheet", "optimized"), blocks):
+        for ln in block.splitlines():
+            f = ln.split()
+            if len(f) > 10 and f[0] == "resnext50_c128":
+                out[(name, int(f[1]), f[2].rstrip("*") if not f[2].endswith("*") else "dense")] = {
+                    "gflop": float(f[4]), "ipu": float(f[5]), "util": float(f[6].rstrip("%")),
+                    "gpu": float(f[-3]), "ratio": float(f[-1].rstrip("x"))}
+    return out
+
+
+def _prose(path: str, pattern: str) -> list[str]:
+    """The numbers of the one sentence of ``path`` that ``pattern`` (a regex with groups)
+    matches; the page must still say it."""
+    text = " ".join((ROOT / path).read_text(encoding="utf-8").split())
+    found = re.findall(pattern, text)
+    assert len(found) == 1, f"{path} no longer says {pattern!r} once (found {len(found)})"
+    return list(found[0]) if isinstance(found[0], tuple) else [found[0]]
+
+
+CPGS = ("1", "2", "4", "8", "16", "32", "64")
+
+
+def test_prose_peak_advantages_are_the_generated_sweep():
+    """README and docs/usage: "the peak advantage is 2.7×, not 13×" (hand-optimised GPU
+    kernels, then cuDNN's, batch 32)."""
+    s = _sweep()
+    peak = {b: max(v["ratio"] for (blk, n, _), v in s.items() if blk == b and n == 32)
+            for b in ("optimized", "default")}
+    for path in ("README.md", "docs/usage.rst"):
+        opt, cudnn = _prose(path, r"peak advantage is ([\d.]+)×, not ([\d.]+)×")
+        assert _near(opt, peak["optimized"]) and _near(cudnn, peak["default"]), (path, peak)
+    dw = _prose("README.md", r"depthwise [\d.]+× to ([\d.]+)×")[0]
+    dense = _prose("README.md", r"the dense point moved from [\d.]+× to ([\d.]+)×")[0]
+    assert _near(dw, s[("default", 1, "1")]["ratio"]) and _near(dense, s[("default", 32, "dense")]["ratio"])
+
+
+def test_prose_of_what_drives_it_is_the_generated_sweep():
+    """docs/usage's "What drives it": each number and each direction it states."""
+    s = _sweep()
+    d = {(n, c): v for (blk, n, c), v in s.items() if blk == "default"}
+    for n in (1, 32):      # "from 64 down to 4 channels per group the advantage grows at every step"
+        ratios = [d[(n, c)]["ratio"] for c in ("64", "32", "16", "8", "4")]
+        assert ratios == sorted(ratios), (n, ratios)
+    tie = float(_prose("docs/usage.rst", r"tie within ([\d.]+)%")[0])
+    a, b = d[(1, "dense")]["ratio"], d[(1, "64")]["ratio"]
+    assert abs(a / b - 1) * 100 <= tie, (a, b)
+    lo, hi = _prose("docs/usage.rst", r"keeps its AMP units (\d+)–(\d+)% busy down to 16 channels")
+    amp = [d[(32, c)]["util"] for c in ("16", "32", "64", "dense")]
+    assert (float(lo), float(hi)) == (min(amp), max(amp)), amp
+    slic = _prose("docs/usage.rst", r"which holds (\d+)% at 4")[0]
+    assert float(slic) == d[(32, "4")]["util"]
+    r = {c: d[(32, c)]["ratio"] for c in ("1", "2", "4", "dense")}    # "falls back ... above dense"
+    assert r["dense"] < r["1"] < r["2"] < r["4"], r
+    ipu = [d[(32, c)]["ipu"] for c in ("1", "2", "4")]            # "the IPU's rate halves"
+    assert all(abs(ipu[i + 1] / ipu[i] - 2) < 0.05 for i in range(2)), ipu
+    quicker = _prose("docs/usage.rst", r"faster dedicated kernel, ([\d.]+)× quicker")[0]
+    gpu_s = {c: d[(32, c)]["gflop"] / d[(32, c)]["gpu"] for c in ("1", "4")}
+    assert _near(quicker, gpu_s["4"] / gpu_s["1"]), gpu_s
+    lo, hi = _prose("docs/usage.rst", r"the IPU loses (\d+)–(\d+)% of its rate at batch 32")
+    loss = [100 * (1 - s[("datasheet", 32, c)]["ipu"] / d[(32, c)]["ipu"]) for c in (*CPGS, "dense")]
+    assert float(lo) <= min(loss) + 0.5 and max(loss) <= float(hi) + 0.5, loss
+    assert float(hi) - max(loss) < 1 and min(loss) - float(lo) < 1, loss    # the range is tight

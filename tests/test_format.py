@@ -54,3 +54,24 @@ def test_a_name_that_names_nothing_is_a_usage_error(argv, capsys):
         code = e.code
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "--help" in err, err
+
+
+def test_a_delta_table_has_one_set_of_widths_across_its_sections():
+    from ipukern.core import delta, format_delta_sections
+    lines = format_delta_sections([("first", [("x", delta(1, 2))], 1.0, False),
+                                   ("second", [("a longer name", delta(1_000_000, 3)),
+                                               ("same", delta(5, 5))], 1.0, True)], what="note")
+    assert lines[1] == "first" and lines[3] == "second" and len(lines) == 5    # "same" dropped
+    end = lines[0].index("b / a") + len("b / a")       # the ratio column ends at one place
+    assert [len(lines[2]), len(lines[4])] == [end, end], lines
+    assert "+1" in lines[2] and "-999,997" in lines[4] and "1,000,000" in lines[4]
+
+
+def test_the_summaries_print_bytes_grouped_with_their_unit():
+    import ipukern as ik
+    text = ik.estimate_conv2d((1, 16, 8, 8), (16, 4, 3, 3), padding=1, groups=4).summary()
+    header = next(ln for ln in text.splitlines() if ln.lstrip().startswith("#  category"))
+    steps = text.splitlines()[text.splitlines().index(header) + 1:][:3]
+    start = header.index("exchange") + len("exchange")
+    end = header.index("bytes") + len("bytes")
+    assert all(s[start:end].strip().endswith(" B") for s in steps), steps

@@ -216,3 +216,63 @@ def test_train_and_compare_open_a_line(tmp_path, monkeypatch):
     assert main(["train", "--costs", str(costs), "--out", str(tmp_path), "--progress"]) == 0
     assert main(["compare", "--costs", str(costs), "--systems", "POD16", "--no-progress"]) == 0
     assert opened == [(f"train {costs} on POD16", True), ("compare", False)]
+
+
+def _stderr_progress(monkeypatch, **kw):
+    """A Progress on the process's stderr (the CLI's case: no stream given), on a fake clock."""
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    clock = Clock()
+    return Progress("sweep", enabled=True, clock=clock, delay=0.0, **kw), clock, err
+
+
+def test_the_real_tqdm_draws_counts_our_eta_and_clears(monkeypatch):
+    tqdm = pytest.importorskip("tqdm")          # in the test extra: the path users get
+    monkeypatch.setattr(tqdm.tqdm, "monitor_interval", 0)     # no monitor thread in a test
+    bar, clock, err = _stderr_progress(monkeypatch)
+    assert bar._tq is tqdm.tqdm
+    with bar:
+        bar.note("planning")
+        first = err.getvalue()
+        clock.t = 2.0
+        bar(1, 4, "a")
+        text = err.getvalue()
+    assert "sweep ..." in first and "planning" in first and "0/?" not in first
+    assert "sweep:" in text and "1/4" in text and "~6 s left a" in text
+    assert err.getvalue().endswith("\r") or err.getvalue().endswith("\x1b[A")  # leave=False
+
+
+def test_without_tqdm_the_plain_line_goes_to_stderr(monkeypatch):
+    monkeypatch.setitem(sys.modules, "tqdm", None)                 # import tqdm fails
+    bar, clock, err = _stderr_progress(monkeypatch)
+    assert bar._tq is None
+    with bar:
+        clock.t = 2.0
+        bar(1, 4, "a")
+    text = err.getvalue()
+    assert "sweep [#######" in text and "1/4 2 s, ~6 s left  a" in text and text.endswith("\r")
+
+
+@pytest.mark.parametrize("flag, env, drawn", [(None, None, False), ("--no-progress", "1", False),
+                                              ("--progress", None, True), (None, "1", True)])
+def test_piped_stderr_stays_clean_unless_asked(flag, env, drawn, monkeypatch, tmp_path):
+    """The CLI in a fresh process with stderr a pipe: nothing unless --progress or
+    IPUKERN_PROGRESS=1; --no-progress beats the environment. With the delay set to 0 the line
+    is drawn as the command opens it, so no timing is involved."""
+    import os
+    import subprocess
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    script = ("import sys; from ipukern import _progress; "
+              "_progress.Progress.__init__.__kwdefaults__['delay'] = 0.0; "
+              "from ipukern.cli import main; sys.exit(main(sys.argv[1:]))")
+    environ = {k: v for k, v in os.environ.items() if k != "IPUKERN_PROGRESS"}
+    environ["PYTHONPATH"] = os.pathsep.join([str(root), *filter(None, [os.environ.get("PYTHONPATH")])])
+    if env is not None:
+        environ["IPUKERN_PROGRESS"] = env
+    argv = ["network", "resnet8", "--batch", "2", "--max-rows", "1", *([flag] if flag else [])]
+    res = subprocess.run([sys.executable, "-c", script, *argv], env=environ, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert res.returncode == 0, res.stderr
+    assert ("network resnet8" in res.stderr) is drawn, res.stderr
+    assert "network resnet8 on GC200" in res.stdout            # the report itself is on stdout

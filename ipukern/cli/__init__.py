@@ -21,9 +21,9 @@ Subcommands
                      sides, the model's number, model / claim and a verdict per claim.
 ``ipukern diff``     compare two profiles (``--json`` outputs) per superstep and category.
 
-Exit codes: 0 success; 2 usage errors (argparse: bad option, unparsable number, unknown
-preset, missing argument; an unknown model or system name), in one line naming the
-command, with a pointer to its ``--help``;
+Exit codes: 0 success; 2 usage errors (argparse: bad option, unparsable number, missing
+argument; a name that names nothing: an unknown model, machine preset or system, an input
+file that does not exist), in one line naming the command, with a pointer to its ``--help``;
 1 model errors and unwritable outputs, reported in one line (an impossible layer,
 a layer that does not fit the tiles, a number too large, a missing compiled kernel, --out
 naming a file); 130 interrupted (Ctrl-C), also one line. Outputs are written under
@@ -42,6 +42,7 @@ import os
 import sys
 from typing import NoReturn, Sequence
 
+from .._files import InputFileNotFound
 from ..core import TileMemoryError
 from . import claims, diff, explore, info, layer, network, scaling, train, tune, validate
 from ._common import Progress, UsageError
@@ -123,8 +124,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141                                    # 128 + SIGPIPE, what a shell reports
-    except UsageError as e:
-        # a name that names nothing: a usage error like argparse's own (exit 2, same form)
+    except (UsageError, InputFileNotFound) as e:
+        # a name (model, system, input file) that names nothing: a usage error like
+        # argparse's own unknown preset or missing --machine-file (exit 2, same form)
         msg = " ".join(str(e).split())
         print(f"ipukern {args.command}: error: {msg} (see 'ipukern {args.command} --help')",
               file=sys.stderr)

@@ -327,22 +327,43 @@ def _with_suffix(path: str, suffix: str) -> str:
     return str(p.with_name(p.stem + suffix + p.suffix))
 
 
+#: the plots of a single-op profile: (option, file name ending under --out, plots function)
+_PROFILE_PLOTS = (("memory_png", "_memory.png", "plot_memory_heatmap"),
+                  ("timeline_png", "_timeline.png", "plot_timeline"),
+                  ("activity_png", "_activity.png", "plot_activity"))
+
+
+def _view_targets(args: argparse.Namespace, suffix: str) -> tuple[list[str], list[str], list]:
+    """(JSON paths, trace paths, [(PNG path, plots function)]): the options' own paths, then
+    the ``--out DIR`` set (``conv.json``, ``conv.trace.json``, ``conv_memory.png``, ...)."""
+    jsons = [_with_suffix(args.json, suffix)] if args.json and args.json != "-" else []
+    traces = [_with_suffix(args.trace, suffix)] if args.trace else []
+    pngs = [(_with_suffix(getattr(args, opt), suffix), fn) for opt, _, fn in _PROFILE_PLOTS
+            if getattr(args, opt)]
+    directory = out_dir(args)
+    if directory is not None:
+        directory.mkdir(parents=True, exist_ok=True)
+        stem = str(directory / f"{args.command}{suffix}")
+        jsons.append(f"{stem}.json")
+        traces.append(f"{stem}.trace.json")
+        pngs += [(stem + end, fn) for _, end, fn in _PROFILE_PLOTS]
+    return jsons, traces, pngs
+
+
 def write_views(profile: Any, args: argparse.Namespace, *, suffix: str = "") -> None:
-    """The files asked for with --json / --trace / --*-png, all or none, under exactly the
-    names given (a PNG path without an extension still gets PNG data under that name);
-    ``suffix`` goes before each file's extension (one set of files per machine variant)."""
+    """The files asked for with --json / --trace / --*-png (under exactly the names given; a
+    PNG path without an extension still gets PNG data under that name) and ``--out DIR``'s
+    set, all or none; ``suffix`` goes before each file's extension (one set of files per
+    machine variant)."""
     if args.json == "-":
         args.json_stream.write(profile.to_json(indent=1) + "\n")
         args.json_stream.flush()
-    trace = _with_suffix(args.trace, suffix) if args.trace else None
+    jsons, traces, pngs = _view_targets(args, suffix)
     with Outputs() as out:
-        if args.json and args.json != "-":
-            out.stage(_with_suffix(args.json, suffix)).write_text(profile.to_json(indent=1))
-        if trace:
-            profile.to_trace(out.stage(trace))
-        pngs = [(_with_suffix(opt, suffix), fn) for opt, fn in (
-            (args.memory_png, "plot_memory_heatmap"), (args.timeline_png, "plot_timeline"),
-            (args.activity_png, "plot_activity")) if opt]
+        for path in jsons:
+            out.stage(path).write_text(profile.to_json(indent=1))
+        for path in traces:
+            profile.to_trace(out.stage(path))
         if pngs:
             from .. import plots
             try:
@@ -352,15 +373,14 @@ def write_views(profile: Any, args: argparse.Namespace, *, suffix: str = "") -> 
                 print(f"profile PNGs not written: {plots.PLOT_INSTALL_HINT}", file=sys.stderr)
                 out.drop(*(p for p, _ in pngs))
         for path in out.commit():
-            note = " (open it in ui.perfetto.dev or chrome://tracing)" if str(path) == trace else ""
+            note = " (open it in ui.perfetto.dev or chrome://tracing)" if str(path) in traces else ""
             print(f"wrote {path}{note}")
 
 
 def add_common(p: argparse.ArgumentParser, *, machine_default: str = "GC200") -> None:
     p.add_argument("--dtype", choices=["float16", "float32"], default="float16",
                    help="input dtype (default float16)")
-    p.add_argument("--partials", choices=["float", "half"], default="float",
-                   help="IPU accumulation dtype (default float: fp16->fp32 AMP, 125 TFLOP/s on GC200)")
+    add_partials(p, "float")
     p.add_argument("--exchange-bandwidth", type=bandwidth_list, default=[None], metavar="B/s",
                    help="aggregate on-chip exchange bandwidth in B/s: 'default' (47.5e12 on GC200), "
                         "'datasheet' (8e12, the GC200 datasheet's IPU-Exchange figure), a number "
@@ -368,6 +388,24 @@ def add_common(p: argparse.ArgumentParser, *, machine_default: str = "GC200") ->
     p.add_argument("--gpu-efficiency", choices=["cudnn", "optimized"], default="cudnn",
                    help="GPU software the GPU model stands for (default cudnn)")
     add_progress_options(p)
+
+
+#: why each default (docs/usage.rst, "Defaults"): one op is planned as PopLibs plans it by
+#: default; a network or a training step as Graphcore's published runs of it were configured
+_PARTIALS_WHY = {
+    "float": "default float: PopLibs' default partialsType for convolutions and matmuls "
+             "(fp16->fp32 AMP, 125 TFLOP/s on GC200)",
+    "half": "default half: the setting of Graphcore's published network runs (MLPerf ResNet-50, "
+            "BERT), which ipukern validate compares with; float is PopLibs' single-op default; "
+            "float32 inputs accumulate in float either way",
+}
+
+
+def add_partials(p: argparse.ArgumentParser, default: str) -> None:
+    """``--partials half|float`` with the documented default of the command's kind: float for
+    one op or a sweep of ops, half for networks, training and tuning."""
+    p.add_argument("--partials", choices=["float", "half"], default=default,
+                   help=f"conv/matmul accumulation dtype ({_PARTIALS_WHY[default]})")
 
 
 def add_progress_options(p: argparse.ArgumentParser) -> None:
@@ -408,6 +446,9 @@ def add_views(p: argparse.ArgumentParser) -> None:
     p.add_argument("--activity-png", metavar="PATH",
                    help="write tiles busy/idle and the compute imbalance per superstep "
                         "(the suffix picks PNG, PDF or SVG)")
+    p.add_argument("--out", metavar="DIR",
+                   help=f"write {p.prog.split()[-1]}.json, {p.prog.split()[-1]}.trace.json and the memory, "
+                        "timeline and activity PNGs into this directory (default: no files)")
 
 
 # =========================================================================== document commands
@@ -428,7 +469,8 @@ def add_document_views(p: argparse.ArgumentParser, *, out_files: str) -> None:
                    help="write the result as JSON ('-': to stdout, the report then goes to stderr)")
     p.add_argument("--trace", metavar="PATH",
                    help="write a Chrome/Perfetto trace-event JSON (open in ui.perfetto.dev)")
-    p.add_argument("--out", metavar="DIR", help=f"write {out_files} into this directory")
+    p.add_argument("--out", metavar="DIR",
+                   help=f"write {out_files} into this directory (default: no files)")
 
 
 def out_dir(args: argparse.Namespace) -> Path | None:

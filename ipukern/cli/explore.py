@@ -128,9 +128,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "'serial'; default a LocalCluster where Dask is installed, else a process pool")
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help="workers of a LocalCluster or process pool (default: the CPUs)")
-    p.add_argument("--out", default="explore", metavar="DIR",
-                   help="directory of the stream file and the tables (default ./explore); an existing "
-                        "stream file there is resumed")
+    p.add_argument("--out", default=".", metavar="DIR",
+                   help="directory of the stream file and the tables (default: the current "
+                        "directory, as scaling and validate); an existing stream file there is resumed")
     p.add_argument("--no-plot", action="store_true", help="no Pareto plot")
     add_progress_options(p)
     p.set_defaults(func=_cmd_explore)

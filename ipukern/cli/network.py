@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from ._common import (Progress, UsageError, add_document_views, add_machine_options, add_optimizer,
-                      add_optimizer_state_dtype, add_progress_options, out_dir, progress_enabled,
-                      write_documents)
+                      add_optimizer_state_dtype, add_partials, add_progress_options, out_dir,
+                      progress_enabled, write_documents)
 
 
 def _cmd_network(args: argparse.Namespace) -> int:
@@ -60,8 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--training", action="store_true", help="a training step instead of inference")
     p.add_argument("--dtype", choices=["float16", "float32"], default="float16",
                    help="activation and weight dtype (default float16)")
-    p.add_argument("--partials", choices=["half", "float"], default="half",
-                   help="conv/matmul accumulation (default half; float32 networks use float)")
+    add_partials(p, "half")
     add_machine_options(p)
     p.add_argument("--recompute", nargs="*", default=None, metavar="LAYER",
                    help="training: checkpoints after which activations are recomputed, or 'auto' "

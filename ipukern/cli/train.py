@@ -22,14 +22,15 @@ from typing import Any
 
 from .. import market
 from .._files import read_input_text
+from .._format import fmt_num, format_table
 from .._version import schema
 from ..core import TraceEvents
 from ..systems import (SYSTEM_PRESETS, LayerCost, StageMemoryError, estimate_training, get_system,
                        training_trace)
 from . import train_run
 from ._common import (Progress, UsageError, add_document_views, add_machine_options, add_optimizer,
-                      add_optimizer_state_dtype, add_progress_options, out_dir, progress_enabled,
-                      write_documents)
+                      add_optimizer_state_dtype, add_partials, add_progress_options, out_dir,
+                      progress_enabled, write_documents)
 from ._models import known_system
 from ._models import model as _model
 from ._models import pipeline as _pipeline
@@ -196,23 +197,20 @@ def _add_market(rows: list[dict[str, Any]], prices: dict[str, float]) -> None:
 
 def _print_compare(rows: list[dict[str, Any]]) -> None:
     """The table, then one footnote per price / power figure it used."""
-    def cell(v: float | None, fmt: str) -> str:
-        return "-" if v is None else format(v, fmt)
     footnotes: list[str] = []
 
     def mark(r: dict[str, Any], what: str) -> str:
         fig = getattr(r["_eff"], what)
         if fig is None:
-            return " "
+            return ""
         footnotes.append(f"[{len(footnotes) + 1}] {r['system']} {what}: {fig.footnote()}")
-        return f"[{len(footnotes)}]"
-    print(f"{'system':<14} {'samples/s':>12} {'time to train':>14} {'samples/s per $1k':>22} "
-          f"{'samples/s per W':>20}  memory")
-    for r in rows:
-        per_k, per_w = r["samples_per_second_per_kusd"], r["samples_per_second_per_watt"]
-        print(f"{r['system']:<14} {r['samples_per_second']:>12,.0f} {r['time_to_train_s'] / 60:>10.1f} min "
-              f"{cell(per_k, ',.2f'):>18} {mark(r, 'price'):<3} {cell(per_w, ',.3f'):>16} "
-              f"{mark(r, 'power'):<3}  {'fits' if r['fits'] else 'DOES NOT FIT'}")
+        return f" [{len(footnotes)}]"
+    body = [[r["system"], fmt_num(r["samples_per_second"]), fmt_num(r["time_to_train_s"] / 60, 1, " min"),
+             fmt_num(r["samples_per_second_per_kusd"], 2) + mark(r, "price"),
+             fmt_num(r["samples_per_second_per_watt"], 3) + mark(r, "power"),
+             "fits" if r["fits"] else "DOES NOT FIT"] for r in rows]
+    print(format_table(["system", "samples/s", "time to train", "samples/s per $1k", "samples/s per W",
+                        "memory"], body, align="lrrrrl"))
     if footnotes:
         print("price and power figures (ipukern.market; '-': no public figure):")
         print("\n".join(footnotes))
@@ -277,8 +275,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pipeline", default=None, help="'auto' or comma-separated split layers")
     p.add_argument("--dtype", default="float16", choices=["float16", "float32"],
                    help="activation and weight dtype (default float16)")
-    p.add_argument("--partials", default="half", choices=["half", "float"],
-                   help="accumulation dtype of the convolutions and matmuls (default half)")
+    add_partials(p, "half")
     p.add_argument("--recompute", action="store_true",
                    help="re-run each stage's forward in its backward; stash only the stage input")
     p.add_argument("--checkpoints", default=None, metavar="L1,L2",
@@ -326,8 +323,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--epochs", type=float, default=None,
                    help="also report the time to train this many epochs")
     add_document_views(t, out_files="train.csv (one row per IPU), train.json and train.png (the "
-                                    "pipeline schedule); default: the current directory")
-    t.set_defaults(out=".")
+                                    "pipeline schedule)")
     add_progress_options(t)
     train_run.register_flags(t)
     t.set_defaults(func=_cmd_train)

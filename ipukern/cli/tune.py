@@ -1,6 +1,7 @@
 """``ipukern tune MODEL --system POD16``: the best fitting training configuration
 (:func:`ipukern.tune`): the winner and the runners-up with why each lost; ``--json PATH``
-writes the result (``-``: to stdout, the report then goes to stderr). ``--chip GC2`` tunes the
+writes the result (``-``: to stdout, the report then goes to stderr), ``--trace`` the winning
+step's Perfetto trace, ``--out DIR`` tune.json. ``--chip GC2`` tunes the
 system with that chip; ``--compare-chips GC2,GC200`` tunes it with each and prints the ratio
 (:func:`ipukern.compare_chips`)."""
 from __future__ import annotations
@@ -8,15 +9,18 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
-from ..systems import SYSTEM_PRESETS
+from .._version import schema
+from ..core import TraceEvents
+from ..systems import SYSTEM_PRESETS, training_trace
 from ..systems.tune import (DEFAULT_MAX_GLOBAL_BATCH, PUBLISHED_MK1, ChipComparison, on_chip,
                             published_mk1, tune)
 from ._models import known_system
 from ._models import model as _model
 from ._models import pipeline as _pipeline
-from ._common import (Progress, add_optimizer, add_optimizer_state_dtype, add_progress_options,
-                      progress_enabled)
+from ._common import (Progress, add_document_views, add_optimizer, add_optimizer_state_dtype, add_partials,
+                      add_progress_options, out_dir, progress_enabled, write_documents)
 
 
 def run_tune(args: argparse.Namespace, system: str, net=None):
@@ -84,14 +88,25 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     else:
         res = run_tune(args, on_chip(args.system, args.chip) if args.chip else args.system)
         print(res.summary(max_rows=args.top))
-    if args.json:
-        text = json.dumps(res.to_dict(), indent=1, default=str)
-        if args.json == "-":
-            args.json_stream.write(text + "\n")
-        else:
-            Path(args.json).write_text(text)
-            print(f"wrote {args.json}")
+    _write(args, res)
     return 0
+
+
+def _write(args: argparse.Namespace, res: Any) -> None:
+    """``--json`` (with a schema), ``--trace`` (the winning step; both winners with
+    ``--compare-chips``, one process each) and ``--out DIR`` (tune.json)."""
+    kind = "tune.compare_chips" if isinstance(res, ChipComparison) else "tune"
+    doc = lambda: json.dumps({**schema(kind), **res.to_dict()}, indent=1, default=str)  # noqa: E731
+    best = [res.a.best, res.b.best] if isinstance(res, ChipComparison) else [res.best]
+
+    def trace(path: Path) -> None:
+        events = TraceEvents()
+        for pid, est in enumerate(best, start=1):
+            training_trace(est, pid=pid, events=events)
+        events.document(path, kind=kind, systems=[est.system for est in best])
+    out = out_dir(args)
+    files = [] if out is None else [(out / "tune.json", lambda p: p.write_text(doc()), False)]
+    write_documents(args, doc, trace, files)
 
 
 def add_tune_options(p: argparse.ArgumentParser) -> None:
@@ -132,8 +147,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="fix the proportion (default: 0.6, 0.3 and 0.15 are tried)")
     p.add_argument("--dtype", default="float16", choices=["float16", "float32"],
                    help="activation and weight dtype (default float16)")
-    p.add_argument("--partials", default="half", choices=["half", "float"],
-                   help="accumulation dtype of the convolutions and matmuls (default half)")
+    add_partials(p, "half")
     add_optimizer(p)
     add_optimizer_state_dtype(p)
     p.add_argument("--bn-group", type=int, default=1, metavar="N",
@@ -142,6 +156,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="bytes per sample over the host link (default: the network input in --dtype; "
                         "the MLPerf ResNet-50 runs fed 8-bit images, 150528)")
     p.add_argument("--top", type=int, default=12, help="runners-up printed (default 12)")
-    p.add_argument("--json", metavar="PATH", help="write the result as JSON ('-': to stdout)")
+    add_document_views(p, out_files="tune.json (the result)")
     add_progress_options(p)
     p.set_defaults(func=_cmd_tune)

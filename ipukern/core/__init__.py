@@ -21,10 +21,10 @@ from .profile import Profile, SuperstepRecord
 from .program import Codelet, ComputeSet, Exchange, ExchangeError, Program, Superstep, VertexBatch
 from .tensor import TileMapping, TileTensor, expand, split_bounds
 from .threads import MAX_THREADS, check_num_threads
-from .views import DELTA_HEADER, TraceEvents, delta, diff_keyed, format_delta_rows
+from .views import DeltaSection, TraceEvents, delta, diff_keyed, format_delta_sections
 
 __all__ = ["CopyTable", "copy_runs", "Device", "run_program", "get_num_threads", "set_num_threads",
            "MAX_THREADS", "check_num_threads", "Arena", "MemoryReport", "TileMemory", "TileMemoryError",
            "Profile", "SuperstepRecord", "Codelet", "ComputeSet", "Exchange", "ExchangeError",
            "Program", "Superstep", "VertexBatch", "TileMapping", "TileTensor", "expand",
-           "split_bounds", "DELTA_HEADER", "TraceEvents", "delta", "diff_keyed", "format_delta_rows"]
+           "split_bounds", "DeltaSection", "TraceEvents", "delta", "diff_keyed", "format_delta_sections"]

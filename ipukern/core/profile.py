@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from .._format import MISSING, Rest, fmt_bytes, fmt_num, format_table
 from .._version import schema
 from ..machine import MachineSpec
 from .memory import MemoryReport
@@ -239,17 +240,18 @@ class Profile:
         for k, v in self.info.items():
             head.append(f"  {k}: {v}")
         head += self._activity_lines()
-        rows = [f"  {'#':>3} {'category':<10} {'compute':>10} {'sync':>5} {'exchange':>9} "
-                f"{'bytes':>11} {'busy':>5} {'imbal':>5}  step / why"]
+        cells = []
         for s in self.supersteps[:max_rows]:
             why = s.compute_why or ""
             if s.exchange_why:
                 why = f"{why}; {s.exchange_why}" if why else s.exchange_why
             mark = " [user estimate]" if s.user_estimate else ""
-            imb = f"{s.compute_imbalance:.2f}" if s.compute_imbalance else "-"
-            rows.append(f"  {s.index:>3} {s.category:<10} {s.compute_cycles:>10,} {s.sync_cycles:>5} "
-                        f"{s.exchange_cycles:>9,} {s.bytes_exchanged:>11,} {s.tiles_computing:>5} "
-                        f"{imb:>5}  {s.name}{mark}" + (f": {why}" if why else ""))
+            cells.append([s.index, s.category, fmt_num(s.compute_cycles), s.sync_cycles,
+                          fmt_num(s.exchange_cycles), fmt_bytes(s.bytes_exchanged), s.tiles_computing,
+                          fmt_num(s.compute_imbalance, 2) if s.compute_imbalance else MISSING,
+                          Rest(f"{s.name}{mark}" + (f": {why}" if why else ""))])
+        rows = format_table(["#", "category", "compute", "sync", "exchange", "bytes", "busy", "imbal",
+                             "step / why"], cells, align="rlrrrrrrl", indent="  ").split("\n")
         if len(self.supersteps) > max_rows:
             rows.append(f"  ... {len(self.supersteps) - max_rows} more supersteps")
         tail = []

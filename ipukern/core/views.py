@@ -12,14 +12,16 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from .._files import read_input_text
+from .._format import MISSING, Rest, fmt_num, format_table
 from .._version import schema
 
 __all__ = ["to_trace", "diff_profiles", "format_diff", "load_profile_dict", "TILE_GROUP", "TraceEvents",
-           "delta", "diff_keyed", "format_delta_rows", "DELTA_HEADER", "profile_kind"]
+           "delta", "diff_keyed", "format_delta_sections", "DeltaSection", "profile_kind"]
 
 #: tiles per group in a profile's per-group activity (one row of a GC200's 46 x 32 tile
 #: map); the trace draws one row per group. Views work on a profile's ``to_dict()`` form,
@@ -193,7 +195,7 @@ def diff_profiles(a: Any, b: Any) -> dict[str, Any]:
 
 def _fmt_ratio(e: dict[str, Any]) -> str:
     if e["ratio"] is None:
-        return "new" if e["b"] else "-"
+        return "new" if e["b"] else MISSING
     return f"{e['ratio']:.3f}x"
 
 
@@ -203,20 +205,13 @@ def format_diff(diff: dict[str, Any], *, only_changed: bool = False) -> str:
     out = [f"a: {a['label']} on {a['machine']}", f"b: {b['label']} on {b['machine']}"]
     if not diff["same_program"]:
         out.append("note: the programs differ (supersteps renamed, added or removed)")
-    out.append(f"  {'total':<28}{'a':>14}{'b':>14}{'b - a':>14}{'b / a':>10}")
-    for k, e in diff["totals"].items():
-        if k == "seconds":
-            out.append(f"  {'seconds (us)':<28}{e['a'] * 1e6:>14.3f}{e['b'] * 1e6:>14.3f}"
-                       f"{e['delta'] * 1e6:>+14.3f}{_fmt_ratio(e):>10}")
-        else:
-            out.append(f"  {k:<28}{e['a']:>14,}{e['b']:>14,}{e['delta']:>+14,}{_fmt_ratio(e):>10}")
-    out.append("per category (total cycles)")
-    for c, row in diff["by_category"].items():
-        e = row["total"]
-        if only_changed and not e["delta"]:
-            continue
-        out.append(f"  {c:<28}{e['a']:>14,}{e['b']:>14,}{e['delta']:>+14,}{_fmt_ratio(e):>10}")
-    out.append("per superstep (total cycles)")
+    tot = dict(diff["totals"])
+    secs = tot.pop("seconds")
+    sections: list[DeltaSection] = [
+        ("total", [*tot.items()], 1.0, False), (None, [("seconds (us)", secs)], 1e6, False),
+        ("per category (total cycles)", [(c, r["total"]) for c, r in diff["by_category"].items()],
+         1.0, only_changed)]
+    steps = []
     for r in diff["supersteps"]:
         e = r["total_cycles"]
         if only_changed and not e["delta"] and r["status"] == "same step":
@@ -225,15 +220,12 @@ def format_diff(diff: dict[str, Any], *, only_changed: bool = False) -> str:
         if r["status"] == "renamed":
             name = f"{r['name_a']} -> {r['name_b']}"
         flag = "" if r["status"] == "same step" else f" [{r['status']}]"
-        out.append(f"  #{r['index']:<3}{e['a']:>14,}{e['b']:>14,}{e['delta']:>+14,}"
-                   f"{_fmt_ratio(e):>10}  {name}{flag}")
+        steps.append((f"#{r['index']}", e, f"{name}{flag}"))
+    sections.append(("per superstep (total cycles)", steps, 1.0, False))
     if diff["memory"]:
-        out.append("memory, busiest tile per category (bytes)")
-        for c, e in diff["memory"].items():
-            if only_changed and not e["delta"]:
-                continue
-            out.append(f"  {c:<28}{e['a']:>14,}{e['b']:>14,}{e['delta']:>+14,}{_fmt_ratio(e):>10}")
-    return "\n".join(out)
+        sections.append(("memory, busiest tile per category (bytes)", list(diff["memory"].items()),
+                         1.0, only_changed))
+    return "\n".join(out + format_delta_sections(sections, what="step"))
 
 
 # =========================================================================== shared pieces
@@ -273,25 +265,41 @@ def diff_keyed(rows_a: list[dict], rows_b: list[dict], key: Any, fields: tuple[s
     return out
 
 
-def format_delta_rows(title: str | None, rows: list[tuple[str, dict[str, Any]]], *, scale: float = 1.0,
-                      only_changed: bool = False) -> list[str]:
-    """Lines of an a / b / b - a / b / a table under ``title`` (none when None); ``scale``
-    multiplies the values (1e3 for seconds shown in ms), integers print with digit groups."""
-    out = [] if title is None else [title]
-    for name, e in rows:
-        if only_changed and not e["delta"]:
-            continue
-        a, b, d = (e[k] * scale for k in ("a", "b", "delta"))
-        if all(float(v).is_integer() for v in (a, b)):
-            cells = f"{int(a):>16,}{int(b):>16,}{int(d):>+16,}"
-        else:
-            cells = f"{a:>16,.3f}{b:>16,.3f}{d:>+16,.3f}"
-        out.append(f"  {name[:40]:<40}{cells}{_fmt_ratio(e):>10}")
+#: one titled block of a delta table: (title or None, rows, scale, only_changed); a row is
+#: ``(name, entry)`` or ``(name, entry, note)``, the note free text at the line's end
+DeltaSection = tuple[Any, Sequence[tuple], float, bool]
+
+
+def _delta_cells(e: dict[str, Any], scale: float) -> list[str]:
+    a, b, d = (e[k] * scale for k in ("a", "b", "delta"))
+    if all(float(v).is_integer() for v in (a, b)):
+        return [fmt_num(int(a)), fmt_num(int(b)), f"{int(d):+,}", _fmt_ratio(e)]
+    return [fmt_num(a, 3), fmt_num(b, 3), f"{d:+,.3f}", _fmt_ratio(e)]
+
+
+def format_delta_sections(sections: Sequence[DeltaSection], *, what: str = "") -> list[str]:
+    """The lines of one a / b / b - a / b / a table (:func:`ipukern._format.format_table`,
+    one set of column widths) whose titled sections follow each other; ``scale`` multiplies
+    a section's values (1e3 for seconds shown in ms), integers print with digit groups and
+    a sign on the difference. ``what`` heads the column of the rows' notes."""
+    headers = ["", "a", "b", "b - a", "b / a"] + ([what] if what else [])
+    rows: list[list[Any]] = []
+    titles: dict[int, str] = {}
+    for title, entries, scale, only_changed in sections:
+        if title is not None:
+            titles[len(rows)] = title
+        for name, e, *note in entries:
+            if only_changed and not e["delta"]:
+                continue
+            rows.append([name, *_delta_cells(e, scale), *(Rest(n) for n in note)])
+    lines = format_table(headers, rows, align="lrrrr" + "l" * bool(what), indent="  ").split("\n")
+    out = [lines[0]]
+    for i, line in enumerate(lines[1:]):
+        if i in titles:
+            out.append(titles[i])
+        out.append(line)
+    out += [titles[i] for i in titles if i >= len(rows)]      # a title whose rows all dropped
     return out
-
-
-#: the header line of :func:`format_delta_rows` tables
-DELTA_HEADER = f"  {'':<40}{'a':>16}{'b':>16}{'b - a':>16}{'b / a':>10}"
 
 
 class TraceEvents:

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from .._format import Rest, fmt_num, format_table
 from .engines import check_scheduler, engine, run_points
 from .pareto import pareto_front, plot_pareto, varied_costs
 from .points import Point
@@ -114,11 +115,15 @@ class ExploreResult:
         ok = [r for r in self.rows if r["status"] == "ok"]
         lines = [f"{len(self.rows)} points ({self.computed} computed, {self.reused} from the stream "
                  f"file) on {self.engine}; {len(ok)} ran and fit"]
+        best = []
         for net in dict.fromkeys(r["network"] for r in self.rows):
             mine = [r for r in ok if r["network"] == net and r.get("samples_per_second")]
             if mine:
-                best = max(mine, key=lambda r: r["samples_per_second"])
-                lines.append(f"  best {net}: {best['samples_per_second']:.6g} samples/s on {best['variant']}")
+                top = max(mine, key=lambda r: r["samples_per_second"])
+                best.append([net, fmt_num(top["samples_per_second"], 1), Rest(top["variant"])])
+        if best:
+            lines += format_table(["network", "best samples/s", "on variant"], best, align="lrl",
+                                  indent="  ").split("\n")
         sens = self.sensitivity()
         if sens:
             lines.append("sensitivity (throughput at the highest value / at the lowest, others equal):")

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from .. import _progress
+from .._format import Rest, fmt_bytes, fmt_num, format_table
 from .._version import schema
 from ..core import SuperstepRecord
 from .views import network_to_pandas, network_trace
@@ -164,14 +165,13 @@ class NetworkProfile:
             *([f"  recompute {self.info['recompute']!r}: checkpoints "
                + (", ".join(self.info["recompute_checkpoints"]) or "none")]
               if self.training and self.info.get("recompute") is not None else []),
-            (f"  {'layer':<30}{'op':<14}{'out shape':<22}{'pass':<5}{'cycles':>11}{'share':>7}"
-            f"{'exch':>9}{'memory B':>10}  method"),
         ]
         rows = self.layers if max_rows is None else self.layers[:max_rows]
-        for r in rows:
-            head.append(f"  {r['name'][:29]:<30}{r['op'][:13]:<14}{str(r['out_shape'])[:21]:<22}"
-                        f"{r['pass']:<5}{r['cycles']:>11,}{100 * r['share']:>6.1f}%"
-                        f"{r['exchange']:>9,}{r['memory']:>10,}  {r['method']}")
+        head += format_table(
+            ["layer", "op", "out shape", "pass", "cycles", "share", "exch", "memory", "method"],
+            [[r["name"][:40], r["op"], str(r["out_shape"]), r["pass"], fmt_num(r["cycles"]),
+              fmt_num(100 * r["share"], 1, "%"), fmt_num(r["exchange"]), fmt_bytes(r["memory"]),
+              Rest(r["method"])] for r in rows], align="llllrrrrl", indent="  ").split("\n")
         if max_rows is not None and len(self.layers) > max_rows:
             head.append(f"  ... {len(self.layers) - max_rows} more layers")
         cats = ", ".join(f"{k} {100 * v / max(self.total_cycles, 1):.1f}%"

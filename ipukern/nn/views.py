@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .._version import schema
-from ..core import DELTA_HEADER, TraceEvents, delta, diff_keyed, format_delta_rows
+from ..core import TraceEvents, delta, diff_keyed, format_delta_sections
 
 __all__ = ["network_to_pandas", "network_trace", "diff_networks", "format_network_diff", "PASS_NAMES"]
 
@@ -99,14 +99,12 @@ def format_network_diff(diff: dict[str, Any], *, only_changed: bool = False) -> 
            f"b: network {b['label']} on {b['machine']}, batch {b['batch']}"]
     if not diff["same_program"]:
         out.append("note: the programs differ (layer passes added or removed)")
-    out.append(DELTA_HEADER)
     tot = dict(diff["totals"])
     secs = tot.pop("seconds")
-    out += format_delta_rows(None, [(k.replace("_", " "), e) for k, e in tot.items()])
-    out += format_delta_rows(None, [("time per batch (ms)", secs)], scale=1e3)
-    out += format_delta_rows("per category (cycles)", list(diff["by_category"].items()),
-                             only_changed=only_changed)
     rows = [(r["key"] + ("" if r["status"] == "same" else f" [{r['status']}]"), r["cycles"])
             for r in diff["layers"] if not only_changed or r["cycles"]["delta"] or r["status"] != "same"]
-    out += format_delta_rows("per layer pass (cycles)", rows)
-    return "\n".join(out)
+    return "\n".join(out + format_delta_sections([
+        (None, [(k.replace("_", " "), e) for k, e in tot.items()], 1.0, False),
+        (None, [("time per batch (ms)", secs)], 1e3, False),
+        ("per category (cycles)", list(diff["by_category"].items()), 1.0, only_changed),
+        ("per layer pass (cycles)", rows, 1.0, False)]))

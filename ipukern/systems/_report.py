@@ -2,10 +2,13 @@
 kind and the one-line :class:`~ipukern.systems.training.StageMemoryError` message."""
 from __future__ import annotations
 
+from .._format import fmt_bytes
+
 
 def _kinds(kinds: dict) -> str:
     """A tile's bytes by kind, largest first (KiB)."""
-    return ", ".join(f"{k} {v / 1024:.1f} KiB" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]) if v)
+    ranked = sorted(kinds.items(), key=lambda kv: -kv[1])
+    return ", ".join(f"{k} {fmt_bytes(v, 'KiB')}" for k, v in ranked if v)
 
 
 def _memory_model(mem: dict) -> str:
@@ -15,9 +18,10 @@ def _memory_model(mem: dict) -> str:
 def _memory_cell(r: dict) -> str:
     over = "" if r["fits"] else "  DOES NOT FIT"
     if "peak_tile_bytes" in r:
-        return (f"{r['peak_tile_bytes'] / 1024:.1f} / {r['tile_bytes'] / 1024:.1f} KiB on tile "
+        return (f"{r['peak_tile_bytes'] / 1024:,.1f} / {fmt_bytes(r['tile_bytes'], 'KiB')} on tile "
                 f"{r['busiest_tile']} at {r['busiest_step']}" + over)
-    return f"{r['memory_bytes'] / 1e6:.1f} / {r['budget_bytes'] / 1e6:.1f} MB (whole chip)" + over
+    return (f"{r['memory_bytes'] / 2 ** 20:,.1f} / {fmt_bytes(r['budget_bytes'], 'MiB')} (whole chip)"
+            + over)
 
 
 def _no_fit(s: int, names: list[str], mem: dict, chip, recompute: object = None) -> str:

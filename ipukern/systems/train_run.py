@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from .. import _memo
+from .._format import fmt_num, format_table
 from ..core import TileMapping
 from ..nn.train_exec import PassState, backward_iter, forward_iter, training_program
 from ..ops import get_optimizer, optimizer_step
@@ -134,8 +135,9 @@ class TrainingRun:
         lines = [f"{self.system}: {self.replicas} replica(s) x {self.ipus_per_replica} IPU(s), micro-batch "
                  f"{self.micro_batch} x {self.gradient_accumulation} accumulated, executed",
                  f"loss {self.loss!r}; step {self.cycles:,} cycles = {self.seconds * 1e3:.3f} ms"]
-        for k, v in self.phases.items():
-            lines.append(f"  {k:<14} {v:>14,} cycles  {100 * v / max(1, self.cycles):5.1f} %")
+        lines += format_table(["phase", "cycles", "share"],
+                              [[k, fmt_num(v), fmt_num(100 * v / max(1, self.cycles), 1, "%")]
+                               for k, v in self.phases.items()], align="lrr", indent="  ").split("\n")
         for r in self.stages:
             lines.append(f"  stage {r['stage']} ({r['layers'][0]}..{r['layers'][-1]}, IPUs {r['ipus']}): "
                          f"compute {r['compute_cycles']:,}, all-reduce {r['all_reduce_cycles']:,}, "

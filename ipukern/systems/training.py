@@ -46,6 +46,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._format import Rest, fmt_num, format_table
 from ..dtypes import DTYPES
 from ..nn.checkpoints import network_checkpoints
 # words streamed per parameter by one optimizer step and its state words: the executed
@@ -169,15 +170,15 @@ class TrainingEstimate:
                  f"bound by {self.bottleneck}",
                  *([f"  optimizer state {'/'.join(self.info['optimizer_state_dtype'])}; weights "
                     f"{self.info.get('weights', '')}"] if self.info.get("optimizer_state_dtype") else []),
-                 "  IPU stage  compute ms  BN all-reduce ms  fill/drain ms  links ms  sync ms  "
-                 "all-reduce ms  optimizer ms  host I/O ms  memory / budget"]
-        for r in self.breakdown:
-            lines.append(f"  {r['ipu']:>3} {r['stage']:>5}  {r['compute_s'] * 1e3:10.3f}  "
-                         f"{r.get('bn_all_reduce_s', 0.0) * 1e3:16.3f}  "
-                         f"{r['fill_drain_s'] * 1e3:13.3f}  {r['links_s'] * 1e3:8.3f}  "
-                         f"{r['sync_s'] * 1e3:7.3f}  "
-                         f"{r['all_reduce_s'] * 1e3:13.3f}  {r['optimizer_s'] * 1e3:12.3f}  "
-                         f"{r['host_io_s'] * 1e3:11.3f}  " + _memory_cell(r))
+                 ]
+        ms = lambda r, k: fmt_num(r.get(k, 0.0) * 1e3, 3)  # noqa: E731 - one cell format
+        cols = ("compute_s", "bn_all_reduce_s", "fill_drain_s", "links_s", "sync_s", "all_reduce_s",
+                "optimizer_s", "host_io_s")
+        lines += format_table(
+            ["IPU", "stage", "compute ms", "BN all-reduce ms", "fill/drain ms", "links ms", "sync ms",
+             "all-reduce ms", "optimizer ms", "host I/O ms", "memory / budget"],
+            [[r["ipu"], r["stage"], *(ms(r, k) for k in cols), Rest(_memory_cell(r))]
+             for r in self.breakdown], align="r" * 10 + "l", indent="  ").split("\n")
         for r in self.breakdown[:self.ipus_per_replica]:
             if r.get("tile_bytes_by_kind"):
                 lines.append(f"  stage {r['stage']} tile {r['busiest_tile']}: "

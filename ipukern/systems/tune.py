@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
 
 from .._checks import as_int
+from .._format import Rest, fmt_num, format_table
 from ..machine import MachineSpec, get_machine
 from ..nn.checkpoints import network_checkpoints
 from ..nn.compile import trial_caches
@@ -167,9 +168,9 @@ class TuneResult:
         rest = self.candidates[1:]
         if rest:
             lines.append("runners-up:")
-            for c in rest[:max_rows]:
-                sps = f"{c.samples_per_second:>9,.0f}" if c.samples_per_second is not None else f"{'-':>9}"
-                lines.append(f"  {c.label():<58} {sps}  {c.why}")
+            lines += format_table(["configuration", "samples/s", "why not"],
+                                  [[c.label(), fmt_num(c.samples_per_second), Rest(c.why)]
+                                   for c in rest[:max_rows]], align="lrl", indent="  ").split("\n")[1:]
             if len(rest) > max_rows:
                 lines.append(f"  ... and {len(rest) - max_rows} more")
         return "\n".join(lines)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .._version import schema
-from ..core import DELTA_HEADER, TraceEvents, delta, diff_keyed, format_delta_rows
+from ..core import TraceEvents, delta, diff_keyed, format_delta_sections
 
 __all__ = ["training_to_dict", "training_schedule", "training_trace", "training_to_pandas",
            "diff_trainings", "format_training_diff"]
@@ -143,16 +143,12 @@ def format_training_diff(diff: dict[str, Any], *, only_changed: bool = False) ->
            f"b: training on {b['system']}, bound by {b['bottleneck']}"]
     if not diff["same_layout"]:
         out.append("note: the systems have different IPUs (replicas or stages added or removed)")
-    out.append(DELTA_HEADER)
     t = diff["totals"]
-    out += format_delta_rows(None, [("step (ms)", t["step_seconds"])], scale=1e3)
-    out += format_delta_rows(None, [("samples/s", t["samples_per_second"]),
-                                    ("global batch", t["global_batch"])])
-    out += format_delta_rows("parts of the step (ms)", list(diff["parts"].items()), scale=1e3,
-                             only_changed=only_changed)
-    out.append("per IPU (ms, the fields that changed)")
-    for r in diff["ipus"]:
-        flag = "" if r["status"] == "same" else f" [{r['status']}]"
-        out += format_delta_rows(None, [(f"IPU {r['key']} {f[:-2].replace('_', ' ')}{flag}", r[f])
-                                        for f in _IPU_FIELDS], scale=1e3, only_changed=True)
-    return "\n".join(out)
+    ipus = [(f"IPU {r['key']} {f[:-2].replace('_', ' ')}"
+             + ("" if r["status"] == "same" else f" [{r['status']}]"), r[f])
+            for r in diff["ipus"] for f in _IPU_FIELDS]
+    return "\n".join(out + format_delta_sections([
+        (None, [("step (ms)", t["step_seconds"])], 1e3, False),
+        (None, [("samples/s", t["samples_per_second"]), ("global batch", t["global_batch"])], 1.0, False),
+        ("parts of the step (ms)", list(diff["parts"].items()), 1e3, only_changed),
+        ("per IPU (ms, the fields that changed)", ipus, 1e3, True)]))

@@ -9,6 +9,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
+from .._files import read_input_text
+
 T = TypeVar("T")
 
 
@@ -20,7 +22,7 @@ def read_table(filename: str, path: str | Path | None,
         text = resources.files(__package__).joinpath(filename).read_text()
         where = filename
     else:
-        text = Path(path).read_text()
+        text = read_input_text(path, "measurements")
         where = str(path)
     reader = csv.DictReader(text.splitlines())
     missing = [f for f in fields if f not in (reader.fieldnames or [])]
