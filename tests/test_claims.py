@@ -161,3 +161,18 @@ def test_cli_errors_are_one_line(argv, match, capsys):
     assert main(argv) == 1
     err = capsys.readouterr().err
     assert match in err and err.count("\n") == 1
+
+
+def test_a_side_without_a_fitting_candidate_makes_the_row_not_modelled():
+    """One rule for every row with two searched sides: the first side with no fitting
+    candidate names its candidates and why each failed."""
+    from ipukern.validation import _claim_models as cm
+    from ipukern.validation import _claim_search as cs
+    fits = cs.Best("batch 8", 100.0, 0.08, tried={"batch 8": 100.0})
+    none = cs.Best(tried={"batch 64": "does not fit: tile 3"})
+    m = cm.Modelled()
+    assert not cm._no_fit(m, fits, fits) and m.not_modelled == ""
+    assert cm._no_fit(m, fits, none)
+    assert m.not_modelled == "no fitting configuration: no candidate fits (batch 64: does not fit: tile 3)"
+    assert cm._no_fit(m, cs.Best(tried={"batch 1": "does not fit: ipu"}), none)
+    assert m.not_modelled.endswith("(batch 1: does not fit: ipu)")

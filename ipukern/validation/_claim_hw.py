@@ -10,7 +10,7 @@ from typing import Any
 
 from ..machine import GC2, GC200
 from . import _claim_search as cs
-from ._claim_models import Context, Modelled, _net, _ratio
+from ._claim_models import Context, Modelled, _net, _no_fit, _ratio
 
 # =========================================================================== claim 10
 
@@ -305,9 +305,7 @@ def effnet_b4_pod32(ctx: Context) -> Modelled:
                  basis="the systems the claim names, whole-system throughput; the standard EfficientNet-B4 "
                        "(the claim does not say G16), pipelined over 4 IPUs per replica (no public "
                        "IPU configuration of it: split found by pipeline='auto')")
-    if ipu.samples_per_second is None or gpu.samples_per_second is None:
-        m.not_modelled = "no fitting configuration: " + (ipu.describe() if ipu.samples_per_second is None
-                                                         else gpu.describe())
+    if _no_fit(m, ipu, gpu):
         return m
     m.default = ipu.samples_per_second / gpu.samples_per_second
     m.datasheet = None if ds is None else _ratio(ds.samples_per_second, gpu.samples_per_second)

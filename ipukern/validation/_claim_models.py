@@ -82,6 +82,16 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None or b == 0 else a / b
 
 
+def _no_fit(m: Modelled, ipu: cs.Best, gpu: cs.Best) -> bool:
+    """Whether a side of a row found no fitting candidate; then ``m`` is "not modelled" with
+    that side's candidates and why each failed (the IPU's first)."""
+    for side in (ipu, gpu):
+        if side.samples_per_second is None:
+            m.not_modelled = "no fitting configuration: " + side.describe()
+            return True
+    return False
+
+
 # =========================================================================== claims 1-4: MLPerf v1.0
 def _minutes(row: Any, datasheet: bool) -> float | None:
     if datasheet:
@@ -200,9 +210,7 @@ def inference_advantage(ctx: Context, name: str, *, latency: bool = False) -> Mo
     ipu, gpu, ds = r["ipu"], r["gpu"], r["datasheet"]
     m = Modelled(basis=PER_CHIP)
     m.ipu, m.other = _sides(ipu, gpu, f"{name} inference (forward pass, device time)")
-    if ipu.samples_per_second is None or gpu.samples_per_second is None:
-        m.not_modelled = "no fitting configuration: " + (ipu.describe() if ipu.samples_per_second is None
-                                                         else gpu.describe())
+    if _no_fit(m, ipu, gpu):
         return m
     if latency:
         m.note = "latency at the batches of the throughput row (each side's best-throughput batch)"
@@ -244,9 +252,7 @@ def training_advantage(ctx: Context, name: str, *, layouts: list[cs.Layout] | No
     ipu, gpu, ds = r["ipu"], r["gpu"], r["datasheet"]
     m = Modelled(basis=PER_CHIP)
     m.ipu, m.other = _sides(ipu, gpu, f"{name} training ({optimizer})")
-    if ipu.per_chip is None or gpu.per_chip is None:
-        m.not_modelled = "no fitting configuration: " + (ipu.describe() if ipu.per_chip is None
-                                                         else gpu.describe())
+    if _no_fit(m, ipu, gpu):
         return m
     m.default = ipu.per_chip / gpu.per_chip
     m.datasheet = None if ds is None else _ratio(ds.per_chip, gpu.per_chip)
@@ -345,9 +351,7 @@ def mcmc(ctx: Context) -> Modelled:
                        "graphcore.ai/mk1-benchmarks) is not public: the German credit logistic "
                        "regression stands in; the statement names no GPU, batch or chain count; "
                        + MCMC_LEFT_OUT))
-    if ipu.per_chip is None or gpu.per_chip is None:
-        m.not_modelled = "no fitting configuration: " + (ipu.describe() if ipu.per_chip is None
-                                                         else gpu.describe())
+    if _no_fit(m, ipu, gpu):
         return m
     m.default = ipu.per_chip / gpu.per_chip
     best = int(ipu.label.split()[0])
