@@ -104,6 +104,9 @@ def test_mcmc_row_runs_the_zoo_hmc_step_on_both_sides():
     m = row.model
     assert not m.not_modelled and "hmc_logistic" in m.ipu and "hmc_logistic" in m.other
     assert "1024 chains" in m.ipu and "float32" in m.other and "per chip" in m.basis
+    # one HMC proposal per chain is a chain-step, not a sample of a batch
+    assert "chain-steps/s" in m.ipu and "chain-steps/s" in m.other and "samples/s" not in m.ipu
+    assert "time to train" in row.claim.statement and "chain-steps per second" in m.basis
     net = ik.models.hmc_logistic(chains=1024)
     ipu = ik.estimate_network(net, batch=1, dtype="float32", partials="float").seconds
     gpu = estimate_network_gpu(net, 1, DGX_A100_40GB, dtype="float32", n_gpus=1, stack="mlperf").step_seconds
