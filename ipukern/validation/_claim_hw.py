@@ -188,6 +188,10 @@ def chip_figure(ctx: Context, what: str) -> Modelled:
 
 
 # =========================================================================== claims 12-15: datasheets
+#: where the M2000 presets' Streaming Memory comes from (ipukern.systems.spec), for rows 12c, 14c
+STREAM_SOURCE = ("IPU-M2000 launch specification, July 2020, the figure of the claims' own launch; "
+                 "Graphcore's later IPU-POD64 datasheet, 'up to 4.2 TBytes of system memory' per POD64, "
+                 "implies 256 GB per machine")
 def _pod32() -> Any:
     from ..systems import System
     return System.pod(32, GC200, name="8 x IPU-M2000")
@@ -211,9 +215,8 @@ def datasheet_ratio(ctx: Context, what: str) -> Modelled:
         ipu_v = pod.n_ipus * pod.chip.total_bytes + pod.streaming_bytes
         gpu_v = dgx.n_gpus * gpu.memory_bytes
         per_machine = pod.streaming_bytes_per_machine / 1e9
-        note = (f"In-Processor Memory plus Streaming Memory ({per_machine:.0f} GB per "
-                "machine: the later datasheets' figure; the launch material said 448 GB) against "
-                "the GPUs' HBM")
+        note = (f"In-Processor Memory plus Streaming Memory ({per_machine:.0f} GB per machine: "
+                f"the preset's {STREAM_SOURCE}) against the GPUs' HBM")
     m = Modelled(ipu=f"{pod.name} ({pod.n_ipus} GC200 presets): {ipu_v:,.4g}",
                  other=f"DGX A100 320 GB ({dgx.n_gpus} x {gpu.name} preset): {gpu_v:,.4g}",
                  basis="the datasheet figures of the presets (ipukern.systems.System, ipukern.gpu.GPUSpec)",
@@ -249,7 +252,7 @@ def pod64_figure(ctx: Context, what: str) -> Modelled:
     else:
         v = pod.streaming_bytes / 1e12
         note = (f"{pod.n_machines} machines x {pod.streaming_bytes_per_machine / 1e9:.0f} GB (the preset's "
-                "per-machine figure; the launch material said 448 GB per machine)")
+                f"{STREAM_SOURCE})")
     m = Modelled(ipu=f"{pod.name} preset", basis="the system preset (ipukern.systems.IPU_POD64)",
                  note=note + "; the exchange rate does not enter it")
     m.default = m.datasheet = v
