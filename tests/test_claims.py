@@ -104,6 +104,9 @@ def test_mcmc_row_runs_the_zoo_hmc_step_on_both_sides():
     m = row.model
     assert not m.not_modelled and "hmc_logistic" in m.ipu and "hmc_logistic" in m.other
     assert "1024 chains" in m.ipu and "float32" in m.other and "per chip" in m.basis
+    # one HMC proposal per chain is a chain-step, not a sample of a batch
+    assert "chain-steps/s" in m.ipu and "chain-steps/s" in m.other and "samples/s" not in m.ipu
+    assert "time to train" in row.claim.statement and "chain-steps per second" in m.basis
     net = ik.models.hmc_logistic(chains=1024)
     ipu = ik.estimate_network(net, batch=1, dtype="float32", partials="float").seconds
     gpu = estimate_network_gpu(net, 1, DGX_A100_40GB, dtype="float32", n_gpus=1, stack="mlperf").step_seconds
@@ -161,3 +164,43 @@ def test_cli_errors_are_one_line(argv, match, capsys):
     assert main(argv) == 1
     err = capsys.readouterr().err
     assert match in err and err.count("\n") == 1
+
+
+def test_a_side_without_a_fitting_candidate_makes_the_row_not_modelled():
+    """One rule for every row with two searched sides: the first side with no fitting
+    candidate names its candidates and why each failed."""
+    from ipukern.validation import _claim_models as cm
+    from ipukern.validation import _claim_search as cs
+    fits = cs.Best("batch 8", 100.0, 0.08, tried={"batch 8": 100.0})
+    none = cs.Best(tried={"batch 64": "does not fit: tile 3"})
+    m = cm.Modelled()
+    assert not cm._no_fit(m, fits, fits) and m.not_modelled == ""
+    assert cm._no_fit(m, fits, none)
+    assert m.not_modelled == "no fitting configuration: no candidate fits (batch 64: does not fit: tile 3)"
+    assert cm._no_fit(m, cs.Best(tried={"batch 1": "does not fit: ipu"}), none)
+    assert m.not_modelled.endswith("(batch 1: does not fit: ipu)")
+
+
+@pytest.mark.slow
+def test_generation_row_11c_is_compare_chips_and_states_one_configuration_too(monkeypatch):
+    """Row 11c's verdict number is ipukern.compare_chips' (each chip at its best, the basis of
+    Graphcore's statement); the note gives the GC2's winner run on the GC200 as well. A small
+    network and search stand in for EfficientNet-B3 here (the wiring, not the figure)."""
+    import ipukern as ik
+    from ipukern.validation import _claim_hw as hw
+    from ipukern.nn.models import MODELS
+    small = (("max_micro_batch", 4), ("max_global_batch", 16), ("available_memory_proportion", 0.6))
+    monkeypatch.setattr(hw, "_net", lambda name, **kw: MODELS["resnet8"]())
+    monkeypatch.setattr(hw, "EFFNET_B3_TUNE", small)
+    row = cl.claims_report(ids=["11c"]).rows[0]
+    m = row.model
+    net = MODELS["resnet8"]()
+    want = ik.compare_chips(net, ik.on_chip("M2000", "GC2"), "M2000", **dict(small))
+    assert m.default == pytest.approx(want.ratio) and m.details["compare_chips_ratio"] == round(want.ratio, 3)
+    same = ik.estimate_training(net, "M2000", hw._fixed(want.a.best_config, want.a.best))
+    ratio = same.samples_per_second / want.a.samples_per_second
+    assert m.details["same_configuration_ratio"] == round(ratio, 3)
+    assert f"{m.details['same_configuration_ratio']:.2f}x" in m.note
+    assert "Graphcore's 7.4x" in m.basis and "compare_chips" in m.basis
+    assert want.a.candidates[0].label() in m.other and want.b.candidates[0].label() in m.ipu
+    assert m.datasheet is not None and row.verdict().split(":")[0] in cl.VERDICTS

@@ -36,8 +36,8 @@ from .api import NetworkRun, estimate_network, run_network
 from .compile import clear_network_caches, compile_network
 from .layers import (Activation, Add, AddParam, AvgPool2d, BatchNorm2d, Conv2d, Embedding, Exp,
                      Flatten, GlobalAvgPool, GELU, Layer, LayerNorm, Linear, MatMul, MaxPool2d, Mul,
-                     Permute, PlanContext, ReLU, ReLU6, Reshape, ScaleChannels, SELU, Sigmoid, SiLU,
-                     Softmax, SoftmaxCrossEntropy, Tanh)
+                     Permute, PlanContext, ReLU, ReLU6, Reshape, ScaleChannels, Select, SELU, Sigmoid,
+                     SiLU, Softmax, SoftmaxCrossEntropy, Softplus, Tanh)
 from .layers import plan_context
 from .layout import Layout, Rearrangement, Resident
 from .network import Network
@@ -58,5 +58,5 @@ __all__ = [  # noqa: RUF022 - grouped: framework, then the layer set
     "SiLU", "GELU",
     "Sigmoid", "Tanh", "Add", "AddParam", "MaxPool2d", "AvgPool2d", "GlobalAvgPool", "Reshape",
     "Flatten", "Permute", "Linear", "MatMul", "LayerNorm", "Softmax", "ScaleChannels", "Embedding",
-    "SoftmaxCrossEntropy", "Mul", "Exp", "SELU", "LSTM", "GRU",
+    "SoftmaxCrossEntropy", "Mul", "Exp", "Softplus", "Select", "SELU", "LSTM", "GRU",
 ]

@@ -8,7 +8,13 @@ Sources (graphcore/poplibs, public on GitHub):
   loop 20, inner rpt loop ``4 + 3n`` max / ``5 + 3n`` sum per channel group, supervisor 7+6);
 - [UN] ``lib/popops/popopsCycleEstimators.cpp`` ``UnaryOp1D`` (worker 17 cycles, 33 for exp,
   then the inner loop of ``unaryOpPerfInfo`` in ``popopsCycleEstimators.hpp``: cycles per
-  loop and elements per loop, e.g. EXPONENT float 6 cycles / 2 elements);
+  loop and elements per loop, e.g. EXPONENT float 6 cycles / 2 elements, LOGARITHM float 12 /
+  2, half 4 / 4; LOGARITHM_ONE_PLUS 18 per natural vector, plus the 4-cycle loop overhead
+  ``unaryOpInnerLoopCycles`` adds to such entries);
+- [CMP] ``popopsCycleEstimators.cpp`` ``BinaryOp1D`` (worker 29 cycles float, 26 half) with
+  ``binaryOpPerfInfo`` LESS_THAN (float 14 cycles / 4 elements, half 9 / 4), and ``Select``
+  (5 per vertex, ``selectCycles``: 6 + 5 per element, one element per loop: "ld in1, ld in2,
+  ld in3, movnz, st"; one vertex per worker);
 - [LOSS] ``lib/popnn/PerformanceEstimation.hpp`` ``getLossTransformCycles`` (softmax
   cross-entropy transform, 9 cycles per float element);
 - [RED] ``lib/popops/reduction/CycleEstimationFunctions.cpp``
@@ -38,10 +44,12 @@ __all__ = [
     "binary_cycles",
     "continuous_reduce_cycles",
     "copy_cycles",
+    "less_than_cycles",
     "loss_cycles",
     "nonlinearity_cycles",
     "pool_cycles",
     "reduce_rows_cycles",
+    "select_cycles",
     "tile_reduce_cycles",
     "unary_cycles",
 ]
@@ -60,7 +68,11 @@ _NL_SUPERVISOR = 9
 #: unaryOpPerfInfo [UN]: (cycles per loop, elements per loop) per (op, dtype)
 _UNARY = {("exp", "float32"): (6, 2), ("exp", "float16"): (4, 4),
           ("rsqrt", "float32"): (8, 2), ("rsqrt", "float16"): (19, 4),
-          ("inverse", "float32"): (6, 2), ("inverse", "float16"): (15, 4)}
+          ("inverse", "float32"): (6, 2), ("inverse", "float16"): (15, 4),
+          ("log", "float32"): (12, 2), ("log", "float16"): (4, 4),
+          ("log1p", "float32"): (18 + 4, 2), ("log1p", "float16"): (18 + 4, 4)}
+#: BinaryOp1D LESS_THAN [CMP]: worker overhead and (cycles per loop, elements per loop)
+_LESS_THAN = {"float32": (29, 14, 4), "float16": (26, 9, 4)}
 
 
 def _arr(n) -> np.ndarray:
@@ -96,12 +108,29 @@ def activation_cycles(machine: MachineSpec, n, kind: str, dtype: str) -> np.ndar
 
 
 def unary_cycles(machine: MachineSpec, n, op: str, dtype: str) -> np.ndarray:
-    """popops UnaryOp1D (exp, rsqrt, inverse) over ``n`` elements of one tile [UN]."""
+    """popops UnaryOp1D (exp, rsqrt, inverse, log, log1p) over ``n`` elements of one tile [UN]."""
     n = _arr(n)
     per_loop, elems = _UNARY[op, dtype]
     per_worker = -(-n // machine.n_workers)
     worker = (33 if op == "exp" else 17) + (-(-per_worker // elems)) * per_loop
     return np.where(n > 0, worker * machine.n_workers + 9 + cost.SUPERVISOR_OVERHEAD, 0).astype(np.int64)
+
+
+def less_than_cycles(machine: MachineSpec, n, dtype: str) -> np.ndarray:
+    """popops BinaryOp1D LESS_THAN over ``n`` elements of one tile [CMP]."""
+    n = _arr(n)
+    overhead, per_loop, elems = _LESS_THAN[dtype]
+    per_worker = -(-n // machine.n_workers)
+    worker = overhead + (-(-per_worker // elems)) * per_loop
+    return np.where(n > 0, worker * machine.n_workers + cost.SUPERVISOR_OVERHEAD, 0).astype(np.int64)
+
+
+def select_cycles(machine: MachineSpec, n) -> np.ndarray:
+    """popops Select (``out = in3 ? in1 : in2``) over ``n`` elements of one tile, one vertex
+    per worker [CMP]: ``5 + 6 + 5 x elements`` per worker, the same for every dtype."""
+    n = _arr(n)
+    per_worker = -(-n // machine.n_workers)
+    return np.where(n > 0, machine.n_workers * (5 + 6 + 5 * per_worker), 0).astype(np.int64)
 
 
 def binary_cycles(machine: MachineSpec, n, dtype: str, n_inputs: int = 2) -> np.ndarray:

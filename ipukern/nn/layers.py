@@ -24,7 +24,7 @@ from ..conv import ConvParams, normalize_amp, pair
 from ..dtypes import canonical_dtype, partials_dtype
 from ..machine import get_machine
 from .convops import conv_plan, matmul_plan
-from .elementwise import exp_plan, mul_plan
+from .elementwise import exp_plan, mul_plan, select_plan, softplus_plan
 from .ops import (
     OpPlan,
     activation_plan,
@@ -65,10 +65,12 @@ __all__ = [
     "Reshape",
     "SELU",
     "ScaleChannels",
+    "Select",
     "SiLU",
     "Sigmoid",
     "Softmax",
     "SoftmaxCrossEntropy",
+    "Softplus",
     "Tanh",
 ]
 
@@ -372,6 +374,35 @@ class Exp(Layer):
 
     def forward(self, ctx, layouts, shapes):
         return exp_plan(ctx.machine, layouts[0], self.scale)
+
+
+class Softplus(Layer):
+    """``log(1 + exp(x))`` element-wise, as TensorFlow computes it (``torch.nn.Softplus()``
+    to float32 rounding): an HMC step's Bernoulli log-likelihood ``y z - softplus(z)``."""
+
+    op = "softplus"
+    layout_sensitive = True
+
+    def forward(self, ctx, layouts, shapes):
+        return softplus_plan(ctx.machine, layouts[0])
+
+
+class Select(Layer):
+    """``where(a < b, x, y)`` of four tensors of one shape (``torch.where(a < b, x, y)``): a
+    Metropolis accept, ``log u < log accept ratio`` choosing the proposal or the current
+    state. Forward only (no gradient flows through a compare)."""
+
+    op = "select"
+    n_inputs = 4
+    layout_sensitive = True
+
+    def out_shape(self, shapes):
+        if len({tuple(s) for s in shapes}) != 1:
+            raise ValueError(f"Select: operand shapes differ: {[tuple(s) for s in shapes]}")
+        return tuple(shapes[0])
+
+    def forward(self, ctx, layouts, shapes):
+        return select_plan(ctx.machine, layouts[0], shapes)
 
 
 # --------------------------------------------------------------------------- pooling

@@ -19,7 +19,8 @@ __all__ = ["CATEGORY", "NetworkProfile"]
 #: layer op -> time category of the per-layer plot
 CATEGORY = {"conv2d": "conv", "conv2d+bn": "conv", "matmul": "matmul", "linear": "matmul",
             "activation": "elementwise", "add": "elementwise", "batchnorm": "elementwise",
-            "scale_channels": "elementwise", "maxpool": "pool", "avgpool": "pool",
+            "scale_channels": "elementwise", "softplus": "elementwise", "select": "elementwise",
+            "maxpool": "pool", "avgpool": "pool",
             "global_avgpool": "pool", "softmax": "norm", "layernorm": "norm",
             "embedding": "gather", "softmax_cross_entropy": "loss", "permute": "rearrange",
             "reshape": "view", "flatten": "view"}

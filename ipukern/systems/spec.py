@@ -73,9 +73,16 @@ LINK_LATENCY_S = 15e-9
 SYNC_LATENCY_PER_HOP_S = 15e-9
 #: host link per host: a 2-port 100 GbE RoCE NIC (Cfg: MLPerf v1.0/v1.1 system descriptions).
 HOST_BYTES_PER_SECOND = 2 * 100e9 / 8
-#: Streaming Memory per IPU-Machine: "up to 256 GB" (S: later M2000/Bow-2000 datasheets;
-#: launch material said 448 GB).
-STREAMING_BYTES_PER_MACHINE = 256 * 10**9
+#: Streaming Memory per IPU-M2000: "up to 448GB Streaming Memory" (S: Graphcore's IPU-M2000
+#: launch specification, 15 July 2020: "up to 450GB Exchange-Memory", 3.6 GB In-Processor-Memory
+#: plus up to 448 GB Streaming Memory; reported in the Cambrian-AI launch paper, reference [S18],
+#: and ipu-systems.md; the launch's IPU-POD64 "7 TB" is 16 x 448 GB). Graphcore's later IPU-POD64
+#: datasheet (docs.graphcore.ai/projects/ipu-pod64-datasheet: "up to 4.2 TBytes of system
+#: memory" = 16 x (256 + 3.6) GB) implies 256 GB; each machine is its own product's figure.
+STREAMING_BYTES_PER_MACHINE = 448 * 10**9
+#: Streaming Memory per Bow-2000: "Up to 256GB Streaming Memory" (S: Bow-2000 datasheet,
+#: docs.graphcore.ai/projects/bow-2000-datasheet, Overview).
+BOW_STREAMING_BYTES_PER_MACHINE = 256 * 10**9
 #: Streaming Memory bandwidth per IPU-Machine. GAP: no public figure; one DDR4-3200
 #: channel (3200 MT/s x 8 B = 25.6 GB/s, D) is our documented assumption.
 STREAMING_BYTES_PER_SECOND = 25.6e9
@@ -247,11 +254,17 @@ class System:
         n_pods = n // domain
         if n_pods > 1:
             links += _gw_ring(n_pods, domain)
+        if chip.name == BOW.name:                   # a Bow-2000's own datasheet figure
+            kw.setdefault("streaming_bytes_per_machine", BOW_STREAMING_BYTES_PER_MACHINE)
+        stream = kw.get("streaming_bytes_per_machine", STREAMING_BYTES_PER_MACHINE)
+        stream_src = {STREAMING_BYTES_PER_MACHINE: "IPU-M2000 launch specification",
+                      BOW_STREAMING_BYTES_PER_MACHINE: "Bow-2000 datasheet"}.get(stream, "given")
         sources = (("links", "PopLibs IPUModel: rung 4+2, rails 2+2 links, 128 Gibit/s x 0.85 each"),
                    ("gw-links", "2 x 100 Gbps per IPU-Machine (Bow-2000 datasheet)"),
                    ("sync", "PopLibs setGlobalSyncLatency: 15 ns/hop, hops = 1 + N/4, x2"),
                    ("link latency", "GAP: 15 ns per hop assumed (PopLibs' per-hop sync figure)"),
-                   ("streaming memory", "256 GB per machine (datasheet); bandwidth GAP: 25.6 GB/s"))
+                   ("streaming memory", f"{stream / 1e9:.0f} GB per machine ({stream_src}); "
+                                        "bandwidth GAP: 25.6 GB/s"))
         return cls(name=name or f"POD{n}-{chip.name}", chip=chip, n_ipus=n, links=tuple(links),
                    domain_ipus=domain_ipus, sources=sources, **kw)
 

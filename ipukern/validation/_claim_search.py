@@ -35,6 +35,8 @@ class Best:
     tried: dict[str, Any] = field(default_factory=dict)
     #: the estimate function's extra result fields of the best candidate
     extra: dict[str, Any] = field(default_factory=dict)
+    #: what the throughput counts (the MCMC row counts chain-steps, not samples of a batch)
+    unit: str = "samples/s"
 
     @property
     def per_chip(self) -> float | None:
@@ -43,14 +45,15 @@ class Best:
     def describe(self) -> str:
         if self.samples_per_second is None:
             return "no candidate fits (" + "; ".join(f"{k}: {v}" for k, v in self.tried.items()) + ")"
-        return f"{self.label}: {self.samples_per_second:,.0f} samples/s"
+        return f"{self.label}: {self.samples_per_second:,.0f} {self.unit}"
 
 
 def search(candidates: list[tuple[str, Callable[[], Any]]],
-           chips: Callable[[Any], int] | None = None) -> Best:
+           chips: Callable[[Any], int] | None = None, unit: str = "samples/s") -> Best:
     """Run ``(label, thunk)`` candidates; a thunk returns an estimate with ``samples_per_second``
-    (and ``seconds`` or ``step_seconds``); one that raises (does not fit) is recorded."""
-    best = Best()
+    (and ``seconds`` or ``step_seconds``), counted in ``unit``; one that raises (does not fit)
+    is recorded."""
+    best = Best(unit=unit)
     for label, thunk in candidates:
         try:
             est = thunk()

@@ -176,7 +176,7 @@ MODELLERS: dict[str, Callable[[cm.Context], cm.Modelled]] = {
     "10c": lambda c: hw.grouped(c, "monotone"),
     "11a": lambda c: hw.generation(c, "bert_large"),
     "11b": lambda c: hw.generation(c, "bert3"),
-    "11c": lambda c: hw.generation(c, "effnet_b3"),
+    "11c": hw.effnet_b3_generation,
     "11e": lambda c: hw.chip_figure(c, "peak"),
     "11f": lambda c: hw.chip_figure(c, "memory"),
     "11g": lambda c: hw.chip_figure(c, "tiles"),

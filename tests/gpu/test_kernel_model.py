@@ -270,4 +270,4 @@ def test_attention_fusion_takes_only_attention_matmuls():
     assert set(why.values()) == {"fused attention", "no kernel (view or fused)"}
     hmc = estimate_network_gpu(ik.models.hmc_logistic(200, 25, 2, 8), 1, "DGX_A100", n_gpus=1, stack="mlperf")
     rows = [row for row in hmc.layers if row["op"] == "matmul"]
-    assert len(rows) == 6 and all(row["why"] == "batched matmul" for row in rows)
+    assert len(rows) == 12 and all(row["why"] == "batched matmul" for row in rows)

@@ -96,6 +96,20 @@ def test_pod64_peak_matches_datasheet():
     assert ik.IPU_POD64.peak_flops("float16") == pytest.approx(15.98e15, rel=1e-3)
 
 
+def test_streaming_memory_is_each_machines_own_figure():
+    """IPU-M2000 systems: the M2000 launch specification's 448 GB per machine (the POD64's
+    "7 TB" is 16 of them); Bow systems: the Bow-2000 datasheet's 256 GB; an explicit value wins."""
+    assert ik.IPU_M2000.streaming_bytes == 448e9
+    assert ik.IPU_POD64.streaming_bytes == 16 * 448e9
+    assert ik.System.pod(8, ik.GC200).streaming_bytes_per_machine == 448e9
+    bow = ik.System.pod(16, ik.BOW)
+    assert bow.streaming_bytes_per_machine == 256e9 and bow.streaming_bytes == 4 * 256e9
+    assert "Bow-2000 datasheet" in dict(bow.sources)["streaming memory"]
+    assert "IPU-M2000 launch" in dict(ik.IPU_POD16.sources)["streaming memory"]
+    own = ik.System.pod(4, ik.BOW, streaming_bytes_per_machine=64e9)
+    assert own.streaming_bytes == 64e9 and "given" in dict(own.sources)["streaming memory"]
+
+
 def test_cli_info_systems(capsys):
     from ipukern.cli import main
     assert main(["info", "--systems"]) == 0
