@@ -227,3 +227,50 @@ def packed_offsets(const int32_t[::1] tile, const int64_t[::1] count, int64_t it
             out[i] = used[tile[i]]
             used[tile[i]] += count[i] * itemsize
     return out_arr
+
+
+def ordered_joins(const int64_t[::1] order, const int64_t[::1] sr, const int64_t[::1] so,
+                  const int64_t[::1] dr, const int64_t[::1] do, const int64_t[::1] nb):
+    """``(joins, overlap)`` of the copies taken in ``order`` (a permutation): how many are
+    contiguous on both sides with the one before, and whether two neighbours on one source
+    row overlap (what :func:`ipukern.core.copies.coalesce_runs` bounds its attempt by),
+    without gathering the columns."""
+    cdef Py_ssize_t n = order.shape[0], i
+    cdef int64_t a, b, joins = 0
+    cdef bint overlap = False
+    with nogil:
+        for i in range(1, n):
+            a, b = order[i - 1], order[i]
+            if sr[a] == sr[b]:
+                if so[b] < so[a] + nb[a]:
+                    overlap = True
+                    break
+                if so[b] == so[a] + nb[a] and dr[a] == dr[b] and do[b] == do[a] + nb[a]:
+                    joins += 1
+    return int(joins), bool(overlap)
+
+
+def gather_columns(order, const int64_t[::1] sr, const int64_t[::1] so, const int64_t[::1] dr,
+                   const int64_t[::1] do, const int64_t[::1] nb):
+    """The five columns taken in ``order`` (None: as given) with the copy kernel's types:
+    int32 rows, int64 offsets and sizes (one pass; rows are validated in range by the
+    caller)."""
+    cdef Py_ssize_t n = sr.shape[0], i
+    cdef int64_t k
+    cdef const int64_t[::1] o
+    cdef bint given = order is None
+    if not given:
+        o = order
+    out = (np.empty(n, np.int32), np.empty(n, np.int64), np.empty(n, np.int32),
+           np.empty(n, np.int64), np.empty(n, np.int64))
+    cdef int32_t[::1] osr = out[0], odr = out[2]
+    cdef int64_t[::1] oso = out[1], odo = out[3], onb = out[4]
+    with nogil:
+        for i in range(n):
+            k = i if given else o[i]
+            osr[i] = <int32_t>sr[k]
+            oso[i] = so[k]
+            odr[i] = <int32_t>dr[k]
+            odo[i] = do[k]
+            onb[i] = nb[k]
+    return out

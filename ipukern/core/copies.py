@@ -226,12 +226,10 @@ def _dest_may_merge(cols: list[np.ndarray], joins, given: int) -> bool:
     span = int(so.max()) + 1
     if int(sr.max()) >= np.iinfo(np.int64).max // max(span, 1):
         return True
-    order = _row_order(sr, so, span)
-    moved = [c[order] for c in cols]
-    msr, mso, mnb = moved[0], moved[1], moved[4]
-    if ((msr[1:] == msr[:-1]) & (mso[1:] < mso[:-1] + mnb[:-1])).any():
-        return True                      # overlapping sources: no bound
-    return int(joins(*moved).sum()) > given + nb.size // 10
+    from .._kernels import _runs
+    got, overlap = _runs.ordered_joins(_row_order(sr, so, span),
+                                       *(np.ascontiguousarray(c, np.int64) for c in cols))
+    return overlap or got > given + nb.size // 10   # overlapping sources: no bound
 
 
 def source_order(src_row, src_off, dst_row, dst_off, nbytes) -> tuple[np.ndarray, ...]:
@@ -246,16 +244,21 @@ def source_order(src_row, src_off, dst_row, dst_off, nbytes) -> tuple[np.ndarray
     order: 0.116 / 0.067 s).
     """
     cols = [np.asarray(c) for c in (src_row, src_off, dst_row, dst_off, nbytes)]
+    order = _source_index(cols)
+    return tuple(cols) if order is None else tuple(c[order] for c in cols)
+
+
+def _source_index(cols: Sequence[np.ndarray]) -> np.ndarray | None:
+    """The permutation :func:`source_order` applies (None: none needed)."""
     if cols[4].size < 2:
-        return tuple(cols)
+        return None
     span = int(cols[1].max()) + 1
     if int(cols[0].max()) >= np.iinfo(np.int64).max // max(span, 1):
-        return tuple(cols)   # pragma: no cover - no arena has rows and offsets this large
+        return None  # pragma: no cover - no arena has rows and offsets this large
     key = cols[0].astype(np.int64) * span + cols[1]
     if (key[1:] >= key[:-1]).all():
-        return tuple(cols)
-    order = _row_order(cols[0], cols[1], span)
-    return tuple(c[order] for c in cols)
+        return None
+    return _row_order(cols[0], cols[1], span)
 
 
 def split_pieces(cols: Sequence[np.ndarray], piece_bytes: int) -> tuple[np.ndarray, ...]:
@@ -360,12 +363,12 @@ class CopyTable:
         in host order (made once)."""
         cols = self._cols
         if cols is None:
-            cols = self.columns
+            cols, order = self.columns, None
             if self.host_order == "source":
-                cols = source_order(*coalesce_runs(*cols))
-            cols = (np.ascontiguousarray(cols[0], np.int32), np.ascontiguousarray(cols[1], np.int64),
-                    np.ascontiguousarray(cols[2], np.int32), np.ascontiguousarray(cols[3], np.int64),
-                    np.ascontiguousarray(cols[4], np.int64))
+                cols = coalesce_runs(*cols)
+                order = _source_index(cols)
+            from .._kernels import _runs        # source order and the kernel's types, one pass
+            cols = _runs.gather_columns(order, *(np.ascontiguousarray(c, np.int64) for c in cols))
             if self.piece_bytes:
                 cols = split_pieces(cols, self.piece_bytes)
             # host work in byte-equivalents (a run costs about what copying 32 bytes does)
