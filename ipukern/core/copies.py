@@ -319,6 +319,17 @@ class CopyTable:
             return CopyTable(z, z, z, z, z)
         return CopyTable(*(np.concatenate([getattr(t, f) for t in tables]) for f in COLUMNS))
 
+    @classmethod
+    def from_host_columns(cls, cols: Sequence[np.ndarray]) -> "CopyTable":
+        """A table whose host form (:attr:`kernel_columns`: int32 rows, int64 offsets and
+        sizes, already in host order) is given, such as one read back from
+        :mod:`ipukern.nn.host.table_cache`; its columns as built are those same copies.
+        Runs between distinct arrays (``host_order`` "source")."""
+        tab = cls(*cols)
+        tab._cols = tuple(cols)
+        tab._work = int(np.asarray(cols[4]).sum()) + 32 * int(cols[4].size)
+        return tab
+
     def __len__(self) -> int:
         return int(self.nbytes.size)
 
