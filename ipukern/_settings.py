@@ -49,7 +49,11 @@ SETTINGS: tuple[Setting, ...] = (
             "1: progress lines on stderr for long work even when stderr is not a terminal; 0: "
             "never (the CLI's --progress / --no-progress override it)"),
     Setting("IPUKERN_CACHE_DIR", "run", "$XDG_CACHE_HOME/ipukern/tilefn",
-            "where generated tile-function drivers and Numba's cache of them live"),
+            "where generated tile-function drivers and Numba's cache of them live; network "
+            "copy tables go to its tables/ subdirectory (default $XDG_CACHE_HOME/ipukern/tables)"),
+    Setting("IPUKERN_TABLE_CACHE_BYTES", "run", "4294967296",
+            "bytes the on-disk cache of network copy tables ($IPUKERN_CACHE_DIR/tables) may "
+            "hold; least recently used entries are removed beyond it"),
     Setting("IPUKERN_NO_OPENMP", "build", "0", "1: build the kernels without OpenMP (serial)"),
     Setting("IPUKERN_NATIVE", "build", "0", "1: compile the kernels with -march=native"),
     Setting("IPUKERN_CYTHON_DEBUG", "build", "0",
@@ -122,6 +126,16 @@ def fused_exchange() -> bool:
 def check_built_programs() -> bool:
     """``IPUKERN_CHECK_BUILT_PROGRAMS`` (default off)."""
     return _flag("IPUKERN_CHECK_BUILT_PROGRAMS", False)
+
+
+def table_cache_bytes() -> int | None:
+    """``IPUKERN_TABLE_CACHE_BYTES``, or None when unset (the cache's default applies)."""
+    v = _get("IPUKERN_TABLE_CACHE_BYTES")
+    if not v:
+        return None
+    if not v.isdigit():
+        raise ValueError(f"IPUKERN_TABLE_CACHE_BYTES must be a number of bytes, got {v!r}")
+    return int(v)
 
 
 def cache_dir() -> str | None:

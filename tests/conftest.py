@@ -1,5 +1,8 @@
+import atexit
 import builtins
 import os
+import shutil
+import tempfile
 
 import numpy as np
 import pytest
@@ -13,6 +16,13 @@ try:
     settings.load_profile("ci" if os.environ.get("CI") else "dev")
 except ImportError:  # pragma: no cover
     pass
+
+
+# the suite never writes the user's cache (~/.cache/ipukern): tile-function drivers and
+# network copy tables go to a directory of this session, removed at exit
+_CACHE = tempfile.mkdtemp(prefix="ipukern-test-cache-")
+os.environ["IPUKERN_CACHE_DIR"] = _CACHE
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 
 
 @pytest.fixture

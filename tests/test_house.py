@@ -62,7 +62,7 @@ WIDE_FUNCTIONS = {
     'ipukern.gpu.system:estimate_network_gpu': 9,
     'ipukern.graph.tensor:GraphTensor.__init__': 9,
     'ipukern.nn.api:estimate_network': 12,
-    'ipukern.nn.api:run_network': 9,
+    'ipukern.nn.api:run_network': 10,
     'ipukern.nn.convops:conv_plan': 11,
     'ipukern.nn.convops:matmul_plan': 9,
     'ipukern.nn.grad_cycles:pool_grad_cycles': 10,

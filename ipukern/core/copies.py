@@ -186,10 +186,10 @@ def coalesce_runs(src_row, src_off, dst_row, dst_off, nbytes) -> tuple[np.ndarra
                 & (do[:-1] + nb[:-1] == do[1:]))
 
     join = joins(*cols)
-    if 2 * int(join.sum()) < join.size:
+    if 2 * int(join.sum()) < join.size and _dest_may_merge(cols, joins, int(join.sum())):
         span = int(cols[3].max()) + 1
         if int(cols[2].max()) < np.iinfo(np.int64).max // max(span, 1):
-            order = np.argsort(cols[2].astype(np.int64) * span + cols[3], kind="stable")
+            order = _row_order(cols[2], cols[3], span)
             moved = [c[order] for c in cols]
             j2 = joins(*moved)
             if int(j2.sum()) > int(join.sum()) + join.size // 10:
@@ -199,6 +199,37 @@ def coalesce_runs(src_row, src_off, dst_row, dst_off, nbytes) -> tuple[np.ndarra
     start = np.flatnonzero(np.concatenate([[True], ~join]))
     return (cols[0][start], cols[1][start], cols[2][start], cols[3][start],
             np.add.reduceat(cols[4], start))
+
+
+def _row_order(rows: np.ndarray, off: np.ndarray, span: int) -> np.ndarray:
+    """``np.argsort(rows * span + off, kind="stable")``, by a counting sort on the rows when
+    the offsets already rise within each row (a table read from a packed layout): linear
+    instead of a sort of millions of keys."""
+    if rows.size and int(rows.min()) >= 0 and int(rows.max()) < (1 << 24):
+        from .._kernels import _runs
+        order, rising = _runs.tile_order(np.ascontiguousarray(rows, np.int64),
+                                         np.ascontiguousarray(off, np.int64), int(rows.max()) + 1)
+        if rising:
+            return order
+    return np.argsort(rows.astype(np.int64) * span + off, kind="stable")
+
+
+def _dest_may_merge(cols: list[np.ndarray], joins, given: int) -> bool:
+    """False when destination order provably cannot merge the ``given`` joins plus a tenth
+    of the copies more (what :func:`coalesce_runs` asks of it), found without sorting by
+    destination: with positive sizes and disjoint sources, two copies contiguous on both
+    sides are neighbours in source order too, so the joins counted there bound those of
+    any order."""
+    sr, so, _, _, nb = cols
+    if not (nb > 0).all():
+        return True
+    span = int(so.max()) + 1
+    if int(sr.max()) >= np.iinfo(np.int64).max // max(span, 1):
+        return True
+    from .._kernels import _runs
+    got, overlap = _runs.ordered_joins(_row_order(sr, so, span),
+                                       *(np.ascontiguousarray(c, np.int64) for c in cols))
+    return overlap or got > given + nb.size // 10   # overlapping sources: no bound
 
 
 def source_order(src_row, src_off, dst_row, dst_off, nbytes) -> tuple[np.ndarray, ...]:
@@ -213,16 +244,21 @@ def source_order(src_row, src_off, dst_row, dst_off, nbytes) -> tuple[np.ndarray
     order: 0.116 / 0.067 s).
     """
     cols = [np.asarray(c) for c in (src_row, src_off, dst_row, dst_off, nbytes)]
+    order = _source_index(cols)
+    return tuple(cols) if order is None else tuple(c[order] for c in cols)
+
+
+def _source_index(cols: Sequence[np.ndarray]) -> np.ndarray | None:
+    """The permutation :func:`source_order` applies (None: none needed)."""
     if cols[4].size < 2:
-        return tuple(cols)
+        return None
     span = int(cols[1].max()) + 1
     if int(cols[0].max()) >= np.iinfo(np.int64).max // max(span, 1):
-        return tuple(cols)   # pragma: no cover - no arena has rows and offsets this large
+        return None  # pragma: no cover - no arena has rows and offsets this large
     key = cols[0].astype(np.int64) * span + cols[1]
     if (key[1:] >= key[:-1]).all():
-        return tuple(cols)
-    order = np.argsort(key, kind="stable")
-    return tuple(c[order] for c in cols)
+        return None
+    return _row_order(cols[0], cols[1], span)
 
 
 def split_pieces(cols: Sequence[np.ndarray], piece_bytes: int) -> tuple[np.ndarray, ...]:
@@ -283,6 +319,17 @@ class CopyTable:
             return CopyTable(z, z, z, z, z)
         return CopyTable(*(np.concatenate([getattr(t, f) for t in tables]) for f in COLUMNS))
 
+    @classmethod
+    def from_host_columns(cls, cols: Sequence[np.ndarray]) -> "CopyTable":
+        """A table whose host form (:attr:`kernel_columns`: int32 rows, int64 offsets and
+        sizes, already in host order) is given, such as one read back from
+        :mod:`ipukern.nn.host.table_cache`; its columns as built are those same copies.
+        Runs between distinct arrays (``host_order`` "source")."""
+        tab = cls(*cols)
+        tab._cols = tuple(cols)
+        tab._work = int(np.asarray(cols[4]).sum()) + 32 * int(cols[4].size)
+        return tab
+
     def __len__(self) -> int:
         return int(self.nbytes.size)
 
@@ -327,12 +374,12 @@ class CopyTable:
         in host order (made once)."""
         cols = self._cols
         if cols is None:
-            cols = self.columns
+            cols, order = self.columns, None
             if self.host_order == "source":
-                cols = source_order(*coalesce_runs(*cols))
-            cols = (np.ascontiguousarray(cols[0], np.int32), np.ascontiguousarray(cols[1], np.int64),
-                    np.ascontiguousarray(cols[2], np.int32), np.ascontiguousarray(cols[3], np.int64),
-                    np.ascontiguousarray(cols[4], np.int64))
+                cols = coalesce_runs(*cols)
+                order = _source_index(cols)
+            from .._kernels import _runs        # source order and the kernel's types, one pass
+            cols = _runs.gather_columns(order, *(np.ascontiguousarray(c, np.int64) for c in cols))
             if self.piece_bytes:
                 cols = split_pieces(cols, self.piece_bytes)
             # host work in byte-equivalents (a run costs about what copying 32 bytes does)

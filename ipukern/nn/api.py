@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _progress
 from ..core import TileMemoryError
 from ..machine import GC200, MachineSpec
 from .compile import compile_network
@@ -137,7 +138,8 @@ def estimate_network(net: Network, batch: int = 16, dtype: Any = "float16", part
 def run_network(net: Network, x: Any, params: dict[str, Any] | None = None, *,
                 dtype: Any = "float32", partials: Any = "float", machine: MachineSpec | str = GC200,
                 fold_bn: bool = True, allow_overflow: bool = False,
-                available_memory_proportion: float | None = None) -> NetworkRun:
+                available_memory_proportion: float | None = None,
+                cache: bool = True) -> NetworkRun:
     """Execute the forward pass on real data, tile by tile; same cycles as the estimate.
 
     Parameters
@@ -152,6 +154,13 @@ def run_network(net: Network, x: Any, params: dict[str, Any] | None = None, *,
     dtype, partials, machine, fold_bn, allow_overflow, available_memory_proportion
         As :func:`estimate_network` (default float32 here: results comparable with a
         float32 framework).
+    cache : bool
+        Read the host copy tables of the first run in this process from the on-disk cache
+        (``$IPUKERN_CACHE_DIR/tables``, :mod:`ipukern.nn.host.table_cache`) or write them
+        there; False builds them without touching the disk. Same bits and cycles.
+
+    A call running over a second draws a progress line on stderr (layers planned, then
+    run) when ``IPUKERN_PROGRESS=1`` or stderr is a terminal (``IPUKERN_PROGRESS=0``: never).
 
     Returns
     -------
@@ -186,11 +195,14 @@ def run_network(net: Network, x: Any, params: dict[str, Any] | None = None, *,
             raise TypeError(f"input {name!r} must be floating point, got {a.dtype}")
         arrays[name] = a
     batch = _check_batch(int(batch))
+    if not isinstance(cache, bool):
+        raise TypeError(f"cache must be True or False, got {cache!r}")
     if params is None:
         params = net.params if net.params is not None else net.init_params(seed=0)
     net.check_params(params)
     ctx = plan_context(dtype, partials, machine, available_memory_proportion)
-    prog = compile_network(net, batch, ctx, fold_bn=fold_bn)
-    prof = network_profile(prog, allow_overflow=allow_overflow)
-    outs = prog.execute(arrays, params)
+    with _progress.Progress(f"run_network {net.name}", enabled=_progress.enabled()):
+        prog = compile_network(net, batch, ctx, fold_bn=fold_bn)
+        prof = network_profile(prog, allow_overflow=allow_overflow)
+        outs = prog.execute(arrays, params, cache=cache)
     return NetworkRun(output=outs[net.outputs[0]], outputs=outs, profile=prof)

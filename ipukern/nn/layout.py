@@ -88,6 +88,11 @@ class Layout:
     def packed_offsets(self) -> np.ndarray:
         """Byte offset of each interval when a tile's intervals are stored back to back."""
         m = self.mapping
+        if m.tile.size and int(m.tile.min()) >= 0:
+            from .._kernels import _runs       # a running sum per tile, in start order
+            return _runs.packed_offsets(np.ascontiguousarray(m.tile, np.int32),
+                                        np.ascontiguousarray(m.count, np.int64), self.itemsize,
+                                        int(m.tile.max()) + 1)
         # the mapping is sorted by start: a stable sort by tile keeps element order per tile
         order = np.argsort(m.tile, kind="stable")
         nb = m.count[order] * self.itemsize
@@ -286,7 +291,31 @@ def _sorted_union(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def copy_table(src: Layout, dst: Layout) -> tuple[np.ndarray, ...]:
     """The exact copy table moving ``src`` into ``dst``: one copy per run contiguous in
-    both layouts, ``(src_tile, src_off, dst_tile, dst_off, nbytes)``."""
+    both layouts, ``(src_tile, src_off, dst_tile, dst_off, nbytes)`` (int64), in logical
+    order.
+
+    Walked by the compiled kernel over both mappings' intervals (linear in the copies; a
+    ResNet-50 batch-8 input rearrangement of 2.6 M copies took seconds as the sort of every
+    piece start below, which remains for layouts of more axes than the kernel takes)."""
+    from .._kernels import _runs
+    if src.n_elems and max(len(src.shape), len(dst.shape)) <= _runs.MAX_LAYOUT_AXES:
+        got = _runs.layout_copies(src.n_elems, src.itemsize, *_walk_args(src), *_walk_args(dst))
+        if got is not None:
+            return got
+    return _copy_table_sorted(src, dst)
+
+
+def _walk_args(lay: Layout) -> tuple:
+    """A layout as :func:`ipukern._kernels._runs.layout_copies` takes it."""
+    m = lay.mapping
+    perm = tuple(range(len(lay.shape))) if lay.perm is None else tuple(int(p) for p in lay.perm)
+    return (lay.shape, perm, np.ascontiguousarray(m.start, np.int64),
+            np.ascontiguousarray(m.count, np.int64), np.ascontiguousarray(m.tile, np.int32),
+            np.ascontiguousarray(lay.byte_offsets, np.int64))
+
+
+def _copy_table_sorted(src: Layout, dst: Layout) -> tuple[np.ndarray, ...]:
+    """:func:`copy_table` from both layouts' pieces: the union of their starts, sorted."""
     isz = src.itemsize
     s0, _, st, so = src.pieces()
     d0, _, dt, do = dst.pieces()

@@ -12,9 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import _memo
+from .. import _memo, _progress
 from ..core import SuperstepRecord
 from .host.arenas import ARENAS
+from .host import table_cache
 from .host.buffers import POOL, pooled
 from .layers import BatchNorm2d, Conv2d, PlanContext
 from .layout import Layout, Rearrangement, Resident, linear_layout
@@ -177,9 +178,11 @@ class NetworkProgram:
         fold_into = bn_folds(net) if fold_bn else {}
         skip = set(fold_into.values())
         self.steps: list[Step] = []
+        layer_names = [name for name, node in net.nodes.items() if node.layer is not None]
         for name, node in net.nodes.items():
             if node.layer is None or name in skip:
                 continue
+            _progress.note(f"planning layer {layer_names.index(name) + 1}/{len(layer_names)}")
             ins = [layouts[i] for i in node.inputs]
             in_shapes = tuple(shapes[i] for i in node.inputs)
             try:
@@ -364,12 +367,22 @@ class NetworkProgram:
         return copies, freed
 
     # ------------------------------------------------------------------ execution
-    def execute(self, feeds: dict[str, np.ndarray], params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def execute(self, feeds: dict[str, np.ndarray], params: dict[str, np.ndarray], *,
+                cache: bool = True) -> dict[str, np.ndarray]:
         """Run every step on real data; returns the network outputs as host arrays. The
         residents' host buffers come from :data:`ipukern.nn.host.buffers.POOL` (reused from the
-        previous execution; same bits as fresh ones)."""
+        previous execution; same bits as fresh ones). ``cache``: the first execution in a
+        process reads its host copy tables from the on-disk cache
+        (:mod:`ipukern.nn.host.table_cache`) or writes them there after it runs."""
+        first = cache and not self.__dict__.get("_tables_cached")
+        if first:
+            self.__dict__["_tables_cached"] = True
+            hit = table_cache.load(self)
         with pooled():
-            return self._execute(feeds, params)
+            out = self._execute(feeds, params)
+        if first and not hit:
+            table_cache.store(self)
+        return out
 
     def _programs(self) -> list[Any]:
         """The conv programs the steps run (each once)."""
@@ -389,7 +402,8 @@ class NetworkProgram:
         index = param_index(params)
         # the pooled arenas the convs lease are made as long as the largest one needs
         ARENAS.reserve(nt, max((p.device.memory.high_water for p in self._programs()), default=0))
-        for s in self.steps:
+        for i, s in enumerate(self.steps):
+            _progress.note(f"running layer {i + 1}/{len(self.steps)} {s.name}")
             srcs = [live[n] for n in s.srcs]
             if s.fused:                 # applied by its producer: the same buffer, in place
                 live[s.node] = srcs[0].relabel(s.plan.output)

@@ -216,3 +216,30 @@ def lars_step(p, g, st, step, opt):
         g = g + wd * p
     v = opt.momentum * v + lr * g
     return p - v, (v,)
+
+
+def layout_copy_table(n: int, itemsize: int, a: tuple, b: tuple) -> tuple[np.ndarray, ...]:
+    """The copy table between two layouts of n elements, element by element: a copy starts
+    at every logical element where either layout starts a new piece (a new mapping
+    interval or a new stored row of its unpermuted trailing axes). Each layout is
+    ``(shape, perm, start, count, tile, byte_offset)``."""
+    where = []
+    for shape, perm, start, _count, tile, off in (a, b):
+        nd = len(shape)
+        k = 0
+        while k < nd and perm[nd - 1 - k] == nd - 1 - k:
+            k += 1
+        row = int(np.prod(shape[nd - k:], dtype=np.int64)) if k else 1
+        stored = np.arange(n).reshape(shape).transpose(perm).reshape(-1)   # logical of stored
+        s_of = np.empty(n, np.int64)
+        s_of[stored] = np.arange(n)
+        iv = np.searchsorted(np.asarray(start), s_of, side="right") - 1
+        piece = iv * (n + 1) + s_of // row
+        byte = np.asarray(off)[iv] + (s_of - np.asarray(start)[iv]) * itemsize
+        where.append((piece, np.asarray(tile)[iv], byte))
+    new = np.ones(n, bool)
+    new[1:] = (where[0][0][1:] != where[0][0][:-1]) | (where[1][0][1:] != where[1][0][:-1])
+    first = np.flatnonzero(new)
+    size = np.diff(np.append(first, n)) * itemsize
+    return (where[0][1][first], where[0][2][first], where[1][1][first], where[1][2][first], size)
+

@@ -6,7 +6,7 @@ import pytest
 import ipukern as ik
 from ipukern import nn
 
-from tests._support.nets import attention_net
+from tests._support.nets import attention_net, tiny_cnn
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -323,3 +323,19 @@ def test_training_needs_the_training_passes():
             nn.estimate_network(net, batch=2, training=True)
     with pytest.raises(ValueError, match="recompute"):
         nn.estimate_network(net, batch=2, recompute=["conv1"])
+
+
+def test_run_network_labels_its_progress_line_with_layers_planned_and_run(monkeypatch):
+    """The first run of a network can take seconds: its progress line (drawn after a second,
+    per IPUKERN_PROGRESS or a terminal) names the layer being planned, then run."""
+    from ipukern import _memo
+    from ipukern.nn import program
+    labels = []
+    monkeypatch.setattr(program._progress, "note", labels.append)
+    _memo.clear_all()
+    net = tiny_cnn(loss=False)
+    ik.run_network(net, np.zeros((1, 3, 8, 8), np.float32), cache=False)
+    n = sum(1 for node in net.nodes.values() if node.layer is not None)
+    assert labels[0] == f"planning layer 1/{n}"
+    assert any(s.startswith("running layer 1/") for s in labels)
+    assert labels[-1].startswith("running layer ") and "/" in labels[-1]
