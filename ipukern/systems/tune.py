@@ -173,9 +173,9 @@ class _Search:
     def cap(self, f: _Family) -> int:
         """The family's smallest ladder step estimated not to fit (its ladder length if
         none): by the search's assumption no larger step fits either."""
-        if f.ipr == 1 and SHORTCUTS:
+        if SHORTCUTS:
             for k, mb in enumerate(f.ladder):
-                r = self.est.get(self.config(f, mb).replace(allow_overflow=True))
+                r = self.est.get(self.config(f, mb).replace(allow_overflow=f.ipr == 1))
                 if r is not None and (r[0] is None or not r[0].info["fits"]):
                     return k
         return len(f.ladder)
@@ -231,6 +231,8 @@ class _Search:
         best = self.best[0] if self.best is not None else -1.0
         near = self.best[1].micro_batch if self.best is not None else 16
         seed = max((k for k, b in enumerate(lad) if b <= near), default=0)
+        if SHORTCUTS and self.best is None and f.ipr > 1:
+            seed = 0                     # nothing fits yet: most pipelines fit nowhere, one estimate says so
         cap = self.cap(f)                # no step from here up fits
         seed = min(seed, cap)
         kind = "memory ignored" if f.ipr == 1 else "compute alone"
