@@ -139,16 +139,17 @@ def test_cli_compare_chips(capsys):
     assert rc == 0 and "IPU-M2000 / IPU-M2000 (GC2)" in out
 
 
-def _tune_cold(net, system, reuse, **kw):
+def _tune_cold(net, system, reuse, flag="REUSE_PLANS", **kw):
+    """A search from cold caches with the tune module's switch ``flag`` set to ``reuse``."""
     import importlib
     mod = importlib.import_module("ipukern.systems.tune")
-    old = mod.REUSE_PLANS
-    mod.REUSE_PLANS = reuse
+    old = getattr(mod, flag)
+    setattr(mod, flag, reuse)
     ik.nn.clear_network_caches()          # each run plans from scratch, not from the other's
     try:
         return ik.tune(net, system, **kw)
     finally:
-        mod.REUSE_PLANS = old
+        setattr(mod, flag, old)
 
 
 @pytest.mark.parametrize("system", ["M2000", ik.on_chip("M2000", "GC2")], ids=["GC200", "GC2"])
@@ -202,3 +203,32 @@ def test_published_mk1_row_in_compare_chips(monkeypatch, capsys):
                "--available-memory-proportion", "0.6", "--max-global-batch", "16", "--no-progress"])
     out = capsys.readouterr().out
     assert rc == 0 and "published Mk1 configuration on IPU-M2000 (GC2)" in out
+
+
+
+@pytest.mark.parametrize("system", ["M2000", ik.on_chip("M2000", "GC2")], ids=["GC200", "GC2"])
+def test_search_shortcuts_change_no_answer(net, system):
+    # the probe order, cross-family bounds, known no-fit caps and early refinement against the
+    # search without them: the same winner, and every configuration both estimated judged alike
+    kw = dict(max_micro_batch=8, max_global_batch=32, available_memory_proportion=(0.6, 0.3, 0.15))
+    fast, slow = (_tune_cold(net, system, on, "SHORTCUTS", **kw) for on in (True, False))
+    assert fast.best_config == slow.best_config
+    assert fast.samples_per_second == slow.samples_per_second
+    a = {c.config: (c.fits, c.samples_per_second) for c in fast.candidates if c.fits is not None}
+    b = {c.config: (c.fits, c.samples_per_second) for c in slow.candidates if c.fits is not None}
+    assert set(a) & set(b) and all(a[k] == b[k] for k in set(a) & set(b))
+    slow_fit = [c.config for c in slow.candidates if c.fits]
+    assert all(k in a for k in slow_fit[:2])           # the baseline's best runner-up is reported too
+
+
+def test_cross_bound_needs_more_work_or_less_memory():
+    import importlib
+    mod = importlib.import_module("ipukern.systems.tune")
+    s = mod._Search(None, ik.get_system("M2000"), ik.systems.TrainingConfig(), None)
+    s.free[(4, 8)] = [(0.6, False, 100.0), (0.3, "auto", 50.0)]
+    fam = lambda rc, amp: mod._Family(1, 4, rc, amp, [8], lambda mb: 1)  # noqa: E731
+    assert s.cross_bound(fam("auto", 0.3), 8) == pytest.approx(100.0 * (1 + mod.CROSS_BOUND_SLACK))
+    assert s.cross_bound(fam(False, 0.6), 8) == pytest.approx(101.0)
+    assert s.cross_bound(fam("auto", 0.6), 4) is None           # nothing at that micro-batch
+    s.free[(4, 8)] = [(0.3, False, 100.0)]
+    assert s.cross_bound(fam(False, 0.6), 8) is None            # a smaller proportion bounds nothing

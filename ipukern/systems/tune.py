@@ -20,6 +20,13 @@ availableMemoryProportion) in a fixed order, the data-parallel layout first:
   Assuming throughput does not fall as the micro-batch grows, only micro-batches whose bound
   beats the best found so far are tried; a family whose smallest such micro-batch does not
   fit is dropped after one estimate.
+- **order and shortcuts** (:data:`SHORTCUTS`): every single-IPU family is first estimated at
+  :data:`PROBE_MICRO_BATCH` (one plan per proportion, shared by the recomputation modes) and
+  the families that fit there are searched first, fastest first; each new best's family is
+  refined at once, so a strong incumbent prunes the rest early. A family's bound may come
+  from an estimate already made at the same micro-batch with no more work and no smaller
+  proportion (:data:`CROSS_BOUND_SLACK`), and a family's steps above one known not to fit are
+  not estimated, so most pruned families are never planned at all.
 - **gradient accumulation**: throughput only grows with it (the step's fixed costs are
   amortised over more micro-batches), so it is the largest that keeps the global batch
   (replicas x micro-batch x accumulation) within ``max_global_batch``.
@@ -32,13 +39,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
 
 from .._checks import as_int
-from .._format import Rest, fmt_num, format_table
 from ..machine import MachineSpec, get_machine
 from ..nn.checkpoints import network_checkpoints
 from ..nn.compile import trial_caches
@@ -46,6 +51,7 @@ from ..nn.convops import reuse_across_proportions
 from .config import TrainingConfig
 from .spec import System, get_system
 from .training import StageMemoryError, TrainingEstimate, _costs_from_network, estimate_training
+from .tune_result import TuneCandidate, TuneResult, _short_reason
 from .tune_space import _FIXABLE, _as_list, _Fixed, _fixed_options, _layouts
 
 __all__ = ["tune", "TuneResult", "TuneCandidate", "DEFAULT_MAX_GLOBAL_BATCH", "AMP_VALUES",
@@ -77,122 +83,26 @@ MICRO_BATCH_LADDER = (1, 2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 4
 #: proportion (the baseline ``bench/test_bench_tune.py`` and ``tests/test_tune.py`` compare with)
 REUSE_PLANS = True
 
-@dataclass(frozen=True)
-class TuneCandidate:
-    """One configuration :func:`tune` considered.
+#: the search's shortcuts (each below): the probe that orders the families, bounds from
+#: other families' estimates, a family's steps above one known not to fit left unestimated,
+#: and the refinement of each new best's family before the next family. False: the search
+#: as it was before them (the baseline ``tests/test_tune.py`` and ``bench/test_bench_tune.py``
+#: compare with: the same winner).
+SHORTCUTS = True
 
-    Attributes
-    ----------
-    config : TrainingConfig
-        The configuration (for a pruned family: at the micro-batch the bound was taken at).
-    samples_per_second : float or None
-        The estimate's throughput (None when it does not fit or was not estimated).
-    fits : bool or None
-        Every stage fits (None: not estimated, pruned or beyond a bound).
-    why : str
-        ``"best"``, or why it lost: ``"slower: 0.93x of best"``, ``"does not fit: stage 0
-        688.5 kB > 639.0 kB per tile"``, ``"pruned: ..."``, ``"global batch ... above
-        max_global_batch ..."``.
-    upper_bound : float or None
-        The bound on its throughput the search used, when it used one.
-    """
+#: a single-IPU family's bound at a micro-batch may come from an estimate already made at the
+#: same micro-batch (memory ignored) without recomputation, or with the same stage
+#: recomputation, at a proportion at least as large, times ``1 + CROSS_BOUND_SLACK``: that
+#: configuration has no more work (recomputation only adds forward passes) and no smaller
+#: choice of plans (availableMemoryProportion only bounds the planner's candidates; the
+#: planner keeps plans within ``conv.search.NEAR_TIE`` = 0.5% of the fastest, hence the slack).
+#: Used only to prune, so that a family is not planned at a micro-batch that cannot win.
+CROSS_BOUND_SLACK = 0.01
 
-    config: TrainingConfig
-    samples_per_second: float | None
-    fits: bool | None
-    why: str
-    upper_bound: float | None = None
-
-    def label(self) -> str:
-        """The configuration in one short line."""
-        c = self.config
-        rc = {False: "none", None: "none", True: "stage", "auto": "auto"}.get(c.recompute, None) \
-            if not isinstance(c.recompute, tuple) else f"{len(c.recompute)} checkpoints"
-        amp = c.available_memory_proportion
-        return (f"{c.replicas} x {c.ipus_per_replica} IPU, mb {c.micro_batch} x acc "
-                f"{c.gradient_accumulation}, recompute {rc}, amp {0.6 if amp is None else amp:g}")
-
-    def to_dict(self) -> dict:
-        c = self.config
-        return {"replicas": c.replicas, "ipus_per_replica": c.ipus_per_replica, "micro_batch": c.micro_batch,
-                "gradient_accumulation": c.gradient_accumulation,
-                "global_batch": c.replicas * c.micro_batch * c.gradient_accumulation,
-                "recompute": list(c.recompute) if isinstance(c.recompute, tuple) else c.recompute,
-                "available_memory_proportion": c.available_memory_proportion,
-                "pipeline": c.pipeline if not isinstance(c.pipeline, tuple) else list(c.pipeline),
-                "samples_per_second": self.samples_per_second, "fits": self.fits, "why": self.why,
-                "upper_bound": self.upper_bound}
-
-
-@dataclass(frozen=True)
-class TuneResult:
-    """What :func:`tune` returns.
-
-    Attributes
-    ----------
-    best : TrainingEstimate
-        The winner's estimate (``best.info["fits"]`` is True).
-    best_config : TrainingConfig
-        The winner's configuration: ``estimate_training(net, system, best_config)`` gives ``best``.
-    candidates : tuple of TuneCandidate
-        The winner first, then the fitting runners-up fastest first, then those that do not
-        fit, then those pruned or beyond a bound; each with ``why`` it lost.
-    system : str
-    max_global_batch : int
-    evaluations : int
-        Estimates made (each a full :func:`~ipukern.estimate_training`, most of them warm).
-    """
-
-    best: TrainingEstimate
-    best_config: TrainingConfig
-    candidates: tuple[TuneCandidate, ...]
-    system: str
-    max_global_batch: int
-    evaluations: int
-
-    @property
-    def samples_per_second(self) -> float:
-        return self.best.samples_per_second
-
-    def summary(self, max_rows: int = 12) -> str:
-        """The winner and up to ``max_rows`` runners-up with why each lost."""
-        b = self.best
-        lines = [f"best of {len(self.candidates)} configurations ({self.evaluations} estimates) on "
-                 f"{self.system}, global batch <= {self.max_global_batch:,}:",
-                 f"  {self.candidates[0].label()}: {b.samples_per_second:,.0f} samples/s, "
-                 f"step {b.step_seconds * 1e3:.2f} ms, global batch {b.global_batch:,}"]
-        if b.info.get("recompute_checkpoints"):
-            lines.append("  checkpoints " + ",".join(b.info["recompute_checkpoints"]))
-        if b.ipus_per_replica > 1:
-            lines.append("  stages start at " + ", ".join(s[0] for s in b.stages))
-        rest = self.candidates[1:]
-        if rest:
-            lines.append("runners-up:")
-            lines += format_table(["configuration", "samples/s", "why not"],
-                                  [[c.label(), fmt_num(c.samples_per_second), Rest(c.why)]
-                                   for c in rest[:max_rows]], align="lrl", indent="  ").split("\n")[1:]
-            if len(rest) > max_rows:
-                lines.append(f"  ... and {len(rest) - max_rows} more")
-        return "\n".join(lines)
-
-    def to_dict(self) -> dict:
-        b = self.best
-        return {"system": self.system, "max_global_batch": self.max_global_batch,
-                "evaluations": self.evaluations,
-                "best": {**self.candidates[0].to_dict(), "step_seconds": b.step_seconds,
-                         "stages": b.stages, "bottleneck": b.bottleneck,
-                         "recompute_checkpoints": b.info.get("recompute_checkpoints", [])},
-                "candidates": [c.to_dict() for c in self.candidates]}
-
-
-def _short_reason(msg: str) -> str:
-    """A StageMemoryError message in a few words: "stage 1 874.8 kB > 639.0 kB per tile"."""
-    m = re.search(r"stage (\d+) .*?needs ([\d,]+) B > budget ([\d,]+) B( on tile)?", msg)
-    if m:
-        need, have = (int(x.replace(",", "")) / 1e3 for x in m.group(2, 3))
-        unit = "per tile" if m.group(4) else "per IPU"
-        return f"does not fit: stage {m.group(1)} {need:,.1f} kB > {have:,.1f} kB {unit}"
-    return "does not fit: " + msg.split(";")[0]
+#: micro-batch at which :func:`tune` first estimates every single-IPU family (memory
+#: ignored), to search the ones that fit there, fastest first: a good incumbent early lets
+#: the bounds prune the rest.
+PROBE_MICRO_BATCH = 16
 
 
 @dataclass
@@ -215,6 +125,8 @@ class _Search:
         self.rows: dict[TrainingConfig, TuneCandidate] = {}
         self.best: tuple[float, TrainingConfig] | None = None
         self.evaluations = 0
+        #: (replicas, micro-batch) -> [(proportion, recompute, samples/s memory ignored)]
+        self.free: dict[tuple[int, int], list[tuple[float, Any, float]]] = {}
 
     def config(self, f: _Family, mb: int) -> TrainingConfig:
         return self.base.replace(micro_batch=mb, gradient_accumulation=f.accumulation(mb), replicas=f.reps,
@@ -232,6 +144,9 @@ class _Search:
                 e = estimate_training(self.net, self.system, key)
                 why = "" if e.info["fits"] else _short_reason(_first_overflow(e, self.system))
                 self.est[key] = (e, why)
+                if overflow and cfg.ipus_per_replica == 1:
+                    self.free.setdefault((cfg.replicas, cfg.micro_batch), []).append(
+                        (_amp(cfg.available_memory_proportion), cfg.recompute, e.samples_per_second))
             except StageMemoryError as err:
                 self.est[key] = (None, _short_reason(str(err)))
             except MemoryError as err:     # a layer with no plan that fits the tiles at all
@@ -255,10 +170,39 @@ class _Search:
             self.rows[cfg] = TuneCandidate(cfg, None, False, why)
         return ok
 
-    def bound(self, f: _Family, mb: int) -> float:
-        """An upper bound on the family's throughput at ``mb``, fitting or not."""
+    def cap(self, f: _Family) -> int:
+        """The family's smallest ladder step estimated not to fit (its ladder length if
+        none): by the search's assumption no larger step fits either."""
+        if SHORTCUTS:
+            for k, mb in enumerate(f.ladder):
+                r = self.est.get(self.config(f, mb).replace(allow_overflow=f.ipr == 1))
+                if r is not None and (r[0] is None or not r[0].info["fits"]):
+                    return k
+        return len(f.ladder)
+
+    def planned(self, f: _Family, mb: int) -> bool:
+        """Whether the family's configuration at ``mb`` has been estimated."""
+        return self.config(f, mb).replace(allow_overflow=f.ipr == 1) in self.est
+
+    def cross_bound(self, f: _Family, mb: int) -> float | None:
+        """A bound on a single-IPU family at ``mb`` from estimates already made
+        (:data:`CROSS_BOUND_SLACK`), or None."""
+        if not SHORTCUTS or f.ipr != 1:
+            return None
+        amp = _amp(f.amp)
+        vals = [v for a, rc, v in self.free.get((f.reps, mb), ())
+                if a >= amp and (rc is False or (rc is True and f.recompute is True))]
+        return min(vals) * (1 + CROSS_BOUND_SLACK) if vals else None
+
+    def bound(self, f: _Family, mb: int, beat: float | None = None) -> float:
+        """An upper bound on the family's throughput at ``mb``, fitting or not; when it
+        cannot beat ``beat`` by estimates already made, that bound (no new estimate)."""
         cfg = self.config(f, mb)
         if f.ipr == 1:                   # exact: the estimate with memory ignored
+            if beat is not None and not self.planned(f, mb):
+                cheap = self.cross_bound(f, mb)
+                if cheap is not None and cheap <= beat:
+                    return cheap
             e = self.estimate(cfg, overflow=True)[0]
             # no plan at all: no bound, and none above it either (the search then stops there)
             return math.inf if e is None else e.samples_per_second
@@ -287,10 +231,14 @@ class _Search:
         best = self.best[0] if self.best is not None else -1.0
         near = self.best[1].micro_batch if self.best is not None else 16
         seed = max((k for k, b in enumerate(lad) if b <= near), default=0)
+        if SHORTCUTS and self.best is None and f.ipr > 1:
+            seed = 0                     # nothing fits yet: most pipelines fit nowhere, one estimate says so
+        cap = self.cap(f)                # no step from here up fits
+        seed = min(seed, cap)
         kind = "memory ignored" if f.ipr == 1 else "compute alone"
 
         def ub(k: int) -> float:
-            return self.bound(f, lad[k])
+            return self.bound(f, lad[k], best)
 
         def fit(k: int) -> bool:
             return self.fits(self.config(f, lad[k]))
@@ -304,15 +252,19 @@ class _Search:
 
         if ub(seed) <= best:
             # only larger micro-batches can beat the best: the first whose bound does
-            lo, step = seed, 1
+            lo, step, top = seed, 1, min(n, cap) - 1
+            last = "no larger micro-batch is tried" if cap == n else \
+                f"micro-batch {lad[cap]} and above do not fit"
             while True:
-                nxt = min(lo + step, n - 1)
+                if lo >= top:
+                    return prune(lo, last)
+                nxt = min(lo + step, top)
                 if ub(nxt) > best:
                     hi = nxt
                     break
-                if nxt == n - 1:
-                    return prune(nxt, "no larger micro-batch is tried")
-                if f.ipr == 1 and not fit(nxt):
+                if nxt == top:
+                    return prune(nxt, last)
+                if f.ipr == 1 and (self.planned(f, lad[nxt]) or not SHORTCUTS) and not fit(nxt):
                     return prune(nxt, "larger ones do not fit")
                 lo, step = nxt, step * 2
             while hi - lo > 1:
@@ -335,8 +287,8 @@ class _Search:
             return self._below(seed, best, ub, fit, lambda k: prune(
                 k, f"micro-batch {lad[k + 1]} and above do not fit"))
         # gallop up from a fitting step, then bisect: the largest fitting ladder step
-        lo, step, hi = good, 1, n
-        while lo + step < n:
+        lo, step, hi = good, 1, min(n, cap)
+        while lo + step < hi:
             if fit(lo + step):
                 lo += step
                 step *= 2
@@ -366,9 +318,28 @@ class _Search:
                 cfg, None, None, f"global batch {f.reps} x {nxt} x {cfg.gradient_accumulation} = "
                                  f"{total:,} above max_global_batch {gb:,}"))
 
+    def probe(self, fams: list[_Family]) -> list[_Family]:
+        """Estimate every single-IPU family at :data:`PROBE_MICRO_BATCH` (its ladder step at
+        or below it) and order them: those that fit there first, each group fastest first
+        (memory ignored; ties keep the fixed order); the pipelined ones after, in order. The
+        micro-batch's plans are made once per proportion and shared by the recomputation
+        modes, and a fitting fast family searched first gives the bounds an incumbent that
+        prunes most of the others before they are planned at all."""
+        if not SHORTCUTS:
+            return fams
+        single = [f for f in fams if f.ipr == 1]
+        key = {}
+        for i, f in enumerate(single):
+            mb = max((b for b in f.ladder if b <= PROBE_MICRO_BATCH), default=f.ladder[0])
+            ok = self.fits(self.config(f, mb))
+            e = self.estimate(self.config(f, mb), overflow=True)[0]
+            key[id(f)] = (not ok, -(e.samples_per_second if e is not None else 0.0), i)
+        return sorted(single, key=lambda f: key[id(f)]) + [f for f in fams if f.ipr > 1]
+
     def run(self, fams: list[_Family], pipelines: bool | None) -> None:
         """Search every family in order, then refine the winner's micro-batch."""
         progress = self.progress
+        fams = self.probe(fams)
         later = pipelines is None and any(f.ipr == 1 for f in fams)
         for k, f in enumerate(fams):
             if later and f.ipr > 1 and self.best is not None:
@@ -377,7 +348,10 @@ class _Search:
                     cfg, None, None,
                     "not searched: a single-IPU replica fits (pipelines=True / --pipelines searches it)"))
                 continue
+            before = self.best
             self.family(f)
+            if SHORTCUTS and self.best is not before and self.best[1].ipus_per_replica == 1:
+                self.refine(f)           # a stronger incumbent before the next family
             if progress is not None:
                 progress(k + 1, len(fams) + 1, f"{f.reps}x{f.ipr} IPU, recompute {f.recompute}, amp {f.amp}")
         if self.best is None:
@@ -450,6 +424,11 @@ class _Search:
             more = next((b for b in range(mb - 1, 0, -1) if f.accumulation(b) > f.accumulation(mb)), None)
             if more is not None:
                 self.fits(self.config(f, more))
+
+
+def _amp(amp: float | None) -> float:
+    """A proportion as a number (None: PopLibs' default 0.6)."""
+    return 0.6 if amp is None else float(amp)
 
 
 def _first_overflow(e: TrainingEstimate, system: System) -> str:

@@ -254,3 +254,25 @@ def test_cli_io_tiles(tmp_path, capsys):
     assert len(err) == 1 and "io_tiles" in err[0]
     assert main(["train", "resnet8", "--system", "M2000", "--execute", "--io-tiles", "8", "--out", out]) == 1
     assert "apply to estimates" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_auto_split_table_matches_the_loop(seed):
+    # the NumPy table of the lazy per-tile check gives the loop's split, ties included
+    import importlib
+    import random
+    mod = importlib.import_module("ipukern.systems.training")
+    rng = random.Random(seed)
+    n, stages = rng.randint(4, 40), rng.randint(1, 4)
+    costs = [mod.LayerCost(f"l{k}", rng.choice([0, 5, 7, 100]), rng.randint(0, 50), 0, 0, 0, 0)
+             for k in range(n)]
+    cyc = [[c.fwd_cycles + c.bwd_cycles + s for c in costs] for s in range(stages)]
+    bad = {(rng.randrange(stages), i, rng.randint(i + 1, n)) for i in rng.sample(range(n), min(n, 12))}
+    loop = lambda s, i, j: (s, i, j) not in bad  # noqa: E731
+    try:
+        want = mod._auto(costs, stages, loop, lambda s: cyc[s])
+    except mod.StageMemoryError:
+        with pytest.raises(mod.StageMemoryError):
+            mod._auto(costs, stages, bad, lambda s: cyc[s])
+        return
+    assert mod._auto(costs, stages, bad, lambda s: cyc[s]) == want
