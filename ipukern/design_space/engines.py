@@ -24,6 +24,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import logging
+import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -37,6 +38,8 @@ __all__ = ["SCHEDULERS", "engine", "run_points", "dask_available"]
 SCHEDULERS = ("local", "process", "serial")
 #: seconds to wait for a scheduler address to answer
 CONNECT_TIMEOUT_S = 30
+#: variables of Dask's default worker environment the LocalCluster made here does not set
+WORKER_ENV_UNSET = ("MALLOC_TRIM_THRESHOLD_",)
 
 
 def dask_available() -> bool:
@@ -69,15 +72,36 @@ def check_scheduler(scheduler: Any, n_workers: Any) -> None:
 
 
 @contextlib.contextmanager
+def _environ_kept() -> Iterator[None]:
+    """Undo, on the way out, what a Nanny writes into this process's environment: it sets
+    its ``pre-spawn-environ`` (OMP_NUM_THREADS=1 ...) here before spawning a worker, and a
+    kernel of this process whose OpenMP starts later would run one thread."""
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@contextlib.contextmanager
 def _local_cluster(n_workers: int) -> Iterator[tuple[Any, str]]:
     try:
+        import dask
         from distributed import Client, LocalCluster
     except ImportError:
         raise ImportError('scheduler="local" needs Dask distributed: pip install "ipukern[dask]"') from None
     # one thread per worker: the estimates are single-threaded Python, and a worker's GIL
-    # would serialise its threads anyway; no dashboard (no port to bind, no bokeh)
-    with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
-                      dashboard_address=None, silence_logs=logging.ERROR) as cluster, \
+    # would serialise its threads anyway; no dashboard (no port to bind, no bokeh).
+    # Dask's default worker environment sets MALLOC_TRIM_THRESHOLD_=65536, which fixes
+    # glibc's mmap threshold at 128 KiB: every large array of a plan is then a fresh mmap,
+    # page-faulted anew (measured: 6-7x the page faults, +50% CPU a ResNet-50 point;
+    # docs/explore.rst); the workers keep glibc's adaptive default instead.
+    key = "distributed.nanny.pre-spawn-environ"
+    env = {**dask.config.get(key, {}), **dict.fromkeys(WORKER_ENV_UNSET)}   # None: not set
+    with dask.config.set({key: env}), _environ_kept(), \
+            LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
+                         dashboard_address=None, silence_logs=logging.ERROR) as cluster, \
             Client(cluster, set_as_default=False) as client:
         yield client.get_executor(pure=False), f"Dask LocalCluster ({n_workers} workers)"
 

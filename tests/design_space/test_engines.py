@@ -1,6 +1,7 @@
 """Engines: a real Dask LocalCluster (two workers) and a process pool give the serial
 run's records bit for bit; a point the engine loses is reported (ipukern.design_space.engines)."""
 import concurrent.futures
+import os
 
 import pytest
 
@@ -24,6 +25,21 @@ def test_dask_local_cluster_equals_serial(serial):
     got = _run("local", n_workers=2)
     assert got.engine == "Dask LocalCluster (2 workers)" and not got.lost
     assert got.rows == serial.rows and repr(got.rows) == repr(serial.rows)
+
+
+def test_local_cluster_workers_keep_glibc_malloc_defaults_and_leave_our_environ(monkeypatch):
+    """Dask's default MALLOC_TRIM_THRESHOLD_ cost the workers 6-7x the page faults and
+    +50% CPU a point (docs/explore.rst); its other worker defaults stay, and the variables
+    the Nanny writes into this process are undone."""
+    pytest.importorskip("distributed")
+    from ipukern.design_space import engines
+    for name in ("MALLOC_TRIM_THRESHOLD_", "OMP_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    before = dict(os.environ)
+    with engines.engine("local", 1, 2) as (executor, _):
+        got = [executor.submit(os.getenv, n).result() for n in ("MALLOC_TRIM_THRESHOLD_", "OMP_NUM_THREADS")]
+    assert got == [None, "1"]
+    assert dict(os.environ) == before
 
 
 def test_a_dask_client_of_yours_is_used_and_left_running(serial):
