@@ -30,7 +30,7 @@ from ipukern.conv import ConvParams, plan_conv
 from ipukern.nn.layers import plan_context
 from ipukern.nn.plan_keys import network_plan_keys
 
-from test_bench_planner import LAYERS
+from planner_layers import LAYERS
 
 
 def plan_keys() -> list[tuple]:

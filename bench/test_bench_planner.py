@@ -28,6 +28,7 @@ import pytest
 import ipukern as ik
 from ipukern.conv import ConvParams, plan_conv
 
+from planner_layers import LAYERS
 from timing import best_seconds, measured_seconds
 
 TARGET_S = 0.015
@@ -37,16 +38,6 @@ SCALESIM_CYCLES_PER_S = 8_000   # peers-and-gpu.md: ~7-9 k simulated cycles/s
 SCALESIM_RESNET50_3X3_S = 19.7
 TARGET_VS_SCALESIM = 1000
 
-LAYERS = {
-    # ResNeXt-50 conv2-stage 3x3 at batch 8: dense, ResNeXt's 32 groups, depthwise
-    "resnext_g1": ((8, 128, 56, 56), (128, 128, 3, 3), 1, 1),
-    "resnext_g32": ((8, 128, 56, 56), (128, 4, 3, 3), 1, 32),
-    "resnext_g128": ((8, 128, 56, 56), (128, 1, 3, 3), 1, 128),
-    # EfficientNet-B0 stage-3 depthwise 5x5
-    "effnet_dw5": ((8, 240, 28, 28), (240, 1, 5, 5), 2, 240),
-    # ResNet-50 conv2 3x3 at batch 8, the layer timed against SCALE-Sim
-    "resnet50_3x3": ((8, 64, 56, 56), (64, 64, 3, 3), 1, 1),
-}
 
 
 def _estimate(layer):
