@@ -11,7 +11,7 @@ Each table is written to ``docs/_generated/<name>.txt`` (committed) and shown in
 with ``literalinclude``. The file's first line names the command that produced it, so a reader
 can run it again. ``tests/test_docs.py`` re-runs the fast generators and checks that the
 committed files are current; for the slow ones (``validate``, ``systems``, ``inference``,
-``bench``) it checks that the header names the command: after a model change run this script
+``explore``, ``bench``) it checks that the header names the command: after a model change run this script
 and commit what it wrote.
 """
 from __future__ import annotations
@@ -87,6 +87,17 @@ def claims() -> str:
     return res.stdout
 
 
+#: the docs' example exploration (docs/explore.rst): four networks, SRAM per tile and exchange
+#: rate one at a time around the GC200, serially so the table does not depend on an engine
+EXPLORE = ["explore", "resnet50", "efficientnet_b0", "mobilenet_v2", "bert_base",
+           "--vary", "tile_bytes=x0.5,x1,x2", "--vary", "exchange_bandwidth=8e12,47.5e12", "--oat",
+           "--scheduler", "serial", "--no-progress"]
+
+
+def explore() -> str:
+    return _cli(EXPLORE + ["--no-plot"])
+
+
 def collectives() -> str:
     """Gradient all-reduce of ResNet-50's 25.56 M fp16 parameters, closed form."""
     code = (
@@ -142,6 +153,7 @@ GENERATORS: dict[str, tuple[Callable[[], str], str, bool]] = {
     "inference": (inference, "ipukern validate --inference", False),
     "gpu": (gpu, "ipukern validate --gpu", True),
     "claims": (claims, "ipukern claims --details", False),
+    "explore": (explore, "ipukern " + " ".join(EXPLORE[:-1]) + " --no-plot", False),
     "zoo": (zoo, "python bench/zoo_transforms.py 8", False),
     "bench": (bench, "python -m pytest bench/test_bench_{conv,matmul,exchange,tilefn}.py "
                      "--benchmark-only --benchmark-json=run.json && python bench/report.py run.json",
@@ -153,6 +165,7 @@ GENERATORS: dict[str, tuple[Callable[[], str], str, bool]] = {
 FIGURES: dict[str, tuple[list[str], str]] = {
     "validation.png": (["validate", "--no-progress", "-q"], "validation.png"),
     "scaling.png": (["scaling", "--no-progress", "-q"], "scaling.png"),
+    "explore_pareto.png": (EXPLORE, "explore_pareto.png"),
 }
 
 
