@@ -15,10 +15,17 @@ describe how close real kernels come to those peaks; they are not in any datashe
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 __all__ = ["GemmCalibration", "MemoryCalibration", "GEMM_CALIBRATION", "MEMORY_CALIBRATION",
-           "EAGER_HOST_S", "LAUNCH_S"]
+           "EAGER_HOST_S", "LAUNCH_S", "POWER_LIMITED_W"]
+
+#: boards whose datasheet TDP is this or less (T4 70 W, L4 72 W, P4 75 W) do not hold their
+#: boost clock under FP32 GEMM load: the training ones get a sustained-clock fraction fitted
+#: on their own rows, a held-out one the geometric mean of those
+#: (:meth:`GemmCalibration.clock_fraction`)
+POWER_LIMITED_W = 75.0
 
 
 @dataclass(frozen=True)
@@ -36,13 +43,22 @@ class GemmCalibration:
     memory_efficiency: float     # fraction of DRAM bandwidth an operand stream reaches
     launch_s: float              # GPU-side floor of one kernel (launch latency + ramp)
     #: (GPU preset name, fraction of the boost clock it sustains under FP32 GEMM load),
-    #: fitted per GPU on that GPU's own training rows; GPUs not listed run at boost clock
+    #: fitted per GPU on that GPU's own training rows (the boards of :data:`POWER_LIMITED_W`)
     sustained_clock: tuple[tuple[str, float], ...] = ()
 
-    def clock_fraction(self, gpu_name: str) -> float:
+    def clock_fraction(self, gpu_name: str, tdp_watts: float | None = None) -> float:
+        """Fraction of the boost clock a GPU sustains under FP32 GEMM load.
+
+        A GPU with its own fitted fraction gets it. Any other board whose datasheet TDP is
+        :data:`POWER_LIMITED_W` or less (a held-out one, e.g. the 72 W L4) gets the geometric
+        mean of the fitted fractions: its power cap binds the same way, and how far below
+        boost it sits is known only from the training boards. Every other GPU: 1.0."""
         for name, f in self.sustained_clock:
             if name == gpu_name:
                 return f
+        if tdp_watts is not None and tdp_watts <= POWER_LIMITED_W and self.sustained_clock:
+            logs = [math.log(f) for _, f in self.sustained_clock]
+            return math.exp(sum(logs) / len(logs))
         return 1.0
 
 

@@ -25,8 +25,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .calibration import (EAGER_HOST_S, GEMM_CALIBRATION, MEMORY_CALIBRATION, GemmCalibration,
-                          MemoryCalibration)
+from .calibration import (EAGER_HOST_S, GEMM_CALIBRATION, MEMORY_CALIBRATION, POWER_LIMITED_W,
+                          GemmCalibration, MemoryCalibration)
 from .measured import MeasuredKernel, load_measured_kernels, predict_seconds
 
 __all__ = ["training_rows", "fit_memory", "fit_gemm", "nelder_mead", "log_loss"]
@@ -133,12 +133,9 @@ def fit_memory(rows: Sequence[MeasuredKernel] | None = None, *, max_iter: int = 
     return cal, host, loss
 
 
-#: training GPUs whose board power (datasheet TDP <= 75 W) keeps them below the boost clock
-#: under FP32 GEMM load: each gets its own sustained-clock fraction, fitted on its own rows
-POWER_LIMITED_W = 75.0
-
-
 def _power_limited(rows: Sequence[MeasuredKernel]) -> list[str]:
+    """Training GPUs whose board power keeps them below boost under FP32 GEMM load: each gets
+    its own sustained-clock fraction, fitted on its own rows."""
     return sorted({r.gpu.name for r in rows if r.gpu.tdp_watts is not None
                    and r.gpu.tdp_watts <= POWER_LIMITED_W})
 

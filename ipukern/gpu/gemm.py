@@ -159,7 +159,7 @@ def _sm_rate(gpu: GPUSpec, tensor_peak: float, warps: float, cal: GemmCalibratio
     if tensor:
         clock = 1.0
     else:
-        clock = cal.clock_fraction(gpu.name) * reuse / (reuse + cal.simt_reuse)
+        clock = cal.clock_fraction(gpu.name, gpu.tdp_watts) * reuse / (reuse + cal.simt_reuse)
     return tensor_peak / gpu.sm_count * clock * e_sat * (1.0 - math.exp(-warps / w0))
 
 

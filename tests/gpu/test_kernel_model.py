@@ -11,8 +11,8 @@ import pytest
 
 import ipukern as ik
 from ipukern.conv import ConvParams
-from ipukern.gpu import A100_40GB, H100, V100, get_stack
-from ipukern.gpu.calibration import GEMM_CALIBRATION, LAUNCH_S, MEMORY_CALIBRATION
+from ipukern.gpu import A100_40GB, H100, L4, T4, V100, get_stack
+from ipukern.gpu.calibration import GEMM_CALIBRATION, LAUNCH_S, MEMORY_CALIBRATION, POWER_LIMITED_W
 from ipukern.gpu.gemm import GemmProblem, Tile, gemm_seconds
 from ipukern.gpu.kernels import conv_kernels, kernel_seconds
 from ipukern.gpu.memory import MEMORY_KINDS, memory_seconds
@@ -22,7 +22,7 @@ cal = GEMM_CALIBRATION
 
 
 def _rate(gpu, peak, warps, reuse):
-    clock = cal.clock_fraction(gpu.name) * reuse / (reuse + cal.simt_reuse)
+    clock = cal.clock_fraction(gpu.name, gpu.tdp_watts) * reuse / (reuse + cal.simt_reuse)
     return peak / gpu.sm_count * clock * cal.simt_efficiency * (1 - math.exp(-warps / cal.simt_warps))
 
 
@@ -271,3 +271,22 @@ def test_attention_fusion_takes_only_attention_matmuls():
     hmc = estimate_network_gpu(ik.models.hmc_logistic(200, 25, 2, 8), 1, "DGX_A100", n_gpus=1, stack="mlperf")
     rows = [row for row in hmc.layers if row["op"] == "matmul"]
     assert len(rows) == 12 and all(row["why"] == "batched matmul" for row in rows)
+
+
+def test_power_limited_clock_rule():
+    # a training board keeps its own fitted fraction; a held-out board of 75 W or less (the
+    # 72 W L4, never fitted) takes the geometric mean of the fitted ones; others run at boost
+    fitted = dict(cal.sustained_clock)
+    assert set(fitted) == {"T4", "P4"}
+    assert cal.clock_fraction("T4", T4.tdp_watts) == fitted["T4"]
+    geo = math.sqrt(fitted["T4"] * fitted["P4"])
+    assert cal.clock_fraction("L4", L4.tdp_watts) == pytest.approx(geo, rel=1e-12)
+    assert cal.clock_fraction("A100_40GB", A100_40GB.tdp_watts) == 1.0
+    assert cal.clock_fraction("L4") == 1.0                       # no TDP known: boost clock
+    assert cal.clock_fraction("X", POWER_LIMITED_W + 1) == 1.0
+    # and the SIMT GEMM rate follows it: a compute-bound L4 GEMM slows by about that fraction
+    pr = GemmProblem(8192, 8192, 4096, peak=L4.fp32_flops, tensor=False, split_k=False)
+    boost = gemm_seconds(L4, pr, calibration=dataclasses.replace(cal, sustained_clock=()))
+    held = gemm_seconds(L4, pr)
+    assert held.bound == "compute"
+    assert held.compute_seconds == pytest.approx(boost.compute_seconds / geo, rel=1e-9)
