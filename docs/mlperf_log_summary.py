@@ -11,7 +11,9 @@ For each results directory (one ``result_*.txt`` MLLOG file per run) it prints:
 - the training rate from the logs: for epoch-logging runs (ResNet-50) the dataset size over the
   median ``epoch_start .. epoch_stop`` time, for block-logging runs (Graphcore BERT) the samples
   between two evaluations over the ``block_start .. block_stop`` time; the median over runs;
-- NVIDIA's own ``training_sequences_per_second`` lines where a log prints them;
+- NVIDIA's own ``training_sequences_per_second`` lines where a log prints them (their script
+  divides global batch x ``max_steps`` by the training time, whatever the steps run: not a
+  training-only rate);
 - the median of the runs' ``train_samples`` (samples to convergence).
 """
 from __future__ import annotations
