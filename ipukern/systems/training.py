@@ -634,6 +634,25 @@ def _host_io(system: System, sh: _Layout, overlapped: bool, pipeline_s: float, n
     return host_io, (max(0.0, host_io - pipeline_s) if overlapped else n_cycles * mb_io), syncs
 
 
+def _update_seconds(system: System, params: list[int], sh: _Layout, optimizer: str, optimizer_state: str
+                    ) -> tuple[list[float], list[float]]:
+    """Per stage: the optimizer's seconds (its words through every tile's load/store path)
+    and the optimizer state's Streaming Memory traffic (0 unless streamed)."""
+    chip = system.chip
+    sbytes = sh.state_bytes
+    # bytes through the load/store path per parameter: the weight, gradient (and LAMB's
+    # norms) words in dtype, each state word read and written in its own type
+    nw = OPTIMIZER_STATE_WORDS[optimizer]
+    per_param = (OPTIMIZER_WORDS[optimizer] - 2 * nw) * sh.item + 2 * sbytes
+    per_ipu_bw = system.streaming_bytes_per_second / min(4, system.n_ipus)
+    opt, stream = [], []
+    for n in params:
+        p = n / sh.shard
+        opt.append(p * per_param / (chip.n_tiles * chip.load_bytes_per_cycle) / chip.clock_hz)
+        stream.append(2 * p * sbytes / per_ipu_bw if optimizer_state == "streaming" else 0.0)
+    return opt, stream
+
+
 def _compose(system: System, costs: list[LayerCost], stages: list[list[str]], cfg: TrainingConfig,
              sh: _Layout, memory: _StageMemory) -> TrainingEstimate:
     reps, ipr, mb, m, item, recompute = sh.reps, sh.ipr, sh.mb, sh.m, sh.item, sh.recompute
@@ -679,18 +698,7 @@ def _compose(system: System, costs: list[LayerCost], stages: list[list[str]], cf
     else:
         t = concurrent_seconds(system, "all_reduce", jobs).seconds
     ar = [t] * len(rows)
-    opt, stream = [], []
-    sbytes = sh.state_bytes
-    # bytes through the load/store path per parameter: the weight, gradient (and LAMB's
-    # norms) words in dtype, each state word read and written in its own type
-    nw = OPTIMIZER_STATE_WORDS[optimizer]
-    per_param = (OPTIMIZER_WORDS[optimizer] - 2 * nw) * item + 2 * sbytes
-    for r in rows:
-        p = r["params"] / shard
-        opt.append(p * per_param / (chip.n_tiles * chip.load_bytes_per_cycle) / clock)
-        state = p * sbytes
-        per_ipu_bw = system.streaming_bytes_per_second / min(4, system.n_ipus)
-        stream.append(2 * state / per_ipu_bw if optimizer_state == "streaming" else 0.0)
+    opt, stream = _update_seconds(system, [r["params"] for r in rows], sh, optimizer, optimizer_state)
     host_io, host_excess, host_syncs = _host_io(system, sh, bool(cfg.io_tiles), pipeline_s, n_cycles)
     host_sync = host_syncs * system.host_sync_s
     update_s = max(a + o + st for a, o, st in zip(ar, opt, stream))
