@@ -40,7 +40,7 @@ LONG_FUNCTIONS = {
     'ipukern.scaling:grouped_conv_sweep': 113,
     'ipukern.systems.stage_memory:stage_liveness': 112,
     'ipukern.systems.train_run:run_training_step': 94,
-    'ipukern.systems.training:_compose': 88,
+    'ipukern.systems.training:_compose': 81,
     'ipukern.systems.training:estimate_training': 113,
 }
 

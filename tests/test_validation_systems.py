@@ -193,3 +193,28 @@ def test_published_bert_stages_fit_as_they_ran():
     assert not old.details["memory"]["fits"]
     (bad,) = vs.systems_report([replace(run, network="resnet8", network_args="")], datasheet=False).rows
     assert "every_layer" in bad.reason
+
+
+def test_every_layer_checkpoints_skip_each_stage_last_layer():
+    """PopART's recompute_checkpoint_every_layer checkpoints every encoder layer's output but
+    the last of each pipeline stage (copied to the next stage; Bert.should_checkpoint)."""
+    run = next(r for r in vs.load_published() if r.id == "mlperf1.0-bert-pod64")
+    net = vs._network(run)
+    got = [int(c.split(".")[2]) for c in vs._every_layer_checkpoints(run, net)]
+    # stages [0-2], [3-5], [6-8], [9-11], [12-15], [16-19], [20-23] after the embeddings' stage
+    assert got == [0, 1, 3, 4, 6, 7, 9, 10, 12, 13, 14, 16, 17, 18, 20, 21, 22]
+    one = vs._every_layer_checkpoints(replace(run, pipeline=""), net)
+    assert len(one) == 23 and not one[-1].startswith("encoder.layer.23.")
+
+
+def test_bow_bert_sl128_row_runs_its_published_config():
+    """graphcore/examples' pretrain_large_128.json: LAMB state off chip (Streaming Memory),
+    sharded, availableMemoryProportion 0.15 on the first IPU, per-layer checkpoints; with it
+    the stages fit (as the chip-resident state and PopLibs' default proportion did not)."""
+    run = next(r for r in vs.load_published() if r.id == "bow-bert-sl128-pod16")
+    assert (run.optimizer_state, run.replicated_sharding, run.recompute) == ("streaming", 1, "every_layer")
+    assert run.available_memory_proportion == pytest.approx(0.15)
+    assert "pretrain_large_128.json" in run.note
+    (row,) = vs.systems_report([run], datasheet=False).rows
+    assert not row.reason and row.details["memory"]["fits"], row.details["memory"]
+    assert row.details["parts_ms"]["streaming memory"] > 0

@@ -73,6 +73,12 @@ LINK_LATENCY_S = 15e-9
 SYNC_LATENCY_PER_HOP_S = 15e-9
 #: host link per host: a 2-port 100 GbE RoCE NIC (Cfg: MLPerf v1.0/v1.1 system descriptions).
 HOST_BYTES_PER_SECOND = 2 * 100e9 / 8
+#: one IPU <-> host synchronisation (the StreamCopyBegin/End handshake of a host exchange).
+#: The only public figure: Graphcore's command-line tools document, ``gc-hostsynclatencytest``
+#: (SDK 1.2.3), whose example output reports 4095 host syncs, each followed by 32 x 5 delay
+#: cycles, in 1485 us in total: 1485 / 4095 = 0.363 us per sync (delay included, so an upper
+#: bound). A documentation example, not a benchmark (ipu-hardware.md [S30]).
+HOST_SYNC_S = 1485e-6 / 4095
 #: Streaming Memory per IPU-M2000: "up to 448GB Streaming Memory" (S: Graphcore's IPU-M2000
 #: launch specification, 15 July 2020: "up to 450GB Exchange-Memory", 3.6 GB In-Processor-Memory
 #: plus up to 448 GB Streaming Memory; reported in the Cambrian-AI launch paper, reference [S18],
@@ -161,6 +167,9 @@ class System:
         Streaming Memory capacity and bandwidth of each IPU-Machine.
     sync_latency_per_hop_s : float
         Cross-chip sync cost per hop (see :meth:`sync_cycles`).
+    host_sync_s : float
+        One IPU <-> host synchronisation (a host exchange's handshake), paid per host
+        exchange on a training step's critical path.
     """
 
     name: str
@@ -172,6 +181,7 @@ class System:
     streaming_bytes_per_machine: float = STREAMING_BYTES_PER_MACHINE
     streaming_bytes_per_second: float = STREAMING_BYTES_PER_SECOND
     sync_latency_per_hop_s: float = SYNC_LATENCY_PER_HOP_S
+    host_sync_s: float = HOST_SYNC_S
     #: IPUs per IPU-Link domain (a POD64); larger systems join domains by GW-Links and
     #: collectives become hierarchical.
     domain_ipus: int = IPU_LINK_DOMAIN
@@ -190,6 +200,7 @@ class System:
         for f in ("host_bytes_per_second", "streaming_bytes_per_machine", "streaming_bytes_per_second"):
             _positive("System", f, getattr(self, f))
         _positive("System", "sync_latency_per_hop_s", self.sync_latency_per_hop_s, zero=True)
+        _positive("System", "host_sync_s", self.host_sync_s, zero=True)
         _positive("System", "domain_ipus", self.domain_ipus, integer=True)
         if isinstance(self.links, (str, bytes, Link)) or not hasattr(self.links, "__iter__"):
             raise SystemConfigError(f"System.links must be a sequence of Link, got {self.links!r}")
@@ -263,6 +274,8 @@ class System:
                    ("gw-links", "2 x 100 Gbps per IPU-Machine (Bow-2000 datasheet)"),
                    ("sync", "PopLibs setGlobalSyncLatency: 15 ns/hop, hops = 1 + N/4, x2"),
                    ("link latency", "GAP: 15 ns per hop assumed (PopLibs' per-hop sync figure)"),
+                   ("host sync", "0.36 us per host exchange (gc-hostsynclatencytest documentation "
+                                 "example, SDK 1.2.3; not a benchmark)"),
                    ("streaming memory", f"{stream / 1e9:.0f} GB per machine ({stream_src}); "
                                         "bandwidth GAP: 25.6 GB/s"))
         return cls(name=name or f"POD{n}-{chip.name}", chip=chip, n_ipus=n, links=tuple(links),
@@ -438,8 +451,9 @@ def _gw_ring(n_pods: int, domain: int) -> list[Link]:
 
 IPU_M2000 = System.pod(4, GC200, name="IPU-M2000")
 IPU_POD16 = System.pod(16, GC200, name="IPU-POD16")      # 4 M2000, one host (Direct Attach)
-#: POD64: 16 M2000, 1-4 hosts (S); 4 assumed, as the MLPerf POD64 submissions' host count is
-#: not in our reference.
+#: POD64: 16 M2000, 1-4 hosts (S). 4 as the MLPerf POD64 runs had them (Cfg: the v1.0 and v1.1
+#: ResNet-50 ``run_and_time.sh`` pass four hosts to ``poprun --host`` for 64 replicas and one
+#: for 16; ``systems/ipu-pod64-TF1.json``: 8 host processors = 4 dual-socket EPYC 7742 hosts).
 IPU_POD64 = System.pod(64, GC200, name="IPU-POD64", n_hosts=4)
 BOW_2000 = System.pod(4, BOW, name="Bow-2000")
 BOW_POD16 = System.pod(16, BOW, name="Bow-POD16")

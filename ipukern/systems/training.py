@@ -22,8 +22,14 @@ backward-data, weight-update cycles; weight, stash and working bytes) into a ste
   Memory and moves its bytes in and out once per step at the machine's Streaming Memory
   bandwidth (shared by its 4 IPUs). Weights are stored and updated in ``dtype``: no float32
   master copy is modelled.
-- **host I/O**: the step's input samples over the hosts' links, prefetched during compute:
-  only the excess over the compute time counts.
+- **host I/O**: the step's input samples over the hosts' links, one micro-batch per pipeline
+  cycle: without I/O tiles (Graphcore's MLPerf TF1 runs) a synchronous host exchange in every
+  cycle, with ``io_tiles`` overlapped with compute (only the excess over it counts).
+- **host sync**: the IPU <-> host handshake of every host exchange on the step's critical
+  path (``System.host_sync_s``): the synchronous input copy of each pipeline cycle and the
+  step's one output copy (TF1's pipeline ``accumulate_outfeed``: loss and accuracy once per
+  step). Replicas sync with their hosts independently (the runs set
+  ``target.syncReplicasIndependently``), so there is no host barrier across replicas.
 - **memory** per IPU, stage by stage, per tile with liveness
   (:mod:`ipukern.systems.stage_memory`): the one-chip training model of
   :mod:`ipukern.nn.training` applied to the stage's rows, with its weights, gradient
@@ -84,6 +90,9 @@ PART_SOURCES: dict[str, str] = {
     "host I/O": "inputs over each host's 2 x 100 GbE link (MLPerf system descriptions); with "
                 "io_tiles 0 (Graphcore's MLPerf TF1 runs: --num-io-tiles default 0) every "
                 "micro-batch's copy is a synchronous host exchange, else overlapped",
+    "host sync": "IPU <-> host handshake per host exchange on the critical path (each synchronous "
+                 "input copy + the step's output copy), System.host_sync_s: 0.36 us, "
+                 "gc-hostsynclatencytest documentation example (not a benchmark)",
 }
 
 
@@ -612,15 +621,36 @@ _AUTO_TRIES = 64
 
 
 def _host_io(system: System, sh: _Layout, overlapped: bool, pipeline_s: float, n_cycles: int
-             ) -> tuple[float, float]:
-    """(transfer seconds, seconds added to the step) of the step's inputs. Each host's link
-    carries its replicas' inputs, one micro-batch per pipeline cycle. Without I/O tiles a
-    stream copy is a host exchange every IPU of the replica waits for (it ends the compute
-    superstep), so it adds to every pipeline cycle; with I/O tiles it overlaps compute and
-    only what exceeds the pipeline shows."""
+             ) -> tuple[float, float, int]:
+    """(transfer seconds, seconds added to the step, host syncs on the critical path) of the
+    step's host exchanges. Each host's link carries its replicas' inputs, one micro-batch per
+    pipeline cycle. Without I/O tiles a stream copy is a host exchange every IPU of the
+    replica waits for (it ends the compute superstep), so it adds to every pipeline cycle and
+    so does its handshake; with I/O tiles it overlaps compute and only what exceeds the
+    pipeline shows. The step's one output copy (loss, accuracy) is a host exchange either way."""
     mb_io = math.ceil(sh.reps / system.n_hosts) * sh.mb * sh.sample_bytes / system.host_bytes_per_second
     host_io = sh.m * mb_io
-    return host_io, (max(0.0, host_io - pipeline_s) if overlapped else n_cycles * mb_io)
+    syncs = 1 + (n_cycles if sh.sample_bytes and not overlapped else 0)
+    return host_io, (max(0.0, host_io - pipeline_s) if overlapped else n_cycles * mb_io), syncs
+
+
+def _update_seconds(system: System, params: list[int], sh: _Layout, optimizer: str, optimizer_state: str
+                    ) -> tuple[list[float], list[float]]:
+    """Per stage: the optimizer's seconds (its words through every tile's load/store path)
+    and the optimizer state's Streaming Memory traffic (0 unless streamed)."""
+    chip = system.chip
+    sbytes = sh.state_bytes
+    # bytes through the load/store path per parameter: the weight, gradient (and LAMB's
+    # norms) words in dtype, each state word read and written in its own type
+    nw = OPTIMIZER_STATE_WORDS[optimizer]
+    per_param = (OPTIMIZER_WORDS[optimizer] - 2 * nw) * sh.item + 2 * sbytes
+    per_ipu_bw = system.streaming_bytes_per_second / min(4, system.n_ipus)
+    opt, stream = [], []
+    for n in params:
+        p = n / sh.shard
+        opt.append(p * per_param / (chip.n_tiles * chip.load_bytes_per_cycle) / chip.clock_hz)
+        stream.append(2 * p * sbytes / per_ipu_bw if optimizer_state == "streaming" else 0.0)
+    return opt, stream
 
 
 def _compose(system: System, costs: list[LayerCost], stages: list[list[str]], cfg: TrainingConfig,
@@ -668,21 +698,11 @@ def _compose(system: System, costs: list[LayerCost], stages: list[list[str]], cf
     else:
         t = concurrent_seconds(system, "all_reduce", jobs).seconds
     ar = [t] * len(rows)
-    opt, stream = [], []
-    sbytes = sh.state_bytes
-    # bytes through the load/store path per parameter: the weight, gradient (and LAMB's
-    # norms) words in dtype, each state word read and written in its own type
-    nw = OPTIMIZER_STATE_WORDS[optimizer]
-    per_param = (OPTIMIZER_WORDS[optimizer] - 2 * nw) * item + 2 * sbytes
-    for r in rows:
-        p = r["params"] / shard
-        opt.append(p * per_param / (chip.n_tiles * chip.load_bytes_per_cycle) / clock)
-        state = p * sbytes
-        per_ipu_bw = system.streaming_bytes_per_second / min(4, system.n_ipus)
-        stream.append(2 * state / per_ipu_bw if optimizer_state == "streaming" else 0.0)
-    host_io, host_excess = _host_io(system, sh, bool(cfg.io_tiles), pipeline_s, n_cycles)
+    opt, stream = _update_seconds(system, [r["params"] for r in rows], sh, optimizer, optimizer_state)
+    host_io, host_excess, host_syncs = _host_io(system, sh, bool(cfg.io_tiles), pipeline_s, n_cycles)
+    host_sync = host_syncs * system.host_sync_s
     update_s = max(a + o + st for a, o, st in zip(ar, opt, stream))
-    step = pipeline_s + update_s + host_excess
+    step = pipeline_s + update_s + host_excess + host_sync
     breakdown = []
     for k in range(reps):
         for s, r in enumerate(rows):
@@ -694,17 +714,20 @@ def _compose(system: System, costs: list[LayerCost], stages: list[list[str]], cf
                 "idle_s": m * (slow_s - r["compute_mb_s"] - r["bn_mb_s"]),
                 "links_s": n_cycles * link_s, "sync_s": n_cycles * sync_s, "all_reduce_s": ar[s],
                 "optimizer_s": opt[s], "streaming_s": stream[s], "host_io_s": host_io,
+                "host_sync_s": host_sync,
                 **r["memory"]})
     parts = {"pipeline compute": m * slow["compute_mb_s"], "bn all-reduce": m * slow["bn_mb_s"],
              "fill/drain": (ipr - 1) * cycle_s,
              "links + sync": n_cycles * (link_s + sync_s), "all-reduce": max(ar),
-             "optimizer": max(opt), "streaming memory": max(stream), "host I/O": host_excess}
+             "optimizer": max(opt), "streaming memory": max(stream), "host I/O": host_excess,
+             "host sync": host_sync}
     top = max(parts, key=parts.get)
     why = f"{top}" + (f" (slowest stage {slow['stage']}: {slow['layers'][0]}..{slow['layers'][-1]})"
                       if top == "pipeline compute" and ipr > 1 else "")
     return TrainingEstimate(system.name, reps, ipr, mb, m, [list(s) for s in stages], step, breakdown, why,
                             info={"parts_s": parts, "part_sources": PART_SOURCES,
                                   "pipeline_cycle_s": cycle_s, "host_io_s": host_io,
+                                  "host_syncs": host_syncs,
                                   "host_io_overlapped": bool(cfg.io_tiles), "io_tiles": cfg.io_tiles,
                                   "bn_replica_group": bn_group, "optimizer_state_dtype": list(sdt),
                                   "weights": f"{'float16' if item == 2 else 'float32'}, updated in "

@@ -51,7 +51,7 @@ def training_schedule(est: Any, *, replica: int | None = 0) -> list[dict[str, An
     -------
     list of dict
         ``ipu``, ``replica``, ``stage``, ``phase`` ("compute", "bn all-reduce", "wait",
-        "all-reduce", "optimizer", "streaming memory", "host I/O"), ``micro_batch`` (None
+        "all-reduce", "optimizer", "streaming memory", "host sync", "host I/O"), ``micro_batch`` (None
         outside the pipeline), ``start_s`` and ``seconds``.
     """
     d = _as_dict(est)
@@ -59,6 +59,7 @@ def training_schedule(est: Any, *, replica: int | None = 0) -> list[dict[str, An
     cycle = d["info"]["pipeline_cycle_s"]
     end = (m + ipr - 1) * cycle
     host = d["info"].get("parts_s", {}).get("host I/O", 0.0)
+    hsync = d["info"].get("parts_s", {}).get("host sync", 0.0)
     out: list[dict[str, Any]] = []
     for r in d["breakdown"]:
         if replica is not None and r["replica"] != replica:
@@ -80,13 +81,15 @@ def training_schedule(est: Any, *, replica: int | None = 0) -> list[dict[str, An
                            ("streaming memory", "streaming_s")):
             add(phase, t, r[key])
             t += r[key]
+        add("host sync", d["step_seconds"] - host - hsync, hsync)
         add("host I/O", d["step_seconds"] - host, host)
     return out
 
 
 #: schedule phase -> trace category (Perfetto colours spans by name; the category groups them)
 _CATEGORY = {"compute": "compute", "bn all-reduce": "exchange", "wait": "sync", "all-reduce": "exchange",
-             "optimizer": "compute", "streaming memory": "exchange", "host I/O": "exchange"}
+             "optimizer": "compute", "streaming memory": "exchange", "host sync": "sync",
+             "host I/O": "exchange"}
 
 
 def training_trace(est: Any, path: str | Path | None = None, *, pid: int = 1,

@@ -186,6 +186,23 @@ def _network(run: PublishedRun) -> Any:
     return build_network(run.network, run.network_args)
 
 
+def _every_layer_checkpoints(run: PublishedRun, net: Any) -> list[str]:
+    """PopART's ``recompute_checkpoint_every_layer``: a checkpoint at each encoder layer's
+    output except the last layer of each pipeline stage, whose output is copied to the next
+    stage (Graphcore's ``bert_model.py``, ``Bert.should_checkpoint``: "Only checkpoint tensors
+    that are not to be copied to the next pipelineStage"; the last encoder layer feeds the
+    heads' stage)."""
+    layers = [n for n in net.nodes if re.fullmatch(r"encoder\.layer\.\d+\.output\.LayerNorm", n)]
+    if not layers:
+        raise ValueError(f"{run.id}: recompute 'every_layer' needs encoder layers in {run.network}")
+    order = {n: k for k, n in enumerate(net.nodes)}
+    splits = [] if run.pipeline in ("", "auto") else run.pipeline.split("|")
+    cuts = sorted(order[c] for c in splits if c in order) + [len(order)]
+    # a stage's last checkpoint: the last encoder output before a cut
+    last = {max((c for c in layers if order[c] < cut), key=order.get, default=None) for cut in cuts}
+    return [c for c in layers if c not in last]
+
+
 def _model_ipu(run: PublishedRun, net: Any, datasheet: bool = False) -> tuple[float, str, dict]:
     from ..systems import get_system
     from ..systems import estimate_training
@@ -195,10 +212,7 @@ def _model_ipu(run: PublishedRun, net: Any, datasheet: bool = False) -> tuple[fl
     if run.recompute == "stage":
         recompute: Any = True
     elif run.recompute == "every_layer":
-        # PopART's recompute_checkpoint_every_layer: a checkpoint at each encoder layer's output
-        recompute = [n for n in net.nodes if re.fullmatch(r"encoder\.layer\.\d+\.output\.LayerNorm", n)]
-        if not recompute:
-            raise ValueError(f"{run.id}: recompute 'every_layer' needs encoder layers in {run.network}")
+        recompute = _every_layer_checkpoints(run, net)
     elif run.recompute == "auto":       # the estimator picks the checkpoints that fit
         recompute = "auto"
     else:

@@ -28,7 +28,10 @@ def test_data_parallel_step_by_hand():
     opt = params * (3 * 2 + 2 * 4) / (1472 * 16) / CLOCK
     # one host, 2 x 100 GbE; no I/O tiles: each micro-batch's copy is waited for
     host = 192 * 3 * 224 * 224 / 25e9
-    assert est.step_seconds == pytest.approx(3 * compute + ar + opt + host)
+    # a host handshake per synchronous input copy (3 micro-batches) and the step's output copy
+    hsync = (3 + 1) * ik.IPU_POD16.host_sync_s
+    assert est.step_seconds == pytest.approx(3 * compute + ar + opt + host + hsync)
+    assert est.info["parts_s"]["host sync"] == pytest.approx(hsync) and est.info["host_syncs"] == 4
     assert est.info["parts_s"]["host I/O"] == pytest.approx(host) and not est.info["host_io_overlapped"]
     assert set(est.info["part_sources"]) == set(est.info["parts_s"])
     assert est.global_batch == 16 * 4 * 3
@@ -62,7 +65,8 @@ def test_pipeline_fill_drain_links_and_sync_by_hand():
     assert both.sync_seconds == pytest.approx(2 * (ik.IPU_M2000.sync_cycles(4) + 100) / CLOCK)
     ar = both.seconds
     opt = 2000 * (3 * 2 + 2 * 4) / (1472 * 16) / CLOCK
-    assert est.step_seconds == pytest.approx((8 + 1) * cycle + ar + opt)
+    # no inputs (sample_bytes 0): only the step's output copy meets the host
+    assert est.step_seconds == pytest.approx((8 + 1) * cycle + ar + opt + ik.IPU_M2000.host_sync_s)
     assert "slowest stage 1" in est.bottleneck
 
 
@@ -276,3 +280,29 @@ def test_auto_split_table_matches_the_loop(seed):
             mod._auto(costs, stages, bad, lambda s: cyc[s])
         return
     assert mod._auto(costs, stages, bad, lambda s: cyc[s]) == want
+
+
+def test_host_sync_counts_the_critical_path_host_exchanges():
+    """One handshake per synchronous input copy (a pipeline cycle each) plus the step's output
+    copy; with I/O tiles only the output copy; it scales with System.host_sync_s and is sourced."""
+    c = costs(n=4)
+    kw = dict(micro_batch=2, ipus_per_replica=2, pipeline=["l2"], costs=c, sample_bytes=1000)
+    est = ik.estimate_training(system=ik.IPU_POD16, gradient_accumulation=5, **kw)
+    assert est.info["host_syncs"] == (5 + 2 - 1) + 1
+    assert est.info["parts_s"]["host sync"] == pytest.approx(7 * ik.IPU_POD16.host_sync_s)
+    assert "gc-hostsynclatencytest" in est.info["part_sources"]["host sync"]
+    assert "host sync" in dict(ik.IPU_POD16.sources)
+    more = ik.estimate_training(system=ik.IPU_POD16, gradient_accumulation=9, **kw)
+    assert more.info["host_syncs"] == 11       # one more per extra micro-batch
+    slow = ik.IPU_POD16.replace(host_sync_s=1e-3)
+    est2 = ik.estimate_training(system=slow, gradient_accumulation=5, **kw)
+    assert est2.info["parts_s"]["host sync"] == pytest.approx(7e-3)
+    assert est2.step_seconds - est.step_seconds == pytest.approx(7 * (1e-3 - ik.IPU_POD16.host_sync_s))
+    assert all(r["host_sync_s"] == pytest.approx(7e-3) for r in est2.breakdown)
+    assert any(p["phase"] == "host sync" for p in est2.schedule())
+    net = ik.models.resnet8()
+    over = ik.estimate_training(net, slow, micro_batch=4, gradient_accumulation=2, replicas=1,
+                                sample_bytes=10**3, io_tiles=64)
+    assert over.info["host_syncs"] == 1 and over.info["parts_s"]["host sync"] == pytest.approx(1e-3)
+    with pytest.raises(ik.SystemConfigError, match="host_sync_s"):
+        ik.IPU_POD16.replace(host_sync_s=-1.0)
