@@ -1,0 +1,79 @@
+"""The planner's compiled loops (``ipukern/_kernels/_plan.pyx``) agree exactly with the NumPy
+code they replace, on every table a search hands them.
+
+Each test plans a spread of convs and matmuls (dense, grouped, depthwise, 1x1 with column
+splits, deep in-channel reductions, fp16 and fp32, with and without bias, tight and loose
+memory proportions, and machines small enough that serial slices are needed) with the
+compiled loop on, and at every call runs the NumPy version on the same inputs and compares
+every output. Skipped when the kernels are not built (the NumPy path is then the only one).
+"""
+import numpy as np
+import pytest
+
+import ipukern as ik
+from ipukern.conv import ConvParams, plan_conv, search, sizing
+from ipukern.core.memory import TileMemoryError
+
+pytest.importorskip("ipukern._kernels._plan")
+
+MACHINES = [ik.GC200, ik.GC200.replace(n_tiles=16, tile_bytes=96 * 1024, name="tiny-16")]
+
+#: (x shape, w shape, padding, groups)
+SHAPES = [((8, 128, 56, 56), (128, 128, 3, 3), 1, 1),
+          ((8, 128, 56, 56), (128, 4, 3, 3), 1, 32),
+          ((8, 240, 28, 28), (240, 1, 5, 5), 2, 240),
+          ((16, 256, 14, 14), (1024, 256, 1, 1), 0, 1),
+          ((1, 1024, 1, 8192), (4096, 1024, 1, 1), 0, 1),   # a matmul's 1x1 conv
+          ((2, 2048, 7, 7), (512, 2048, 1, 1), 0, 1),       # a deep in-channel reduction
+          ((4, 3, 224, 224), (64, 3, 7, 7), 3, 1),
+          ((1, 64, 28, 28), (64, 64, 3, 3), 1, 1)]
+
+
+def _compare_sizing(monkeypatch):
+    calls = []
+    compiled = sizing.fewest_serial_slices
+
+    def both(p, machine, og, c, serials, bias, temp_bound=None):
+        got = compiled(p, machine, og, c, serials, bias, temp_bound)
+        want = sizing._fewest_serial_slices_numpy(p, machine, og, c, serials, bias, temp_bound)
+        assert np.array_equal(got[0], want[0])
+        assert got[1] == want[1]
+        assert got[2].keys() == want[2].keys()
+        for k in want[2]:
+            assert np.array_equal(got[2][k], want[2][k]), k
+        calls.append(len(c.K_t))
+        return got
+
+    monkeypatch.setattr(search, "fewest_serial_slices", both)
+    return calls
+
+
+@pytest.mark.parametrize("machine", MACHINES, ids=lambda m: m.name)
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_compiled_sizing_matches_numpy(monkeypatch, machine, dtype):
+    calls = _compare_sizing(monkeypatch)
+    for (x, w, pad, g), bias, amp in zip(SHAPES, [False, True] * 4,
+                                         [None, 0.1, 1.0, None, 0.3, None, 0.6, 0.05]):
+        p = ConvParams.from_shapes(x, w, padding=pad, groups=g, dtype=dtype, partials="float")
+        ik.clear_plan_cache()
+        try:
+            plan_conv(p, machine, bias=bias, available_memory_proportion=amp)
+        except (ValueError, TileMemoryError):
+            pass
+    assert len(calls) > 10
+    if machine.n_tiles > 1000:
+        assert max(calls) > 500      # large tables were compared too
+
+
+def test_plans_equal_with_and_without_the_compiled_sizing(monkeypatch):
+    def plans(use):
+        monkeypatch.setattr(sizing, "USE_KERNEL", use)
+        out = []
+        for x, w, pad, g in SHAPES:
+            p = ConvParams.from_shapes(x, w, padding=pad, groups=g, dtype="float16",
+                                       partials="float")
+            ik.clear_plan_cache()
+            plan = plan_conv(p, ik.GC200)
+            out.append((plan, plan.to_dict()))
+        return out
+    assert plans(True) == plans(False)
