@@ -111,3 +111,157 @@ def fewest_serial(tuple cols, const i64[::1] serials, tuple consts):
                     o_outb[r] = a_out_b
                     break
     return (serial_a, *out, best_mem, best_k)
+
+
+# --------------------------------------------------------------------------- AMP vertex cycles
+# ipukern.conv.estimators.amp's _amp_nx1_parts and _amp_1x1_parts, one row at a time. The
+# constants come from amp.amp_kernel_constants (named and sourced there); only the
+# formulas' shape is here. Worker i of a tile with ``rows`` rows of ``width`` positions
+# takes positions [i*N//nw, (i+1)*N//nw) cut at row ends (estimators._common._worker_piece).
+
+cdef inline i64 _nx1_entry(i64 n, const i64* k) noexcept nogil:
+    # k: [setup - retention, c1, c2, c3, core]
+    if n >= 3:
+        return k[0] + k[3] + k[4] * (n - 3)
+    if n == 2:
+        return k[0] + k[2]
+    return k[0] + k[1]
+
+
+cdef inline i64 _nx1_pass(i64 rows, i64 width, i64 nw, i64 start, i64 tag,
+                          const i64* ek) noexcept nogil:
+    cdef i64 total = rows * width, i, begin, end, end_m1, row_b, row_l, first, n_full, last
+    cdef i64 w, hi = 0, lo = 0
+    for i in range(nw):
+        begin = i * total // nw
+        end = (i + 1) * total // nw
+        w = start
+        if end > begin:
+            end_m1 = end - 1
+            row_b = begin // width
+            row_l = end_m1 // width
+            if row_b == row_l:
+                first, n_full, last = end - begin, 0, 0
+            else:
+                first = width - begin % width
+                n_full = row_l - row_b - 1
+                if n_full < 0:
+                    n_full = 0
+                last = end_m1 % width + 1
+            if first > 0:
+                w = w + _nx1_entry(first, ek)
+            w = w + n_full * _nx1_entry(width, ek)
+            if last > 0:
+                w = w + _nx1_entry(last, ek)
+        if i == 0 or w > hi:
+            hi = w
+        if i == 0 or w < lo:
+            lo = w
+    if nw * hi >= nw * lo + tag:
+        return nw * hi
+    return nw * lo + tag
+
+
+cdef inline i64 _x1_worker(i64 n, bint zeroing, const i64* k) noexcept nogil:
+    # k: [half common path, c0, c1, c2, c3, zeroing fixed, zeroing per position,
+    #     retention, core]
+    cdef i64 z = 1 if zeroing else 0, body
+    if n <= 0:
+        return 0
+    if k[0]:
+        if n >= 3:
+            body = k[4] - z + k[8] * (n - 3)
+        elif n == 2:
+            body = k[3] - z
+        else:
+            body = k[2] - z
+    else:
+        if n >= 3:
+            body = k[4] + (k[5] + k[6] * n) * z + k[8] * (n - 3)
+        elif n == 2:
+            body = k[3] + (k[5] + 2 * k[6]) * z
+        else:
+            body = k[2] + (k[5] + k[6]) * z
+    return body - k[7]
+
+
+cdef inline i64 _x1_inner(i64 positions, bint zeroing, i64 nw, i64 tag,
+                          const i64* k) noexcept nogil:
+    cdef i64 i, w, hi = 0, lo = 0
+    for i in range(nw):
+        w = _x1_worker((i + 1) * positions // nw - i * positions // nw, zeroing, k)
+        if i == 0 or w > hi:
+            hi = w
+        if i == 0 or w < lo:
+            lo = w
+    if nw * hi >= nw * lo + tag:
+        return nw * hi
+    return nw * lo + tag
+
+
+cdef i64[::1] _consts(object values):
+    return np.ascontiguousarray(np.array(values, dtype=np.int64))
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+def amp_cycles(tuple dims, tuple nx1, tuple x1):
+    """Per row, the AMP vertex total of :func:`~ipukern.conv.estimators.conv_vertex_cycles_array`
+    (nx1, or 1x1 where the row is eligible and ``x1`` is not empty). ``dims``: the raw tile
+    sizes (groups, in_chans, out_chans, batch, out_h, out_w, kernel_h, kernel_w) as
+    contiguous int64 columns of one length; ``nx1`` and ``x1``: the constants of
+    :func:`~ipukern.conv.estimators.amp.amp_kernel_constants`."""
+    cdef const i64[::1] G = dims[0]
+    cdef const i64[::1] C = dims[1]
+    cdef const i64[::1] K = dims[2]
+    cdef const i64[::1] B = dims[3]
+    cdef const i64[::1] H = dims[4]
+    cdef const i64[::1] W = dims[5]
+    cdef const i64[::1] KH = dims[6]
+    cdef const i64[::1] KW = dims[7]
+    cdef i64[::1] a = _consts(nx1)
+    cdef bint has_x1 = len(x1) > 0
+    cdef i64[::1] b = _consts(x1 if has_x1 else (0,) * 32)
+    cdef Py_ssize_t n = G.shape[0], r
+    out_a = np.empty(n, np.int64)
+    cdef i64[::1] out = out_a
+    cdef i64 nw = a[0], f = a[1], cgpg = a[2], icpg = a[3], ocpg = a[4]
+    cdef i64 g, ci, co, pos, n_cg, n_ig, n_og, k_outer, per_pass, kernel_loop, total, zero
+    cdef i64 per_worker, iz, ia, c
+    with nogil:
+        for r in range(n):
+            g, ci, co = G[r], C[r], K[r]
+            if f > 1:      # combineConvGroups (estimators._common._vertex_dims)
+                g = _cdiv(g, f)
+                ci = ci * f
+                co = co * f
+            n_cg = _cdiv(g, cgpg)
+            n_ig = _cdiv(ci, icpg)
+            n_og = _cdiv(co, ocpg)
+            pos = B[r] * H[r] * W[r]
+            if has_x1 and KH[r] * KW[r] == 1 and B[r] == 1 and H[r] == 1:
+                # b: [nw, tag, worker consts x9, sup, ret0, ret1, cg, c, ig, og, pass, wl,
+                #     inner passes, zig, zpass]
+                iz = _x1_inner(pos, True, nw, b[1], &b[2])
+                ia = _x1_inner(pos, False, nw, b[1], &b[2])
+                c = b[15]
+                out[r] = (b[11] + nw * (b[12] + b[13] * (n_ig * n_cg - 1))
+                          + n_cg * (b[14] + c
+                                    + (n_ig - 1) * (b[16] - c + n_og * (
+                                        b[17] + b[20] * (b[18] + b[19] + ia)))
+                                    + b[21] + n_og * (b[17] - c + b[20] * (b[22] + b[19] + iz))))
+                continue
+            # a: [nw, f, cgpg, icpg, ocpg, start, tag, entry consts x5, height, passes,
+            #     per_load, outer, inner, sup const, zero loop, stall, cg, ig, og,
+            #     zero vector elems, zero overhead]
+            per_pass = _nx1_pass(B[r] * H[r], W[r], nw, a[5], a[6], &a[7])
+            k_outer = _cdiv(KH[r], a[12])
+            kernel_loop = (k_outer * (a[15] + KW[r] * (a[16] + a[13] * a[14]))
+                           + k_outer * KW[r] * a[13] * per_pass)
+            total = (a[17] + n_cg * (a[18] * n_og + a[19] * (n_og - 1) + 1)
+                     + a[19] * (n_cg - 1) + 1
+                     + n_cg * (a[20] + n_ig * (a[21] + n_og * (a[22] + kernel_loop))))
+            per_worker = _cdiv(pos * ocpg, nw)
+            zero = (_cdiv(per_worker, a[23]) + a[24]) * nw * (n_og * n_cg)
+            out[r] = total + zero
+    return out_a

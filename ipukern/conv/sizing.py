@@ -8,11 +8,9 @@ serial out-chan slices whose buffers fit the tile (every per-tile buffer, aligne
 """
 from __future__ import annotations
 
-from functools import lru_cache
-from typing import Any
-
 import numpy as np
 
+from .._kernels import plan_kernels
 from ..core.cost import ceil_div
 from ..dtypes import DTYPES
 from ..machine import MachineSpec
@@ -137,10 +135,10 @@ def fewest_serial_slices(p: ConvParams, machine: MachineSpec, og: int, c: Table,
     none does; each tile needs a grain per slice), the smallest (bytes, slices) seen, and
     the :func:`_tile_bytes` sizes of the slices chosen (0 where none fits).
 
-    In compiled code when the kernels are built and ``USE_KERNEL`` is on (one pass over the
-    rows, each stopping at its first count that fits), else in NumPy
+    In compiled code when the kernels are built (:func:`ipukern._kernels.plan_kernels`: one
+    pass over the rows, each stopping at its first count that fits), else in NumPy
     (:func:`_fewest_serial_slices_numpy`); the two agree exactly."""
-    kernel = _plan_kernel() if USE_KERNEL else None
+    kernel = plan_kernels()
     if kernel is None or not len(c.K_t):
         return _fewest_serial_slices_numpy(p, machine, og, c, serials, bias, temp_bound)
     cols = tuple(np.ascontiguousarray(c[k], dtype=np.int64) for k in _KERNEL_INT_COLUMNS)
@@ -153,24 +151,11 @@ def fewest_serial_slices(p: ConvParams, machine: MachineSpec, og: int, c: Table,
     return serial, (None if least < 0 else (int(least), int(least_k))), dict(zip(_SIZES, sized))
 
 
-#: switch for the compiled sizing loop (tests turn it off to compare with NumPy)
-USE_KERNEL = True
 #: the compiled loop's int64 columns, in its order; then reduce_needed, cast_needed (uint8)
 _KERNEL_INT_COLUMNS = ("K_t", "G_t", "C_t", "M", "B_t", "OR", "OC", "win_b", "f1", "f2", "f3",
                        "KH_t")
 #: the sizes :func:`fewest_serial_slices` returns, in the compiled loop's order
 _SIZES = ("mem", "K_s", "w_b", "out_s", "chunk", "out_b")
-
-
-@lru_cache(maxsize=1)
-def _plan_kernel() -> Any:
-    """The compiled planner kernels, or None in a checkout whose extensions are not built
-    (looked up once: a failing import searches the path each time)."""
-    try:
-        from .._kernels import _plan
-    except ImportError:
-        return None
-    return _plan
 
 
 def _fewest_serial_slices_numpy(p: ConvParams, machine: MachineSpec, og: int, c: Table,

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import ipukern as ik
-from ipukern.conv import ConvParams, plan_conv, search, sizing
+import ipukern._kernels as kernels
+from ipukern.conv import ConvParams, estimators, plan_conv, search, sizing
 from ipukern.core.memory import TileMemoryError
 
 pytest.importorskip("ipukern._kernels._plan")
@@ -65,9 +66,51 @@ def test_compiled_sizing_matches_numpy(monkeypatch, machine, dtype):
         assert max(calls) > 500      # large tables were compared too
 
 
-def test_plans_equal_with_and_without_the_compiled_sizing(monkeypatch):
+def _compare_vertex_cycles(monkeypatch):
+    calls = []
+    compiled = estimators.conv_vertex_cycles_array
+
+    def both(machine, method, **kw):
+        got = compiled(machine, method, **kw)
+        monkeypatch.setattr(kernels, "USE_PLAN_KERNELS", False)
+        try:
+            want = compiled(machine, method, **kw)
+        finally:
+            monkeypatch.setattr(kernels, "USE_PLAN_KERNELS", True)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert np.array_equal(got, want), (method, kw)
+        calls.append((method.method, got.size))
+        return got
+
+    monkeypatch.setattr(search, "conv_vertex_cycles_array", both)
+    monkeypatch.setattr(estimators, "conv_vertex_cycles_array", both)   # the program's cost
+    return calls
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("dtype,partials", [("float16", "float"), ("float16", "half"),
+                                            ("float32", "float")])
+def test_compiled_amp_cycles_match_numpy(monkeypatch, stride, dtype, partials):
+    """AMP nx1 and 1x1 (every conv-unit mode, channel grouping and combineConvGroups
+    factor the candidates list), in the planner's tables and in the built programs' costs."""
+    calls = _compare_vertex_cycles(monkeypatch)
+    for x, w, pad, g in SHAPES:
+        ik.clear_plan_cache()
+        try:
+            ik.estimate_conv2d(x, w, padding=pad, groups=g, stride=stride, dtype=dtype,
+                               partials=partials)
+        except (ValueError, TileMemoryError):
+            pass
+    for a, b in [((512, 256), (256, 1024)), ((64, 128, 16), (64, 16, 16))]:
+        ik.clear_plan_cache()
+        ik.estimate_matmul(a, b, dtype=dtype, partials=partials)
+    amp = [n for m, n in calls if m == "AMP"]
+    assert len(amp) > 20 and max(amp) > 500
+
+
+def test_plans_equal_with_and_without_the_compiled_loops(monkeypatch):
     def plans(use):
-        monkeypatch.setattr(sizing, "USE_KERNEL", use)
+        monkeypatch.setattr(kernels, "USE_PLAN_KERNELS", use)
         out = []
         for x, w, pad, g in SHAPES:
             p = ConvParams.from_shapes(x, w, padding=pad, groups=g, dtype="float16",
