@@ -265,3 +265,88 @@ def amp_cycles(tuple dims, tuple nx1, tuple x1):
             zero = (_cdiv(per_worker, a[23]) + a[24]) * nw * (n_og * n_cg)
             out[r] = total + zero
     return out_a
+
+
+# --------------------------------------------------------------------------- split vectors
+@cython.boundscheck(False)
+@cython.wraparound(False)
+def field_pairs(const i64[::1] n, const i64[::1] cn, i64 T):
+    """:func:`ipukern.conv.search._field_pairs` by enumeration: the (field, channel) index
+    pairs with ``n[f] * cn[c] <= T`` and ``2 * n[f] * cn[c]`` above the most tiles any such
+    pair uses, field-major then channel (the NumPy version's order), as two int64 arrays;
+    None when no pair fits."""
+    cdef Py_ssize_t nf = n.shape[0], nc = cn.shape[0], f, c, k = 0
+    cdef i64 u_max = 0, u
+    with nogil:
+        for f in range(nf):
+            for c in range(nc):
+                u = n[f] * cn[c]
+                if u <= T and u > u_max:
+                    u_max = u
+        if u_max > 0:
+            for f in range(nf):
+                for c in range(nc):
+                    u = n[f] * cn[c]
+                    if u <= T and 2 * u > u_max:
+                        k += 1
+    if u_max == 0:
+        return None
+    fi_a = np.empty(k, np.int64)
+    chi_a = np.empty(k, np.int64)
+    cdef i64[::1] fi = fi_a, chi = chi_a
+    k = 0
+    with nogil:
+        for f in range(nf):
+            for c in range(nc):
+                u = n[f] * cn[c]
+                if u <= T and 2 * u > u_max:
+                    fi[k] = f
+                    chi[k] = c
+                    k += 1
+    return fi_a, chi_a
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+def lower_bound_keep(tuple cols, i64 kernel_w, double rate, tuple red, double slack):
+    """The rows :func:`ipukern.conv.search._lower_bound_prune` keeps (ascending int64
+    indices): the busiest tile's useful MACs over ``rate``, plus, when ``red`` is
+    (partials itemsize, 2 x exchange bytes per cycle, sync cycles, bound), a reduction's
+    least first stage on rows with in-chan x kernel splits; kept when at most the bound,
+    or without one (``red`` empty) at most ``slack`` x the least. ``cols``: contiguous
+    int64 (G_t, C_t, K_t, B_t, OR, OC, KH_t, is_, kr). The same float64 operations in
+    the same order as the NumPy version."""
+    cdef const i64[::1] G = cols[0]
+    cdef const i64[::1] C = cols[1]
+    cdef const i64[::1] K = cols[2]
+    cdef const i64[::1] B = cols[3]
+    cdef const i64[::1] OR = cols[4]
+    cdef const i64[::1] OC = cols[5]
+    cdef const i64[::1] KH = cols[6]
+    cdef const i64[::1] IS = cols[7]
+    cdef const i64[::1] KR = cols[8]
+    cdef Py_ssize_t n = G.shape[0], r, k = 0
+    cdef bint has_bound = len(red) > 0
+    cdef i64 psz = red[0] if has_bound else 0
+    cdef double denom = red[1] if has_bound else 1.0
+    cdef double sync = red[2] if has_bound else 0.0
+    cdef double cut = red[3] if has_bound else 0.0
+    lb_a = np.empty(n, np.float64)
+    keep_a = np.empty(n, np.int64)
+    cdef double[::1] lb = lb_a
+    cdef i64[::1] keep = keep_a
+    cdef double lo = 0.0
+    with nogil:
+        for r in range(n):
+            lb[r] = <double>(G[r] * C[r] * K[r] * B[r] * OR[r] * OC[r] * (KH[r] * kernel_w)) / rate
+            if has_bound and IS[r] * KR[r] > 1:
+                lb[r] = lb[r] + (<double>(G[r] * K[r] * B[r] * OR[r] * OC[r] * psz) / denom + sync)
+            if r == 0 or lb[r] < lo:
+                lo = lb[r]
+        if not has_bound:
+            cut = slack * lo
+        for r in range(n):
+            if lb[r] <= cut:
+                keep[k] = r
+                k += 1
+    return keep_a[:k]

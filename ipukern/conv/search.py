@@ -60,6 +60,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from .._kernels import plan_kernels
 from ..core.cost import (cast_cycles_array, ceil_div, elementwise_cycles_array, exchange_cycles,
                          reduce_cycles_array)
 from ..core.tensor import expand, split_candidates
@@ -450,10 +451,15 @@ def _new_split_vectors(p: ConvParams, cand: VertexMethod, fg: dict[str, Any], T:
     cn = cg * ci * co * ck
     keep_c = (cn <= T) & ((ck == 1) | _tried_depths(ci * ck))
     cg, ci, co, ck, cn = cg[keep_c], ci[keep_c], co[keep_c], ck[keep_c], cn[keep_c]
-    if "_by_n" not in fg:
-        order = np.argsort(fg["n"], kind="stable")
-        fg["_by_n"] = (order, fg["n"][order])
-    pairs = _field_pairs(fg["_by_n"], cn, T)
+    kernel = plan_kernels()
+    if kernel is not None:
+        pairs = kernel.field_pairs(np.ascontiguousarray(fg["n"], dtype=np.int64),
+                                   np.ascontiguousarray(cn, dtype=np.int64), T)
+    else:
+        if "_by_n" not in fg:
+            order = np.argsort(fg["n"], kind="stable")
+            fg["_by_n"] = (order, fg["n"][order])
+        pairs = _field_pairs(fg["_by_n"], cn, T)
     if pairs is None:
         return None
     fi, chi = pairs
@@ -501,6 +507,15 @@ def _lower_bound_prune(p: ConvParams, machine: MachineSpec, cand: VertexMethod, 
     could beat ``bound`` (the best plan so far). Without a plan to beat yet, look near the
     best lower bound first: the winner uses the machine well, and its cost then prunes
     every other method's candidates."""
+    kernel = plan_kernels()
+    if kernel is not None:
+        red = (() if bound is None else
+               (DTYPES[p.partials].itemsize, 2 * machine.exchange_bytes_per_cycle,
+                machine.sync_cycles, bound))
+        sel = kernel.lower_bound_keep(
+            tuple(np.ascontiguousarray(c[k], dtype=np.int64) for k in _LB_COLUMNS),
+            p.kernel_w, cand.macs_per_cycle_bound(machine), red, LB_SLACK)
+        return c.take(sel) if sel.size else None
     kk = c.KH_t * p.kernel_w
     lb = (c.G_t * c.C_t * c.K_t * c.B_t * c.OR * c.OC * kk) / cand.macs_per_cycle_bound(machine)
     if bound is not None:
@@ -513,6 +528,10 @@ def _lower_bound_prune(p: ConvParams, machine: MachineSpec, cand: VertexMethod, 
     cut = bound if bound is not None else LB_SLACK * lb.min()
     sel = np.flatnonzero(lb <= cut)
     return c.take(sel) if sel.size else None
+
+
+#: the columns the compiled lower-bound prune reads, in its order
+_LB_COLUMNS = ("G_t", "C_t", "K_t", "B_t", "OR", "OC", "KH_t", "is_", "kr")
 
 
 def _costs(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: Table, bias: bool,

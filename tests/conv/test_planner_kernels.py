@@ -108,6 +108,56 @@ def test_compiled_amp_cycles_match_numpy(monkeypatch, stride, dtype, partials):
     assert len(amp) > 20 and max(amp) > 500
 
 
+def _same_table(a, b):
+    if a is None or b is None:
+        assert a is None and b is None
+        return
+    assert a.keys() == b.keys()
+    for k in a:
+        assert a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k]), k
+
+
+def _compare_tables(monkeypatch, name):
+    """Wrap ``search.<name>`` (a function returning a Table or None) to run it with and
+    without the compiled loops and compare."""
+    calls = []
+    compiled = getattr(search, name)
+
+    def both(*args, **kw):
+        got = compiled(*args, **kw)
+        monkeypatch.setattr(kernels, "USE_PLAN_KERNELS", False)
+        try:
+            want = compiled(*args, **kw)
+        finally:
+            monkeypatch.setattr(kernels, "USE_PLAN_KERNELS", True)
+        _same_table(got, want)
+        calls.append(0 if got is None else len(got.gs))
+        return got
+
+    monkeypatch.setattr(search, name, both)
+    return calls
+
+
+@pytest.mark.parametrize("machine", MACHINES, ids=lambda m: m.name)
+def test_compiled_split_tables_and_lower_bound_prune_match_numpy(monkeypatch, machine):
+    """The split-vector tables (field x channel pairs) and the rows the lower-bound prune
+    keeps, with and without a plan to beat."""
+    tables = _compare_tables(monkeypatch, "_new_split_vectors")
+    pruned = _compare_tables(monkeypatch, "_lower_bound_prune")
+    for dtype in ("float16", "float32"):
+        for x, w, pad, g in SHAPES:
+            p = ConvParams.from_shapes(x, w, padding=pad, groups=g, dtype=dtype,
+                                       partials="float")
+            ik.clear_plan_cache()
+            try:
+                plan_conv(p, machine)
+            except (ValueError, TileMemoryError):
+                pass
+    assert len(tables) > 20 and len(pruned) > 20
+    if machine.n_tiles > 1000:
+        assert max(tables) > 1000 and max(pruned) > 500
+
+
 def test_plans_equal_with_and_without_the_compiled_loops(monkeypatch):
     def plans(use):
         monkeypatch.setattr(kernels, "USE_PLAN_KERNELS", use)
