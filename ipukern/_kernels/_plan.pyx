@@ -350,3 +350,25 @@ def lower_bound_keep(tuple cols, i64 kernel_w, double rate, tuple red, double sl
                 keep[k] = r
                 k += 1
     return keep_a[:k]
+
+
+@cython.boundscheck(True)
+@cython.wraparound(False)
+def gather_pairs(const i64[::1] fi, const i64[::1] chi, tuple field_cols, tuple chan_cols):
+    """``[col[fi] for col in field_cols] + [col[chi] for col in chan_cols]`` (contiguous
+    int64 columns) in one pass: the split-vector table of the field x channel pairs."""
+    cdef Py_ssize_t n = fi.shape[0], r, j, nfc = len(field_cols), ncc = len(chan_cols)
+    out = [np.empty(n, np.int64) for _ in range(nfc + ncc)]
+    cdef i64[::1] dst
+    cdef const i64[::1] src
+    for j in range(nfc + ncc):
+        dst = out[j]
+        if j < nfc:
+            src = field_cols[j]
+            for r in range(n):
+                dst[r] = src[fi[r]]
+        else:
+            src = chan_cols[j - nfc]
+            for r in range(n):
+                dst[r] = src[chi[r]]
+    return out

@@ -451,29 +451,41 @@ def _new_split_vectors(p: ConvParams, cand: VertexMethod, fg: dict[str, Any], T:
     cn = cg * ci * co * ck
     keep_c = (cn <= T) & ((ck == 1) | _tried_depths(ci * ck))
     cg, ci, co, ck, cn = cg[keep_c], ci[keep_c], co[keep_c], ck[keep_c], cn[keep_c]
+    # the block sizes of the channel axes are computed per channel split and then
+    # gathered with it (the table has up to ~13k rows per channel split's few hundred)
+    chan = {"gs": cg, "is_": ci, "os_": co, "kr": ck, "KH_t": _axis_sizes(p.kernel_h, 1, ck),
+            "G_t": _axis_sizes(p.groups, gg, cg), "C_t": _axis_sizes(p.in_per_group, ig, ci),
+            "K_t": _axis_sizes(p.out_per_group, og, co)}
     kernel = plan_kernels()
     if kernel is not None:
-        pairs = kernel.field_pairs(np.ascontiguousarray(fg["n"], dtype=np.int64),
-                                   np.ascontiguousarray(cn, dtype=np.int64), T)
+        pairs = kernel.field_pairs(_i64(fg["n"]), _i64(cn), T)
+        if pairs is None:
+            return None
+        cols = kernel.gather_pairs(*pairs, tuple(_i64(fg[k]) for k in _FIELD_COLUMNS),
+                                   tuple(_i64(v) for v in chan.values()))
+        c = dict(zip(_FIELD_COLUMNS + tuple(chan), cols))
     else:
         if "_by_n" not in fg:
             order = np.argsort(fg["n"], kind="stable")
             fg["_by_n"] = (order, fg["n"][order])
         pairs = _field_pairs(fg["_by_n"], cn, T)
-    if pairs is None:
-        return None
-    fi, chi = pairs
-    # the block sizes of the channel axes are computed per channel split and then
-    # gathered with it (the table has up to ~13k rows per channel split's few hundred)
-    c = Table(gs=cg[chi], is_=ci[chi], os_=co[chi], kr=ck[chi], bs=fg["bs"][fi],
-               hs=fg["hs"][fi], ws=fg["ws"][fi], B_t=fg["B_t"][fi], OR=fg["OR"][fi],
-               OC=fg["OC"][fi], KH_t=_axis_sizes(p.kernel_h, 1, ck)[chi],
-               G_t=_axis_sizes(p.groups, gg, cg)[chi],
-               C_t=_axis_sizes(p.in_per_group, ig, ci)[chi],
-               K_t=_axis_sizes(p.out_per_group, og, co)[chi])
+        if pairs is None:
+            return None
+        fi, chi = pairs
+        c = {k: fg[k][fi] for k in _FIELD_COLUMNS} | {k: v[chi] for k, v in chan.items()}
+    c = Table((k, c[k]) for k in _TABLE_ORDER)
     if cand.method == "VMAC" and c.K_t.max() > 1:
         return None
     return c
+
+
+#: the field split's columns of a split-vector table, and all its columns in order
+_FIELD_COLUMNS = ("bs", "hs", "ws", "B_t", "OR", "OC")
+_TABLE_ORDER = ("gs", "is_", "os_", "kr", *_FIELD_COLUMNS, "KH_t", "G_t", "C_t", "K_t")
+
+
+def _i64(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.int64)
 
 
 def _field_pairs(by_n: tuple[np.ndarray, np.ndarray], cn: np.ndarray, T: int

@@ -112,7 +112,7 @@ def _same_table(a, b):
     if a is None or b is None:
         assert a is None and b is None
         return
-    assert a.keys() == b.keys()
+    assert list(a) == list(b)       # the columns in the same order too
     for k in a:
         assert a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k]), k
 
