@@ -372,3 +372,72 @@ def gather_pairs(const i64[::1] fi, const i64[::1] chi, tuple field_cols, tuple 
             for r in range(n):
                 dst[r] = src[chi[r]]
     return out
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+def beat_fixed(tuple cols, tuple consts):
+    """The part of :func:`ipukern.conv.search._beat_prune`'s bound every slice count pays:
+    the exchange of the busiest receiver's inputs (``search._input_receive``) and, when
+    weights move, the tile's weights (``core.cost.exchange_cycles`` with its overhead),
+    plus one slice's supersteps (``search._syncs``), per row as int64. ``cols``: int64
+    (KH_t, G_t, K_t, C_t, M, hs, ws, WR, WC, B_t, win_b, os_, later_b, R, f2, f3), then
+    uint8 (reduce_needed, cast_needed); ``consts``: (kernel width, itemsize, in_h, in_w,
+    input owners, tiles per bus, exchange scale, rate, overhead, sync cycles, bias).
+    None when a row leaves the exact int64 range of the NumPy code (it then runs)."""
+    cdef const i64[::1] KH = cols[0]
+    cdef const i64[::1] G = cols[1]
+    cdef const i64[::1] K = cols[2]
+    cdef const i64[::1] C = cols[3]
+    cdef const i64[::1] M = cols[4]
+    cdef const i64[::1] hs = cols[5]
+    cdef const i64[::1] ws = cols[6]
+    cdef const i64[::1] WR = cols[7]
+    cdef const i64[::1] WC = cols[8]
+    cdef const i64[::1] B = cols[9]
+    cdef const i64[::1] win_b = cols[10]
+    cdef const i64[::1] os_ = cols[11]
+    cdef const i64[::1] later_b = cols[12]
+    cdef const i64[::1] R = cols[13]
+    cdef const i64[::1] f2 = cols[14]
+    cdef const i64[::1] f3 = cols[15]
+    cdef const uint8_t[::1] red = cols[16]
+    cdef const uint8_t[::1] cast = cols[17]
+    cdef i64 kw = consts[0], isz = consts[1], in_h = consts[2], in_w = consts[3]
+    cdef i64 owners = consts[4], bus = consts[5], scale = consts[6], rate = consts[7]
+    cdef i64 overhead = consts[8], sync = consts[9]
+    cdef bint bias = consts[10]
+    cdef i64 limit = (<i64>1 << 62) // scale
+    cdef Py_ssize_t n = G.shape[0], r
+    out_a = np.empty(n, np.int64)
+    cdef i64[::1] out = out_a
+    cdef i64 w_eff, cr, cc, recv, nb, ex, stages
+    cdef bint bad = False
+    with nogil:
+        for r in range(n):
+            w_eff = G[r] * K[r] * C[r] * (KH[r] * kw) * isz if M[r] > 1 else 0
+            cr = _cdiv(in_h, hs[r])
+            if cr > WR[r]:
+                cr = WR[r]
+            cc = _cdiv(in_w, ws[r])
+            if cc > WC[r]:
+                cc = WC[r]
+            recv = win_b[r] - ((B[r] * cr * G[r] * C[r] * cc * isz) // os_[r]
+                               if os_[r] <= owners else 0)
+            if later_b[r] > recv:
+                recv = later_b[r]
+            if recv < 0:
+                bad = True       # floor and C division differ below 0
+                break
+            if bus > 1 and os_[r] % bus == 0:
+                recv = recv // 2
+            nb = recv + w_eff
+            if nb > limit:
+                bad = True
+                break
+            ex = _cdiv(nb * scale, rate) + overhead if nb > 0 else 0
+            stages = (R[r] > 1) + (f2[r] > 1) + (f3[r] > 1)
+            if stages < 1:
+                stages = 1
+            out[r] = ex + (1 + stages + (1 if (red[r] or cast[r] or bias) else 0)) * sync
+    return None if bad else out_a

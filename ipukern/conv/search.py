@@ -62,7 +62,7 @@ import numpy as np
 
 from .._kernels import plan_kernels
 from ..core.cost import (cast_cycles_array, ceil_div, elementwise_cycles_array, exchange_cycles,
-                         reduce_cycles_array)
+                         exchange_rate, reduce_cycles_array)
 from ..core.tensor import expand, split_candidates
 from ..dtypes import DTYPES
 from ..machine import MachineSpec
@@ -691,8 +691,11 @@ def _beat_prune(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: Tabl
     kk = c.KH_t * p.kernel_w
     w_b = c.G_t * c.K_t * c.C_t * kk * DTYPES[p.dtype].itemsize
     w_eff = np.where((c.M > 1), w_b, 0)
-    fixed = (exchange_cycles(_input_receive(p, machine, c) + w_eff, machine, with_overhead=True)
-             + _syncs(c, bias, 1) * machine.sync_cycles)
+    fixed = _beat_fixed(p, machine, c, bias)
+    if fixed is None:
+        fixed = (exchange_cycles(_input_receive(p, machine, c) + w_eff, machine,
+                                 with_overhead=True)
+                 + _syncs(c, bias, 1) * machine.sync_cycles)
     macs = c.G_t * c.C_t * c.K_t * c.B_t * c.OR * c.OC * kk
     bound = macs / cand.macs_per_cycle_bound(machine)
     # the method's own work bound (channel padding included) is far tighter for a vertex
@@ -716,6 +719,27 @@ def _beat_prune(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: Tabl
     c = c.take(keep)
     c["conv_t"] = conv[keep]
     return c
+
+
+#: the columns of the compiled ``_beat_fixed``, in its order (the last two uint8)
+_BEAT_COLUMNS = ("KH_t", "G_t", "K_t", "C_t", "M", "hs", "ws", "WR", "WC", "B_t", "win_b", "os_",
+                 "later_b", "R", "f2", "f3")
+
+
+def _beat_fixed(p: ConvParams, machine: MachineSpec, c: Table, bias: bool) -> np.ndarray | None:
+    """:func:`_beat_prune`'s exchange-in and supersteps in the compiled loop, or None (no
+    kernels, or a row outside its exact range: the NumPy code then computes them)."""
+    kernel = plan_kernels()
+    if kernel is None:
+        return None
+    scale, rate = exchange_rate(machine)
+    cols = tuple(_i64(c[k]) for k in _BEAT_COLUMNS) + tuple(
+        np.ascontiguousarray(c[k], dtype=np.bool_).view(np.uint8)
+        for k in ("reduce_needed", "cast_needed"))
+    return kernel.beat_fixed(cols, (p.kernel_w, DTYPES[p.dtype].itemsize, p.in_h, p.in_w,
+                                    MAX_INPUT_OWNERS, machine.tiles_per_exchange_bus, scale,
+                                    rate, machine.exchange_overhead_cycles,
+                                    machine.sync_cycles, bool(bias)))
 
 
 def _reduction_cycles(p: ConvParams, machine: MachineSpec, c: Table

@@ -158,6 +158,37 @@ def test_compiled_split_tables_and_lower_bound_prune_match_numpy(monkeypatch, ma
         assert max(tables) > 1000 and max(pruned) > 500
 
 
+@pytest.mark.parametrize("machine", MACHINES, ids=lambda m: m.name)
+def test_compiled_beat_bound_matches_numpy(monkeypatch, machine):
+    """_beat_prune's exchange-in and supersteps (bias, casts, 1-3 reduction stages, the
+    shared-bus rate, input owners) as the compiled loop computes them."""
+    calls = []
+    compiled = search._beat_fixed
+
+    def both(p, m, c, bias):
+        got = compiled(p, m, c, bias)
+        w_eff = np.where(c.M > 1, c.G_t * c.K_t * c.C_t * c.KH_t * p.kernel_w
+                         * p.itemsize, 0)
+        want = (search.exchange_cycles(search._input_receive(p, m, c) + w_eff, m,
+                                       with_overhead=True)
+                + search._syncs(c, bias, 1) * m.sync_cycles)
+        assert got is not None and got.dtype == want.dtype and np.array_equal(got, want)
+        calls.append(len(got))
+        return got
+
+    monkeypatch.setattr(search, "_beat_fixed", both)
+    for dtype in ("float16", "float32"):
+        for (x, w, pad, g), bias in zip(SHAPES, [False, True] * 4):
+            p = ConvParams.from_shapes(x, w, padding=pad, groups=g, dtype=dtype,
+                                       partials="float")
+            ik.clear_plan_cache()
+            try:
+                plan_conv(p, machine, bias=bias)
+            except (ValueError, TileMemoryError):
+                pass
+    assert len(calls) > 10 or machine.n_tiles < 1000   # the tiny machine's plans are serial
+
+
 def test_plans_equal_with_and_without_the_compiled_loops(monkeypatch):
     def plans(use):
         monkeypatch.setattr(kernels, "USE_PLAN_KERNELS", use)
