@@ -268,27 +268,39 @@ def amp_cycles(tuple dims, tuple nx1, tuple x1):
 
 
 # --------------------------------------------------------------------------- split vectors
+cdef inline Py_ssize_t _count_le(const i64[::1] s, i64 x) noexcept nogil:
+    # entries of the ascending ``s`` that are <= x (numpy.searchsorted side="right")
+    cdef Py_ssize_t lo = 0, hi = s.shape[0], mid
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if s[mid] <= x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
 @cython.boundscheck(False)
 @cython.wraparound(False)
-def field_pairs(const i64[::1] n, const i64[::1] cn, i64 T):
+def field_pairs(const i64[::1] n, const i64[::1] sorted_n, const i64[::1] cn, i64 T):
     """:func:`ipukern.conv.search._field_pairs` by enumeration: the (field, channel) index
     pairs with ``n[f] * cn[c] <= T`` and ``2 * n[f] * cn[c]`` above the most tiles any such
     pair uses, field-major then channel (the NumPy version's order), as two int64 arrays;
-    None when no pair fits."""
-    cdef Py_ssize_t nf = n.shape[0], nc = cn.shape[0], f, c, k = 0
+    None when no pair fits. ``sorted_n``: ``n`` ascending (the most tiles and the pair
+    count come from bisecting it per channel, as the NumPy version does)."""
+    cdef Py_ssize_t nf = n.shape[0], nc = cn.shape[0], f, c, k = 0, hi, lo
     cdef i64 u_max = 0, u
     with nogil:
-        for f in range(nf):
-            for c in range(nc):
-                u = n[f] * cn[c]
-                if u <= T and u > u_max:
-                    u_max = u
+        for c in range(nc):
+            hi = _count_le(sorted_n, T // cn[c])
+            if hi > 0 and sorted_n[hi - 1] * cn[c] > u_max:
+                u_max = sorted_n[hi - 1] * cn[c]
         if u_max > 0:
-            for f in range(nf):
-                for c in range(nc):
-                    u = n[f] * cn[c]
-                    if u <= T and 2 * u > u_max:
-                        k += 1
+            for c in range(nc):
+                hi = _count_le(sorted_n, T // cn[c])
+                lo = _count_le(sorted_n, u_max // (2 * cn[c]))
+                if hi > lo:
+                    k += hi - lo
     if u_max == 0:
         return None
     fi_a = np.empty(k, np.int64)

@@ -458,7 +458,9 @@ def _new_split_vectors(p: ConvParams, cand: VertexMethod, fg: dict[str, Any], T:
             "K_t": _axis_sizes(p.out_per_group, og, co)}
     kernel = plan_kernels()
     if kernel is not None:
-        pairs = kernel.field_pairs(_i64(fg["n"]), _i64(cn), T)
+        if "_sorted_n" not in fg:
+            fg["_sorted_n"] = _i64(np.sort(fg["n"]))
+        pairs = kernel.field_pairs(_i64(fg["n"]), fg["_sorted_n"], _i64(cn), T)
         if pairs is None:
             return None
         cols = kernel.gather_pairs(*pairs, tuple(_i64(fg[k]) for k in _FIELD_COLUMNS),
