@@ -119,6 +119,13 @@ def fewest_serial(tuple cols, const i64[::1] serials, tuple consts):
 # formulas' shape is here. Worker i of a tile with ``rows`` rows of ``width`` positions
 # takes positions [i*N//nw, (i+1)*N//nw) cut at row ends (estimators._common._worker_piece).
 
+cdef inline i64 _slowest(i64 hi, i64 lo, i64 nw, i64 tag) noexcept nogil:
+    # the tile waits for its slowest worker; the least loaded one pays the tag cost
+    if nw * hi >= nw * lo + tag:
+        return nw * hi
+    return nw * lo + tag
+
+
 cdef inline i64 _nx1_entry(i64 n, const i64* k) noexcept nogil:
     # k: [setup - retention, c1, c2, c3, core]
     if n >= 3:
@@ -157,9 +164,7 @@ cdef inline i64 _nx1_pass(i64 rows, i64 width, i64 nw, i64 start, i64 tag,
             hi = w
         if i == 0 or w < lo:
             lo = w
-    if nw * hi >= nw * lo + tag:
-        return nw * hi
-    return nw * lo + tag
+    return _slowest(hi, lo, nw, tag)
 
 
 cdef inline i64 _x1_worker(i64 n, bint zeroing, const i64* k) noexcept nogil:
@@ -194,9 +199,7 @@ cdef inline i64 _x1_inner(i64 positions, bint zeroing, i64 nw, i64 tag,
             hi = w
         if i == 0 or w < lo:
             lo = w
-    if nw * hi >= nw * lo + tag:
-        return nw * hi
-    return nw * lo + tag
+    return _slowest(hi, lo, nw, tag)
 
 
 cdef i64[::1] _consts(object values):
