@@ -165,9 +165,15 @@ def expanded_lower_bound(p: ConvParams, machine: MachineSpec, dims: str, bias: b
     cands = vertex_candidates(e, machine)
     if not cands:
         return 0
-    # the plan's method, whichever it is, is bounded by its rate and by its own work bound
-    conv = int(min(max(e.macs / (nt * c.macs_per_cycle_bound(machine)),
-                       method_work_bound(e, machine, c)) for c in cands))
+    # the plan's method, whichever it is, is bounded by its rate and by its own work bound;
+    # the least over the methods, skipping the work bound where the rate's alone cannot
+    # lower it (the same minimum)
+    least = float("inf")
+    for c in cands:
+        rate_bound = e.macs / (nt * c.macs_per_cycle_bound(machine))
+        if rate_bound < least:
+            least = min(least, max(rate_bound, method_work_bound(e, machine, c)))
+    conv = int(least)
     return conv + 2 * machine.sync_cycles + transform_lower_bound(p, machine, dims)
 
 

@@ -60,8 +60,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from .._kernels import plan_kernels
 from ..core.cost import (cast_cycles_array, ceil_div, elementwise_cycles_array, exchange_cycles,
-                         reduce_cycles_array)
+                         exchange_rate, reduce_cycles_array)
 from ..core.tensor import expand, split_candidates
 from ..dtypes import DTYPES
 from ..machine import MachineSpec
@@ -450,24 +451,43 @@ def _new_split_vectors(p: ConvParams, cand: VertexMethod, fg: dict[str, Any], T:
     cn = cg * ci * co * ck
     keep_c = (cn <= T) & ((ck == 1) | _tried_depths(ci * ck))
     cg, ci, co, ck, cn = cg[keep_c], ci[keep_c], co[keep_c], ck[keep_c], cn[keep_c]
-    if "_by_n" not in fg:
-        order = np.argsort(fg["n"], kind="stable")
-        fg["_by_n"] = (order, fg["n"][order])
-    pairs = _field_pairs(fg["_by_n"], cn, T)
-    if pairs is None:
-        return None
-    fi, chi = pairs
     # the block sizes of the channel axes are computed per channel split and then
     # gathered with it (the table has up to ~13k rows per channel split's few hundred)
-    c = Table(gs=cg[chi], is_=ci[chi], os_=co[chi], kr=ck[chi], bs=fg["bs"][fi],
-               hs=fg["hs"][fi], ws=fg["ws"][fi], B_t=fg["B_t"][fi], OR=fg["OR"][fi],
-               OC=fg["OC"][fi], KH_t=_axis_sizes(p.kernel_h, 1, ck)[chi],
-               G_t=_axis_sizes(p.groups, gg, cg)[chi],
-               C_t=_axis_sizes(p.in_per_group, ig, ci)[chi],
-               K_t=_axis_sizes(p.out_per_group, og, co)[chi])
+    chan = {"gs": cg, "is_": ci, "os_": co, "kr": ck, "KH_t": _axis_sizes(p.kernel_h, 1, ck),
+            "G_t": _axis_sizes(p.groups, gg, cg), "C_t": _axis_sizes(p.in_per_group, ig, ci),
+            "K_t": _axis_sizes(p.out_per_group, og, co)}
+    kernel = plan_kernels()
+    if kernel is not None:
+        if "_sorted_n" not in fg:
+            fg["_sorted_n"] = _i64(np.sort(fg["n"]))
+        pairs = kernel.field_pairs(_i64(fg["n"]), fg["_sorted_n"], _i64(cn), T)
+        if pairs is None:
+            return None
+        cols = kernel.gather_pairs(*pairs, tuple(_i64(fg[k]) for k in _FIELD_COLUMNS),
+                                   tuple(_i64(v) for v in chan.values()))
+        c = dict(zip(_FIELD_COLUMNS + tuple(chan), cols))
+    else:
+        if "_by_n" not in fg:
+            order = np.argsort(fg["n"], kind="stable")
+            fg["_by_n"] = (order, fg["n"][order])
+        pairs = _field_pairs(fg["_by_n"], cn, T)
+        if pairs is None:
+            return None
+        fi, chi = pairs
+        c = {k: fg[k][fi] for k in _FIELD_COLUMNS} | {k: v[chi] for k, v in chan.items()}
+    c = Table((k, c[k]) for k in _TABLE_ORDER)
     if cand.method == "VMAC" and c.K_t.max() > 1:
         return None
     return c
+
+
+#: the field split's columns of a split-vector table, and all its columns in order
+_FIELD_COLUMNS = ("bs", "hs", "ws", "B_t", "OR", "OC")
+_TABLE_ORDER = ("gs", "is_", "os_", "kr", *_FIELD_COLUMNS, "KH_t", "G_t", "C_t", "K_t")
+
+
+def _i64(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.int64)
 
 
 def _field_pairs(by_n: tuple[np.ndarray, np.ndarray], cn: np.ndarray, T: int
@@ -501,6 +521,15 @@ def _lower_bound_prune(p: ConvParams, machine: MachineSpec, cand: VertexMethod, 
     could beat ``bound`` (the best plan so far). Without a plan to beat yet, look near the
     best lower bound first: the winner uses the machine well, and its cost then prunes
     every other method's candidates."""
+    kernel = plan_kernels()
+    if kernel is not None:
+        red = (() if bound is None else
+               (DTYPES[p.partials].itemsize, 2 * machine.exchange_bytes_per_cycle,
+                machine.sync_cycles, bound))
+        sel = kernel.lower_bound_keep(
+            tuple(np.ascontiguousarray(c[k], dtype=np.int64) for k in _LB_COLUMNS),
+            p.kernel_w, cand.macs_per_cycle_bound(machine), red, LB_SLACK)
+        return c.take(sel) if sel.size else None
     kk = c.KH_t * p.kernel_w
     lb = (c.G_t * c.C_t * c.K_t * c.B_t * c.OR * c.OC * kk) / cand.macs_per_cycle_bound(machine)
     if bound is not None:
@@ -513,6 +542,10 @@ def _lower_bound_prune(p: ConvParams, machine: MachineSpec, cand: VertexMethod, 
     cut = bound if bound is not None else LB_SLACK * lb.min()
     sel = np.flatnonzero(lb <= cut)
     return c.take(sel) if sel.size else None
+
+
+#: the columns the compiled lower-bound prune reads, in its order
+_LB_COLUMNS = ("G_t", "C_t", "K_t", "B_t", "OR", "OC", "KH_t", "is_", "kr")
 
 
 def _costs(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: Table, bias: bool,
@@ -660,8 +693,11 @@ def _beat_prune(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: Tabl
     kk = c.KH_t * p.kernel_w
     w_b = c.G_t * c.K_t * c.C_t * kk * DTYPES[p.dtype].itemsize
     w_eff = np.where((c.M > 1), w_b, 0)
-    fixed = (exchange_cycles(_input_receive(p, machine, c) + w_eff, machine, with_overhead=True)
-             + _syncs(c, bias, 1) * machine.sync_cycles)
+    fixed = _beat_fixed(p, machine, c, bias)
+    if fixed is None:
+        fixed = (exchange_cycles(_input_receive(p, machine, c) + w_eff, machine,
+                                 with_overhead=True)
+                 + _syncs(c, bias, 1) * machine.sync_cycles)
     macs = c.G_t * c.C_t * c.K_t * c.B_t * c.OR * c.OC * kk
     bound = macs / cand.macs_per_cycle_bound(machine)
     # the method's own work bound (channel padding included) is far tighter for a vertex
@@ -685,6 +721,27 @@ def _beat_prune(p: ConvParams, machine: MachineSpec, cand: VertexMethod, c: Tabl
     c = c.take(keep)
     c["conv_t"] = conv[keep]
     return c
+
+
+#: the columns of the compiled ``_beat_fixed``, in its order (the last two uint8)
+_BEAT_COLUMNS = ("KH_t", "G_t", "K_t", "C_t", "M", "hs", "ws", "WR", "WC", "B_t", "win_b", "os_",
+                 "later_b", "R", "f2", "f3")
+
+
+def _beat_fixed(p: ConvParams, machine: MachineSpec, c: Table, bias: bool) -> np.ndarray | None:
+    """:func:`_beat_prune`'s exchange-in and supersteps in the compiled loop, or None (no
+    kernels, or a row outside its exact range: the NumPy code then computes them)."""
+    kernel = plan_kernels()
+    if kernel is None:
+        return None
+    scale, rate = exchange_rate(machine)
+    cols = tuple(_i64(c[k]) for k in _BEAT_COLUMNS) + tuple(
+        np.ascontiguousarray(c[k], dtype=np.bool_).view(np.uint8)
+        for k in ("reduce_needed", "cast_needed"))
+    return kernel.beat_fixed(cols, (p.kernel_w, DTYPES[p.dtype].itemsize, p.in_h, p.in_w,
+                                    MAX_INPUT_OWNERS, machine.tiles_per_exchange_bus, scale,
+                                    rate, machine.exchange_overhead_cycles,
+                                    machine.sync_cycles, bool(bias)))
 
 
 def _reduction_cycles(p: ConvParams, machine: MachineSpec, c: Table

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._kernels import plan_kernels
 from ..core.cost import ceil_div
 from ..dtypes import DTYPES
 from ..machine import MachineSpec
@@ -132,8 +133,36 @@ def fewest_serial_slices(p: ConvParams, machine: MachineSpec, og: int, c: Table,
     """Per split vector, the fewest serial slices whose busiest tile fits the budget and
     whose temporary bytes (all but the output) stay within ``temp_bound`` when given (0 if
     none does; each tile needs a grain per slice), the smallest (bytes, slices) seen, and
-    the :func:`_tile_bytes` sizes of the slices chosen (0 where none fits). Each serial
-    count sizes only the vectors that no smaller count fitted."""
+    the :func:`_tile_bytes` sizes of the slices chosen (0 where none fits).
+
+    In compiled code when the kernels are built (:func:`ipukern._kernels.plan_kernels`: one
+    pass over the rows, each stopping at its first count that fits), else in NumPy
+    (:func:`_fewest_serial_slices_numpy`); the two agree exactly."""
+    kernel = plan_kernels()
+    if kernel is None or not len(c.K_t):
+        return _fewest_serial_slices_numpy(p, machine, og, c, serials, bias, temp_bound)
+    cols = tuple(np.ascontiguousarray(c[k], dtype=np.int64) for k in _KERNEL_INT_COLUMNS)
+    cols += tuple(np.ascontiguousarray(c[k], dtype=np.bool_).view(np.uint8)
+                  for k in ("reduce_needed", "cast_needed"))
+    consts = (int(og), int(p.kernel_w), DTYPES[p.dtype].itemsize, DTYPES[p.partials].itemsize,
+              bool(bias), int(machine.tile_budget_bytes), -1 if temp_bound is None else int(temp_bound))
+    serial, *sized, least, least_k = kernel.fewest_serial(
+        cols, np.ascontiguousarray(serials, dtype=np.int64), consts)
+    return serial, (None if least < 0 else (int(least), int(least_k))), dict(zip(_SIZES, sized))
+
+
+#: the compiled loop's int64 columns, in its order; then reduce_needed, cast_needed (uint8)
+_KERNEL_INT_COLUMNS = ("K_t", "G_t", "C_t", "M", "B_t", "OR", "OC", "win_b", "f1", "f2", "f3",
+                       "KH_t")
+#: the sizes :func:`fewest_serial_slices` returns, in the compiled loop's order
+_SIZES = ("mem", "K_s", "w_b", "out_s", "chunk", "out_b")
+
+
+def _fewest_serial_slices_numpy(p: ConvParams, machine: MachineSpec, og: int, c: Table,
+                                serials: np.ndarray, bias: bool, temp_bound: int | None = None
+                                ) -> tuple[np.ndarray, tuple[int, int] | None, dict[str, np.ndarray]]:
+    """:func:`fewest_serial_slices` in NumPy: each serial count sizes only the vectors that
+    no smaller count fitted."""
     k_grains = ceil_div(c.K_t, og)
     n = len(k_grains)
     serial = np.zeros_like(c.K_t)

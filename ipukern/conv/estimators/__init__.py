@@ -56,11 +56,12 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ..._kernels import plan_kernels
 from ...core.cost import cast_cycles, reduce_cycles  # shared with the built-in vertices
 from ...machine import MachineSpec
 from ._common import _check_machine, _Dims, _total, _vertex_dims, worker_segments, zeroing_cycles
 from .amp import (_amp_1x1_parts, _amp_nx1_parts, amp_1x1_cycles, amp_cycles_lower_bound,
-                  amp_nx1_cycles, amp_uses_1x1)
+                  amp_kernel_constants, amp_nx1_cycles, amp_uses_1x1)
 from .candidates import candidate_methods, combine_group_factors, direct_output_candidates
 from .hmac import (_hmac_dot_cycles, _hmac_parts, _hmac_uses_1x1, hmac_cycles,
                    hmac_cycles_lower_bound)
@@ -253,6 +254,11 @@ def conv_vertex_cycles_array(machine: MachineSpec, method: VertexMethod, *, conv
     d = _vertex_dims(method, _Dims(*(np.array(a) for a in arrays)))
     raw = _Dims(*arrays)
     if method.method == "AMP":
+        kernel = plan_kernels()
+        if kernel is not None and raw.groups.size:
+            nx1_k, x1_k = amp_kernel_constants(machine, method, stride)
+            cols = tuple(np.ascontiguousarray(a.ravel()) for a in arrays)
+            return kernel.amp_cycles(cols, nx1_k, x1_k).reshape(raw.groups.shape)
         nx1 = _total(_amp_nx1_parts(machine, method, d))
         if method.amp_weight_height == 1 and stride == (1, 1):
             eligible = (raw.kernel_h * raw.kernel_w == 1) & (raw.batch == 1) & (raw.out_h == 1)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 
-from ...core.cost import ceil_div
+from ...core.cost import ZERO_WORKER_OVERHEAD, ceil_div
 from ...dtypes import DTYPES
 from ...machine import MachineSpec
 from ._common import (BRNZDEC_STALL_CYCLES, ZERO_RETENTION_CYCLES, _check_kind, _check_machine,
@@ -17,7 +17,8 @@ from ._common import (BRNZDEC_STALL_CYCLES, ZERO_RETENTION_CYCLES, _check_kind, 
                       _vertex_dims, _where, _zero_cycles)
 from .methods import _FLOAT, _HALF, TileConv, VertexMethod
 
-__all__ = ["amp_uses_1x1", "amp_nx1_cycles", "amp_1x1_cycles", "amp_cycles_lower_bound"]
+__all__ = ["amp_uses_1x1", "amp_nx1_cycles", "amp_1x1_cycles", "amp_cycles_lower_bound",
+           "amp_kernel_constants"]
 
 # "Worker" constants are in worker instruction cycles; a tile runs its slowest worker
 # n_workers times over (barrel scheduling).
@@ -312,3 +313,49 @@ def amp_1x1_cycles(machine: MachineSpec, method: VertexMethod, tile: TileConv) -
         raise ValueError("the AMP 1x1 vertex needs weight height 1, a 1x1 kernel on the tile, "
                          "stride 1, batch 1 and one output row")
     return _total(_amp_1x1_parts(machine, method, _vertex_dims(method, tile)))
+
+
+def amp_kernel_constants(machine: MachineSpec, method: VertexMethod, stride: tuple[int, int]
+                         ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The constants of :func:`_amp_nx1_parts` and :func:`_amp_1x1_parts` for the compiled
+    row loop (``ipukern._kernels._plan.amp_cycles``), in its order; the 1x1 tuple is empty
+    when no tile of this method and stride can take the 1x1 vertex. Derived here from the
+    named constants above, so the compiled loop holds formulas only."""
+    nw = machine.n_workers
+    half_in = method.in_dtype == _HALF
+    float_partials = method.partials_dtype == _FLOAT
+    units = method.conv_units
+    height = method.amp_weight_height
+    core = machine.amp_cycles_per_position(method.in_dtype)
+    c1, c2, c3 = NX1_ENTRY_CYCLES[method.in_dtype]
+    if half_in and ((not float_partials and units == 16) or (float_partials and units == 8)):
+        c2 += NX1_TWO_POSITION_STRIDE_CYCLES
+    wl = _amp_weight_load_cycles(machine, method, height)
+    per_load = (wl + NX1_WEIGHT_HEIGHT_CYCLES.get(height, NX1_WEIGHT_HEIGHT_CYCLES_PER_ROW * height)
+                + NX1_WEIGHT_LOAD_EXTRA_CYCLES)
+    zero_retention = ZERO_RETENTION_CYCLES[_FLOAT if float_partials else _HALF]
+    nx1 = (nw, method.combine_groups, method.conv_groups_per_group, method.in_chans_per_group,
+           method.out_chans_per_group, NX1_WORKER_START_CYCLES + (0 if float_partials else 1),
+           NX1_MIN_WORKER_TAG_CYCLES, NX1_ENTRY_SETUP_CYCLES - NX1_ENTRY_RETENTION_CYCLES,
+           c1, c2, c3, core, height, method.out_chans_per_group // units, per_load,
+           NX1_KERNEL_OUTER_CYCLES, NX1_KERNEL_INNER_CYCLES,
+           NX1_SUPERVISOR_CYCLES + nw * (NX1_RETENTION_SETUP_CYCLES + zero_retention),
+           NX1_ZERO_LOOP_CYCLES, BRNZDEC_STALL_CYCLES, NX1_CONV_GROUP_CYCLES,
+           NX1_IN_GROUP_CYCLES, NX1_OUT_GROUP_CYCLES, machine.vector_elems(_FLOAT),
+           ZERO_WORKER_OVERHEAD)
+    if not (height == 1 and tuple(stride) == (1, 1)):
+        return nx1, ()
+    common = (half_in and units == 16) or float_partials
+    retention = X1_RETENTION_CYCLES if half_in and (float_partials or units == 16) else (0, 0)
+    zero_per_pos = X1_ZEROING_CYCLES_PER_POSITION[
+        "float 16 units" if (not half_in and units == 16)
+        else "float partials" if float_partials else "half partials"]
+    table = X1_COMMON_CYCLES if half_in and common else (X1_HALF_CYCLES if half_in
+                                                         else X1_FLOAT_CYCLES)
+    x1 = (nw, X1_MIN_WORKER_TAG_CYCLES, int(half_in and common), *table, X1_ZEROING_FIXED_CYCLES,
+          zero_per_pos, retention[0], core, X1_SUPERVISOR_CYCLES, retention[0], retention[1],
+          X1_CONV_GROUP_CYCLES, 1 if common else 0, X1_IN_GROUP_CYCLES, X1_OUT_GROUP_CYCLES,
+          X1_PASS_CYCLES, _amp_weight_load_cycles(machine, method, 1),
+          ceil_div(method.out_chans_per_group, units), X1_ZEROING_IN_GROUP_CYCLES,
+          X1_ZEROING_PASS_CYCLES)
+    return nx1, x1
