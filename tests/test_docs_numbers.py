@@ -5,10 +5,11 @@ Two links: README's "How close to hardware" table against the committed tables o
 those tables against the command run now: in full for the ones that take seconds
 (``tests/test_docs.py`` re-runs scaling and collectives; here validate and gpu), row by row
 for the slow reports (``--systems``, ``--inference``: two rows each, their cells compared).
-README's grouped-conv scaling table is left to ``docs/_generated/scaling.txt`` and its own
-regeneration; the prose numbers README and docs/usage quote from that table (peak advantages,
-utilisation ranges, the batch-1 tie, the datasheet exchange's cost) are recomputed from it at
-the end of this file, each found by its sentence so a reworded page fails rather than passes.
+README's grouped-conv scaling table is checked cell by cell against
+``docs/_generated/scaling.txt`` (which ``tests/test_docs.py`` re-runs); the prose numbers README
+and docs/usage quote from that table (peak advantages, the dense point, utilisation ranges, the
+batch-1 tie, the datasheet exchange's cost) are recomputed from it at the end of this file,
+each found by its sentence so a reworded page fails rather than passes.
 """
 from __future__ import annotations
 
@@ -207,9 +208,37 @@ def test_prose_peak_advantages_are_the_generated_sweep():
     for path in ("README.md", "docs/usage.rst"):
         opt, cudnn = _prose(path, r"peak advantage is ([\d.]+)×, not ([\d.]+)×")
         assert _near(opt, peak["optimized"]) and _near(cudnn, peak["default"]), (path, peak)
-    dw = _prose("README.md", r"depthwise [\d.]+× to ([\d.]+)×")[0]
-    dense = _prose("README.md", r"the dense point moved from [\d.]+× to ([\d.]+)×")[0]
-    assert _near(dw, s[("default", 1, "1")]["ratio"]) and _near(dense, s[("default", 32, "dense")]["ratio"])
+    dense = _prose("README.md", r"the A100 is ahead \(([\d.]+)× at batch 32\)")[0]
+    assert _near(dense, s[("default", 32, "dense")]["ratio"])
+
+
+#: README's headline table: row label (its start) -> the sweep block and batch it shows
+_HEADLINE_ROWS = {"batch 32 |": ("default", 32), "batch 1 |": ("default", 1),
+                  "batch 32, datasheet": ("datasheet", 32), "batch 32, hand-optimised": ("optimized", 32)}
+
+
+def test_readme_headline_table_is_the_generated_sweep():
+    """Every cell of README's "The headline result" table is the IPU/GPU ratio that
+    ``docs/_generated/scaling.txt`` (the tool today, see tests/test_docs.py) prints."""
+    s = _sweep()
+    block = (ROOT / "README.md").read_text(encoding="utf-8").split("## The headline result", 1)[1]
+    lines = [ln for ln in block.split("\n## ", 1)[0].splitlines() if ln.startswith("|")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert header[0] == "channels / group", header
+    cpgs = [c.split()[0] if c.split()[0] != "dense" else "dense" for c in header[1:]]
+    assert cpgs == ["1", "4", "16", "dense"], header
+    seen = set()
+    for ln in lines[2:]:
+        label = next((k for k in _HEADLINE_ROWS if ln[1:].strip().startswith(k.rstrip(" |"))
+                      and (not k.endswith("|") or ln[1:].split("|")[0].strip() == k.rstrip(" |"))), None)
+        assert label is not None, f"README headline row {ln!r} is not one the test knows"
+        blk, batch = _HEADLINE_ROWS[label]
+        cells = [c.strip().replace("**", "") for c in ln.strip().strip("|").split("|")][1:]
+        for cpg, shown in zip(cpgs, cells, strict=True):
+            assert _near(shown, s[(blk, batch, cpg)]["ratio"]), \
+                f"README headline {label!r} cpg {cpg}: {shown} but the sweep says {s[(blk, batch, cpg)]['ratio']}"
+        seen.add(label)
+    assert seen == set(_HEADLINE_ROWS), set(_HEADLINE_ROWS) - seen
 
 
 def test_prose_of_what_drives_it_is_the_generated_sweep():
