@@ -30,9 +30,15 @@ def _cmd_network(args: argparse.Namespace) -> int:
                                    optimizer=args.optimizer,
                                    optimizer_state_dtype=args.optimizer_state_dtype,
                                    allow_overflow=args.allow_overflow)
+        stopped = None
         if args.max_batch:
-            prof.memory  # noqa: B018 - computes max_batch (re-plans the network)
+            try:
+                prof.memory  # noqa: B018 - computes max_batch (re-plans the network)
+            except MemoryError as e:      # the host's memory, not the tiles': keep the estimate
+                stopped = e
     print(prof.summary(max_rows=args.max_rows))
+    if stopped is not None:
+        raise stopped                     # after the estimate, one line, exit 1
     files = []
     if out is not None:
         stem = f"{args.model}_b{args.batch}{'_train' if args.training else ''}"
