@@ -260,3 +260,86 @@ def test_tune_writes_json_with_a_schema_a_trace_and_out_dir(tmp_path, capsys):
     trace = json.loads((tmp_path / "t.json").read_text())
     assert trace["otherData"]["kind"] == "tune" and any(e["ph"] == "X" for e in trace["traceEvents"])
     assert "ui.perfetto.dev" in cap.err                       # the report went to stderr
+
+
+# ----------------------------------------------------------------------------- JSON outputs
+def _costs(tmp_path: Path) -> str:
+    rows = [dict(name=f"l{i}", fwd_cycles=1000, bwd_cycles=2000, wu_cycles=500, n_params=10_000,
+                 stash_bytes=4096, out_bytes=2048) for i in range(4)]
+    (tmp_path / "costs.json").write_text(json.dumps(rows))
+    return str(tmp_path / "costs.json")
+
+
+#: command -> (argv before the JSON option, schema); "{costs}" is a layer-cost file
+JSON_COMMANDS = {
+    "conv": (["conv", "--shape", "1,16,8,8", "--cpg", "4", "--gpu", "none"], "ipukern.profile"),
+    "matmul": (["matmul", "--shape", "64,64,64", "--gpu", "none"], "ipukern.profile"),
+    "network": (["network", "mobilenet_v1", "--image-size", "32", "--batch", "1"], "ipukern.network"),
+    "train": (["train", "--costs", "{costs}", "--system", "M2000", "--micro-batch", "2"], "ipukern.training"),
+    "compare": (["compare", "--costs", "{costs}", "--systems", "POD16,POD64"], "ipukern.compare"),
+    "tune": (["tune", "resnet8", "--system", "M2000", "--max-global-batch", "16", "--micro-batch", "4",
+              "--replicas", "4", "--ipus-per-replica", "1"], "ipukern.tune"),
+}
+
+
+@pytest.mark.parametrize("command", sorted(JSON_COMMANDS))
+def test_every_json_output_opens_with_a_schema_and_its_version(command, tmp_path, capsys):
+    """``--json -`` of every command that produces a document: the JSON alone on stdout,
+    opening with ``schema`` (``ipukern.<kind>``) and ``schema_version`` (issue 35)."""
+    argv, kind = JSON_COMMANDS[command]
+    argv = [a.replace("{costs}", _costs(tmp_path)) for a in argv]
+    assert main([*argv, "--no-progress", "--json", "-"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert list(doc)[:2] == ["schema", "schema_version"], list(doc)[:4]
+    assert doc["schema"] == kind and isinstance(doc["schema_version"], int) and doc["schema_version"] >= 1
+
+
+def test_diff_and_file_outputs_carry_a_schema(tmp_path, capsys):
+    """``diff --json``, ``scaling``'s scaling.json and ``--out``'s JSON files: the same two fields."""
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    conv = ["conv", "--shape", "1,16,8,8", "--cpg", "4", "--gpu", "none", "--no-progress"]
+    assert main([*conv, "--json", str(a)]) == 0
+    assert main([*conv, "--exchange-bandwidth", "8e12", "--json", str(b)]) == 0
+    capsys.readouterr()
+    assert main(["diff", str(a), str(b), "--json", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["schema"] == "ipukern.diff"
+    assert main(["scaling", "--shape", "1,16,8,8", "--cpg", "1,dense", "--batch", "1", "--gpus", "none",
+                 "--no-plot", "--no-progress", "-q", "--out", str(tmp_path / "s")]) == 0
+    doc = json.loads((tmp_path / "s" / "scaling.json").read_text())
+    assert doc["schema"] == "ipukern.sweep" and doc["schema_version"] >= 1
+    assert main(["network", "mobilenet_v1", "--image-size", "32", "--batch", "1", "--no-progress",
+                 "--out", str(tmp_path / "n")]) == 0
+    for path in (tmp_path / "n").glob("*.json"):
+        assert json.loads(path.read_text())["schema"].startswith("ipukern."), path
+
+
+def test_tune_machine_file_changes_the_chip(tmp_path, capsys):
+    """tune takes --machine-file as train and compare do: every IPU of the system is that chip."""
+    mf = tmp_path / "m.toml"
+    mf.write_text('base = "GC200"\nname = "GC200-fastsync"\nsync_cycles = 45\n'
+                  '[sources]\nsync_cycles = "what-if"\n')
+    argv, _ = JSON_COMMANDS["tune"]
+    assert main([*argv, "--no-progress", "--machine-file", str(mf), "--json", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["system"] == "IPU-M2000 (GC200-fastsync)"
+    with pytest.raises(SystemExit) as e:            # one chip: a name or a file, not both
+        main([*argv, "--chip", "GC2", "--machine-file", str(mf)])
+    assert e.value.code == 2
+
+
+def test_network_max_batch_stopped_by_host_memory_keeps_the_estimate(monkeypatch, capsys):
+    """When the host's memory stops the max-batch search, the estimate is still printed, then
+    the one-line error naming the largest batch found (exit 1), instead of losing both."""
+    from ipukern.nn.host import host_memory
+
+    def refuse(self, batch):
+        raise MemoryError(f"max-batch search stopped before batch {batch}: compiling it needs "
+                          "about 9.0 GiB of host memory and 1.0 GiB is available (largest batch "
+                          "found to fit so far: 1)")
+    monkeypatch.setattr(host_memory.HostMemoryGuard, "__call__", refuse)
+    code = main(["network", "mobilenet_v1", "--image-size", "32", "--batch", "1", "--no-progress",
+                 "--max-batch"])
+    cap = capsys.readouterr()
+    assert code == 1
+    assert "network mobilenet_v1" in cap.out and "samples/s" in cap.out and "max batch" not in cap.out
+    assert cap.err.startswith("ipukern network: error: max-batch search stopped before batch")
+    assert len(cap.err.strip().splitlines()) == 1
