@@ -20,7 +20,8 @@ from ._models import known_system
 from ._models import model as _model
 from ._models import pipeline as _pipeline
 from ._common import (Progress, add_document_views, add_optimizer, add_optimizer_state_dtype, add_partials,
-                      add_progress_options, machine_file, out_dir, progress_enabled, write_documents)
+                      add_progress_options, machine_file, one_machine, out_dir, progress_enabled,
+                      write_documents)
 
 
 def run_tune(args: argparse.Namespace, system: str, net=None):
@@ -132,7 +133,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--system", default="POD16", help=f"one of {sorted(SYSTEM_PRESETS)}")
     add_tune_options(p)
     chip = p.add_mutually_exclusive_group()
-    chip.add_argument("--chip", default=None, metavar="CHIP",
+    chip.add_argument("--chip", default=None, metavar="CHIP", type=one_machine,
                       help="the system with this chip in every IPU (GC2, GC200, BOW; default the system's)")
     chip.add_argument("--machine-file", dest="chip", type=machine_file, metavar="FILE.toml",
                       help="the system with this chip, described in a TOML file, in every IPU (as "
