@@ -176,6 +176,11 @@ def _orient(lay: _Layout, dtype: str, partials: Any, machine: MachineSpec,
     return direct, False
 
 
+def _label(lay: _Layout, dtype: Any) -> str:
+    """What a matmul profile is called: the product, not the 1x1 conv it is planned as."""
+    return f"{f'{lay.G} x ' if lay.G > 1 else ''}({lay.M}x{lay.K}) @ ({lay.K}x{lay.N}) {dtype}"
+
+
 def _profile(prog, lay: _Layout, transposed: bool) -> dict[str, Any]:
     kw = profile_kw(prog, "matmul")
     kw["info"]["layer"] = f"G{lay.G} ({lay.M}x{lay.K}) @ ({lay.K}x{lay.N}) {prog.plan.params.dtype}"
@@ -257,6 +262,7 @@ def matmul(a: np.ndarray, b: np.ndarray, *, machine: MachineSpec | str = GC200,
         x = np.ascontiguousarray(a3.transpose(0, 2, 1)).reshape(1, lay.G * lay.K, 1, lay.M)
     prog = cached_program(params, machine, False, method, vertex, amp)
     out, profile = execute(prog, x, w, None, _profile(prog, lay, transposed))
+    profile.label = _label(lay, prog.plan.params.dtype)
     if transposed:
         out = out.reshape(lay.G, lay.N, lay.M).transpose(0, 2, 1)
     if lay.mode == "fold_b":
@@ -287,4 +293,6 @@ def estimate_matmul(shape_a: Any, shape_b: Any, *, dtype: Any = None,
     amp = available_memory_proportion
     params, transposed = _orient(lay, canonical_dtype(dtype), partials, machine, method, amp)
     prog = cached_program(params, machine, False, method, amp=amp)
-    return prog.device.run(prog.program, "estimate", **_profile(prog, lay, transposed))
+    profile = prog.device.run(prog.program, "estimate", **_profile(prog, lay, transposed))
+    profile.label = _label(lay, prog.plan.params.dtype)
+    return profile
