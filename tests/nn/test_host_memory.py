@@ -67,22 +67,6 @@ def test_guard_gives_the_search_its_answer_when_memory_suffices():
     assert search_max_batch(None, 1, 64, spare=no_proc) == 37
 
 
-@pytest.mark.skipif(not LINUX, reason="peak resident bytes are read from /proc")
-def test_guard_predicts_from_the_largest_batch_measured():
-    """A compile of 160 MiB fixed + 2 MiB per sample, searched from batch 16 (the batch just
-    estimated) on a host with 512 MiB available (410 MiB usable): batch 37 needs 234 MiB.
-    Anchored at the smallest batch (12 MiB per sample) the guard predicted 444 MiB and
-    stopped the search there; anchored at the largest batch measured (batch 32, 7 MiB per
-    sample) it predicts 259 MiB, still above the truth, and the search finishes."""
-    def spare(b):
-        with mmap.mmap(-1, (160 + 2 * b) * 2**20) as m:
-            np.frombuffer(m, dtype=np.uint8)[:] = 1
-        return float(37 - b)
-    guard = HostMemoryGuard(spare, available=lambda: 512 * 2**20)
-    assert search_max_batch(None, 16, 64, spare=guard) == 37
-    assert 0 < guard.bytes_per_sample < 8 * 2**20                 # not the smallest batch's 12 MiB
-
-
 def test_network_max_batch_runs_guarded(monkeypatch):
     """The network's max batch goes through the guard (and its answer does not change)."""
     seen = []

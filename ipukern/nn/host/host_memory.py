@@ -61,14 +61,10 @@ class HostMemoryGuard:
     """``spare(batch)`` for :func:`~ipukern.nn.max_batch.search_max_batch`, run trial by trial in
     scoped caches, refusing a batch whose compile would not fit the host's memory.
 
-    The prediction is linear in the batch through the origin, anchored at the largest batch
-    measured so far (that trial's peak above what was resident before it, over its batch):
-    for a compile of ``fixed + per_sample * b`` bytes the line is above the truth at every
-    larger batch (the fixed part counts as if it grew with the batch), so it errs on the side
-    of stopping early; a smaller batch needs no prediction (a larger one already compiled).
-    Anchoring at the smallest batch instead (the largest bytes per sample) overstated
-    MobileNetV2's batch-170 compile by 1.6x and stopped its search on hosts with 1.7 GiB
-    available.
+    The prediction is linear in the batch through the origin with the largest bytes per
+    sample seen so far (a trial's peak above what was resident before it, over its batch):
+    the fixed part of a compile then counts as if it grew with the batch, which errs on the
+    side of stopping early.
     """
 
     def __init__(self, spare: Callable[[int], float], available: Callable[[], int | None] = available_bytes):
@@ -79,12 +75,11 @@ class HostMemoryGuard:
         self._available = available
         self.bytes_per_sample = 0.0
         self.largest_fit = 0
-        self._anchor = 0                # the largest batch measured
 
     def __call__(self, batch: int) -> float:
         need = self.bytes_per_sample * batch
         avail = self._available()
-        if avail is not None and batch > self._anchor and need > HEADROOM * avail:
+        if avail is not None and need > HEADROOM * avail:
             raise MemoryError(
                 f"max-batch search stopped before batch {batch}: compiling it needs about "
                 f"{need / 2**30:.1f} GiB of host memory and {avail / 2**30:.1f} GiB is available "
@@ -94,12 +89,8 @@ class HostMemoryGuard:
         with trial_caches():
             left = self._spare(batch)
         peak = _status_kib("VmHWM")
-        if before is not None and peak is not None and batch >= self._anchor:
-            per_sample = (peak * 1024 - before) / batch
-            # a repeat at the anchor keeps the larger measurement (caches make them differ)
-            self.bytes_per_sample = (max(self.bytes_per_sample, per_sample) if batch == self._anchor
-                                     else per_sample)
-            self._anchor = batch
+        if before is not None and peak is not None:
+            self.bytes_per_sample = max(self.bytes_per_sample, (peak * 1024 - before) / batch)
         if left >= 0:
             self.largest_fit = max(self.largest_fit, batch)
         return left
