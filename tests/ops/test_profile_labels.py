@@ -23,3 +23,4 @@ def test_an_unlabelled_program_and_unset_facts_print_no_gaps():
     text = Profile(ik.GC200, [], info={"method": "AMP", "expand_dims": ""}).summary()
     assert text.startswith("profile on GC200 (")
     assert "  method: AMP" in text and "expand_dims" not in text
+
