@@ -6,7 +6,7 @@ those tables against the command run now: in full for the ones that take seconds
 (``tests/test_docs.py`` re-runs scaling and collectives; here validate and gpu), row by row
 for the slow reports (``--systems``, ``--inference``: two rows each, their cells compared).
 README's grouped-conv scaling table is checked cell by cell against
-``docs/_generated/scaling.txt`` (which ``tests/test_docs.py`` re-runs); the prose numbers README
+``docs/_generated/scaling.txt`` by ``tests/test_docs.py`` (which also re-runs it); the prose numbers README
 and docs/usage quote from that table (peak advantages, the dense point, utilisation ranges, the
 batch-1 tie, the datasheet exchange's cost) are recomputed from it at the end of this file,
 each found by its sentence so a reworded page fails rather than passes.
@@ -210,33 +210,6 @@ def test_prose_peak_advantages_are_the_generated_sweep():
         assert _near(opt, peak["optimized"]) and _near(cudnn, peak["default"]), (path, peak)
     dense = _prose("README.md", r"the A100 is ahead \(([\d.]+)× at batch 32\)")[0]
     assert _near(dense, s[("default", 32, "dense")]["ratio"])
-
-
-#: README's headline table: its row label (or the label's start, before a comma) -> the sweep
-#: block and batch the row shows
-_HEADLINE_ROWS = {"batch 32": ("default", 32), "batch 1": ("default", 1),
-                  "batch 32, datasheet": ("datasheet", 32), "batch 32, hand-optimised": ("optimized", 32)}
-
-
-def test_readme_headline_table_is_the_generated_sweep():
-    """Every cell of README's "The headline result" table is the IPU/GPU ratio that
-    ``docs/_generated/scaling.txt`` (the tool today, see tests/test_docs.py) prints."""
-    s = _sweep()
-    block = (ROOT / "README.md").read_text(encoding="utf-8").split("## The headline result", 1)[1]
-    rows = [[c.strip().replace("**", "") for c in ln.strip().strip("|").split("|")]
-            for ln in block.split("\n## ", 1)[0].splitlines() if ln.startswith("|")]
-    assert rows[0] == ["channels / group", "1 (depthwise)", "4", "16", "dense (128)"], rows[0]
-    cpgs = ["1", "4", "16", "dense"]
-    seen = set()
-    for label, *cells in rows[2:]:
-        key = label if label in _HEADLINE_ROWS else " ".join(label.split()[:3])
-        assert key in _HEADLINE_ROWS, f"README headline row {label!r} is not one the test knows"
-        blk, batch = _HEADLINE_ROWS[key]
-        for cpg, shown in zip(cpgs, cells, strict=True):
-            now = s[(blk, batch, cpg)]["ratio"]
-            assert _near(shown, now), f"README headline {label!r} cpg {cpg}: {shown}, the sweep {now}"
-        seen.add(key)
-    assert seen == set(_HEADLINE_ROWS), set(_HEADLINE_ROWS) - seen
 
 
 def test_prose_of_what_drives_it_is_the_generated_sweep():
