@@ -176,9 +176,10 @@ def _orient(lay: _Layout, dtype: str, partials: Any, machine: MachineSpec,
     return direct, False
 
 
-def _label(lay: _Layout, dtype: Any) -> str:
-    """What a matmul profile is called: the product, not the 1x1 conv it is planned as."""
-    return f"{f'{lay.G} x ' if lay.G > 1 else ''}({lay.M}x{lay.K}) @ ({lay.K}x{lay.N}) {dtype}"
+def _named(profile: Profile, lay: _Layout, dtype: Any) -> Profile:
+    """``profile`` called by the product, not by the 1x1 conv it is planned as."""
+    profile.label = f"{f'{lay.G} x ' if lay.G > 1 else ''}({lay.M}x{lay.K}) @ ({lay.K}x{lay.N}) {dtype}"
+    return profile
 
 
 def _profile(prog, lay: _Layout, transposed: bool) -> dict[str, Any]:
@@ -262,7 +263,6 @@ def matmul(a: np.ndarray, b: np.ndarray, *, machine: MachineSpec | str = GC200,
         x = np.ascontiguousarray(a3.transpose(0, 2, 1)).reshape(1, lay.G * lay.K, 1, lay.M)
     prog = cached_program(params, machine, False, method, vertex, amp)
     out, profile = execute(prog, x, w, None, _profile(prog, lay, transposed))
-    profile.label = _label(lay, prog.plan.params.dtype)
     if transposed:
         out = out.reshape(lay.G, lay.N, lay.M).transpose(0, 2, 1)
     if lay.mode == "fold_b":
@@ -270,7 +270,8 @@ def matmul(a: np.ndarray, b: np.ndarray, *, machine: MachineSpec | str = GC200,
         out = out.reshape(lay.M, g, -1).transpose(1, 0, 2)
     shape = [n for i, n in enumerate(lay.out_shape) if i - len(lay.out_shape) not in drop]
     out = np.ascontiguousarray(out.reshape(lay.out_shape)).reshape(shape)
-    return MatmulRun(output=like_input(out, *torch_in), profile=profile, plan=prog.plan)
+    return MatmulRun(output=like_input(out, *torch_in), profile=_named(profile, lay, prog.plan.params.dtype),
+                     plan=prog.plan)
 
 
 def estimate_matmul(shape_a: Any, shape_b: Any, *, dtype: Any = None,
@@ -293,6 +294,5 @@ def estimate_matmul(shape_a: Any, shape_b: Any, *, dtype: Any = None,
     amp = available_memory_proportion
     params, transposed = _orient(lay, canonical_dtype(dtype), partials, machine, method, amp)
     prog = cached_program(params, machine, False, method, amp=amp)
-    profile = prog.device.run(prog.program, "estimate", **_profile(prog, lay, transposed))
-    profile.label = _label(lay, prog.plan.params.dtype)
-    return profile
+    return _named(prog.device.run(prog.program, "estimate", **_profile(prog, lay, transposed)), lay,
+                  prog.plan.params.dtype)
