@@ -270,8 +270,7 @@ def matmul(a: np.ndarray, b: np.ndarray, *, machine: MachineSpec | str = GC200,
         out = out.reshape(lay.M, g, -1).transpose(1, 0, 2)
     shape = [n for i, n in enumerate(lay.out_shape) if i - len(lay.out_shape) not in drop]
     out = np.ascontiguousarray(out.reshape(lay.out_shape)).reshape(shape)
-    return MatmulRun(output=like_input(out, *torch_in), profile=_named(profile, lay, prog.plan.params.dtype),
-                     plan=prog.plan)
+    return MatmulRun(like_input(out, *torch_in), _named(profile, lay, params.dtype), prog.plan)
 
 
 def estimate_matmul(shape_a: Any, shape_b: Any, *, dtype: Any = None,
