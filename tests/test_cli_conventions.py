@@ -348,3 +348,24 @@ def test_network_max_batch_stopped_by_host_memory_keeps_the_estimate(monkeypatch
     assert "network mobilenet_v1" in cap.out and "samples/s" in cap.out and "max batch" not in cap.out
     assert cap.err.startswith("ipukern network: error: max-batch search stopped before batch")
     assert len(cap.err.strip().splitlines()) == 1
+
+
+def test_network_prints_the_gpu_comparison(capsys):
+    """``ipukern network`` sets the network beside one GPU of a GPU system (the package's main
+    comparison), as conv and matmul do; the ratio is the two printed rates' quotient."""
+    from ipukern.gpu import estimate_network_gpu
+    argv = ["network", "mobilenet_v1", "--image-size", "32", "--batch", "2", "--no-progress"]
+    assert main([*argv, "--training", "--gpu", "DGX_H100"]) == 0
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.startswith("GPU model"))
+    assert "one H100" in line and "DGX_H100" in line
+    ipu = float(re.search(r"-> ([\d,.]+) samples/s", out).group(1).replace(",", ""))
+    gpu = float(re.search(r"-> ([\d,.]+) samples/s; IPU/GPU throughput ratio: ([\d.]+)x", line)
+                .group(1).replace(",", ""))
+    ratio = float(re.search(r"ratio: ([\d.]+)x", line).group(1))
+    assert abs(ratio - ipu / gpu) <= 0.01 * ratio
+    net = ipukern.nn.models.MODELS["mobilenet_v1"](image_size=32)
+    ref = estimate_network_gpu(net, 2, "DGX_H100", n_gpus=1, training=True)
+    assert abs(gpu - ref.samples_per_second) <= 0.1
+    assert main([*argv, "--gpu", "none"]) == 0
+    assert "GPU model" not in capsys.readouterr().out
