@@ -56,6 +56,7 @@ else:  # pragma: no cover - Python 3.10 reads TOML with the tomli backport (a de
     import tomli as tomllib
 
 from ._checks import check_depth, show
+from ._format import fmt_bytes
 from ._files import read_input_text
 from .dtypes import DTYPES, canonical_dtype
 
@@ -317,8 +318,8 @@ class MachineSpec:
         lines = [
             f"{self.name} ({self.generation})",
             f"  tiles                {self.n_tiles}",
-            f"  bytes per tile       {self.tile_bytes} ({self.tile_bytes / 1024:.0f} KiB), "
-            f"{self.reserved_bytes_per_tile} reserved",
+            f"  bytes per tile       {fmt_bytes(self.tile_bytes)} ({self.tile_bytes / 1024:.0f} KiB), "
+            f"{fmt_bytes(self.reserved_bytes_per_tile)} reserved",
             f"  total SRAM           {self.total_bytes / 2**20:.1f} MiB",
             f"  clock                {self.clock_hz / 1e9:.3f} GHz",
             f"  workers per tile     {self.n_workers}",

@@ -27,6 +27,8 @@ from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Any
 
+from ._format import format_table
+
 __all__ = ["Figure", "Efficiency", "price", "power", "keys", "figures", "describe", "for_system",
            "efficiency"]
 
@@ -172,9 +174,14 @@ def figures() -> tuple[Figure, ...]:
 def describe(width: int = 100) -> str:
     """Every figure with its date, source and note, wrapped to ``width`` columns."""
     wrap = textwrap.TextWrapper(width=width, initial_indent=" " * 6, subsequent_indent=" " * 6)
-    lines = []
-    for f in figures():
-        lines += [f"{f.key:<15} {f.unit:<4} {f.label():>11}  {f.date}", wrap.fill("source: " + f.source)]
+    figs = figures()
+    # one aligned table (the house helper), each row followed by its wrapped source and note
+    head, *rows = format_table(["key", "unit", "value", "date"],
+                               [[f.key, f.unit, f.label(), f.date] for f in figs],
+                               align="llrl").splitlines()
+    lines = [head]
+    for f, row in zip(figs, rows):
+        lines += [row, wrap.fill("source: " + f.source)]
         lines += [wrap.fill("note: " + f.note)] if f.note else []
     return "\n".join(lines)
 

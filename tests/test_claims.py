@@ -153,15 +153,15 @@ def test_cli_writes_the_files_and_json_to_stdout(tmp_path, capsys):
     assert "12a" in err and (tmp_path / "c.csv").exists() and (tmp_path / "c.md").exists()
 
 
-@pytest.mark.parametrize("argv, match", [
-    (["claims", "--ids", "nope"], "unknown id"),
-    (["claims", "--ids", ","], "--ids wants"),
-    (["claims", "--ids", "12a", "--csv", "/nonexistent-dir/c.csv"], "no directory"),
-    (["claims", "--ids", "12a", "--markdown", "."], "is a directory"),
+@pytest.mark.parametrize("argv, match, code", [
+    (["claims", "--ids", "nope"], "unknown id", 2),          # names nothing: a usage error
+    (["claims", "--ids", ","], "--ids wants", 1),
+    (["claims", "--ids", "12a", "--csv", "/nonexistent-dir/c.csv"], "no directory", 1),
+    (["claims", "--ids", "12a", "--markdown", "."], "is a directory", 1),
 ])
-def test_cli_errors_are_one_line(argv, match, capsys):
+def test_cli_errors_are_one_line(argv, match, code, capsys):
     from ipukern.cli import main
-    assert main(argv) == 1
+    assert main(argv) == code
     err = capsys.readouterr().err
     assert match in err and err.count("\n") == 1
 

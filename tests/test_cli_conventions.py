@@ -75,13 +75,18 @@ def test_diff_command_bad_input_is_one_line(tmp_path, capsys):
     ["network", "nosuchnet"], ["network", "resnet8", "--machine", "NOPE"],
     ["train", "--costs", "{missing}", "--system", "M2000"], ["diff", "{missing}", "{missing}"],
     ["conv", "--machine-file", "{missing}"], ["scaling", "--layers", "{missing}"],
-    ["validate", "--measurements", "{missing}", "--no-plot"], ["compare", "resnet8", "--systems", "POD17"]])
+    ["validate", "--measurements", "{missing}", "--no-plot"], ["compare", "resnet8", "--systems", "POD17"],
+    # checked before any work: a known system first, then one that names nothing
+    ["compare", "resnet50", "--systems", "POD16,POD17"], ["tune", "resnet8", "--chip", "NOPE"],
+    ["explore", "nosuchnet", "--vary", "n_tiles=x1"], ["claims", "--ids", "1a,zz"],
+    ["scaling", "--layer", "nosuchlayer"], ["validate", "--only", "mlperf1.0-resnet-pod16"]])
 def test_a_name_or_file_that_names_nothing_exits_2(argv, tmp_path, capsys):
     """One code for an unknown model, machine, system and a missing input file (docs/usage)."""
     missing = str(tmp_path / "missing.file")
     argv = [a.replace("{missing}", missing) for a in argv]
     argv += ["--out", str(tmp_path)] * (argv[0] == "validate")
-    with pytest.raises(SystemExit) if "--machine" in " ".join(argv) else contextlib.nullcontext() as e:
+    parsed = {"--machine", "--machine-file", "--chip"} & set(argv)    # argparse types: SystemExit(2)
+    with pytest.raises(SystemExit) if parsed else contextlib.nullcontext() as e:
         rc = main(argv)
     rc = e.value.code if e is not None else rc
     err = capsys.readouterr().err.strip()
@@ -260,3 +265,107 @@ def test_tune_writes_json_with_a_schema_a_trace_and_out_dir(tmp_path, capsys):
     trace = json.loads((tmp_path / "t.json").read_text())
     assert trace["otherData"]["kind"] == "tune" and any(e["ph"] == "X" for e in trace["traceEvents"])
     assert "ui.perfetto.dev" in cap.err                       # the report went to stderr
+
+
+# ----------------------------------------------------------------------------- JSON outputs
+def _costs(tmp_path: Path) -> str:
+    rows = [dict(name=f"l{i}", fwd_cycles=1000, bwd_cycles=2000, wu_cycles=500, n_params=10_000,
+                 stash_bytes=4096, out_bytes=2048) for i in range(4)]
+    (tmp_path / "costs.json").write_text(json.dumps(rows))
+    return str(tmp_path / "costs.json")
+
+
+#: command -> (argv before the JSON option, schema); "{costs}" is a layer-cost file
+JSON_COMMANDS = {
+    "conv": (["conv", "--shape", "1,16,8,8", "--cpg", "4", "--gpu", "none"], "ipukern.profile"),
+    "matmul": (["matmul", "--shape", "64,64,64", "--gpu", "none"], "ipukern.profile"),
+    "network": (["network", "mobilenet_v1", "--image-size", "32", "--batch", "1"], "ipukern.network"),
+    "train": (["train", "--costs", "{costs}", "--system", "M2000", "--micro-batch", "2"], "ipukern.training"),
+    "compare": (["compare", "--costs", "{costs}", "--systems", "POD16,POD64"], "ipukern.compare"),
+    "tune": (["tune", "resnet8", "--system", "M2000", "--max-global-batch", "16", "--micro-batch", "4",
+              "--replicas", "4", "--ipus-per-replica", "1"], "ipukern.tune"),
+}
+
+
+@pytest.mark.parametrize("command", sorted(JSON_COMMANDS))
+def test_every_json_output_opens_with_a_schema_and_its_version(command, tmp_path, capsys):
+    """``--json -`` of every command that produces a document: the JSON alone on stdout,
+    opening with ``schema`` (``ipukern.<kind>``) and ``schema_version`` (issue 35)."""
+    argv, kind = JSON_COMMANDS[command]
+    argv = [a.replace("{costs}", _costs(tmp_path)) for a in argv]
+    assert main([*argv, "--no-progress", "--json", "-"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert list(doc)[:2] == ["schema", "schema_version"], list(doc)[:4]
+    assert doc["schema"] == kind and isinstance(doc["schema_version"], int) and doc["schema_version"] >= 1
+
+
+def test_diff_and_file_outputs_carry_a_schema(tmp_path, capsys):
+    """``diff --json``, ``scaling``'s scaling.json and ``--out``'s JSON files: the same two fields."""
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    conv = ["conv", "--shape", "1,16,8,8", "--cpg", "4", "--gpu", "none", "--no-progress"]
+    assert main([*conv, "--json", str(a)]) == 0
+    assert main([*conv, "--exchange-bandwidth", "8e12", "--json", str(b)]) == 0
+    capsys.readouterr()
+    assert main(["diff", str(a), str(b), "--json", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["schema"] == "ipukern.diff"
+    assert main(["scaling", "--shape", "1,16,8,8", "--cpg", "1,dense", "--batch", "1", "--gpus", "none",
+                 "--no-plot", "--no-progress", "-q", "--out", str(tmp_path / "s")]) == 0
+    doc = json.loads((tmp_path / "s" / "scaling.json").read_text())
+    assert doc["schema"] == "ipukern.sweep" and doc["schema_version"] >= 1
+    assert main(["network", "mobilenet_v1", "--image-size", "32", "--batch", "1", "--no-progress",
+                 "--out", str(tmp_path / "n")]) == 0
+    for path in (tmp_path / "n").glob("*.json"):
+        assert json.loads(path.read_text())["schema"].startswith("ipukern."), path
+
+
+def test_tune_machine_file_changes_the_chip(tmp_path, capsys):
+    """tune takes --machine-file as train and compare do: every IPU of the system is that chip."""
+    mf = tmp_path / "m.toml"
+    mf.write_text('base = "GC200"\nname = "GC200-fastsync"\nsync_cycles = 45\n'
+                  '[sources]\nsync_cycles = "what-if"\n')
+    argv, _ = JSON_COMMANDS["tune"]
+    assert main([*argv, "--no-progress", "--machine-file", str(mf), "--json", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["system"] == "IPU-M2000 (GC200-fastsync)"
+    with pytest.raises(SystemExit) as e:            # one chip: a name or a file, not both
+        main([*argv, "--chip", "GC2", "--machine-file", str(mf)])
+    assert e.value.code == 2
+
+
+def test_network_max_batch_stopped_by_host_memory_keeps_the_estimate(monkeypatch, capsys):
+    """When the host's memory stops the max-batch search, the estimate is still printed, then
+    the one-line error naming the largest batch found (exit 1), instead of losing both."""
+    from ipukern.nn.host import host_memory
+
+    def refuse(self, batch):
+        raise MemoryError(f"max-batch search stopped before batch {batch}: compiling it needs "
+                          "about 9.0 GiB of host memory and 1.0 GiB is available (largest batch "
+                          "found to fit so far: 1)")
+    monkeypatch.setattr(host_memory.HostMemoryGuard, "__call__", refuse)
+    code = main(["network", "mobilenet_v1", "--image-size", "32", "--batch", "1", "--no-progress",
+                 "--max-batch"])
+    cap = capsys.readouterr()
+    assert code == 1
+    assert "network mobilenet_v1" in cap.out and "samples/s" in cap.out and "max batch" not in cap.out
+    assert cap.err.startswith("ipukern network: error: max-batch search stopped before batch")
+    assert len(cap.err.strip().splitlines()) == 1
+
+
+def test_network_prints_the_gpu_comparison(capsys):
+    """``ipukern network`` sets the network beside one GPU of a GPU system (the package's main
+    comparison), as conv and matmul do; the ratio is the two printed rates' quotient."""
+    from ipukern.gpu import estimate_network_gpu
+    argv = ["network", "mobilenet_v1", "--image-size", "32", "--batch", "2", "--no-progress"]
+    assert main([*argv, "--training", "--gpu", "DGX_H100"]) == 0
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.startswith("GPU model"))
+    assert "one H100" in line and "DGX_H100" in line
+    ipu = float(re.search(r"-> ([\d,.]+) samples/s", out).group(1).replace(",", ""))
+    gpu = float(re.search(r"-> ([\d,.]+) samples/s; IPU/GPU throughput ratio: ([\d.]+)x", line)
+                .group(1).replace(",", ""))
+    ratio = float(re.search(r"ratio: ([\d.]+)x", line).group(1))
+    assert abs(ratio - ipu / gpu) <= 0.01 * ratio
+    net = ipukern.nn.models.MODELS["mobilenet_v1"](image_size=32)
+    ref = estimate_network_gpu(net, 2, "DGX_H100", n_gpus=1, training=True)
+    assert abs(gpu - ref.samples_per_second) <= 0.1
+    assert main([*argv, "--gpu", "none"]) == 0
+    assert "GPU model" not in capsys.readouterr().out

@@ -170,3 +170,16 @@ def test_pareto_plot(tmp_path):
             for net in ("resnet50", "bert_base") for p, w, s in
             ((1e5, 300, 1e3), (2e5, 600, 3e3), (4e5, 1200, 4e3))]
     _check(_figure_of(lambda: plot_pareto(rows, tmp_path / "p.png")))
+
+
+def test_every_plot_function_is_checked_here():
+    """A new plot cannot escape the cut-label check: each drawing function of ipukern.plots
+    (``plot_*`` and ``*_png``), ``plot_validation`` and ``plot_pareto`` is drawn in this file."""
+    import inspect
+    from pathlib import Path
+    here = Path(__file__).read_text(encoding="utf-8").split("def test_every_plot_function_is_checked_here")[0]
+    names = {n for n, f in inspect.getmembers(plots, inspect.isfunction)
+             if f.__module__ == plots.__name__ and (n.startswith("plot_") or n.endswith("_png"))}
+    names |= {"plot_validation", "plot_pareto"}
+    missing = sorted(n for n in names if f"{n}(" not in here and f"plots.{n}" not in here)
+    assert not missing, f"plots never checked for cut labels: {missing}"

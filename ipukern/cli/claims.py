@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ._common import Outputs, Progress, add_progress_options, progress_enabled
+from ._common import Outputs, Progress, UsageError, add_progress_options, progress_enabled
 
 
 def _cmd_claims(args: argparse.Namespace) -> int:
@@ -13,6 +13,12 @@ def _cmd_claims(args: argparse.Namespace) -> int:
     ids = [i.strip() for i in args.ids.split(",") if i.strip()] if args.ids else None
     if args.ids is not None and not ids:
         raise ValueError(f"--ids wants comma-separated claim ids (e.g. 1a,2,10b), got {args.ids!r}")
+    if ids:                         # an id that names nothing: a usage error (exit 2), before the run
+        from ..validation.claims import load_claims
+        known = {c.id for c in load_claims()}
+        unknown = [i for i in ids if i not in known]
+        if unknown:
+            raise UsageError(f"--ids: unknown id(s) {unknown}; ids are {sorted(known)}")
     for flag in ("csv", "json", "markdown"):       # refuse a bad target before minutes of work
         target = getattr(args, flag)
         if target and target != "-":

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from ..design_space import MACHINE_CONSTANTS, SYSTEM_CONSTANTS, explore, one_at_a_time
 from ..plots import PLOT_INSTALL_HINT, have_matplotlib
-from ._common import (Outputs, Progress, add_progress_options, int_list, machine_file, one_machine,
-                      progress_enabled)
+from ._common import (Outputs, Progress, UsageError, add_progress_options, int_list, machine_file,
+                      one_machine, progress_enabled)
 
 
 def _range(allowed: tuple[str, ...]):
@@ -73,6 +73,10 @@ def _write(res, out: Path, plot: bool) -> list[str]:
 
 
 def _cmd_explore(args: argparse.Namespace) -> int:
+    from ..nn.models import MODELS
+    unknown = [n for n in args.networks if n not in MODELS]
+    if unknown:                     # a name that names nothing: a usage error (exit 2)
+        raise UsageError(f"unknown network(s) {unknown}; zoo models are {sorted(MODELS)}")
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise OSError(f"--out {out} exists and is not a directory")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 
 from .. import _settings, market
+from .._format import MISSING, format_table
 from ._common import DATASHEET_EXCHANGE, PRESETS
 
 
@@ -51,12 +52,12 @@ def market_text() -> str:
     from ..gpu import GPU_SYSTEMS
     from ..systems import SYSTEM_PRESETS
 
-    def cell(f: market.Figure | None) -> str:
-        return f"{f.label():>11} ({f.key})" if f else f"{'-':>11} (no public figure)"
-    rows = [f"{s.name:<14} price {cell(p):<32} power {cell(w)}"
+    rows = [[s.name, p.label() if p else MISSING, p.key if p else "no public figure",
+             w.label() if w else MISSING, w.key if w else "no public figure"]
             for s in (*dict.fromkeys(SYSTEM_PRESETS.values()), *GPU_SYSTEMS.values())
             for p, w in [market.for_system(s)]]
-    return "\n".join([market.describe(), "", "what ipukern compare divides by (market.for_system):", *rows])
+    table = format_table(["system", "price", "price from", "power", "power from"], rows, align="lrlrl")
+    return "\n".join([market.describe(), "", "what ipukern compare divides by (market.for_system):", table])
 
 
 def register(sub: argparse._SubParsersAction) -> None:

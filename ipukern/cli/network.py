@@ -30,9 +30,17 @@ def _cmd_network(args: argparse.Namespace) -> int:
                                    optimizer=args.optimizer,
                                    optimizer_state_dtype=args.optimizer_state_dtype,
                                    allow_overflow=args.allow_overflow)
+        stopped = None
         if args.max_batch:
-            prof.memory  # noqa: B018 - computes max_batch (re-plans the network)
+            try:
+                prof.memory  # noqa: B018 - computes max_batch (re-plans the network)
+            except MemoryError as e:      # the host's memory, not the tiles': keep the estimate
+                stopped = e
     print(prof.summary(max_rows=args.max_rows))
+    if stopped is not None:
+        raise stopped                     # after the estimate, one line, exit 1
+    if args.gpu_system is not None:
+        print(_gpu_line(args, net, prof))
     files = []
     if out is not None:
         stem = f"{args.model}_b{args.batch}{'_train' if args.training else ''}"
@@ -42,6 +50,30 @@ def _cmd_network(args: argparse.Namespace) -> int:
                  (out / f"{stem}_memory.png", lambda p: plots.plot_network_memory(prof, p), True)]
     write_documents(args, lambda: prof.to_json(indent=1), prof.to_trace, files)
     return 0
+
+
+def _gpu_system(text: str) -> str | None:
+    """``--gpu SYSTEM``: a GPU system preset whose GPU is compared with (``none``: no line)."""
+    from ..gpu import GPU_SYSTEMS
+    if text.lower() == "none":
+        return None
+    name = text.replace("-", "_").upper()
+    if name not in GPU_SYSTEMS:
+        raise argparse.ArgumentTypeError(f"unknown GPU system {text!r}; presets are {sorted(GPU_SYSTEMS)} "
+                                         "or 'none'")
+    return name
+
+
+def _gpu_line(args: argparse.Namespace, net: object, prof: object) -> str:
+    """The same network, batch, dtype and pass on one GPU of ``--gpu``'s system (the GPU model
+    of ipukern.gpu, GPU time and its host cost per op as its software stack prices them)."""
+    from ..gpu import GPU_SYSTEMS, estimate_network_gpu
+    est = estimate_network_gpu(net, args.batch, args.gpu_system, n_gpus=1, dtype=args.dtype,
+                               training=args.training, optimizer=args.optimizer)
+    gpu = GPU_SYSTEMS[args.gpu_system].gpu.name
+    return (f"GPU model (one {gpu} of {args.gpu_system}, {est.stack} stack): "
+            f"{est.step_seconds * 1e3:.3f} ms per batch -> {est.samples_per_second:,.1f} samples/s; "
+            f"IPU/GPU throughput ratio: {prof.samples_per_second / est.samples_per_second:.2f}x")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -74,6 +106,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-batch", action="store_true",
                    help="also search the largest batch that fits (re-plans the network)")
     p.add_argument("--max-rows", type=int, default=None, help="print at most this many layers")
+    p.add_argument("--gpu", dest="gpu_system", type=_gpu_system, default="DGX_A100_40GB", metavar="SYSTEM",
+                   help="also price the network on one GPU of this GPU system (default DGX_A100_40GB: "
+                        "an A100 40GB, as the single-op commands' default GPU) and print the IPU/GPU "
+                        "throughput ratio; 'none' to skip")
     add_document_views(p, out_files="the per-layer CSV, the JSON and the time-per-layer and memory PNGs")
     add_progress_options(p)
     p.set_defaults(func=_cmd_network)

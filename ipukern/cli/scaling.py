@@ -8,21 +8,21 @@ import sys
 from typing import Any
 
 from .._pool import process_pool
-from ._common import (PRESETS, Outputs, Progress, add_common, apply_bandwidths, cpg_list, exchange_note,
-                      gpu_list, int_list, jobs_arg, machine_file, machine_list, progress_enabled,
-                      shape_arg)
+from ._common import (PRESETS, Outputs, Progress, UsageError, add_common, apply_bandwidths, cpg_list,
+                      exchange_note, gpu_list, int_list, jobs_arg, machine_file, machine_list,
+                      progress_enabled, shape_arg)
 
 
-def _cmd_scaling(args: argparse.Namespace) -> int:
+def _layers(args: argparse.Namespace) -> list:
+    """The layers ``--layer``, ``--shape`` and ``--layers`` name (the defaults when none)."""
     from .. import scaling as sc
-
     layers: list[sc.ConvLayer] = []
     if args.layer:
         names = [n.strip() for n in args.layer.split(",") if n.strip()]
-        if names == ["all"]:
-            layers += list(sc.DEFAULT_LAYERS)
-        else:
-            layers += [sc.get_layer(n) for n in names]
+        try:
+            layers += list(sc.DEFAULT_LAYERS) if names == ["all"] else [sc.get_layer(n) for n in names]
+        except ValueError as e:    # a name that names nothing: a usage error (exit 2)
+            raise UsageError(f"--layer: {e} (or 'all')") from None
     if args.shape is not None:
         n, c, h, w = args.shape
         layers.append(sc.ConvLayer(args.name, channels=c, height=h, width=w, kernel=args.kernel,
@@ -30,8 +30,13 @@ def _cmd_scaling(args: argparse.Namespace) -> int:
                                    out_channels=args.out_channels, batch=n))
     if args.layers:
         layers += sc.read_layers(args.layers)
-    if not layers:
-        layers = list(sc.DEFAULT_LAYERS)
+    return layers or list(sc.DEFAULT_LAYERS)
+
+
+def _cmd_scaling(args: argparse.Namespace) -> int:
+    from .. import scaling as sc
+
+    layers = _layers(args)
     if args.batch is not None:
         batch: Any = args.batch
     elif args.shape is not None and not args.layer:

@@ -218,6 +218,11 @@ def _print_compare(rows: list[dict[str, Any]]) -> None:
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     names = [s.strip().upper() for s in args.systems.split(",") if s.strip()]
+    from ..gpu import GPU_SYSTEMS
+    for name in names:            # every name before minutes of estimates: a usage error (exit 2)
+        if name.replace("-", "_") not in GPU_SYSTEMS and name.replace("-", "_") not in SYSTEM_PRESETS:
+            raise UsageError(f"unknown system {name!r}; systems are "
+                             f"{sorted(SYSTEM_PRESETS) + sorted(GPU_SYSTEMS)}")
     prices = _prices(args.prices, names)
     rows = []
     with Progress("compare", enabled=progress_enabled(args)) as bar:

@@ -20,7 +20,8 @@ from ._models import known_system
 from ._models import model as _model
 from ._models import pipeline as _pipeline
 from ._common import (Progress, add_document_views, add_optimizer, add_optimizer_state_dtype, add_partials,
-                      add_progress_options, out_dir, progress_enabled, write_documents)
+                      add_progress_options, machine_file, one_machine, out_dir, progress_enabled,
+                      write_documents)
 
 
 def run_tune(args: argparse.Namespace, system: str, net=None):
@@ -79,7 +80,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     known_system(args.system)
     if args.compare_chips:
         if args.chip:
-            raise ValueError("give --chip or --compare-chips, not both")
+            raise ValueError("give --chip (or --machine-file) or --compare-chips, not both")
         net = _model(args.model)
         a, b = (run_tune(args, on_chip(args.system, c), net) for c in _chips(args.compare_chips))
         res = ChipComparison(a, b, b.samples_per_second / a.samples_per_second)
@@ -131,8 +132,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("model", help="model name from ipukern.nn.models (e.g. resnet50)")
     p.add_argument("--system", default="POD16", help=f"one of {sorted(SYSTEM_PRESETS)}")
     add_tune_options(p)
-    p.add_argument("--chip", default=None, metavar="CHIP",
-                   help="the system with this chip in every IPU (GC2, GC200, BOW; default the system's)")
+    chip = p.add_mutually_exclusive_group()
+    chip.add_argument("--chip", default=None, metavar="CHIP", type=one_machine,
+                      help="the system with this chip in every IPU (GC2, GC200, BOW; default the system's)")
+    chip.add_argument("--machine-file", dest="chip", type=machine_file, metavar="FILE.toml",
+                      help="the system with this chip, described in a TOML file, in every IPU (as "
+                           "train's and compare's --machine-file; see ipukern.machine)")
     p.add_argument("--compare-chips", default=None, metavar="A,B",
                    help="tune the system with chip A and with chip B; print both and B's speed-up over A")
     p.add_argument("--micro-batch", dest="tune_micro_batch", type=int, default=None,

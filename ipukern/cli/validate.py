@@ -40,7 +40,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     if args.inference:
         return _cmd_inference(args, out_dir)
     if args.only:
-        raise ValueError("--only selects rows of --systems or --inference")
+        raise UsageError("--only selects rows of --systems or --inference")
     measurements = validation.load_measurements(args.measurements)
     groups = [g.strip() for g in args.group.split(",") if g.strip()] if args.group else None
     _names_known(groups, {m.group for m in measurements}, "--group", "group")

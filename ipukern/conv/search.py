@@ -112,6 +112,13 @@ def _axis_sizes(n: int, grain: int, s: np.ndarray) -> np.ndarray:
     return np.minimum(ceil_div(ceil_div(n, grain), s) * grain, n)
 
 
+#: why a forced method may have no candidate (the rules of estimators.candidate_methods)
+_METHOD_NEEDS = {
+    "SLIC": ": SLIC takes float16 inputs and a column stride of at most 2 (PopLibs' SLIC vertices)",
+    "VMAC": ": VMAC takes float16 inputs",
+}
+
+
 def vertex_candidates(p: ConvParams, machine: MachineSpec) -> list[VertexMethod]:
     """The vertex candidates the planner scores for ``p`` (a new list): the methods'
     candidates, then the direct-output ones last, so a tie keeps the requested partials
@@ -159,7 +166,8 @@ def search(p: ConvParams, machine: MachineSpec, *, bias: bool, method: str | Non
     if method is not None:
         cands = [c for c in cands if c.method == method.upper()]
         if not cands:
-            raise ValueError(f"no {method!r} vertex candidate for {p.describe()}")
+            raise ValueError(f"no {method!r} vertex candidate for {p.describe()}"
+                             + _METHOD_NEEDS.get(method.upper(), ""))
     fg = _field_grid(p, machine.n_tiles, kernel_split)
     serials = _serial_candidates(p)
     smallest: tuple[int, VertexMethod, int] | None = None

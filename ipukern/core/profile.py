@@ -223,7 +223,8 @@ class Profile:
         """Readable text: totals, then one row per superstep with the reasons."""
         m = self.machine
         head = [
-            f"profile {self.label} on {m.name} ({m.n_tiles} tiles @ {m.clock_hz / 1e9:.3f} GHz)",
+            f"profile {self.label + ' ' if self.label else ''}on {m.name} ({m.n_tiles} tiles @ "
+            f"{m.clock_hz / 1e9:.3f} GHz)",
             f"  total {self.total_cycles:,} cycles = {self.seconds * 1e6:.2f} us "
             f"(compute {self.compute_cycles:,}, sync {self.sync_cycles:,}, "
             f"exchange {self.exchange_cycles:,}); {self.bytes_exchanged:,} B exchanged",
@@ -238,7 +239,8 @@ class Profile:
         head.append(f"  PopLibs-equivalent terms {self.poplibs_equivalent_cycles:,} ({terms})"
                     + (f" + ipukern additions: {adds}" if adds else ""))
         for k, v in self.info.items():
-            head.append(f"  {k}: {v}")
+            if v is not None and v != "":          # an unset fact (no expandDims) is not a line
+                head.append(f"  {k}: {v}")
         head += self._activity_lines()
         cells = []
         for s in self.supersteps[:max_rows]:

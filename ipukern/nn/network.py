@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from .._format import Rest, format_table
 from .layers import Layer
 
 __all__ = ["Network", "Node"]
@@ -177,11 +178,10 @@ class Network:
 
     def summary(self, batch: int = 1) -> str:
         shapes = self.shapes(batch)
-        rows = [f"network {self.name}: {len(self.layers)} layers, {self.n_params:,} parameters"]
-        for n, node in self.nodes.items():
-            what = "input" if node.layer is None else node.layer.describe()
-            rows.append(f"  {n:<28} {shapes[n]!s:<22} {what}")
-        return "\n".join(rows)
+        rows = [[n, str(shapes[n]), Rest("input" if node.layer is None else node.layer.describe())]
+                for n, node in self.nodes.items()]
+        return "\n".join([f"network {self.name}: {len(self.layers)} layers, {self.n_params:,} parameters",
+                          format_table(["node", "shape", "layer"], rows, align="lll", indent="  ")])
 
     def __repr__(self) -> str:
         return f"Network({self.name!r}, {len(self.layers)} layers)"

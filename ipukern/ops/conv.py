@@ -70,7 +70,7 @@ def conv2d(input: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: 
 
     Parameters
     ----------
-    input : ndarray or torch.Tensor of shape (N, C, H, W), float32 or float16
+    input : ndarray or torch.Tensor of shape (N, C, H, W) or unbatched (C, H, W), float32 or float16
     weight : ndarray or torch.Tensor of shape (C_out, C / groups, kh, kw), same dtype
     bias : ndarray or torch.Tensor of shape (C_out,), optional
     stride, padding, dilation : int or (int, int)
@@ -90,8 +90,8 @@ def conv2d(input: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: 
     Returns
     -------
     ConvRun
-        ``output`` (N, C_out, H_out, W_out) in the input dtype (a torch tensor when the
-        inputs were), ``profile``, ``plan``.
+        ``output`` (N, C_out, H_out, W_out), or (C_out, H_out, W_out) for an unbatched
+        input, in the input dtype (a torch tensor when the inputs were), ``profile``, ``plan``.
 
     Raises
     ------
@@ -105,6 +105,9 @@ def conv2d(input: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: 
     """
     x = as_array(to_numpy(input, "input"), "input")
     w = as_array(to_numpy(weight, "weight"), "weight")
+    unbatched = x.ndim == 3 and w.ndim == 4       # (C, H, W), as torch takes it: a batch of one
+    if unbatched:
+        x = x[None]
     dtype = canonical_dtype(x.dtype)
     if canonical_dtype(w.dtype) != dtype:
         raise TypeError(f"input is {x.dtype} but weight is {w.dtype}: both must have the same "
@@ -123,7 +126,8 @@ def conv2d(input: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: 
     prog = cached_program(params, get_machine(machine), bias is not None, method,
                           amp=available_memory_proportion)
     out, profile = execute(prog, x, w, bias, profile_kw(prog))
-    return ConvRun(output=like_input(out, *torch_in), profile=profile, plan=prog.plan)
+    return ConvRun(output=like_input(out[0] if unbatched else out, *torch_in), profile=profile,
+                   plan=prog.plan)
 
 
 def estimate_conv2d(input_shape: Any, weight_shape: Any, *, dtype: Any = None,

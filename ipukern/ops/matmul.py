@@ -176,6 +176,12 @@ def _orient(lay: _Layout, dtype: str, partials: Any, machine: MachineSpec,
     return direct, False
 
 
+def _named(profile: Profile, lay: _Layout, dtype: Any) -> Profile:
+    """``profile`` called by the product, not by the 1x1 conv it is planned as."""
+    profile.label = f"{f'{lay.G} x ' if lay.G > 1 else ''}({lay.M}x{lay.K}) @ ({lay.K}x{lay.N}) {dtype}"
+    return profile
+
+
 def _profile(prog, lay: _Layout, transposed: bool) -> dict[str, Any]:
     kw = profile_kw(prog, "matmul")
     kw["info"]["layer"] = f"G{lay.G} ({lay.M}x{lay.K}) @ ({lay.K}x{lay.N}) {prog.plan.params.dtype}"
@@ -264,7 +270,7 @@ def matmul(a: np.ndarray, b: np.ndarray, *, machine: MachineSpec | str = GC200,
         out = out.reshape(lay.M, g, -1).transpose(1, 0, 2)
     shape = [n for i, n in enumerate(lay.out_shape) if i - len(lay.out_shape) not in drop]
     out = np.ascontiguousarray(out.reshape(lay.out_shape)).reshape(shape)
-    return MatmulRun(output=like_input(out, *torch_in), profile=profile, plan=prog.plan)
+    return MatmulRun(like_input(out, *torch_in), _named(profile, lay, params.dtype), prog.plan)
 
 
 def estimate_matmul(shape_a: Any, shape_b: Any, *, dtype: Any = None,
@@ -287,4 +293,5 @@ def estimate_matmul(shape_a: Any, shape_b: Any, *, dtype: Any = None,
     amp = available_memory_proportion
     params, transposed = _orient(lay, canonical_dtype(dtype), partials, machine, method, amp)
     prog = cached_program(params, machine, False, method, amp=amp)
-    return prog.device.run(prog.program, "estimate", **_profile(prog, lay, transposed))
+    return _named(prog.device.run(prog.program, "estimate", **_profile(prog, lay, transposed)), lay,
+                  prog.plan.params.dtype)

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import _memo
+from .._format import Rest, format_table
 from .._version import schema
 from . import _claim_hw as hw
 from . import _claim_models as cm
@@ -253,15 +254,15 @@ class ClaimsReport:
 
     def format_table(self) -> str:
         """An aligned text table: id, claimed, model on both exchanges, ratio, verdict."""
-        head = f"{'id':4} {'topic':28} {'claimed':>10} {'model':>10} {'8 TB/s':>10} {'ratio':>6}  verdict"
-        lines = [head, "-" * len(head)]
+        rows = []
         for r in self.rows:
             d = r.to_dict()
             v = d["verdict"]
-            lines.append(f"{d['id']:4} {d['topic'][:28]:28} {_num(d['claimed']):>10} "
-                         f"{_num(d['model_default']):>10} "
-                         f"{_num(d['model_datasheet']):>10} {_num(d['ratio_default']):>6}  "
-                         f"{v if len(v) < 70 else v[:67] + '...'}")
+            rows.append([d["id"], d["topic"][:28], _num(d["claimed"]), _num(d["model_default"]),
+                         _num(d["model_datasheet"]), _num(d["ratio_default"]),
+                         Rest(v if len(v) < 70 else v[:67] + "...")])
+        lines = format_table(["id", "topic", "claimed", "model", "8 TB/s", "ratio", "verdict"], rows,
+                             align="llrrrrl", rule=True).splitlines()
         s = self.summary()
         lines.append("")
         lines.append(", ".join(f"{n} {v}" for v, n in s.items())

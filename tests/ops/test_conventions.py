@@ -94,3 +94,24 @@ def test_short_reprs():
     assert "<table>" in run._repr_html_()
     mm = ik.matmul(np.ones((4, 3), np.float32), np.ones(3, np.float32))
     assert len(repr(mm)) < 400 and repr(mm).startswith("MatmulRun(output=ndarray(4,)")
+
+
+def test_unbatched_conv_input_as_torch_takes_it():
+    """``(C, H, W)`` is a batch of one, the output unbatched, as torch.nn.functional.conv2d."""
+    rng = np.random.default_rng(0)
+    x = rng.random((4, 6, 6)).astype(np.float32)
+    w = rng.random((8, 2, 3, 3)).astype(np.float32)
+    run = ik.conv2d(x, w, padding=1, groups=2)
+    ref = torch.nn.functional.conv2d(torch.from_numpy(x).double(), torch.from_numpy(w).double(),
+                                     padding=1, groups=2).numpy()
+    assert run.output.shape == ref.shape == (8, 6, 6)
+    np.testing.assert_allclose(run.output, ref, rtol=1e-5, atol=1e-5)
+    t = ik.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1, groups=2).output
+    assert isinstance(t, torch.Tensor) and tuple(t.shape) == (8, 6, 6)
+
+
+def test_forced_slic_on_float32_says_why():
+    x = np.ones((1, 16, 8, 8), np.float32)
+    w = np.ones((16, 1, 3, 3), np.float32)
+    with pytest.raises(ValueError, match="SLIC takes float16 inputs"):
+        ik.conv2d(x, w, padding=1, groups=16, method="SLIC")
