@@ -66,7 +66,10 @@ def balanced_bounds(nbytes: np.ndarray, n_threads: int) -> np.ndarray:
     if nbytes.size < 64 or int(nbytes.sum()) < (1 << 16):
         n_threads = 1  # starting threads would cost more than the copies
     cum = np.cumsum(nbytes)
-    targets = cum[-1] * np.arange(1, n_threads) / n_threads if cum.size else []
+    # integer targets (the ceilings of the float ones: the same first index at or above
+    # each), so the search does not convert the whole running sum to float64
+    targets = np.ceil(cum[-1] * np.arange(1, n_threads) / n_threads).astype(cum.dtype) \
+        if cum.size else np.zeros(0, np.int64)
     inner = np.searchsorted(cum, targets, side="left") + 1
     return np.concatenate([[0], inner, [nbytes.size]]).astype(np.int64)
 

@@ -70,6 +70,19 @@ def test_thread_count_does_not_change_the_result_of_large_tables():
         assert np.array_equal(got, want)
 
 
+def test_balanced_bounds_equal_the_float_target_search():
+    """The integer targets find the same indices as the search for the float targets
+    ``total * k / n`` they replaced (which converted the running sum to float64)."""
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        nb = rng.integers(0, rng.choice([2, 50, 1 << 20]), int(rng.integers(64, 3000)))
+        nb[0] += 1 << 16
+        for n in (2, 3, 7):
+            cum = np.cumsum(nb)
+            want = np.searchsorted(cum, cum[-1] * np.arange(1, n) / n, side="left") + 1
+            assert balanced_bounds(nb, n)[1:-1].tolist() == want.tolist()
+
+
 def test_balanced_bounds_split_bytes_evenly():
     nb = np.full(1000, 1 << 10, np.int64)
     b = balanced_bounds(nb, 4)
