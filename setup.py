@@ -50,7 +50,7 @@ if DEBUG:
 print(f"ipukern build: openmp={'on' if OPENMP else 'off'} native={NATIVE} debug={DEBUG}",
       file=sys.stderr)
 
-KERNELS = ["exchange", "vertices", "conv", "fused", "runs", "plan"]
+KERNELS = ["exchange", "vertices", "conv", "fused", "runs", "plan", "im2col"]
 extensions = [
     Extension(
         f"ipukern._kernels._{name}",

@@ -229,6 +229,21 @@ def packed_offsets(const int32_t[::1] tile, const int64_t[::1] count, int64_t it
     return out_arr
 
 
+def given_joins(const int64_t[::1] sr, const int64_t[::1] so, const int64_t[::1] dr,
+                const int64_t[::1] do, const int64_t[::1] nb):
+    """How many copies are contiguous on both sides with the one before them, in the given
+    order (the count :func:`ipukern.core.copies.coalesce_runs` decides by, without its
+    full-length masks)."""
+    cdef Py_ssize_t n = sr.shape[0], i
+    cdef int64_t joins = 0
+    with nogil:
+        for i in range(1, n):
+            if (sr[i] == sr[i - 1] and dr[i] == dr[i - 1] and so[i] == so[i - 1] + nb[i - 1]
+                    and do[i] == do[i - 1] + nb[i - 1]):
+                joins += 1
+    return int(joins)
+
+
 def ordered_joins(const int64_t[::1] order, const int64_t[::1] sr, const int64_t[::1] so,
                   const int64_t[::1] dr, const int64_t[::1] do, const int64_t[::1] nb):
     """``(joins, overlap)`` of the copies taken in ``order`` (a permutation): how many are

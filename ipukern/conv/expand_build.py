@@ -151,7 +151,62 @@ def _recv_copies(p, box, bounds, home_off, recv_off, isz) -> CopyTable:
 def _im2col_batch(p, e, plan, seg, box, recv_off, isz) -> VertexBatch:
     """The copy vertex: per owned segment and kernel tap, one block copying the tap's
     channels of the segment from the tile's box (stride kk planes apart in the segment,
-    kk = taps folded), and zero blocks where the tap reads padding."""
+    kk = taps folded), and zero blocks where the tap reads padding. Blocks in tile order,
+    then kind (copy, padding row, left, right padding), then segment and tap: built by
+    :func:`ipukern._kernels._im2col.im2col_blocks` (the same blocks as
+    :func:`_im2col_blocks_numpy`, which a checkout without built extensions uses)."""
+    try:
+        from .._kernels import _im2col
+    except ImportError:
+        _im2col = None
+    if _im2col is None:
+        tile, src, dst, shape, src_stride, dst_stride, reach, s_reach = _im2col_blocks_numpy(
+            p, e, plan, seg, box, recv_off, isz)
+    else:
+        tile, src, dst, shape, src_stride, dst_stride, reach, s_reach = _im2col.im2col_blocks(
+            *_im2col_args(p, e, plan, seg, box, recv_off, isz))
+    # the tile's cost: PopLibs' rearrangement copy estimate on the bytes it writes
+    written = np.bincount(seg.tile, weights=seg.n_planes * seg.width * isz,
+                          minlength=plan.machine.n_tiles).astype(np.int64)
+    head = np.flatnonzero(np.r_[True, tile[1:] != tile[:-1]]) if tile.size else tile[:0]
+    cycles = np.zeros(tile.size, np.int64)
+    cycles[head] = transform_copy_cycles(plan.machine, written[tile[head]], e)
+    busiest = int(written.max()) if written.size else 0
+    return VertexBatch(_CopyBlocksCodelet(isz), tile,
+                       {"src": src, "dst": dst, "shape": shape, "src_stride": src_stride,
+                        "dst_stride": dst_stride},
+                       cycles, regions=[(dst, reach), (np.maximum(src, 0), s_reach)],
+                       why=f"expandDims {plan.expand_dims} copy of {busiest} B (im2col of "
+                           f"{e.in_per_group // p.in_per_group} taps) at PopLibs' "
+                           "rearrangement rate")
+
+
+def _im2col_args(p, e, plan, seg, box, recv_off, isz) -> tuple[np.ndarray, ...]:
+    """The per-segment columns, scalars and segment order
+    :func:`~ipukern._kernels._im2col.im2col_blocks` takes."""
+    t = seg.tile
+    g = seg.channel // e.in_per_group
+    cols = {"tile": t, "row": seg.row, "cl": seg.channel - g * e.in_per_group,
+            "n_planes": seg.n_planes, "plane_bytes": seg.plane_bytes, "off": seg.off,
+            "col": seg.col, "width": seg.width, "base": recv_off[t],
+            "img_rows": (seg.image - box["n0"][t]) * box["nr"][t], "r0": box["r0"][t],
+            "ch": (box["ch1"] - box["ch0"])[t], "gch": g * p.in_per_group - box["ch0"][t],
+            "rc": (box["c1"] - box["c0"])[t], "c0": box["c0"][t]}
+    from .._kernels import _im2col
+    segs = np.ascontiguousarray(np.stack([np.asarray(cols[k], np.int64)
+                                          for k in _im2col.SEG_COLUMNS], axis=1).reshape(-1, 15))
+    (sh, sw), (ph, pw), (dh, dw) = p.stride, p.padding, p.dilation
+    wexp = "w" in plan.expand_dims
+    par = {"kk": e.in_per_group // p.in_per_group, "kw_e": p.kernel_w if wexp else 1,
+           "wexp": int(wexp), "sh": sh, "sw": sw, "ph": ph, "pw": pw, "dh": dh, "dw": dw,
+           "in_h": p.in_h, "in_w": p.in_w, "step": box_row_step(p), "isz": isz}
+    order = np.argsort(t, kind="stable").astype(np.int64)
+    return segs, np.array([par[k] for k in _im2col.PARAMS], np.int64), order
+
+
+def _im2col_blocks_numpy(p, e, plan, seg, box, recv_off, isz) -> tuple[np.ndarray, ...]:
+    """The blocks of :func:`_im2col_batch` as NumPy columns ``(tile, src, dst, shape,
+    src_stride, dst_stride, reach, s_reach)``, in its order."""
     wexp = "w" in plan.expand_dims
     kk = e.in_per_group // p.in_per_group
     kw_e = p.kernel_w if wexp else 1
@@ -203,24 +258,13 @@ def _im2col_batch(p, e, plan, seg, box, recv_off, isz) -> VertexBatch:
     shape = np.stack([one, one, n, w], axis=1)
     src_stride = np.stack([zero, zero, ss, np.where(src >= 0, col_stride * isz, 0)], axis=1)
     dst_stride = np.stack([zero, zero, ds, np.full_like(n, isz)], axis=1)
-    # the tile's cost: PopLibs' rearrangement copy estimate on the bytes it writes
-    written = np.bincount(seg.tile, weights=seg.n_planes * seg.width * isz,
-                          minlength=plan.machine.n_tiles).astype(np.int64)
     order = np.argsort(tile, kind="stable")
     tile, src, dst, shape, src_stride, dst_stride = (a[order] for a in (tile, src, dst, shape,
                                                                         src_stride, dst_stride))
-    head = np.r_[True, tile[1:] != tile[:-1]] if tile.size else np.zeros(0, bool)
-    cycles = np.where(head, transform_copy_cycles(plan.machine, written[tile], e), 0)
     reach = isz + ((shape - 1) * dst_stride).sum(axis=1)
     s_reach = np.where(src >= 0, isz + ((shape - 1) * src_stride).sum(axis=1), 0)
-    busiest = int(written.max()) if written.size else 0
-    return VertexBatch(_CopyBlocksCodelet(isz), tile,
-                       {"src": src, "dst": dst, "shape": np.ascontiguousarray(shape),
-                        "src_stride": np.ascontiguousarray(src_stride),
-                        "dst_stride": np.ascontiguousarray(dst_stride)},
-                       cycles, regions=[(dst, reach), (np.maximum(src, 0), s_reach)],
-                       why=f"expandDims {plan.expand_dims} copy of {busiest} B (im2col of "
-                           f"{kk} taps) at PopLibs' rearrangement rate")
+    return (tile, src, dst, np.ascontiguousarray(shape), np.ascontiguousarray(src_stride),
+            np.ascontiguousarray(dst_stride), reach, s_reach)
 
 
 def _home_tensor(dev: Device, p, bounds: np.ndarray, home_off: np.ndarray):

@@ -66,7 +66,10 @@ def balanced_bounds(nbytes: np.ndarray, n_threads: int) -> np.ndarray:
     if nbytes.size < 64 or int(nbytes.sum()) < (1 << 16):
         n_threads = 1  # starting threads would cost more than the copies
     cum = np.cumsum(nbytes)
-    targets = cum[-1] * np.arange(1, n_threads) / n_threads if cum.size else []
+    # integer targets (the ceilings of the float ones: the same first index at or above
+    # each), so the search does not convert the whole running sum to float64
+    targets = np.ceil(cum[-1] * np.arange(1, n_threads) / n_threads).astype(cum.dtype) \
+        if cum.size else np.zeros(0, np.int64)
     inner = np.searchsorted(cum, targets, side="left") + 1
     return np.concatenate([[0], inner, [nbytes.size]]).astype(np.int64)
 
@@ -185,20 +188,32 @@ def coalesce_runs(src_row, src_off, dst_row, dst_off, nbytes) -> tuple[np.ndarra
         return ((sr[1:] == sr[:-1]) & (dr[1:] == dr[:-1]) & (so[:-1] + nb[:-1] == so[1:])
                 & (do[:-1] + nb[:-1] == do[1:]))
 
-    join = joins(*cols)
-    if 2 * int(join.sum()) < join.size and _dest_may_merge(cols, joins, int(join.sum())):
+    n_join = _given_joins(cols)
+    join = joins(*cols) if n_join is None or n_join else None
+    if join is not None:
+        n_join = int(join.sum())
+    if 2 * n_join < cols[4].size - 1 and _dest_may_merge(cols, joins, n_join):
         span = int(cols[3].max()) + 1
         if int(cols[2].max()) < np.iinfo(np.int64).max // max(span, 1):
             order = _row_order(cols[2], cols[3], span)
             moved = [c[order] for c in cols]
             j2 = joins(*moved)
-            if int(j2.sum()) > int(join.sum()) + join.size // 10:
+            if int(j2.sum()) > n_join + (cols[4].size - 1) // 10:
                 cols, join = moved, j2
-    if not join.any():
+    if join is None or not join.any():
         return tuple(cols)
     start = np.flatnonzero(np.concatenate([[True], ~join]))
     return (cols[0][start], cols[1][start], cols[2][start], cols[3][start],
             np.add.reduceat(cols[4], start))
+
+
+def _given_joins(cols: list[np.ndarray]) -> int | None:
+    """The joins of ``cols`` in their order, counted in compiled code when every column is
+    int64 already (a rearrangement's table: no conversion copies); None otherwise."""
+    if not all(c.dtype == np.int64 and c.ndim == 1 and c.flags.c_contiguous for c in cols):
+        return None
+    from .._kernels import _runs
+    return _runs.given_joins(*cols)
 
 
 def _row_order(rows: np.ndarray, off: np.ndarray, span: int) -> np.ndarray:

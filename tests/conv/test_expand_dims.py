@@ -329,3 +329,62 @@ def test_strided_1x1_expansion_receives_only_the_rows_it_reads():
     out, prof, est = run_plan(plan, x, w)
     check(x, w, out, "float32", stride=2)
     assert prof.total_cycles == est.total_cycles
+
+
+def _both_blocks(p, dims, machine=M):
+    """The im2col blocks of the expandDims plan of ``p``: (compiled, NumPy) columns."""
+    from ipukern._kernels import _im2col
+    from ipukern.conv import expand_build
+    got = []
+    real = expand_build._im2col_batch
+
+    def spy(*args):
+        got.append((_im2col.im2col_blocks(*expand_build._im2col_args(*args)),
+                    expand_build._im2col_blocks_numpy(*args)))
+        return real(*args)
+
+    expand_build._im2col_batch = spy
+    try:
+        build_conv_program(plan_conv(p, machine, bias=True, expand_dims=dims))
+    finally:
+        expand_build._im2col_batch = real
+    assert len(got) == 1
+    return got[0]
+
+
+def _assert_same_columns(fast, ref):
+    assert len(fast) == len(ref) == 8
+    for k, (a, b) in enumerate(zip(fast, ref)):
+        assert a.dtype == np.int64 and a.shape == b.shape, k
+        assert np.array_equal(a, b), k
+
+
+@pytest.mark.parametrize("dims", ["h", "hw"])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"x{c[0]}w{c[1]}")
+def test_compiled_im2col_blocks_equal_numpy_ones(case, dims):
+    """The compiled im2col build (ipukern._kernels._im2col) emits the NumPy build's blocks,
+    column by column and in its order (tile, kind, segment, tap): the same bytes, the same
+    per-tile cycles."""
+    xs, ws, s, pd, d, g = case
+    p = ConvParams.from_shapes(xs, ws, stride=s, padding=pd, dilation=d, groups=g)
+    fast, ref = _both_blocks(p, dims)
+    assert ref[0].size > 0
+    _assert_same_columns(fast, ref)
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 2), g=st.integers(1, 3), cig=st.integers(1, 5), cog=st.integers(1, 4),
+       h=st.integers(2, 12), w=st.integers(2, 12), kh=st.integers(1, 4), kw=st.integers(1, 4),
+       sh=st.integers(1, 3), sw=st.integers(1, 3), ph=st.integers(0, 2), pw=st.integers(0, 2),
+       dh=st.integers(1, 2), dw=st.integers(1, 2), hw=st.booleans())
+def test_compiled_im2col_blocks_equal_numpy_ones_on_random_shapes(n, g, cig, cog, h, w, kh, kw,
+                                                                   sh, sw, ph, pw, dh, dw, hw):
+    """As above on random shapes, strides, paddings (the negative floor divisions of the
+    padding columns and rows) and dilations, on a 16-tile machine so segments share tiles."""
+    assume((kh - 1) * dh + 1 <= h + 2 * ph and (kw - 1) * dw + 1 <= w + 2 * pw)
+    p = ConvParams(n, g * cig, g * cog, h, w, kh, kw, stride=(sh, sw), padding=(ph, pw),
+                   dilation=(dh, dw), groups=g)
+    cands = expand_candidates(p)
+    assume(cands)
+    fast, ref = _both_blocks(p, cands[-1] if hw else cands[0], M.replace(n_tiles=16, name="GC200-16"))
+    _assert_same_columns(fast, ref)

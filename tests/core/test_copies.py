@@ -70,6 +70,41 @@ def test_thread_count_does_not_change_the_result_of_large_tables():
         assert np.array_equal(got, want)
 
 
+def test_compiled_join_count_equals_the_numpy_masks():
+    """``_runs.given_joins`` counts the copies contiguous on both sides with the one
+    before, as the NumPy masks of ``coalesce_runs`` do (which it skips when none are)."""
+    from ipukern._kernels import _runs
+    rng = np.random.default_rng(5)
+    for _ in range(100):
+        n = int(rng.integers(2, 400))
+        nb = rng.integers(1, 4, n).astype(np.int64)
+        sr = rng.integers(0, 2, n).astype(np.int64)
+        dr = rng.integers(0, 2, n).astype(np.int64)
+        so = np.cumsum(nb) - nb + rng.integers(0, 2, n) * rng.integers(0, 3, n)
+        do = np.cumsum(nb) - nb + rng.integers(0, 2, n)
+        want = ((sr[1:] == sr[:-1]) & (dr[1:] == dr[:-1]) & (so[:-1] + nb[:-1] == so[1:])
+                & (do[:-1] + nb[:-1] == do[1:])).sum()
+        assert _runs.given_joins(sr, so, dr, do, nb) == int(want)
+    # no joins: the columns come back as they are
+    cols = [np.array([0, 0], np.int64), np.array([0, 8], np.int64), np.array([0, 0], np.int64),
+            np.array([4, 0], np.int64), np.array([4, 4], np.int64)]
+    got = coalesce_runs(*cols)
+    assert all(a is b for a, b in zip(got, cols))
+
+
+def test_balanced_bounds_equal_the_float_target_search():
+    """The integer targets find the same indices as the search for the float targets
+    ``total * k / n`` they replaced (which converted the running sum to float64)."""
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        nb = rng.integers(0, rng.choice([2, 50, 1 << 20]), int(rng.integers(64, 3000)))
+        nb[0] += 1 << 16
+        for n in (2, 3, 7):
+            cum = np.cumsum(nb)
+            want = np.searchsorted(cum, cum[-1] * np.arange(1, n) / n, side="left") + 1
+            assert balanced_bounds(nb, n)[1:-1].tolist() == want.tolist()
+
+
 def test_balanced_bounds_split_bytes_evenly():
     nb = np.full(1000, 1 << 10, np.int64)
     b = balanced_bounds(nb, 4)

@@ -251,3 +251,66 @@ def test_fuse_refuses_steps_that_do_not_hold_the_pair():
     for bad in (i + 1, -1, len(prog.steps), "0", None):
         with pytest.raises(ValueError, match="steps"):
             fused.fuse(x, c, prog.steps, bad)
+
+
+def _step_index(prog, f):
+    return next(i for i in range(len(prog.steps)) if host_run.fused_step(prog, i) is f)
+
+
+@pytest.mark.parametrize("case", ["plain 3x3 padded", "grouped strided", "1x1 strided"])
+def test_a_shadow_hint_rebuilds_the_same_step(case):
+    """FusedStep.hint() fed back to fuse() (what a second process reads from the table
+    cache) gives the step its plan and per-thread arguments without planning, and the
+    arena the same bytes as the step planned afresh."""
+    cp = conv_program(case)
+    prog, data = cp.program, cp.device.arena.data
+    f = _fused_step(prog)
+    i = _step_index(prog, f)
+    start = data.copy()
+    f._shadow_kwargs(data, 2)
+    h = f.hint()
+    assert h is not None and sorted(h.args) == [2]
+    g = fused.fuse(f.exchange, f.compute, prog.steps, i, h)
+    assert g.shadow is h.plan and g._shadow_args[2]["sh_lo"] is h.args[2][5]
+    for step in (f, g):
+        data[...] = start
+        step.run(data, 2)
+        if step is f:
+            want = data.copy()
+    assert np.array_equal(data, want)
+
+
+@pytest.mark.parametrize("bad", ["plan length", "flags", "range", "lo", "mid", "not receive-only"])
+def test_a_shadow_hint_that_does_not_fit_is_planned_again(bad):
+    cp = conv_program("plain 3x3 padded")
+    prog, data = cp.program, cp.device.arena.data
+    f = _fused_step(prog)
+    i = _step_index(prog, f)
+    f._shadow_kwargs(data, 2)
+    h = f.hint()
+    pl, args = h.plan, {n: list(a) for n, a in h.args.items()}
+    x = f.exchange
+    if bad == "plan length":
+        pl = type(pl)(pl.shadowed[:-1], pl.table, pl.vflags)
+    elif bad == "flags":
+        pl = type(pl)(pl.shadowed, pl.table, pl.vflags.astype(np.int64))
+    elif bad == "range":
+        t = list(pl.table)
+        t[2] = t[2].copy()
+        t[2][0] = 1 << 40
+        pl = type(pl)(pl.shadowed, tuple(t), pl.vflags)
+    elif bad == "lo":
+        args[2][5] = args[2][5][::-1].copy()
+    elif bad == "mid":
+        args[2][6] = args[2][6] + (1 << 30)
+    else:
+        x = type(x).__new__(type(x))
+        x.__dict__.update(f.exchange.__dict__)
+        x.__dict__["receive_only"] = False
+    hint = fused.ShadowHint(pl, {n: tuple(a) for n, a in args.items()})
+    assert not fused.hint_fits(hint, x, f.compute, f.exchange._pieces()[0].size, f.tiles.size)
+    if x is f.exchange:              # fuse() plans the step again, as without a hint
+        g = fused.fuse(f.exchange, f.compute, prog.steps, i, hint)
+        assert g.shadow is not hint.plan and g.shadow is not None
+        assert np.array_equal(g.shadow.shadowed, f.shadow.shadowed)
+        assert all(np.array_equal(a, b) for a, b in zip(g.shadow.table, f.shadow.table))

@@ -1,6 +1,8 @@
 """The on-disk cache of a network's host copy tables (:mod:`ipukern.nn.host.table_cache`):
 a second "process" (every in-process cache cleared) reads the tables and gets the bits and
 cycles of a cold build; a broken entry is rebuilt; another machine spec misses."""
+import json
+
 import numpy as np
 import pytest
 
@@ -98,3 +100,48 @@ def test_the_suite_never_writes_the_users_cache():
     from pathlib import Path
     assert not str(tc.cache_root()).startswith(str(Path.home() / ".cache"))
     assert os.environ["IPUKERN_CACHE_DIR"]
+
+
+def _fused_steps(net, x):
+    """The FusedSteps with a shadow receive of the conv programs ``net`` ran on ``x``."""
+    from ipukern.core.host.fused import FusedStep
+    from ipukern.nn.compile import compile_network
+    from ipukern.nn.layers import plan_context
+    prog = compile_network(net, x.shape[0], plan_context("float32", "float", ik.GC200, None))
+    out = []
+    for p in prog._programs():
+        got = p.program.host_cache.get("fused")
+        out += [f for f in (got[1].values() if got else ()) if isinstance(f, FusedStep)
+                and f.shadow is not None]
+    return out
+
+
+def test_shadow_receives_are_read_back_not_planned_again(cache_dir):
+    net, x = _net_and_input()
+    cold, _ = _fresh_run(net, x)
+    planned = _fused_steps(net, x)
+    assert planned and not any(isinstance(f.shadow.shadowed, np.memmap) for f in planned)
+    entry = next(cache_dir.iterdir())
+    shadows = json.loads((entry / "manifest.json").read_text())["shadows"]
+    assert len(shadows) == len(planned)
+    warm, st = _fresh_run(net, x)
+    assert st["hits"] == 1
+    read = _fused_steps(net, x)
+    assert len(read) == len(planned) and all(isinstance(f.shadow.shadowed, np.memmap) for f in read)
+    assert warm.output.tobytes() == cold.output.tobytes()
+    assert warm.profile.total_cycles == cold.profile.total_cycles
+
+
+def test_a_shadow_receive_reaching_outside_the_arena_is_planned_again(cache_dir):
+    net, x = _net_and_input()
+    cold, _ = _fresh_run(net, x)
+    entry = next(cache_dir.iterdir())
+    name = next(iter(json.loads((entry / "manifest.json").read_text())["shadows"]))
+    dst = np.load(entry / f"{name}.t2.npy")
+    dst[0] = 1 << 40                              # a copy far outside any shadow row
+    np.save(entry / f"{name}.t2.npy", dst)
+    warm, st = _fresh_run(net, x)
+    assert st["hits"] == 1
+    assert not any(isinstance(f.shadow.shadowed, np.memmap) and f.shadow.table[2][0] == 1 << 40
+                   for f in _fused_steps(net, x))
+    assert warm.output.tobytes() == cold.output.tobytes()

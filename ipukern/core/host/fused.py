@@ -39,8 +39,8 @@ from ..program import ComputeSet, Exchange, ExchangeError, check_arena
 from .shadow import ShadowPlan, other_regions, overlapping, repeat_plan, shadow_plan
 from ..threads import check_num_threads
 
-__all__ = ["FUSED_EXCHANGE", "FusableCodelet", "FusedStep", "FusedVertices", "fuse", "fused_enabled",
-           "reads_written"]
+__all__ = ["FUSED_EXCHANGE", "FusableCodelet", "FusedStep", "FusedVertices", "ShadowHint", "fuse",
+           "fused_enabled", "reads_written"]
 
 #: run an exchange together with the compute set after it when that is valid: True or
 #: False forces it (tests do); None follows ``IPUKERN_FUSED_EXCHANGE``, read at each run
@@ -105,6 +105,61 @@ class FusableCodelet(Protocol):
         ...
 
 
+class ShadowHint(NamedTuple):
+    """A fused step's shadow receive as an earlier build of the same program made it
+    (:meth:`FusedStep.hint`; a process reads it from the disk cache,
+    :mod:`ipukern.nn.host.table_cache`): the plan, and per thread count the kernel's
+    shadow arguments (``repeat_plan``'s reordered table, ``sh_lo``, ``sh_mid``).
+    :func:`fuse` uses it instead of planning again only where it fits the step
+    (:func:`hint_fits`)."""
+
+    plan: ShadowPlan
+    args: dict[int, tuple[np.ndarray, ...]]
+
+
+_TABLE_TYPES = (np.int32, np.int64, np.int64, np.int64, np.int64)
+
+
+def _table_fits(table: tuple, rows: int, row: int) -> bool:
+    """A shadow table's five columns: the kernel's types, one length, every copy reading
+    inside the arena's ``rows`` x ``row`` bytes and writing inside a shadow row."""
+    if len(table) != 5 or any(np.asarray(c).dtype != t or np.ndim(c) != 1
+                              for c, t in zip(table, _TABLE_TYPES)):
+        return False
+    src_row, src_off, dst_off, nb, tile = table
+    n = src_row.size
+    if any(c.size != n for c in table):
+        return False
+    if n == 0:
+        return True
+    return bool((src_row >= 0).all() and (src_row < rows).all() and (tile >= 0).all()
+                and (tile < rows).all() and (nb >= 0).all() and (src_off >= 0).all()
+                and (dst_off >= 0).all() and (src_off <= row - nb).all()
+                and (dst_off <= row - nb).all())
+
+
+def hint_fits(hint: ShadowHint, exchange: Exchange, compute: ComputeSet, n_pieces: int,
+              n_vertices: int) -> bool:
+    """Whether ``hint`` has the shape of this step's shadow receive and stays inside the
+    arena (a cache entry is trusted for its content, by its key, never for its bounds)."""
+    pl = hint.plan
+    rows = max(exchange.rows_needed, compute.rows_needed)
+    row = max(exchange.row_needed, compute.row_needed)
+    if not (exchange.receive_only and pl.shadowed.dtype == bool and pl.shadowed.shape == (n_pieces,)
+            and pl.vflags.dtype == np.uint8 and pl.vflags.shape == (n_vertices,)
+            and _table_fits(pl.table, rows, row)):
+        return False
+    for n, (*table, lo, mid) in hint.args.items():
+        k = table[0].size
+        if not (isinstance(n, int) and n >= 1 and k == pl.table[0].size
+                and _table_fits(tuple(table), rows, row)
+                and lo.dtype == np.int64 and mid.dtype == np.int64 and lo.size == mid.size + 1
+                and lo.size and lo[0] == 0 and lo[-1] == k and (np.diff(lo) >= 0).all()
+                and (mid >= lo[:-1]).all() and (mid <= lo[1:]).all()):
+            return False
+    return True
+
+
 class FusedStep:
     """``exchange`` followed by the compute set ``compute`` of :class:`FusableCodelet`
     batches, one compiled call per run.
@@ -117,9 +172,11 @@ class FusedStep:
     poison_shadow = False
 
     def __init__(self, exchange: Exchange, compute: ComputeSet, vertices: list[FusedVertices],
-                 fixed: list | None = None):
+                 fixed: list | None = None, hint: ShadowHint | None = None):
         """``fixed``: the regions whose bytes must stay in the arena besides the compute
-        set's own (:func:`~ipukern.core.host.shadow.other_regions`); None: no shadow receive."""
+        set's own (:func:`~ipukern.core.host.shadow.other_regions`); None: no shadow receive.
+        ``hint``: the shadow receive already planned (checked by :func:`fuse`), used
+        instead of ``fixed``."""
         self.exchange, self.compute = exchange, compute
         self.codelets = [b.codelet for b in compute.batches if b.tiles.size]
         tiles = np.concatenate([v.tiles for v in vertices]).astype(np.int32)
@@ -149,7 +206,9 @@ class FusedStep:
         self.scratch_floats = max(16, *(v.scratch_floats for v in vertices))
         pieces = exchange._pieces()   # destination order, big copies in pieces
         self.shadow: ShadowPlan | None = None
-        if fixed is not None and exchange.receive_only:
+        if hint is not None:
+            self.shadow = hint.plan
+        elif fixed is not None and exchange.receive_only:
             own = [(v.tiles.astype(np.int64), np.asarray(off, np.int64), np.asarray(nb, np.int64))
                    for v in vertices for off, nb in v.others]
             self.shadow = shadow_plan(pieces, self.tiles, self.win, column("win_nbytes"), self.w,
@@ -169,6 +228,24 @@ class FusedStep:
         self._plain: FusedStep | None = None
         self._shadow_args: dict[int, dict] = {}
         self._scratch: dict[int, np.ndarray] = {}
+        for n, (*table, lo, mid) in (hint.args.items() if hint is not None else ()):
+            self._shadow_args[n] = self._shadow_arg_dict(table, lo, mid, n)
+
+    def hint(self) -> ShadowHint | None:
+        """This step's shadow receive as a :class:`ShadowHint` (None without one), for a
+        later build of the same program."""
+        if self.shadow is None:
+            return None
+        args = {n: tuple(a[k] for k in ("sh_src_row", "sh_src_off", "sh_dst_off", "sh_nbytes",
+                                        "sh_tile", "sh_lo", "sh_mid"))
+                for n, a in self._shadow_args.items()}
+        return ShadowHint(self.shadow, args)
+
+    def _shadow_arg_dict(self, table, lo, mid, n_threads: int) -> dict:
+        """``exchange_conv``'s shadow arguments for ``n_threads`` (and the table's tiles)."""
+        return dict(sh_src_row=table[0], sh_src_off=table[1], sh_dst_off=table[2],
+                    sh_nbytes=table[3], sh_tile=table[4], sh_lo=lo, vflags=self.shadow.vflags,
+                    sh_mid=mid, repeat_stride=n_threads)
 
     @property
     def unwritten(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -191,14 +268,13 @@ class FusedStep:
             sh_tile = table[4]
             sh_lo = np.append(np.searchsorted(sh_tile, self.items, side="left"),
                               sh_tile.size).astype(np.int64)
-            a = self._shadow_args[n_threads] = dict(
-                sh_src_row=table[0], sh_src_off=table[1], sh_dst_off=table[2],
-                sh_nbytes=table[3], sh_lo=sh_lo, vflags=self.shadow.vflags, sh_mid=mid,
-                repeat_stride=n_threads)
+            a = self._shadow_args[n_threads] = self._shadow_arg_dict(table, sh_lo, mid, n_threads)
         rows = self._shadow_rows_for(data, n_threads)
         if self.poison_shadow:
             rows.fill(0xFF)
-        return dict(a, shadow=rows)
+        a = dict(a, shadow=rows)
+        del a["sh_tile"]              # kept for hint(), not a kernel argument
+        return a
 
     @staticmethod
     def _shadow_rows_for(data: np.ndarray, n_threads: int) -> np.ndarray:
@@ -260,7 +336,7 @@ class FusedStep:
 
 
 def fuse(exchange: Exchange | None, compute: ComputeSet | None, steps: Any = None,
-         i: int | None = None) -> FusedStep | None:
+         i: int | None = None, hint: ShadowHint | None = None) -> FusedStep | None:
     """A :class:`FusedStep` for ``exchange`` followed by ``compute``, or None when they must
     run one after the other: no copies or no vertices, a vertex the fused call cannot run,
     or a copy reading bytes the compute set writes (the fused order would let it read them
@@ -268,7 +344,9 @@ def fuse(exchange: Exchange | None, compute: ComputeSet | None, steps: Any = Non
 
     With the program's ``steps`` (``exchange`` is step ``i``'s, ``compute`` step
     ``i + 1``'s), a receive-only exchange may receive into the shadow row
-    (:mod:`ipukern.core.host.shadow`)."""
+    (:mod:`ipukern.core.host.shadow`); ``hint``: that receive as an earlier build of the
+    same program planned it (:class:`ShadowHint`), used when it fits the step, else
+    planned again."""
     if steps is not None and not (isinstance(i, (int, np.integer)) and 0 <= i < len(steps) - 1
                                   and steps[i].exchange is exchange
                                   and steps[i + 1].compute is compute):
@@ -286,6 +364,11 @@ def fuse(exchange: Exchange | None, compute: ComputeSet | None, steps: Any = Non
         return None
     if exchange.dst_tile.size > 1 and (np.diff(exchange.dst_tile) < 0).any():
         return None   # pragma: no cover - Exchange keeps its copies in destination order
+    if hint is not None and not hint_fits(hint, exchange, compute, exchange._pieces()[0].size,
+                                          sum(v.tiles.size for v in vertices)):
+        hint = None
+    if hint is not None:
+        return FusedStep(exchange, compute, vertices, hint=hint)
     fixed = other_regions(steps, i) if steps is not None and exchange.receive_only else None
     return FusedStep(exchange, compute, vertices, fixed)
 

@@ -47,7 +47,9 @@ def _fused_pair(program: Program, pairs: dict[int, Any], i: int) -> Any:
         return None
     if i not in pairs:
         x, c = steps[i].exchange, steps[i + 1].compute
-        pairs[i] = fused.fuse(x, c, steps, i) or fuse_reduce(steps, i)
+        # a shadow receive an earlier build of this program planned (fused.ShadowHint)
+        hint = program.host_cache.get("shadow_hints", {}).pop(i, None)
+        pairs[i] = fused.fuse(x, c, steps, i, hint) or fuse_reduce(steps, i)
     return pairs[i]
 
 

@@ -2,9 +2,13 @@
 
 A network's first execution builds the host form of every copy table it runs (its
 rearrangements', the reads of its conv outputs: :attr:`ipukern.core.CopyTable.kernel_columns`,
-tens of millions of runs for ResNet-50 at batch 8). They depend only on the compiled
-program, so a second process running the same network reads them from disk instead:
-memory-mapped ``.npy`` files, paged in as the copies run.
+tens of millions of runs for ResNet-50 at batch 8) and the shadow receives of its conv
+programs' fused steps (:class:`ipukern.core.host.fused.ShadowHint`: which window and weight
+copies land in a thread's shadow row, planned against every other step of the program).
+They depend only on the compiled program, so a second process running the same network
+reads them from disk instead: memory-mapped ``.npy`` files, paged in as the copies run.
+A shadow receive read back is used only where it fits its step and stays inside the
+arena (:func:`ipukern.core.host.fused.hint_fits`), else planned again.
 
 - Key: the network's structure (every node's layer key, inputs and outputs), the batch,
   the plan context (machine spec, dtype, partials, memory proportion), batch-norm folding,
@@ -39,6 +43,8 @@ import numpy as np
 from ... import _settings
 from ..._version import __version__
 from ...core import CopyTable
+from ...core.host.fused import FusedStep, ShadowHint
+from ...core.host.shadow import ShadowPlan
 
 __all__ = ["MAX_BYTES", "STATS", "cache_root", "flush", "load", "network_key", "store"]
 
@@ -46,7 +52,7 @@ __all__ = ["MAX_BYTES", "STATS", "cache_root", "flush", "load", "network_key", "
 #: one ResNet-50 batch-8 entry is about 0.6 GB)
 MAX_BYTES = 4 << 30
 #: changes when the entry format does
-SCHEMA = 1
+SCHEMA = 2
 _KINDS = ("r", "a", "o")          # rearrangement, arena read by a rearrangement, output read
 _STALE_TMP_S = 3600.0
 _FINGERPRINT: list[str] = []
@@ -138,6 +144,12 @@ def load(prog: Any, root: Path | None = None) -> bool:
         slots = _slots(prog)
         tables = {name: _read_table(entry, name, meta, slots[name][3])
                   for name, meta in manifest["tables"].items()}
+        hints = {name: _read_hint(entry, name, meta)
+                 for name, meta in manifest.get("shadows", {}).items()}
+        programs = _hint_programs(prog)
+        for name in hints:
+            if name not in programs:
+                raise KeyError(name)
     except FileNotFoundError:
         if entry.exists():                           # a manifest or a column missing
             shutil.rmtree(entry, ignore_errors=True)
@@ -152,6 +164,11 @@ def load(prog: Any, root: Path | None = None) -> bool:
     for name, tab in tables.items():
         owner, attr, p, _ = slots[name]
         _put(owner, attr, p, tab)
+    for name, hint in hints.items():
+        program, i = programs[name]
+        built = program.host_cache.get("fused")
+        if built is None or i not in built[1]:      # not fused yet in this process
+            program.host_cache.setdefault("shadow_hints", {})[i] = hint
     os.utime(entry / "manifest.json")                # most recently used
     STATS["hits"] += 1
     return True
@@ -170,6 +187,59 @@ def _read_table(entry: Path, name: str, meta: dict, nbytes: int) -> CopyTable:
     return CopyTable.from_host_columns(cols)
 
 
+_HINT_TYPES = {"shadowed": np.bool_, "vflags": np.uint8, "t0": np.int32, "t1": np.int64,
+               "t2": np.int64, "t3": np.int64, "t4": np.int64}
+_ARG_TYPES = (np.int32, np.int64, np.int64, np.int64, np.int64, np.int64, np.int64)
+
+
+def _hint_programs(prog: Any) -> dict[str, tuple[Any, int]]:
+    """Every fused step a run of ``prog`` may plan a shadow receive for, by name:
+    ``(core program, step index)`` of each conv program (each once, in step order)."""
+    out = {}
+    for k, p in enumerate(prog._programs()):
+        program = getattr(p, "program", None)
+        if program is not None:
+            for i in range(len(program.steps) - 1):
+                out[f"s{k}.{i}"] = (program, i)
+    return out
+
+
+def _hints(prog: Any) -> dict[str, ShadowHint]:
+    """The shadow receives ``prog``'s runs have planned, by :func:`_hint_programs` name."""
+    out = {}
+    for name, (program, i) in _hint_programs(prog).items():
+        got = program.host_cache.get("fused")
+        f = got[1].get(i) if got is not None else None
+        h = f.hint() if isinstance(f, FusedStep) else None
+        if h is not None:
+            out[name] = h
+    return out
+
+
+def _hint_arrays(h: ShadowHint) -> dict[str, np.ndarray]:
+    pl = h.plan
+    out = {"shadowed": pl.shadowed, "vflags": pl.vflags}
+    out.update({f"t{c}": a for c, a in enumerate(pl.table)})
+    for n, cols in h.args.items():
+        out.update({f"n{n}.{c}": a for c, a in enumerate(cols)})
+    return out
+
+
+def _read_hint(entry: Path, name: str, meta: dict) -> ShadowHint:
+    """One fused step's shadow receive, memory-mapped, checked for the types it was
+    written with (its bounds are checked against the step when it is used)."""
+    def col(field: str, dt: Any) -> np.ndarray:
+        a = np.load(entry / f"{name}.{field}.npy", mmap_mode="r", allow_pickle=False)
+        if a.dtype != np.dtype(dt) or a.ndim != 1:
+            raise ValueError(f"table cache: {name}.{field} holds {a.dtype} {a.shape}")
+        return a
+    c = {f: col(f, dt) for f, dt in _HINT_TYPES.items()}
+    plan = ShadowPlan(c["shadowed"], tuple(c[f"t{k}"] for k in range(5)), c["vflags"])
+    args = {int(n): tuple(col(f"n{int(n)}.{k}", dt) for k, dt in enumerate(_ARG_TYPES))
+            for n in meta["threads"]}
+    return ShadowHint(plan, args)
+
+
 def store(prog: Any, root: Path | None = None, *, wait: bool = False) -> threading.Thread | None:
     """Write the host tables ``prog``'s runs have built as a new entry (none if one exists),
     on a background thread (joined at exit; ``wait=True`` joins it now)."""
@@ -186,7 +256,9 @@ def store(prog: Any, root: Path | None = None, *, wait: bool = False) -> threadi
                 tables[name] = cols
     if not tables:
         return None
-    t = threading.Thread(target=_write, args=(root, entry, tables), name="ipukern-table-cache")
+    hints = _hints(prog)
+    t = threading.Thread(target=_write, args=(root, entry, tables, hints),
+                         name="ipukern-table-cache")
     _WRITERS.append(t)
     t.start()
     if wait:
@@ -200,7 +272,8 @@ def flush() -> None:
         _WRITERS.pop().join()
 
 
-def _write(root: Path, entry: Path, tables: dict[str, tuple[np.ndarray, ...]]) -> None:
+def _write(root: Path, entry: Path, tables: dict[str, tuple[np.ndarray, ...]],
+           hints: dict[str, ShadowHint] | None = None) -> None:
     """Fill a temporary directory, then rename it into place (a failure leaves no entry)."""
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -211,7 +284,13 @@ def _write(root: Path, entry: Path, tables: dict[str, tuple[np.ndarray, ...]]) -
                 for c, a in enumerate(cols):
                     np.save(tmp / f"{name}.{c}.npy", np.ascontiguousarray(a), allow_pickle=False)
                 meta[name] = {"n": int(cols[4].size), "bytes": int(np.asarray(cols[4]).sum())}
-            (tmp / "manifest.json").write_text(json.dumps({"schema": SCHEMA, "tables": meta}))
+            shadows = {}
+            for name, h in (hints or {}).items():
+                for field, a in _hint_arrays(h).items():
+                    np.save(tmp / f"{name}.{field}.npy", np.ascontiguousarray(a), allow_pickle=False)
+                shadows[name] = {"threads": sorted(h.args)}
+            (tmp / "manifest.json").write_text(json.dumps({"schema": SCHEMA, "tables": meta,
+                                                           "shadows": shadows}))
             os.rename(tmp, entry)              # atomic; fails if another process won
             STATS["writes"] += 1
         except OSError:
