@@ -40,6 +40,16 @@ SCHEDULERS = ("local", "process", "serial")
 CONNECT_TIMEOUT_S = 30
 #: variables of Dask's default worker environment the LocalCluster made here does not set
 WORKER_ENV_UNSET = ("MALLOC_TRIM_THRESHOLD_",)
+#: Dask settings of the LocalCluster made here (its workers, nannies and scheduler): no
+#: statistical profiler (a thread that takes the GIL every 10 ms to walk the running
+#: point's stack; nothing here reads its profiles, there is no dashboard) and the monitors
+#: polled every second rather than every 20-500 ms (their figures serve Dask's memory
+#: limits and dashboard, which one-thread estimate points do not approach). Measured:
+#: docs/explore.rst.
+CLUSTER_CONFIG = {"distributed.worker.profile.enabled": False,
+                  "distributed.worker.memory.monitor-interval": "1s",
+                  "distributed.admin.system-monitor.interval": "5s",
+                  "distributed.admin.tick.interval": "500ms"}
 
 
 def dask_available() -> bool:
@@ -99,7 +109,7 @@ def _local_cluster(n_workers: int) -> Iterator[tuple[Any, str]]:
     # docs/explore.rst); the workers keep glibc's adaptive default instead.
     key = "distributed.nanny.pre-spawn-environ"
     env = {**dask.config.get(key, {}), **dict.fromkeys(WORKER_ENV_UNSET)}   # None: not set
-    with dask.config.set({key: env}), _environ_kept(), \
+    with dask.config.set({key: env, **CLUSTER_CONFIG}), _environ_kept(), \
             LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
                          dashboard_address=None, silence_logs=logging.ERROR) as cluster, \
             Client(cluster, set_as_default=False) as client:

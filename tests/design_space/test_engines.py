@@ -42,6 +42,22 @@ def test_local_cluster_workers_keep_glibc_malloc_defaults_and_leave_our_environ(
     assert dict(os.environ) == before
 
 
+def test_local_cluster_workers_run_without_the_profiler():
+    """Dask's statistical profiler and its frequent monitor ticks cost the workers CPU no
+    point uses (docs/explore.rst); the workers get CLUSTER_CONFIG, this process keeps its own."""
+    pytest.importorskip("distributed")
+    import dask
+
+    from ipukern.design_space import engines
+    keys = list(engines.CLUSTER_CONFIG)
+    before = [dask.config.get(k) for k in keys]
+    with engines.engine("local", 1, 2) as (executor, _):
+        got = executor.submit(lambda: [dask.config.get(k) for k in keys]).result()
+    assert got == list(engines.CLUSTER_CONFIG.values())
+    assert got[0] is False
+    assert [dask.config.get(k) for k in keys] == before
+
+
 def test_a_dask_client_of_yours_is_used_and_left_running(serial):
     distributed = pytest.importorskip("distributed")
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
