@@ -42,6 +42,22 @@ def test_local_cluster_workers_keep_glibc_malloc_defaults_and_leave_our_environ(
     assert dict(os.environ) == before
 
 
+def test_local_cluster_workers_run_without_the_profiler():
+    """Dask's statistical profiler and its frequent monitor ticks cost the workers CPU no
+    point uses (docs/explore.rst); the workers get CLUSTER_CONFIG, this process keeps its own."""
+    pytest.importorskip("distributed")
+    import dask
+
+    from ipukern.design_space import engines
+    keys = list(engines.CLUSTER_CONFIG)
+    before = [dask.config.get(k) for k in keys]
+    with engines.engine("local", 1, 2) as (executor, _):
+        got = executor.submit(lambda: [dask.config.get(k) for k in keys]).result()
+    assert got == list(engines.CLUSTER_CONFIG.values())
+    assert got[0] is False
+    assert [dask.config.get(k) for k in keys] == before
+
+
 def test_a_dask_client_of_yours_is_used_and_left_running(serial):
     distributed = pytest.importorskip("distributed")
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
@@ -85,3 +101,25 @@ def test_an_unreachable_scheduler_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(engines, "CONNECT_TIMEOUT_S", 2)
     with pytest.raises(RuntimeError, match="scheduler 'tcp://127.0.0.1:9': cannot connect"):
         _run("tcp://127.0.0.1:9")
+
+
+def test_points_run_grouped_by_machine_variant():
+    """A point reuses what another network left for the same machine (docs/explore.rst):
+    serially each variant's points run one after the other, whatever the point order."""
+    seen = []
+    res = ik.explore(NETS, MACHINES, scheduler="serial", batch=1,
+                     progress=lambda i, n, label: seen.append(label.split(" on ")[1]))
+    assert [r["network"] for r in res.rows] == ["resnet8", "resnet8", "bert_base", "bert_base"]
+    assert seen[0] == seen[1] and seen[2] == seen[3] and seen[0] != seen[2]
+
+
+def test_a_dask_lane_per_worker_places_its_tasks_there():
+    pytest.importorskip("distributed")
+    from ipukern.design_space import engines
+    with engines.engine("local", 2, 4) as (executor, _):
+        lanes = engines._lanes(executor)
+        pids = [[lane.submit(os.getpid).result() for _ in range(3)] for lane in lanes]
+    assert len(lanes) == 2
+    assert all(len(set(p)) == 1 for p in pids) and pids[0][0] != pids[1][0]
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        assert engines._lanes(pool) == [pool]
