@@ -188,3 +188,27 @@ def test_a_not_modelled_row_needs_no_machine(tmp_path):
         rows[0]["machines"] = ""
         rows[0]["not_modelled"] = "a reason"
     assert vi.load_inference(_write(tmp_path, edit))[0].machines == ()
+
+
+def test_eta_weights_count_the_distinct_planned_layers():
+    """The ETA's cost proxy: estimates x distinct conv/matmul layers, so a ResNet-50 row weighs
+    several BERT rows (the planner's search is most of an estimate) and a skip weighs nothing."""
+    runs = {r.id: r for r in vi.load_inference()}
+    resnet, bert = runs["poprt-resnet50-b1"], runs["poprt-bert-base-sl128-b16"]
+    net = vi.build_network(resnet.network, resnet.network_args)
+    convs = {(repr(layer), net.shapes(1)[name]) for name, layer in net.layers
+             if type(layer).__name__ in ("Conv2d", "Linear")}
+    assert vi._plans(resnet) == len(convs) > 3 * vi._plans(bert) > 0
+    seen = []
+
+    class Recorder:
+        def set_costs(self, costs):
+            seen.extend(costs)
+
+        def __call__(self, done, total, label=""):
+            pass
+
+    small = replace(_small(resnet), machines=resnet.machines[:1])
+    skipped = next(r for r in runs.values() if r.not_modelled)
+    vi.inference_report([small, skipped], datasheet=False, progress=Recorder())
+    assert seen == [vi._plans(small), 0.0]

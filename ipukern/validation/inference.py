@@ -253,6 +253,21 @@ def _machine(name: str, io_tiles: int, datasheet: bool) -> Any:
     return spec.with_datasheet_exchange() if datasheet else spec
 
 
+def _plans(run: PublishedInference) -> int:
+    """What one cold estimate of ``run`` plans: its distinct conv and matmul layers at its batch.
+
+    The planner's search is most of an estimate's time and repeated layers come from the plan
+    cache, so ResNet-50 (about 25 distinct convs) costs several times a BERT (6 matmul shapes)
+    however many layers each has; counting estimates alone made the ETA 4-5x off.
+    """
+    from ..nn.layers import Conv2d, Linear, MatMul
+
+    net = build_network(run.network, run.network_args)
+    shapes = net.shapes(run.batch)
+    return max(1, len({(repr(layer), shapes[name]) for name, layer in net.layers
+                       if isinstance(layer, (Conv2d, Linear, MatMul))}))
+
+
 def inference_report(runs: Sequence[PublishedInference] | None = None, *, ids: Sequence[str] | None = None,
                      datasheet: bool = True, progress: Any = None) -> InferenceReport:
     """Run the published inference configurations through :func:`ipukern.estimate_network`.
@@ -278,8 +293,9 @@ def inference_report(runs: Sequence[PublishedInference] | None = None, *, ids: S
 
     runs = select(list(load_inference() if runs is None else runs), ids, lambda r: r.id, "id")
     rows: list[InferenceRow] = []
-    if hasattr(progress, "set_costs"):     # the ETA's weights: estimates per row (a skip is ~free)
-        progress.set_costs([0.0 if r.not_modelled else len(r.machines) * (len(VARIANTS) if datasheet else 1)
+    if hasattr(progress, "set_costs"):     # the ETA's weights (a skip is ~free)
+        progress.set_costs([0.0 if r.not_modelled else
+                            len(r.machines) * (len(VARIANTS) if datasheet else 1) * _plans(r)
                             for r in runs])
     for k, run in enumerate(runs):
         row = InferenceRow(run)
