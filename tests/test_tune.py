@@ -92,12 +92,19 @@ def test_cli_tune_json(capsys):
 @pytest.mark.parametrize("args, word", [(["--micro-batch", "0"], "micro_batch"),
                                         (["--replicas", "3"], "replicas"),
                                         (["--pipeline", "nolayer"], "nolayer"),
-                                        (["--compare-chips", "GC2"], "--compare-chips"),
-                                        (["--chip", "GC9"], "GC9")])
+                                        (["--compare-chips", "GC2"], "--compare-chips")])
 def test_cli_bad_inputs_one_line(capsys, args, word):
     rc = main(["tune", "resnet8", "--system", "M2000", "--no-progress", *args])
     err = capsys.readouterr().err
     assert rc == 1 and word in err and len(err.strip().splitlines()) == 1
+
+
+def test_cli_unknown_chip_is_a_usage_error(capsys):
+    """A name that names nothing exits 2 before any work (docs/usage.rst's exit codes)."""
+    with pytest.raises(SystemExit) as e:
+        main(["tune", "resnet8", "--system", "M2000", "--no-progress", "--chip", "GC9"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "GC9" in err and len(err.strip().splitlines()) == 1
 
 
 def test_compare_tune_says_so(capsys):

@@ -108,6 +108,8 @@ def conv2d(input: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: 
     unbatched = x.ndim == 3 and w.ndim == 4       # (C, H, W), as torch takes it: a batch of one
     if unbatched:
         x = x[None]
+    elif x.ndim != 4:
+        raise ValueError(f"input must have rank 4 (N, C, H, W) or 3 (C, H, W), got shape {x.shape}")
     dtype = canonical_dtype(x.dtype)
     if canonical_dtype(w.dtype) != dtype:
         raise TypeError(f"input is {x.dtype} but weight is {w.dtype}: both must have the same "

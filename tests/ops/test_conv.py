@@ -155,7 +155,9 @@ def test_profile_explains_the_plan():
 
 @pytest.mark.parametrize("kwargs, err, match", [
     (dict(x=(1, 6, 5, 5), w=(4, 2, 3, 3), groups=4), ValueError, "divisible by groups"),
-    (dict(x=(1, 4, 5), w=(4, 4, 3, 3)), ValueError, "rank 4"),
+    (dict(x=(4, 5), w=(4, 4, 3, 3)), ValueError, r"rank 4 \(N, C, H, W\) or 3 \(C, H, W\)"),
+    (dict(x=(1, 1, 4, 5, 5), w=(4, 4, 3, 3)), ValueError, "rank 4"),
+    (dict(x=(1, 4, 5), w=(4, 4, 3, 3)), ValueError, "input channels per group"),   # unbatched C=1
     (dict(x=(1, 4, 5, 5), w=(4, 4, 3)), ValueError, "rank 4"),
     (dict(x=(1, 4, 2, 2), w=(4, 4, 5, 5)), ValueError, "larger than the padded input"),
     (dict(x=(1, 4, 5, 5), w=(4, 4, 3, 3), padding=-1), ValueError, "padding must be >= 0"),
