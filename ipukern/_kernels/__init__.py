@@ -7,8 +7,11 @@ compiled loops (``_plan``) are optional too: :func:`plan_kernels` is None withou
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from types import ModuleType
+
+import numpy as np
 
 #: the conv planner's compiled loops (``_plan``) in use; tests turn this off to compare
 #: them with the NumPy code they replace, which runs when the extensions are not built
@@ -29,3 +32,11 @@ def _load_plan() -> ModuleType | None:
     except ImportError:
         return None
     return _plan
+
+
+def loop_columns(table: Mapping[str, np.ndarray], ints: Iterable[str],
+                 flags: Iterable[str] = ()) -> tuple[np.ndarray, ...]:
+    """Columns of a planner table as the compiled loops read them, in the order named:
+    ``ints`` as contiguous int64, then ``flags`` (booleans) as contiguous uint8."""
+    return (tuple(np.ascontiguousarray(table[k], dtype=np.int64) for k in ints)
+            + tuple(np.ascontiguousarray(table[k], dtype=np.bool_).view(np.uint8) for k in flags))

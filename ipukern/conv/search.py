@@ -60,7 +60,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .._kernels import plan_kernels
+from .._kernels import loop_columns, plan_kernels
 from ..core.cost import (cast_cycles_array, ceil_div, elementwise_cycles_array, exchange_cycles,
                          exchange_rate, reduce_cycles_array)
 from ..core.tensor import expand, split_candidates
@@ -471,8 +471,8 @@ def _new_split_vectors(p: ConvParams, cand: VertexMethod, fg: dict[str, Any], T:
         pairs = kernel.field_pairs(_i64(fg["n"]), fg["_sorted_n"], _i64(cn), T)
         if pairs is None:
             return None
-        cols = kernel.gather_pairs(*pairs, tuple(_i64(fg[k]) for k in _FIELD_COLUMNS),
-                                   tuple(_i64(v) for v in chan.values()))
+        cols = kernel.gather_pairs(*pairs, loop_columns(fg, _FIELD_COLUMNS),
+                                   loop_columns(chan, chan))
         c = dict(zip(_FIELD_COLUMNS + tuple(chan), cols))
     else:
         if "_by_n" not in fg:
@@ -535,7 +535,7 @@ def _lower_bound_prune(p: ConvParams, machine: MachineSpec, cand: VertexMethod, 
                (DTYPES[p.partials].itemsize, 2 * machine.exchange_bytes_per_cycle,
                 machine.sync_cycles, bound))
         sel = kernel.lower_bound_keep(
-            tuple(np.ascontiguousarray(c[k], dtype=np.int64) for k in _LB_COLUMNS),
+            loop_columns(c, _LB_COLUMNS),
             p.kernel_w, cand.macs_per_cycle_bound(machine), red, LB_SLACK)
         return c.take(sel) if sel.size else None
     kk = c.KH_t * p.kernel_w
@@ -743,9 +743,7 @@ def _beat_fixed(p: ConvParams, machine: MachineSpec, c: Table, bias: bool) -> np
     if kernel is None:
         return None
     scale, rate = exchange_rate(machine)
-    cols = tuple(_i64(c[k]) for k in _BEAT_COLUMNS) + tuple(
-        np.ascontiguousarray(c[k], dtype=np.bool_).view(np.uint8)
-        for k in ("reduce_needed", "cast_needed"))
+    cols = loop_columns(c, _BEAT_COLUMNS, ("reduce_needed", "cast_needed"))
     return kernel.beat_fixed(cols, (p.kernel_w, DTYPES[p.dtype].itemsize, p.in_h, p.in_w,
                                     MAX_INPUT_OWNERS, machine.tiles_per_exchange_bus, scale,
                                     rate, machine.exchange_overhead_cycles,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._kernels import plan_kernels
+from .._kernels import loop_columns, plan_kernels
 from ..core.cost import ceil_div
 from ..dtypes import DTYPES
 from ..machine import MachineSpec
@@ -141,9 +141,7 @@ def fewest_serial_slices(p: ConvParams, machine: MachineSpec, og: int, c: Table,
     kernel = plan_kernels()
     if kernel is None or not len(c.K_t):
         return _fewest_serial_slices_numpy(p, machine, og, c, serials, bias, temp_bound)
-    cols = tuple(np.ascontiguousarray(c[k], dtype=np.int64) for k in _KERNEL_INT_COLUMNS)
-    cols += tuple(np.ascontiguousarray(c[k], dtype=np.bool_).view(np.uint8)
-                  for k in ("reduce_needed", "cast_needed"))
+    cols = loop_columns(c, _KERNEL_INT_COLUMNS, ("reduce_needed", "cast_needed"))
     consts = (int(og), int(p.kernel_w), DTYPES[p.dtype].itemsize, DTYPES[p.partials].itemsize,
               bool(bias), int(machine.tile_budget_bytes), -1 if temp_bound is None else int(temp_bound))
     serial, *sized, least, least_k = kernel.fewest_serial(
